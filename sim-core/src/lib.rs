@@ -1,0 +1,28 @@
+//! # sim-core
+//!
+//! The foundation every other nfsim crate stands on. Nothing here knows about netfilter; it
+//! provides the deterministic substrate:
+//!
+//! - [`time`]: [`SimTime`] and [`SimDuration`], integer nanoseconds, parsed from and printed as
+//!   `30s`, `250ms`, `2m`, `1h30m`. No code in nfsim reads the wall clock.
+//! - [`queue`]: the [`EventQueue`], ordered by (time, sequence) so ties break in insertion
+//!   order.
+//! - [`rng`]: [`SimRng`], a ChaCha8 stream derived from (seed, label), one per consumer.
+//! - [`packet`]: the typed [`Packet`] all layers work on.
+//! - [`wire`]: conversion between packets and bytes (etherparse), used only at the edges.
+//! - [`pcap`]: reading and writing capture files.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod packet;
+pub mod pcap;
+pub mod queue;
+pub mod rng;
+pub mod time;
+pub mod wire;
+
+pub use packet::{IcmpBody, IfName, InnerHeader, Packet, TcpFlags, L4};
+pub use queue::{EventQueue, Scheduled};
+pub use rng::SimRng;
+pub use time::{SimDuration, SimTime};

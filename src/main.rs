@@ -1,0 +1,4 @@
+//! The `nfsim` command.
+fn main() {
+    println!("nfsim");
+}
