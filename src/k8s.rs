@@ -1,0 +1,1 @@
+//! Kubernetes objects (in progress).

@@ -1,0 +1,1 @@
+//! kubeproxy (in progress).

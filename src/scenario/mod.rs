@@ -1,0 +1,1 @@
+//! scenario (in progress).
