@@ -1,1 +1,6 @@
-//! cluster (in progress).
+//! The simulated cluster: nodes, pods, hosts outside the cluster, the applications on them,
+//! the control plane, and the driver that runs them all on one event queue.
+//!
+//! - [`apps`]: servers and clients as sans-IO state machines.
+
+pub mod apps;

@@ -1,0 +1,1541 @@
+//! Applications as sans-IO state machines: servers and clients on pods, nodes and hosts.
+//!
+//! No application does I/O or reads a clock. Each is driven by two inputs and drained by two
+//! outputs, in this order:
+//!
+//! 1. `handle_packet(now, packet, out)` for each packet delivered to one of its sockets, and
+//!    `handle_timeout(now, out)` once `now` has reached `poll_timeout()`;
+//! 2. the packets it sends and the timeline events it reports are pushed into the [`Outbox`]
+//!    given to those calls; `poll_timeout()` names its next deadline (or `None`).
+//!
+//! Packets carry a [`Tag`] in [`Packet::tag`] so the simulation can follow one message from
+//! the client through NAT to the endpoint and back; servers copy the tag into their answers,
+//! as a DNS server copies the query id.
+//!
+//! The socket layer that is not an application (no socket bound → ICMP port unreachable for
+//! UDP, RST for TCP) is [`closed_port_response`].
+
+use sim_core::packet::icmp;
+use sim_core::{Packet, SimDuration, SimRng, SimTime, TcpFlags, L4};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+
+/// The first port of Linux's default `net.ipv4.ip_local_port_range` (32768 60999).
+pub const EPHEMERAL_PORT_FIRST: u16 = 32768;
+/// The last port of Linux's default `net.ipv4.ip_local_port_range`.
+pub const EPHEMERAL_PORT_LAST: u16 = 60999;
+
+/// Identifies one application message: which client, which query or connection, which try.
+///
+/// Packed into [`Packet::tag`] as `client << 40 | seq << 8 | attempt`, with `client` counted
+/// from 1 (a tag of 0 means "not from a simulated client").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tag {
+    /// Index of the client in the scenario (0-based).
+    pub client: u32,
+    /// The query or connection number of that client (0-based).
+    pub seq: u32,
+    /// The try (0 = first send, 1 = first retry, …).
+    pub attempt: u8,
+}
+
+impl Tag {
+    /// The packed form stored in [`Packet::tag`].
+    pub fn pack(self) -> u64 {
+        ((self.client as u64 + 1) << 40)
+            | ((self.seq as u64 & 0xffff_ffff) << 8)
+            | self.attempt as u64
+    }
+    /// Unpacks [`Packet::tag`]; `None` for 0 (untagged).
+    pub fn unpack(tag: u64) -> Option<Tag> {
+        let client = tag >> 40;
+        if client == 0 {
+            return None;
+        }
+        Some(Tag {
+            client: (client - 1) as u32,
+            seq: ((tag >> 8) & 0xffff_ffff) as u32,
+            attempt: (tag & 0xff) as u8,
+        })
+    }
+}
+
+/// Something an application reports for the timeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AppEvent {
+    /// A UDP query (or a retry of it) was sent.
+    QuerySent {
+        /// Query number.
+        query: u32,
+        /// Try number (0 = first).
+        attempt: u8,
+        /// The socket it left from.
+        src: SocketAddr,
+        /// Where it was sent.
+        dst: SocketAddr,
+    },
+    /// A query's answer arrived.
+    QueryAnswered {
+        /// Query number.
+        query: u32,
+        /// Time from the first send to the answer.
+        rtt: SimDuration,
+        /// The source of the answer as the client saw it.
+        from: SocketAddr,
+    },
+    /// A query got no answer within its timeout after its last try.
+    QueryTimedOut {
+        /// Query number.
+        query: u32,
+        /// Tries made.
+        attempts: u8,
+    },
+    /// A query failed on an ICMP error (ECONNREFUSED for port unreachable) on its last try.
+    QueryRefused {
+        /// Query number.
+        query: u32,
+        /// The ICMP destination-unreachable code.
+        code: u8,
+    },
+    /// A TCP connection attempt started (SYN sent).
+    TcpConnecting {
+        /// Connection number.
+        conn: u32,
+        /// Local socket.
+        src: SocketAddr,
+        /// Where it connects.
+        dst: SocketAddr,
+    },
+    /// A TCP exchange (connect, request, response, close) completed.
+    TcpCompleted {
+        /// Connection number.
+        conn: u32,
+        /// Time from the SYN to the response.
+        rtt: SimDuration,
+    },
+    /// A TCP exchange failed.
+    TcpFailed {
+        /// Connection number.
+        conn: u32,
+        /// Why.
+        reason: TcpFailure,
+    },
+    /// A server answered a request.
+    ServerAnswered {
+        /// The server's port.
+        port: u16,
+        /// Who it answered.
+        to: SocketAddr,
+    },
+}
+
+/// Why a TCP client's exchange failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpFailure {
+    /// A RST arrived (ECONNREFUSED before the handshake, ECONNRESET after).
+    Reset,
+    /// An ICMP destination unreachable arrived.
+    Unreachable,
+    /// No SYN/ACK within the connect timeout (ETIMEDOUT).
+    ConnectTimeout,
+    /// No response within the request timeout.
+    RequestTimeout,
+}
+
+impl std::fmt::Display for TcpFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TcpFailure::Reset => "connection reset",
+            TcpFailure::Unreachable => "destination unreachable",
+            TcpFailure::ConnectTimeout => "connect timeout",
+            TcpFailure::RequestTimeout => "request timeout",
+        })
+    }
+}
+
+/// What an application call produced.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    /// Packets to send, in order.
+    pub packets: Vec<Packet>,
+    /// Events for the timeline, in order, with the time they happened.
+    pub events: Vec<(SimTime, AppEvent)>,
+}
+
+impl Outbox {
+    /// An empty outbox.
+    pub fn new() -> Outbox {
+        Outbox::default()
+    }
+    /// Whether nothing was produced.
+    pub fn is_empty(&self) -> bool {
+        self.packets.is_empty() && self.events.is_empty()
+    }
+}
+
+/// How the socket layer answers a packet for which no socket is bound on an address that
+/// exists: UDP gets ICMP port unreachable (`__udp4_lib_rcv` → `icmp_send(ICMP_PORT_UNREACH)`),
+/// TCP gets a RST unless it is a RST itself (`tcp_v4_send_reset`), anything else nothing.
+pub fn closed_port_response(pkt: &Packet) -> Option<Packet> {
+    match pkt.l4 {
+        L4::Udp { .. } => {
+            let mut p =
+                Packet::icmp_error(pkt.dst, pkt, icmp::DEST_UNREACH, icmp::CODE_PORT_UNREACH);
+            p.tag = pkt.tag;
+            Some(p)
+        }
+        L4::Tcp {
+            sport,
+            dport,
+            flags,
+            seq,
+            ack,
+        } => {
+            if flags.contains(TcpFlags::RST) {
+                return None;
+            }
+            // RFC 793 reset generation, as tcp_v4_send_reset does it: an ACK-bearing segment
+            // gets <SEQ=SEG.ACK><CTL=RST>; otherwise <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>.
+            let seg_len = tcp_seg_len(pkt);
+            let (rseq, rack, rflags) = if flags.contains(TcpFlags::ACK) {
+                (ack, 0, TcpFlags::RST)
+            } else {
+                (0, seq.wrapping_add(seg_len), TcpFlags::RST | TcpFlags::ACK)
+            };
+            let mut p = Packet::tcp(
+                SocketAddr::new(pkt.dst, dport),
+                SocketAddr::new(pkt.src, sport),
+                rflags,
+            );
+            set_seq(&mut p, rseq, rack);
+            p.len = if pkt.is_ipv4() { 40 } else { 60 };
+            p.tag = pkt.tag;
+            Some(p)
+        }
+        _ => None,
+    }
+}
+
+/// Length of a TCP segment in sequence space: payload, plus one for SYN and for FIN.
+fn tcp_seg_len(pkt: &Packet) -> u32 {
+    let hdr: u16 = if pkt.is_ipv4() { 40 } else { 60 };
+    let mut n = pkt.len.saturating_sub(hdr) as u32;
+    if let Some(f) = pkt.tcp_flags() {
+        if f.contains(TcpFlags::SYN) {
+            n += 1;
+        }
+        if f.contains(TcpFlags::FIN) {
+            n += 1;
+        }
+    }
+    n
+}
+
+fn set_seq(p: &mut Packet, s: u32, a: u32) {
+    if let L4::Tcp { seq, ack, .. } = &mut p.l4 {
+        *seq = s;
+        *ack = a;
+    }
+}
+
+fn tcp_packet(
+    src: SocketAddr,
+    dst: SocketAddr,
+    flags: TcpFlags,
+    seq: u32,
+    ack: u32,
+    payload: u16,
+) -> Packet {
+    let mut p = Packet::tcp(src, dst, flags);
+    set_seq(&mut p, seq, ack);
+    p.len = if src.is_ipv4() { 40 } else { 60 } + payload;
+    p
+}
+
+/// Timers of one application, ordered by (deadline, insertion).
+#[derive(Debug, Clone)]
+struct Timers<T> {
+    map: BTreeMap<(SimTime, u64), T>,
+    seq: u64,
+}
+
+impl<T> Default for Timers<T> {
+    fn default() -> Self {
+        Timers {
+            map: BTreeMap::new(),
+            seq: 0,
+        }
+    }
+}
+
+impl<T> Timers<T> {
+    fn add(&mut self, at: SimTime, what: T) {
+        self.map.insert((at, self.seq), what);
+        self.seq += 1;
+    }
+    fn next(&self) -> Option<SimTime> {
+        self.map.keys().next().map(|k| k.0)
+    }
+    fn pop_due(&mut self, now: SimTime) -> Option<T> {
+        let key = *self.map.keys().next()?;
+        if key.0 <= now {
+            self.map.remove(&key)
+        } else {
+            None
+        }
+    }
+}
+
+/// A DNS-like UDP server: answers each datagram to its port after a service time, copying the
+/// tag, from the address and port the query was sent to.
+#[derive(Debug, Clone)]
+pub struct UdpServer {
+    /// The port it listens on.
+    pub port: u16,
+    /// The time it takes to answer one query.
+    pub service_time: SimDuration,
+    pending: Timers<Packet>,
+    received: u64,
+    answered: u64,
+}
+
+impl UdpServer {
+    /// A server on `port` answering after `service_time`.
+    pub fn new(port: u16, service_time: SimDuration) -> UdpServer {
+        UdpServer {
+            port,
+            service_time,
+            pending: Timers::default(),
+            received: 0,
+            answered: 0,
+        }
+    }
+    /// A datagram for its port arrived.
+    pub fn handle_packet(&mut self, now: SimTime, pkt: &Packet, _out: &mut Outbox) {
+        let (L4::Udp { sport, dport }, true) = (pkt.l4, pkt.dport() == Some(self.port)) else {
+            return;
+        };
+        self.received += 1;
+        let mut reply = Packet::udp(
+            SocketAddr::new(pkt.dst, dport),
+            SocketAddr::new(pkt.src, sport),
+        );
+        reply.tag = pkt.tag;
+        self.pending.add(now + self.service_time, reply);
+    }
+    /// Sends the answers that are due.
+    pub fn handle_timeout(&mut self, now: SimTime, out: &mut Outbox) {
+        while let Some(reply) = self.pending.pop_due(now) {
+            self.answered += 1;
+            if let Some(to) = reply.dport().map(|p| SocketAddr::new(reply.dst, p)) {
+                out.events.push((
+                    now,
+                    AppEvent::ServerAnswered {
+                        port: self.port,
+                        to,
+                    },
+                ));
+            }
+            out.packets.push(reply);
+        }
+    }
+    /// The next answer's deadline.
+    pub fn poll_timeout(&self) -> Option<SimTime> {
+        self.pending.next()
+    }
+    /// Queries received so far.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+    /// Answers sent so far.
+    pub fn answered(&self) -> u64 {
+        self.answered
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SrvConnState {
+    SynReceived,
+    Established,
+    Closed,
+}
+
+#[derive(Debug, Clone)]
+struct SrvConn {
+    state: SrvConnState,
+    snd_nxt: u32,
+    rcv_nxt: u32,
+}
+
+#[derive(Debug, Clone)]
+enum SrvTimer {
+    Respond {
+        peer: SocketAddr,
+        local: SocketAddr,
+        tag: u64,
+    },
+}
+
+/// A TCP server: accepts connections on its port, answers each request (a segment with
+/// payload) with a response after a service time, and closes when the client closes.
+///
+/// Segments for an unknown connection that are not a SYN get a RST, as Linux does.
+#[derive(Debug, Clone)]
+pub struct TcpServer {
+    /// The listening port.
+    pub port: u16,
+    /// Time to produce a response.
+    pub service_time: SimDuration,
+    /// Response payload size in bytes.
+    pub response_bytes: u16,
+    conns: BTreeMap<SocketAddr, SrvConn>,
+    timers: Timers<SrvTimer>,
+    isn: SimRng,
+    accepted: u64,
+}
+
+impl TcpServer {
+    /// A server on `port`; `isn` is the seeded stream for its initial sequence numbers.
+    pub fn new(port: u16, service_time: SimDuration, isn: SimRng) -> TcpServer {
+        TcpServer {
+            port,
+            service_time,
+            response_bytes: 64,
+            conns: BTreeMap::new(),
+            timers: Timers::default(),
+            isn,
+            accepted: 0,
+        }
+    }
+    /// Connections accepted (SYN answered) so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted
+    }
+    /// A segment for its port arrived.
+    pub fn handle_packet(&mut self, _now: SimTime, pkt: &Packet, out: &mut Outbox) {
+        let L4::Tcp {
+            sport,
+            dport,
+            flags,
+            seq,
+            ..
+        } = pkt.l4
+        else {
+            return;
+        };
+        if dport != self.port {
+            return;
+        }
+        let peer = SocketAddr::new(pkt.src, sport);
+        let local = SocketAddr::new(pkt.dst, dport);
+        if flags.contains(TcpFlags::RST) {
+            self.conns.remove(&peer);
+            return;
+        }
+        if flags.contains(TcpFlags::SYN) && !flags.contains(TcpFlags::ACK) {
+            let isn = self.isn.next_u32();
+            let c = SrvConn {
+                state: SrvConnState::SynReceived,
+                snd_nxt: isn.wrapping_add(1),
+                rcv_nxt: seq.wrapping_add(1),
+            };
+            let mut p = tcp_packet(
+                local,
+                peer,
+                TcpFlags::SYN | TcpFlags::ACK,
+                isn,
+                c.rcv_nxt,
+                0,
+            );
+            p.tag = pkt.tag;
+            out.packets.push(p);
+            self.conns.insert(peer, c);
+            self.accepted += 1;
+            return;
+        }
+        let Some(c) = self.conns.get_mut(&peer) else {
+            if let Some(rst) = closed_port_response(pkt) {
+                out.packets.push(rst);
+            }
+            return;
+        };
+        if c.state == SrvConnState::SynReceived && flags.contains(TcpFlags::ACK) {
+            c.state = SrvConnState::Established;
+        }
+        let payload = tcp_seg_len(pkt)
+            - u32::from(flags.contains(TcpFlags::FIN))
+            - u32::from(flags.contains(TcpFlags::SYN));
+        if payload > 0 && c.state == SrvConnState::Established {
+            c.rcv_nxt = c.rcv_nxt.wrapping_add(payload);
+            self.timers.add(
+                _now + self.service_time,
+                SrvTimer::Respond {
+                    peer,
+                    local,
+                    tag: pkt.tag,
+                },
+            );
+        }
+        if flags.contains(TcpFlags::FIN) {
+            c.rcv_nxt = c.rcv_nxt.wrapping_add(1);
+            let mut p = tcp_packet(
+                local,
+                peer,
+                TcpFlags::FIN | TcpFlags::ACK,
+                c.snd_nxt,
+                c.rcv_nxt,
+                0,
+            );
+            p.tag = pkt.tag;
+            c.snd_nxt = c.snd_nxt.wrapping_add(1);
+            c.state = SrvConnState::Closed;
+            out.packets.push(p);
+        } else if c.state == SrvConnState::Closed && flags.contains(TcpFlags::ACK) {
+            // The client's last ACK: the connection is gone (TIME_WAIT is the client's).
+            self.conns.remove(&peer);
+        }
+    }
+    /// Sends responses that are due.
+    pub fn handle_timeout(&mut self, now: SimTime, out: &mut Outbox) {
+        while let Some(t) = self.timers.pop_due(now) {
+            let SrvTimer::Respond { peer, local, tag } = t;
+            let Some(c) = self.conns.get_mut(&peer) else {
+                continue;
+            };
+            if c.state != SrvConnState::Established {
+                continue;
+            }
+            let mut p = tcp_packet(
+                local,
+                peer,
+                TcpFlags::PSH | TcpFlags::ACK,
+                c.snd_nxt,
+                c.rcv_nxt,
+                self.response_bytes,
+            );
+            p.tag = tag;
+            c.snd_nxt = c.snd_nxt.wrapping_add(self.response_bytes as u32);
+            out.events.push((
+                now,
+                AppEvent::ServerAnswered {
+                    port: self.port,
+                    to: peer,
+                },
+            ));
+            out.packets.push(p);
+        }
+    }
+    /// The next response's deadline.
+    pub fn poll_timeout(&self) -> Option<SimTime> {
+        self.timers.next()
+    }
+}
+
+/// Which source port a client's queries leave from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourcePort {
+    /// Always this port (a resolver bound to one socket for its whole life).
+    Fixed(u16),
+    /// One ephemeral port drawn once at start and kept (a long-lived sidecar socket).
+    FixedEphemeral,
+    /// A new ephemeral port for every query (`dig`, glibc's resolver).
+    PerQuery,
+}
+
+/// The schedule and behaviour of a client.
+#[derive(Clone, Debug)]
+pub struct ClientSchedule {
+    /// First query/connection.
+    pub start: SimTime,
+    /// No new query/connection at or after this instant.
+    pub stop: SimTime,
+    /// Time between queries.
+    pub interval: SimDuration,
+    /// Each send is delayed by a uniform draw in `[0, jitter]` from the client's seeded stream,
+    /// from its nominal time `start + k × interval` (so jitter does not accumulate).
+    pub jitter: SimDuration,
+    /// At most this many queries/connections (`None`: no limit).
+    pub count: Option<u32>,
+}
+
+impl ClientSchedule {
+    fn nominal(&self, k: u32) -> SimTime {
+        self.start + self.interval.saturating_mul(k as u64)
+    }
+}
+
+/// How one query ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueryOutcome {
+    /// Still waiting.
+    Pending,
+    /// Answered at this instant.
+    Answered(SimTime),
+    /// No answer after the last try's timeout, at this instant.
+    TimedOut(SimTime),
+    /// An ICMP error (code) ended the last try at this instant.
+    IcmpError(SimTime, u8),
+    /// A TCP RST ended it at this instant.
+    Reset(SimTime),
+    /// No local port was free (EADDRINUSE); nothing was sent.
+    NoPort(SimTime),
+}
+
+impl QueryOutcome {
+    /// When it ended, if it has.
+    pub fn done_at(&self) -> Option<SimTime> {
+        match *self {
+            QueryOutcome::Pending => None,
+            QueryOutcome::Answered(t)
+            | QueryOutcome::TimedOut(t)
+            | QueryOutcome::IcmpError(t, _)
+            | QueryOutcome::Reset(t)
+            | QueryOutcome::NoPort(t) => Some(t),
+        }
+    }
+    /// Whether it failed (timed out or refused).
+    pub fn failed(&self) -> bool {
+        !matches!(self, QueryOutcome::Pending | QueryOutcome::Answered(_))
+    }
+}
+
+/// One query a client made (or one TCP exchange), as the summary and expectations see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueryRecord {
+    /// Query number.
+    pub seq: u32,
+    /// First send.
+    pub sent_at: SimTime,
+    /// The source port used.
+    pub src_port: u16,
+    /// Tries made so far.
+    pub attempts: u8,
+    /// How it ended.
+    pub outcome: QueryOutcome,
+}
+
+#[derive(Debug, Clone)]
+struct Inflight {
+    port: u16,
+    attempt: u8,
+    deadline: SimTime,
+}
+
+/// The configuration of a [`UdpClient`].
+#[derive(Clone, Debug)]
+pub struct UdpClientConfig {
+    /// Index of the client in the scenario (goes into the [`Tag`]).
+    pub index: u32,
+    /// The client's address.
+    pub local_ip: IpAddr,
+    /// Where queries go.
+    pub dst: SocketAddr,
+    /// When it sends.
+    pub schedule: ClientSchedule,
+    /// Which source port it sends from.
+    pub source_port: SourcePort,
+    /// How long one try waits for an answer.
+    pub timeout: SimDuration,
+    /// How many times a query is re-sent after a timeout or an ICMP error (same port).
+    pub retries: u8,
+}
+
+/// A UDP query client (a DNS stub resolver or sidecar): one query per interval, each with a
+/// timeout and retries.
+///
+/// Retries reuse the query's socket and port, as glibc's resolver does. A query socket is
+/// connected, so an ICMP port unreachable about it ends the try at once (`ECONNREFUSED`); a
+/// retry follows at once if any is left. A per-query port is drawn uniformly from
+/// 32768–60999 (Linux `ip_local_port_range`), skipping ports this host has in use.
+#[derive(Debug, Clone)]
+pub struct UdpClient {
+    cfg: UdpClientConfig,
+    jitter_rng: SimRng,
+    port_rng: SimRng,
+    fixed_port: Option<u16>,
+    next_k: u32,
+    next_send: Option<SimTime>,
+    inflight: BTreeMap<u32, Inflight>,
+    records: Vec<QueryRecord>,
+}
+
+/// Draws a free ephemeral port from `rng`, as `inet_hash_connect`/`udp_lib_get_port` pick a
+/// random start in `ip_local_port_range` and walk to a free port.
+pub fn draw_ephemeral_port(rng: &mut SimRng, in_use: &BTreeSet<u16>) -> Option<u16> {
+    let span = (EPHEMERAL_PORT_LAST - EPHEMERAL_PORT_FIRST) as u64 + 1;
+    let start = rng.below(span);
+    (0..span)
+        .map(|i| EPHEMERAL_PORT_FIRST + ((start + i) % span) as u16)
+        .find(|p| !in_use.contains(p))
+}
+
+impl UdpClient {
+    /// A client; `seed` and `label` name its seeded streams (`{label}/jitter`, `{label}/ports`).
+    pub fn new(cfg: UdpClientConfig, seed: u64, label: &str) -> UdpClient {
+        let mut c = UdpClient {
+            jitter_rng: SimRng::child(seed, label, "jitter"),
+            port_rng: SimRng::child(seed, label, "ports"),
+            fixed_port: match cfg.source_port {
+                SourcePort::Fixed(p) => Some(p),
+                _ => None,
+            },
+            next_k: 0,
+            next_send: None,
+            inflight: BTreeMap::new(),
+            records: Vec::new(),
+            cfg,
+        };
+        c.schedule_next();
+        c
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &UdpClientConfig {
+        &self.cfg
+    }
+
+    /// Every query so far, in order.
+    pub fn records(&self) -> &[QueryRecord] {
+        &self.records
+    }
+
+    /// The ports this client has bound right now (the fixed one, or those of queries in
+    /// flight).
+    pub fn bound_ports(&self) -> BTreeSet<u16> {
+        let mut s: BTreeSet<u16> = self.inflight.values().map(|i| i.port).collect();
+        s.extend(self.fixed_port);
+        s
+    }
+
+    fn schedule_next(&mut self) {
+        let s = &self.cfg.schedule;
+        if s.count.is_some_and(|c| self.next_k >= c) {
+            self.next_send = None;
+            return;
+        }
+        let nominal = s.nominal(self.next_k);
+        if nominal >= s.stop {
+            self.next_send = None;
+            return;
+        }
+        let jitter = if s.jitter.is_zero() {
+            SimDuration::ZERO
+        } else {
+            SimDuration::from_nanos(self.jitter_rng.below(s.jitter.as_nanos() + 1))
+        };
+        self.next_send = Some(nominal + jitter);
+    }
+
+    /// The next instant it needs [`UdpClient::handle_timeout`].
+    pub fn poll_timeout(&self) -> Option<SimTime> {
+        let d = self.inflight.values().map(|i| i.deadline).min();
+        match (self.next_send, d) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn send(&mut self, now: SimTime, seq: u32, port: u16, attempt: u8, out: &mut Outbox) {
+        let src = SocketAddr::new(self.cfg.local_ip, port);
+        let tag = Tag {
+            client: self.cfg.index,
+            seq,
+            attempt,
+        };
+        out.packets
+            .push(Packet::udp(src, self.cfg.dst).tagged(tag.pack()));
+        out.events.push((
+            now,
+            AppEvent::QuerySent {
+                query: seq,
+                attempt,
+                src,
+                dst: self.cfg.dst,
+            },
+        ));
+    }
+
+    /// Sends due queries and retries, and ends tries whose timeout passed. `in_use` is the
+    /// set of UDP ports bound on this host by other sockets.
+    pub fn handle_timeout(&mut self, now: SimTime, in_use: &BTreeSet<u16>, out: &mut Outbox) {
+        // Timeouts first: a retry scheduled at the same instant as a new query goes first.
+        let due: Vec<u32> = self
+            .inflight
+            .iter()
+            .filter(|(_, i)| i.deadline <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for seq in due {
+            self.try_failed(now, seq, None, out);
+        }
+        while let Some(t) = self.next_send.filter(|t| *t <= now) {
+            let _ = t;
+            let seq = self.next_k;
+            self.next_k += 1;
+            let port = match self.cfg.source_port {
+                SourcePort::Fixed(p) => Some(p),
+                SourcePort::FixedEphemeral => {
+                    if self.fixed_port.is_none() {
+                        self.fixed_port = draw_ephemeral_port(&mut self.port_rng, in_use);
+                    }
+                    self.fixed_port
+                }
+                SourcePort::PerQuery => {
+                    let mut busy = in_use.clone();
+                    busy.extend(self.inflight.values().map(|i| i.port));
+                    draw_ephemeral_port(&mut self.port_rng, &busy)
+                }
+            };
+            self.schedule_next();
+            let Some(port) = port else {
+                // No free port: the query fails at once, as EADDRINUSE would.
+                self.records.push(QueryRecord {
+                    seq,
+                    sent_at: now,
+                    src_port: 0,
+                    attempts: 0,
+                    outcome: QueryOutcome::NoPort(now),
+                });
+                continue;
+            };
+            self.records.push(QueryRecord {
+                seq,
+                sent_at: now,
+                src_port: port,
+                attempts: 1,
+                outcome: QueryOutcome::Pending,
+            });
+            self.inflight.insert(
+                seq,
+                Inflight {
+                    port,
+                    attempt: 0,
+                    deadline: now + self.cfg.timeout,
+                },
+            );
+            self.send(now, seq, port, 0, out);
+        }
+    }
+
+    fn record_mut(&mut self, seq: u32) -> Option<&mut QueryRecord> {
+        // Records are pushed in seq order, starting at 0.
+        self.records.get_mut(seq as usize).filter(|r| r.seq == seq)
+    }
+
+    fn try_failed(&mut self, now: SimTime, seq: u32, icmp_code: Option<u8>, out: &mut Outbox) {
+        let Some(inf) = self.inflight.get_mut(&seq) else {
+            return;
+        };
+        if inf.attempt < self.cfg.retries {
+            inf.attempt += 1;
+            inf.deadline = now + self.cfg.timeout;
+            let (port, attempt) = (inf.port, inf.attempt);
+            if let Some(r) = self.record_mut(seq) {
+                r.attempts = attempt + 1;
+            }
+            self.send(now, seq, port, attempt, out);
+            return;
+        }
+        let attempts = inf.attempt + 1;
+        self.inflight.remove(&seq);
+        let outcome = match icmp_code {
+            Some(code) => {
+                out.events
+                    .push((now, AppEvent::QueryRefused { query: seq, code }));
+                QueryOutcome::IcmpError(now, code)
+            }
+            None => {
+                out.events.push((
+                    now,
+                    AppEvent::QueryTimedOut {
+                        query: seq,
+                        attempts,
+                    },
+                ));
+                QueryOutcome::TimedOut(now)
+            }
+        };
+        if let Some(r) = self.record_mut(seq) {
+            r.outcome = outcome;
+        }
+    }
+
+    /// A packet for one of its ports arrived: an answer (matched by tag) or an ICMP error
+    /// (matched by the quoted source port and destination).
+    pub fn handle_packet(&mut self, now: SimTime, pkt: &Packet, out: &mut Outbox) {
+        match pkt.l4 {
+            L4::Udp { sport, .. } => {
+                let Some(tag) = Tag::unpack(pkt.tag).filter(|t| t.client == self.cfg.index) else {
+                    return;
+                };
+                let Some(inf) = self.inflight.get(&tag.seq) else {
+                    return; // a late answer to a query already given up on
+                };
+                if pkt.dport() != Some(inf.port) {
+                    return;
+                }
+                self.inflight.remove(&tag.seq);
+                let from = SocketAddr::new(pkt.src, sport);
+                if let Some(r) = self.record_mut(tag.seq) {
+                    r.outcome = QueryOutcome::Answered(now);
+                    let rtt = now - r.sent_at;
+                    out.events.push((
+                        now,
+                        AppEvent::QueryAnswered {
+                            query: tag.seq,
+                            rtt,
+                            from,
+                        },
+                    ));
+                }
+            }
+            L4::Icmp {
+                icmp_type: icmp::DEST_UNREACH,
+                code,
+                body: sim_core::IcmpBody::Error(inner),
+            } => {
+                if inner.src != self.cfg.local_ip
+                    || inner.dst != self.cfg.dst.ip()
+                    || inner.dport != self.cfg.dst.port()
+                {
+                    return;
+                }
+                // The oldest query in flight on the quoted port gets the error.
+                let seq = self
+                    .inflight
+                    .iter()
+                    .find(|(_, i)| i.port == inner.sport)
+                    .map(|(k, _)| *k);
+                if let Some(seq) = seq {
+                    self.try_failed(now, seq, Some(code), out);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CliState {
+    SynSent,
+    Requested,
+    FinSent,
+}
+
+#[derive(Debug, Clone)]
+struct CliConn {
+    seq: u32,
+    port: u16,
+    state: CliState,
+    snd_nxt: u32,
+    rcv_nxt: u32,
+    started: SimTime,
+    syn_tries: u8,
+    deadline: SimTime,
+    answered_at: Option<SimTime>,
+}
+
+/// The configuration of a [`TcpClient`].
+#[derive(Clone, Debug)]
+pub struct TcpClientConfig {
+    /// Index of the client in the scenario.
+    pub index: u32,
+    /// The client's address.
+    pub local_ip: IpAddr,
+    /// Where it connects.
+    pub dst: SocketAddr,
+    /// When it connects.
+    pub schedule: ClientSchedule,
+    /// Give up the handshake after this long (SYNs are retransmitted after 1 s, 2 s, 4 s, …,
+    /// Linux's initial RTO doubling).
+    pub connect_timeout: SimDuration,
+    /// Give up waiting for the response after this long.
+    pub request_timeout: SimDuration,
+    /// Request payload in bytes.
+    pub request_bytes: u16,
+}
+
+/// A TCP client: per interval, connects, sends one request, waits for the response, closes
+/// (FIN), and acknowledges the server's FIN. A RST or ICMP error fails the exchange.
+#[derive(Debug, Clone)]
+pub struct TcpClient {
+    cfg: TcpClientConfig,
+    jitter_rng: SimRng,
+    port_rng: SimRng,
+    isn_rng: SimRng,
+    next_k: u32,
+    next_send: Option<SimTime>,
+    conns: BTreeMap<u32, CliConn>,
+    records: Vec<QueryRecord>,
+}
+
+impl TcpClient {
+    /// A client; `seed` and `label` name its seeded streams.
+    pub fn new(cfg: TcpClientConfig, seed: u64, label: &str) -> TcpClient {
+        let mut c = TcpClient {
+            jitter_rng: SimRng::child(seed, label, "jitter"),
+            port_rng: SimRng::child(seed, label, "ports"),
+            isn_rng: SimRng::child(seed, label, "isn"),
+            next_k: 0,
+            next_send: None,
+            conns: BTreeMap::new(),
+            records: Vec::new(),
+            cfg,
+        };
+        c.schedule_next();
+        c
+    }
+    /// The configuration.
+    pub fn config(&self) -> &TcpClientConfig {
+        &self.cfg
+    }
+    /// Every exchange so far, in order (`attempts` counts SYNs sent).
+    pub fn records(&self) -> &[QueryRecord] {
+        &self.records
+    }
+    /// Ports bound right now.
+    pub fn bound_ports(&self) -> BTreeSet<u16> {
+        self.conns.values().map(|c| c.port).collect()
+    }
+    fn schedule_next(&mut self) {
+        let s = &self.cfg.schedule;
+        if s.count.is_some_and(|c| self.next_k >= c) || s.nominal(self.next_k) >= s.stop {
+            self.next_send = None;
+            return;
+        }
+        let jitter = if s.jitter.is_zero() {
+            SimDuration::ZERO
+        } else {
+            SimDuration::from_nanos(self.jitter_rng.below(s.jitter.as_nanos() + 1))
+        };
+        self.next_send = Some(s.nominal(self.next_k) + jitter);
+    }
+    /// The next instant it needs [`TcpClient::handle_timeout`].
+    pub fn poll_timeout(&self) -> Option<SimTime> {
+        let d = self.conns.values().map(|c| c.deadline).min();
+        match (self.next_send, d) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+    fn tag(&self, seq: u32, attempt: u8) -> u64 {
+        Tag {
+            client: self.cfg.index,
+            seq,
+            attempt,
+        }
+        .pack()
+    }
+    fn fail(&mut self, now: SimTime, seq: u32, reason: TcpFailure, out: &mut Outbox) {
+        if self.conns.remove(&seq).is_none() {
+            return;
+        }
+        if let Some(r) = self.records.get_mut(seq as usize) {
+            r.outcome = match reason {
+                TcpFailure::Reset => QueryOutcome::Reset(now),
+                TcpFailure::Unreachable => QueryOutcome::IcmpError(now, icmp::CODE_HOST_UNREACH),
+                _ => QueryOutcome::TimedOut(now),
+            };
+        }
+        out.events
+            .push((now, AppEvent::TcpFailed { conn: seq, reason }));
+    }
+    /// Starts due connections, retransmits SYNs and gives up on timeouts. `in_use` is the set
+    /// of TCP ports bound on this host by other sockets.
+    pub fn handle_timeout(&mut self, now: SimTime, in_use: &BTreeSet<u16>, out: &mut Outbox) {
+        let due: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for seq in due {
+            let Some(c) = self.conns.get_mut(&seq) else {
+                continue;
+            };
+            match c.state {
+                CliState::SynSent => {
+                    let give_up = c.started + self.cfg.connect_timeout;
+                    if now >= give_up {
+                        self.fail(now, seq, TcpFailure::ConnectTimeout, out);
+                        continue;
+                    }
+                    // tcp_retransmit_timer: RTO 1 s, doubling.
+                    c.syn_tries += 1;
+                    let rto = SimDuration::from_secs(1u64 << c.syn_tries.min(6));
+                    c.deadline = (now + rto).min(give_up);
+                    let (port, isn, tries) = (c.port, c.snd_nxt.wrapping_sub(1), c.syn_tries);
+                    if let Some(r) = self.records.get_mut(seq as usize) {
+                        r.attempts = tries + 1;
+                    }
+                    let mut p = tcp_packet(
+                        SocketAddr::new(self.cfg.local_ip, port),
+                        self.cfg.dst,
+                        TcpFlags::SYN,
+                        isn,
+                        0,
+                        0,
+                    );
+                    p.tag = self.tag(seq, tries);
+                    out.packets.push(p);
+                }
+                CliState::Requested => self.fail(now, seq, TcpFailure::RequestTimeout, out),
+                CliState::FinSent => {
+                    // The server never closed: give up quietly; the exchange itself succeeded.
+                    self.conns.remove(&seq);
+                }
+            }
+        }
+        while self.next_send.is_some_and(|t| t <= now) {
+            let seq = self.next_k;
+            self.next_k += 1;
+            self.schedule_next();
+            let mut busy = in_use.clone();
+            busy.extend(self.conns.values().map(|c| c.port));
+            let Some(port) = draw_ephemeral_port(&mut self.port_rng, &busy) else {
+                self.records.push(QueryRecord {
+                    seq,
+                    sent_at: now,
+                    src_port: 0,
+                    attempts: 0,
+                    outcome: QueryOutcome::NoPort(now),
+                });
+                continue;
+            };
+            let isn = self.isn_rng.next_u32();
+            let src = SocketAddr::new(self.cfg.local_ip, port);
+            let mut p = tcp_packet(src, self.cfg.dst, TcpFlags::SYN, isn, 0, 0);
+            p.tag = self.tag(seq, 0);
+            out.packets.push(p);
+            out.events.push((
+                now,
+                AppEvent::TcpConnecting {
+                    conn: seq,
+                    src,
+                    dst: self.cfg.dst,
+                },
+            ));
+            self.records.push(QueryRecord {
+                seq,
+                sent_at: now,
+                src_port: port,
+                attempts: 1,
+                outcome: QueryOutcome::Pending,
+            });
+            self.conns.insert(
+                seq,
+                CliConn {
+                    seq,
+                    port,
+                    state: CliState::SynSent,
+                    snd_nxt: isn.wrapping_add(1),
+                    rcv_nxt: 0,
+                    started: now,
+                    syn_tries: 0,
+                    deadline: (now + SimDuration::from_secs(1)).min(now + self.cfg.connect_timeout),
+                    answered_at: None,
+                },
+            );
+        }
+    }
+
+    /// A segment or ICMP error for one of its connections arrived.
+    pub fn handle_packet(&mut self, now: SimTime, pkt: &Packet, out: &mut Outbox) {
+        let (port, icmp_code) = match pkt.l4 {
+            L4::Tcp { dport, .. } => (dport, None),
+            L4::Icmp {
+                icmp_type: icmp::DEST_UNREACH,
+                code,
+                body: sim_core::IcmpBody::Error(inner),
+            } if inner.src == self.cfg.local_ip => (inner.sport, Some(code)),
+            _ => return,
+        };
+        let Some(seq) = self.conns.values().find(|c| c.port == port).map(|c| c.seq) else {
+            return;
+        };
+        if icmp_code.is_some() {
+            self.fail(now, seq, TcpFailure::Unreachable, out);
+            return;
+        }
+        let L4::Tcp {
+            flags, seq: pseq, ..
+        } = pkt.l4
+        else {
+            return;
+        };
+        if flags.contains(TcpFlags::RST) {
+            self.fail(now, seq, TcpFailure::Reset, out);
+            return;
+        }
+        let local = SocketAddr::new(self.cfg.local_ip, port);
+        let tag = self.tag(seq, 0);
+        let req = self.cfg.request_bytes;
+        let Some(c) = self.conns.get_mut(&seq) else {
+            return;
+        };
+        match c.state {
+            CliState::SynSent if flags.contains(TcpFlags::SYN | TcpFlags::ACK) => {
+                c.rcv_nxt = pseq.wrapping_add(1);
+                let mut ack =
+                    tcp_packet(local, self.cfg.dst, TcpFlags::ACK, c.snd_nxt, c.rcv_nxt, 0);
+                ack.tag = tag;
+                let mut data = tcp_packet(
+                    local,
+                    self.cfg.dst,
+                    TcpFlags::PSH | TcpFlags::ACK,
+                    c.snd_nxt,
+                    c.rcv_nxt,
+                    req,
+                );
+                data.tag = tag;
+                c.snd_nxt = c.snd_nxt.wrapping_add(req as u32);
+                c.state = CliState::Requested;
+                c.deadline = now + self.cfg.request_timeout;
+                out.packets.push(ack);
+                out.packets.push(data);
+            }
+            CliState::Requested if tcp_seg_len(pkt) > 0 => {
+                c.rcv_nxt = pseq.wrapping_add(tcp_seg_len(pkt));
+                let mut fin = tcp_packet(
+                    local,
+                    self.cfg.dst,
+                    TcpFlags::FIN | TcpFlags::ACK,
+                    c.snd_nxt,
+                    c.rcv_nxt,
+                    0,
+                );
+                fin.tag = tag;
+                c.snd_nxt = c.snd_nxt.wrapping_add(1);
+                c.state = CliState::FinSent;
+                c.answered_at = Some(now);
+                c.deadline = now + self.cfg.request_timeout;
+                out.packets.push(fin);
+                let started = c.started;
+                if let Some(r) = self.records.get_mut(seq as usize) {
+                    r.outcome = QueryOutcome::Answered(now);
+                }
+                out.events.push((
+                    now,
+                    AppEvent::TcpCompleted {
+                        conn: seq,
+                        rtt: now - started,
+                    },
+                ));
+            }
+            CliState::FinSent if flags.contains(TcpFlags::FIN) => {
+                c.rcv_nxt = pseq.wrapping_add(1);
+                let mut ack =
+                    tcp_packet(local, self.cfg.dst, TcpFlags::ACK, c.snd_nxt, c.rcv_nxt, 0);
+                ack.tag = tag;
+                out.packets.push(ack);
+                self.conns.remove(&seq);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+    fn t(s: u64) -> SimTime {
+        SimTime::from_secs(s)
+    }
+    fn sched(interval: u64, count: Option<u32>) -> ClientSchedule {
+        ClientSchedule {
+            start: SimTime::ZERO,
+            stop: SimTime::MAX,
+            interval: SimDuration::from_secs(interval),
+            jitter: SimDuration::ZERO,
+            count,
+        }
+    }
+    fn udp_client(source_port: SourcePort, retries: u8) -> UdpClient {
+        UdpClient::new(
+            UdpClientConfig {
+                index: 3,
+                local_ip: "10.244.2.9".parse().unwrap(),
+                dst: sa("10.96.0.10:53"),
+                schedule: sched(30, None),
+                source_port,
+                timeout: SimDuration::from_secs(5),
+                retries,
+            },
+            7,
+            "client/sidecar",
+        )
+    }
+
+    #[test]
+    fn tag_round_trips_and_zero_is_untagged() {
+        let tag = Tag {
+            client: 12,
+            seq: 4_000_000_000,
+            attempt: 3,
+        };
+        assert_eq!(Tag::unpack(tag.pack()), Some(tag));
+        assert_eq!(Tag::unpack(0), None);
+    }
+
+    #[test]
+    fn udp_server_answers_after_its_service_time_from_the_address_queried() {
+        let mut s = UdpServer::new(53, SimDuration::from_millis(2));
+        let mut out = Outbox::new();
+        let q = Packet::udp(sa("10.244.2.9:40000"), sa("10.244.1.5:53")).tagged(99);
+        s.handle_packet(t(1), &q, &mut out);
+        assert!(out.packets.is_empty());
+        assert_eq!(s.poll_timeout(), Some(t(1) + SimDuration::from_millis(2)));
+        s.handle_timeout(t(1) + SimDuration::from_millis(1), &mut out);
+        assert!(out.packets.is_empty(), "not before the service time");
+        s.handle_timeout(t(1) + SimDuration::from_millis(2), &mut out);
+        assert_eq!(out.packets.len(), 1);
+        let r = out.packets[0];
+        assert_eq!(
+            (r.src, r.sport(), r.dst, r.dport(), r.tag),
+            (q.dst, Some(53), q.src, Some(40000), 99)
+        );
+        assert_eq!(s.answered(), 1);
+    }
+
+    #[test]
+    fn closed_udp_port_gets_icmp_port_unreachable_quoting_the_query() {
+        let q = Packet::udp(sa("10.244.2.9:40000"), sa("10.244.1.5:53")).tagged(5);
+        let r = closed_port_response(&q).unwrap();
+        match r.l4 {
+            L4::Icmp {
+                icmp_type,
+                code,
+                body: sim_core::IcmpBody::Error(inner),
+            } => {
+                assert_eq!(
+                    (icmp_type, code),
+                    (icmp::DEST_UNREACH, icmp::CODE_PORT_UNREACH)
+                );
+                assert_eq!((inner.sport, inner.dport), (40000, 53));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!((r.src, r.dst, r.tag), (q.dst, q.src, 5));
+    }
+
+    #[test]
+    fn closed_tcp_port_resets_a_syn_but_never_a_rst() {
+        let syn = Packet::tcp(sa("10.0.0.1:5000"), sa("10.0.0.2:80"), TcpFlags::SYN);
+        let rst = closed_port_response(&syn).unwrap();
+        assert_eq!(rst.tcp_flags(), Some(TcpFlags::RST | TcpFlags::ACK));
+        assert!(closed_port_response(&rst).is_none());
+    }
+
+    #[test]
+    fn fixed_port_client_sends_every_interval_from_the_same_port() {
+        let mut c = udp_client(SourcePort::Fixed(40000), 0);
+        let mut out = Outbox::new();
+        while let Some(at) = c.poll_timeout().filter(|t| *t < SimTime::from_secs(100)) {
+            c.handle_timeout(at, &BTreeSet::new(), &mut out);
+        }
+        let ports: Vec<_> = out.packets.iter().map(|p| p.sport()).collect();
+        assert_eq!(ports, vec![Some(40000); 4]);
+        // Each query timed out after 5 s (nobody answered).
+        assert_eq!(c.records()[0].outcome, QueryOutcome::TimedOut(t(5)));
+        assert_eq!(c.records()[2].outcome, QueryOutcome::TimedOut(t(65)));
+    }
+
+    #[test]
+    fn per_query_client_draws_ephemeral_ports_in_linux_range_and_skips_busy_ones() {
+        let mut c = udp_client(SourcePort::PerQuery, 0);
+        let mut out = Outbox::new();
+        for k in 0..50 {
+            c.handle_timeout(t(30 * k), &BTreeSet::new(), &mut out);
+        }
+        let ports: BTreeSet<u16> = out.packets.iter().filter_map(|p| p.sport()).collect();
+        assert!(ports.len() > 45, "ports should vary: {ports:?}");
+        assert!(ports
+            .iter()
+            .all(|p| (EPHEMERAL_PORT_FIRST..=EPHEMERAL_PORT_LAST).contains(p)));
+        // With all but one port busy, the free one is chosen.
+        let busy: BTreeSet<u16> = (EPHEMERAL_PORT_FIRST..=EPHEMERAL_PORT_LAST)
+            .filter(|p| *p != 45000)
+            .collect();
+        let mut rng = SimRng::derive(1, "x");
+        assert_eq!(draw_ephemeral_port(&mut rng, &busy), Some(45000));
+    }
+
+    #[test]
+    fn answer_ends_the_query_and_records_it() {
+        let mut c = udp_client(SourcePort::Fixed(40000), 0);
+        let mut out = Outbox::new();
+        c.handle_timeout(t(0), &BTreeSet::new(), &mut out);
+        let q = out.packets[0];
+        let mut ans = Packet::udp(sa("10.96.0.10:53"), sa("10.244.2.9:40000"));
+        ans.tag = q.tag;
+        c.handle_packet(SimTime::from_millis(3), &ans, &mut out);
+        assert_eq!(
+            c.records()[0].outcome,
+            QueryOutcome::Answered(SimTime::from_millis(3))
+        );
+        assert_eq!(c.poll_timeout(), Some(t(30)), "no timeout left pending");
+        assert!(out
+            .events
+            .iter()
+            .any(|(_, e)| matches!(e, AppEvent::QueryAnswered { query: 0, .. })));
+    }
+
+    #[test]
+    fn timeout_retries_on_the_same_port_then_gives_up() {
+        let mut c = udp_client(SourcePort::PerQuery, 2);
+        let mut out = Outbox::new();
+        c.handle_timeout(t(0), &BTreeSet::new(), &mut out);
+        c.handle_timeout(t(5), &BTreeSet::new(), &mut out);
+        c.handle_timeout(t(10), &BTreeSet::new(), &mut out);
+        assert_eq!(c.records()[0].outcome, QueryOutcome::Pending);
+        c.handle_timeout(t(15), &BTreeSet::new(), &mut out);
+        assert_eq!(c.records()[0].outcome, QueryOutcome::TimedOut(t(15)));
+        assert_eq!(c.records()[0].attempts, 3);
+        let ports: BTreeSet<_> = out.packets.iter().map(|p| p.sport()).collect();
+        assert_eq!(ports.len(), 1, "retries reuse the query's port");
+        let attempts: Vec<u8> = out
+            .packets
+            .iter()
+            .map(|p| Tag::unpack(p.tag).unwrap().attempt)
+            .collect();
+        assert_eq!(attempts, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn icmp_port_unreachable_refuses_the_query_at_once() {
+        let mut c = udp_client(SourcePort::Fixed(40000), 0);
+        let mut out = Outbox::new();
+        c.handle_timeout(t(0), &BTreeSet::new(), &mut out);
+        let q = out.packets[0];
+        let err = closed_port_response(&q).unwrap();
+        c.handle_packet(SimTime::from_millis(1), &err, &mut out);
+        assert_eq!(
+            c.records()[0].outcome,
+            QueryOutcome::IcmpError(SimTime::from_millis(1), icmp::CODE_PORT_UNREACH)
+        );
+        assert!(c.records()[0].outcome.failed());
+    }
+
+    #[test]
+    fn jitter_is_seeded_bounded_and_does_not_accumulate() {
+        let mk = |seed| {
+            let mut c = UdpClient::new(
+                UdpClientConfig {
+                    index: 0,
+                    local_ip: "10.0.0.1".parse().unwrap(),
+                    dst: sa("10.96.0.10:53"),
+                    schedule: ClientSchedule {
+                        jitter: SimDuration::from_secs(3),
+                        ..sched(30, Some(20))
+                    },
+                    source_port: SourcePort::FixedEphemeral,
+                    timeout: SimDuration::from_secs(1),
+                    retries: 0,
+                },
+                seed,
+                "c",
+            );
+            let mut sends = Vec::new();
+            while let Some(at) = c.poll_timeout() {
+                let mut out = Outbox::new();
+                c.handle_timeout(at, &BTreeSet::new(), &mut out);
+                sends.extend(
+                    out.events
+                        .iter()
+                        .filter(|(_, e)| matches!(e, AppEvent::QuerySent { .. }))
+                        .map(|(t, _)| *t),
+                );
+            }
+            sends
+        };
+        let a = mk(1);
+        assert_eq!(a.len(), 20);
+        assert_eq!(a, mk(1));
+        assert_ne!(a, mk(2));
+        for (k, at) in a.iter().enumerate() {
+            let nominal = t(30 * k as u64);
+            assert!(*at >= nominal && *at <= nominal + SimDuration::from_secs(3));
+        }
+    }
+
+    /// Runs a TCP client against a server directly (no network), returning the client.
+    fn tcp_exchange(server_up: bool) -> (TcpClient, Vec<Packet>) {
+        let mut c = TcpClient::new(
+            TcpClientConfig {
+                index: 0,
+                local_ip: "10.0.0.1".parse().unwrap(),
+                dst: sa("10.0.0.2:80"),
+                schedule: sched(60, Some(1)),
+                connect_timeout: SimDuration::from_secs(10),
+                request_timeout: SimDuration::from_secs(10),
+                request_bytes: 100,
+            },
+            1,
+            "tcp",
+        );
+        let mut s = TcpServer::new(80, SimDuration::from_millis(5), SimRng::derive(1, "srv"));
+        let mut wire = Vec::new();
+        let mut now = SimTime::ZERO;
+        let mut to_server: Vec<Packet> = Vec::new();
+        let mut to_client: Vec<Packet> = Vec::new();
+        for _ in 0..20 {
+            let mut out = Outbox::new();
+            if c.poll_timeout().is_some_and(|d| d <= now) {
+                c.handle_timeout(now, &BTreeSet::new(), &mut out);
+            }
+            for p in to_client.drain(..) {
+                c.handle_packet(now, &p, &mut out);
+            }
+            to_server.extend(out.packets.drain(..));
+            let mut sout = Outbox::new();
+            if s.poll_timeout().is_some_and(|d| d <= now) {
+                s.handle_timeout(now, &mut sout);
+            }
+            for p in to_server.drain(..) {
+                wire.push(p);
+                if server_up {
+                    s.handle_packet(now, &p, &mut sout);
+                } else if let Some(r) = closed_port_response(&p) {
+                    sout.packets.push(r);
+                }
+            }
+            wire.extend(sout.packets.iter().copied());
+            to_client.extend(sout.packets.drain(..));
+            now = now + SimDuration::from_millis(1);
+        }
+        (c, wire)
+    }
+
+    #[test]
+    fn tcp_exchange_connects_requests_and_closes() {
+        let (c, wire) = tcp_exchange(true);
+        assert!(matches!(c.records()[0].outcome, QueryOutcome::Answered(_)));
+        let flags: Vec<String> = wire
+            .iter()
+            .map(|p| p.tcp_flags().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            flags,
+            ["SYN", "SYN,ACK", "ACK", "PSH,ACK", "PSH,ACK", "FIN,ACK", "FIN,ACK", "ACK"]
+        );
+        // Sequence numbers line up: the server's FIN acknowledges the client's FIN.
+        let (cfin, sfin) = (wire[5], wire[6]);
+        let (L4::Tcp { seq: cs, .. }, L4::Tcp { ack: sa_, .. }) = (cfin.l4, sfin.l4) else {
+            unreachable!()
+        };
+        assert_eq!(sa_, cs.wrapping_add(1));
+    }
+
+    #[test]
+    fn tcp_rst_fails_the_exchange() {
+        let (c, _) = tcp_exchange(false);
+        assert_eq!(
+            c.records()[0].outcome,
+            QueryOutcome::Reset(SimTime::from_millis(1))
+        );
+    }
+}
