@@ -1,1 +1,0 @@
-//! Kubernetes objects (in progress).

@@ -1,0 +1,730 @@
+//! Kubernetes objects as kube-proxy reads them: `Service` (core/v1) and `EndpointSlice`
+//! (discovery.k8s.io/v1).
+//!
+//! The types mirror the YAML `kubectl get -o yaml` prints, restricted to the fields kube-proxy
+//! looks at; every other field (uid, managedFields, annotations, ...) is accepted and ignored, so
+//! a dump from a real cluster loads as it is. Field names are the API's camelCase names.
+//!
+//! Field-level checks (an address that is not an IP, a port outside 1-65535, an unknown
+//! protocol, a negative affinity timeout) run while the YAML is read, so the error names the
+//! line and column. Checks that need several fields (an EndpointSlice without its
+//! `kubernetes.io/service-name` label, an address of the wrong family) run afterwards in
+//! [`Service::validate`] / [`EndpointSlice::validate`] and name the object and the field path.
+//!
+//! [`parse_objects`] reads a stream: one object, several `---`-separated documents, or a `List`
+//! (`kubectl get svc,endpointslices -A -o yaml`), and returns them in input order.
+
+mod cidr;
+mod parse;
+
+pub use cidr::{Cidr, CidrParseError};
+pub use parse::{parse_objects, K8sError, K8sObject};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+/// The label that ties an EndpointSlice to its Service (`discovery.LabelServiceName`).
+pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+
+/// Default `sessionAffinityConfig.clientIP.timeoutSeconds` the API server fills in (3 hours).
+pub const DEFAULT_CLIENT_IP_TIMEOUT_SECS: u32 = 10800;
+
+/// Largest `sessionAffinityConfig.clientIP.timeoutSeconds` the API accepts (one day).
+pub const MAX_CLIENT_IP_TIMEOUT_SECS: u32 = 86400;
+
+/// `metadata` of an object: the parts kube-proxy uses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    /// `metadata.name`.
+    #[serde(default)]
+    pub name: String,
+    /// `metadata.namespace` (`default` when absent, as kubectl applies it).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// `metadata.labels`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+fn default_namespace() -> String {
+    "default".to_string()
+}
+
+impl ObjectMeta {
+    /// Metadata with a namespace and a name and no labels.
+    pub fn new(namespace: &str, name: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
+/// A layer-4 protocol of a Service or endpoint port (`v1.Protocol`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum Protocol {
+    /// `TCP` (the default when `protocol` is omitted).
+    #[default]
+    TCP,
+    /// `UDP`.
+    UDP,
+    /// `SCTP`.
+    SCTP,
+}
+
+impl Protocol {
+    /// The lower-case name iptables and the chain hashes use (`tcp`, `udp`, `sctp`).
+    pub fn lower(self) -> &'static str {
+        match self {
+            Protocol::TCP => "tcp",
+            Protocol::UDP => "udp",
+            Protocol::SCTP => "sctp",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::TCP => "TCP",
+            Protocol::UDP => "UDP",
+            Protocol::SCTP => "SCTP",
+        })
+    }
+}
+
+/// `spec.type` of a Service.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServiceType {
+    /// `ClusterIP` (the default).
+    #[default]
+    ClusterIP,
+    /// `NodePort`.
+    NodePort,
+    /// `LoadBalancer`.
+    LoadBalancer,
+    /// `ExternalName`: a DNS alias, no rules at all.
+    ExternalName,
+}
+
+/// `spec.internalTrafficPolicy` / `spec.externalTrafficPolicy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TrafficPolicy {
+    /// `Cluster`: any ready endpoint in the cluster (the default).
+    #[default]
+    Cluster,
+    /// `Local`: only endpoints on this node.
+    Local,
+}
+
+/// `spec.sessionAffinity`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionAffinity {
+    /// `None` (the default).
+    #[default]
+    None,
+    /// `ClientIP`: `-m recent` pins a client address to an endpoint.
+    ClientIP,
+}
+
+/// `spec.clusterIP`: an address, or `None` for a headless Service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterIp {
+    /// `"None"`: headless, kube-proxy writes no rules.
+    None,
+    /// A virtual IP.
+    Ip(IpAddr),
+}
+
+impl ClusterIp {
+    /// The address, unless headless.
+    pub fn ip(self) -> Option<IpAddr> {
+        match self {
+            ClusterIp::None => None,
+            ClusterIp::Ip(ip) => Some(ip),
+        }
+    }
+}
+
+impl fmt::Display for ClusterIp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClusterIp::None => f.write_str("None"),
+            ClusterIp::Ip(ip) => write!(f, "{ip}"),
+        }
+    }
+}
+
+impl Serialize for ClusterIp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ClusterIp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s == "None" {
+            return Ok(ClusterIp::None);
+        }
+        s.parse::<IpAddr>().map(ClusterIp::Ip).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "invalid clusterIP {s:?}: expected an IPv4 or IPv6 address, or \"None\" for a headless Service"
+            ))
+        })
+    }
+}
+
+/// `targetPort`: a number or the name of a container port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IntOrString {
+    /// A port number.
+    Int(u16),
+    /// A named container port.
+    String(String),
+}
+
+impl Serialize for IntOrString {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            IntOrString::Int(n) => s.serialize_u16(*n),
+            IntOrString::String(v) => s.serialize_str(v),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for IntOrString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = IntOrString;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a port number (1-65535) or a port name")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<IntOrString, E> {
+                check_port(v as i64)
+                    .map(IntOrString::Int)
+                    .map_err(E::custom)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<IntOrString, E> {
+                check_port(v).map(IntOrString::Int).map_err(E::custom)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<IntOrString, E> {
+                if let Ok(n) = v.parse::<i64>() {
+                    return check_port(n).map(IntOrString::Int).map_err(E::custom);
+                }
+                if v.is_empty() {
+                    return Err(E::custom(
+                        "empty targetPort: expected a port number or a port name",
+                    ));
+                }
+                Ok(IntOrString::String(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn check_port(v: i64) -> Result<u16, String> {
+    if (1..=65535).contains(&v) {
+        Ok(v as u16)
+    } else {
+        Err(format!("port {v} is out of range: expected 1-65535"))
+    }
+}
+
+/// Deserializes a port number, rejecting 0 and anything above 65535 with a clear message.
+fn de_port<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+    let v = i64::deserialize(d)?;
+    check_port(v).map_err(serde::de::Error::custom)
+}
+
+fn de_opt_port<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    match Option::<i64>::deserialize(d)? {
+        None => Ok(None),
+        Some(v) => check_port(v).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+fn de_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    match Option::<i64>::deserialize(d)? {
+        None => Ok(None),
+        Some(v) if (1..=MAX_CLIENT_IP_TIMEOUT_SECS as i64).contains(&v) => Ok(Some(v as u32)),
+        Some(v) => Err(serde::de::Error::custom(format!(
+            "timeoutSeconds {v} is out of range: expected 1-{MAX_CLIENT_IP_TIMEOUT_SECS}"
+        ))),
+    }
+}
+
+fn de_cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Cidr>, D::Error> {
+    let raw = Vec::<String>::deserialize(d)?;
+    raw.iter()
+        // kube-proxy trims whitespace before parsing (proxyutil.MapCIDRsByIPFamily).
+        .map(|s| s.trim().parse::<Cidr>().map_err(serde::de::Error::custom))
+        .collect()
+}
+
+/// One entry of `spec.ports`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServicePort {
+    /// `name` (empty when the Service has a single unnamed port).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// `protocol` (TCP when omitted).
+    #[serde(default)]
+    pub protocol: Protocol,
+    /// `port`: the port on the cluster IP.
+    #[serde(deserialize_with = "de_port")]
+    pub port: u16,
+    /// `targetPort` (defaults to `port` in the API; kube-proxy never reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_port: Option<IntOrString>,
+    /// `nodePort`, for NodePort and LoadBalancer Services.
+    #[serde(
+        default,
+        deserialize_with = "de_opt_port",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub node_port: Option<u16>,
+}
+
+/// `spec.sessionAffinityConfig.clientIP`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientIpConfig {
+    /// `timeoutSeconds` (1-86400; 10800 when omitted).
+    #[serde(
+        default,
+        deserialize_with = "de_timeout",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout_seconds: Option<u32>,
+}
+
+/// `spec.sessionAffinityConfig`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionAffinityConfig {
+    /// `clientIP`.
+    #[serde(default, rename = "clientIP", skip_serializing_if = "Option::is_none")]
+    pub client_ip: Option<ClientIpConfig>,
+}
+
+/// `spec` of a Service.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSpec {
+    /// `type`.
+    #[serde(default, rename = "type")]
+    pub type_: ServiceType,
+    /// `clusterIP`.
+    #[serde(default, rename = "clusterIP", skip_serializing_if = "Option::is_none")]
+    pub cluster_ip: Option<ClusterIp>,
+    /// `clusterIPs` (dual-stack; the first one equals `clusterIP`).
+    #[serde(default, rename = "clusterIPs", skip_serializing_if = "Vec::is_empty")]
+    pub cluster_ips: Vec<ClusterIp>,
+    /// `ports`.
+    #[serde(default)]
+    pub ports: Vec<ServicePort>,
+    /// `selector` (kube-proxy does not read it; the EndpointSlice controller does).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub selector: BTreeMap<String, String>,
+    /// `externalIPs`.
+    #[serde(default, rename = "externalIPs", skip_serializing_if = "Vec::is_empty")]
+    pub external_ips: Vec<IpAddr>,
+    /// `loadBalancerSourceRanges`, as CIDRs (surrounding spaces are trimmed, as kube-proxy does).
+    #[serde(
+        default,
+        deserialize_with = "de_cidrs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub load_balancer_source_ranges: Vec<Cidr>,
+    /// `internalTrafficPolicy` (Cluster when omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_traffic_policy: Option<TrafficPolicy>,
+    /// `externalTrafficPolicy` (Cluster when omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_traffic_policy: Option<TrafficPolicy>,
+    /// `sessionAffinity`.
+    #[serde(default)]
+    pub session_affinity: SessionAffinity,
+    /// `sessionAffinityConfig`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_affinity_config: Option<SessionAffinityConfig>,
+    /// `healthCheckNodePort` (LoadBalancer with externalTrafficPolicy Local).
+    #[serde(
+        default,
+        deserialize_with = "de_opt_port",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub health_check_node_port: Option<u16>,
+    /// `externalName` (ExternalName Services).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_name: Option<String>,
+}
+
+/// `status.loadBalancer.ingress[]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancerIngress {
+    /// `ip`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<IpAddr>,
+    /// `hostname` (kube-proxy ignores hostname-only ingress).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// `ipMode`: `VIP` (default) or `Proxy`; kube-proxy skips `Proxy` ingress IPs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_mode: Option<LoadBalancerIpMode>,
+}
+
+/// `status.loadBalancer.ingress[].ipMode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LoadBalancerIpMode {
+    /// `VIP`: traffic arrives with the ingress IP as destination; kube-proxy captures it.
+    VIP,
+    /// `Proxy`: the load balancer rewrites the destination; kube-proxy ignores the IP.
+    Proxy,
+}
+
+/// `status.loadBalancer`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancerStatus {
+    /// `ingress`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ingress: Vec<LoadBalancerIngress>,
+}
+
+/// `status` of a Service.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceStatus {
+    /// `loadBalancer`.
+    #[serde(default)]
+    pub load_balancer: LoadBalancerStatus,
+}
+
+/// A core/v1 Service.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Service {
+    /// `metadata`.
+    pub metadata: ObjectMeta,
+    /// `spec`.
+    #[serde(default)]
+    pub spec: ServiceSpec,
+    /// `status`.
+    #[serde(default)]
+    pub status: ServiceStatus,
+}
+
+/// `addressType` of an EndpointSlice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AddressType {
+    /// `IPv4`.
+    IPv4,
+    /// `IPv6`.
+    IPv6,
+    /// `FQDN` (deprecated; kube-proxy ignores such slices).
+    FQDN,
+}
+
+/// `endpoints[].conditions`. `None` means the condition is unknown; kube-proxy treats unknown
+/// `ready` and `serving` as true and unknown `terminating` as false.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointConditions {
+    /// `ready`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// `serving`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<bool>,
+    /// `terminating`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminating: Option<bool>,
+}
+
+impl EndpointConditions {
+    /// Ready unless `ready` is false (endpointslicecache.go addEndpoints).
+    pub fn is_ready(&self) -> bool {
+        self.ready != Some(false)
+    }
+    /// Serving unless `serving` is false.
+    pub fn is_serving(&self) -> bool {
+        self.serving != Some(false)
+    }
+    /// Terminating only if `terminating` is true.
+    pub fn is_terminating(&self) -> bool {
+        self.terminating == Some(true)
+    }
+}
+
+/// One entry of an EndpointSlice's `endpoints`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoint {
+    /// `addresses`; kube-proxy uses only the first.
+    #[serde(default)]
+    pub addresses: Vec<IpAddr>,
+    /// `conditions`.
+    #[serde(default)]
+    pub conditions: EndpointConditions,
+    /// `nodeName`: decides whether the endpoint is local to a node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+}
+
+/// One entry of an EndpointSlice's `ports`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointPort {
+    /// `name`: must equal the Service port's name (empty for an unnamed port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `port`: the port on the endpoint.
+    #[serde(
+        default,
+        deserialize_with = "de_opt_port",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub port: Option<u16>,
+    /// `protocol` (TCP when omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<Protocol>,
+}
+
+/// A discovery.k8s.io/v1 EndpointSlice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointSlice {
+    /// `metadata` (the Service it belongs to is the `kubernetes.io/service-name` label).
+    pub metadata: ObjectMeta,
+    /// `addressType`.
+    pub address_type: AddressType,
+    /// `endpoints`.
+    #[serde(default)]
+    pub endpoints: Vec<Endpoint>,
+    /// `ports`.
+    #[serde(default)]
+    pub ports: Vec<EndpointPort>,
+}
+
+/// A problem found by [`Service::validate`] or [`EndpointSlice::validate`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{object}: {field}: {message}")]
+pub struct ValidationError {
+    /// The object, as `Service ns/name` or `EndpointSlice ns/name`.
+    pub object: String,
+    /// The field path, as `spec.ports[1].name`.
+    pub field: String,
+    /// What was wrong and what was expected.
+    pub message: String,
+}
+
+impl Service {
+    /// `ns/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.metadata.namespace, self.metadata.name)
+    }
+
+    /// The IPv4 cluster IP kube-proxy uses, or `None` when the Service gets no rules: headless,
+    /// ExternalName, or no IPv4 address (`proxyutil.ShouldSkipService`,
+    /// `GetClusterIPByFamily`; nfsim models the IPv4 proxier only).
+    pub fn ipv4_cluster_ip(&self) -> Option<IpAddr> {
+        if self.spec.type_ == ServiceType::ExternalName {
+            return None;
+        }
+        let first = self.spec.cluster_ip?;
+        if first == ClusterIp::None {
+            return None;
+        }
+        std::iter::once(first)
+            .chain(self.spec.cluster_ips.iter().copied())
+            .filter_map(ClusterIp::ip)
+            .find(IpAddr::is_ipv4)
+    }
+
+    /// Whether the Service accepts traffic other than to its cluster IP
+    /// (`apiservice.ExternallyAccessible`).
+    pub fn externally_accessible(&self) -> bool {
+        matches!(
+            self.spec.type_,
+            ServiceType::NodePort | ServiceType::LoadBalancer
+        ) || (self.spec.type_ == ServiceType::ClusterIP && !self.spec.external_ips.is_empty())
+    }
+
+    /// `apiservice.ExternalPolicyLocal`: externally accessible and externalTrafficPolicy Local.
+    pub fn external_policy_local(&self) -> bool {
+        self.externally_accessible()
+            && self.spec.external_traffic_policy == Some(TrafficPolicy::Local)
+    }
+
+    /// `apiservice.InternalPolicyLocal`.
+    pub fn internal_policy_local(&self) -> bool {
+        self.spec.internal_traffic_policy == Some(TrafficPolicy::Local)
+    }
+
+    /// The ClientIP affinity timeout, when affinity is ClientIP (10800 s unless configured).
+    pub fn sticky_max_age_seconds(&self) -> Option<u32> {
+        if self.spec.session_affinity != SessionAffinity::ClientIP {
+            return None;
+        }
+        Some(
+            self.spec
+                .session_affinity_config
+                .as_ref()
+                .and_then(|c| c.client_ip.as_ref())
+                .and_then(|c| c.timeout_seconds)
+                .unwrap_or(DEFAULT_CLIENT_IP_TIMEOUT_SECS),
+        )
+    }
+
+    /// Checks what needs several fields at once. The checks that need only one field ran while
+    /// the YAML was read.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let err = |field: String, message: String| ValidationError {
+            object: format!("Service {}", self.key()),
+            field,
+            message,
+        };
+        if self.metadata.name.is_empty() {
+            return Err(err(
+                "metadata.name".into(),
+                "missing: every Service needs a name".into(),
+            ));
+        }
+        if self.spec.type_ != ServiceType::ExternalName && self.spec.cluster_ip.is_none() {
+            return Err(err(
+                "spec.clusterIP".into(),
+                "missing: expected an IP address, or \"None\" for a headless Service".into(),
+            ));
+        }
+        if let (Some(first), Some(listed)) = (self.spec.cluster_ip, self.spec.cluster_ips.first()) {
+            if first != *listed {
+                return Err(err(
+                    "spec.clusterIPs[0]".into(),
+                    format!("{listed} differs from spec.clusterIP {first}: they must be equal"),
+                ));
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, p) in self.spec.ports.iter().enumerate() {
+            if self.spec.ports.len() > 1 && p.name.is_empty() {
+                return Err(err(
+                    format!("spec.ports[{i}].name"),
+                    "missing: every port of a multi-port Service needs a name".into(),
+                ));
+            }
+            if !seen.insert((p.name.clone(), p.protocol)) {
+                return Err(err(
+                    format!("spec.ports[{i}]"),
+                    format!(
+                        "duplicate port name {:?} with protocol {}: each name/protocol pair must be unique",
+                        p.name, p.protocol
+                    ),
+                ));
+            }
+            if p.node_port.is_some()
+                && !matches!(
+                    self.spec.type_,
+                    ServiceType::NodePort | ServiceType::LoadBalancer
+                )
+            {
+                return Err(err(
+                    format!("spec.ports[{i}].nodePort"),
+                    "set on a Service that is neither NodePort nor LoadBalancer".into(),
+                ));
+            }
+        }
+        if self.spec.session_affinity == SessionAffinity::None
+            && self
+                .spec
+                .session_affinity_config
+                .as_ref()
+                .and_then(|c| c.client_ip.as_ref())
+                .is_some()
+        {
+            return Err(err(
+                "spec.sessionAffinityConfig.clientIP".into(),
+                "set while sessionAffinity is None: expected sessionAffinity: ClientIP".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl EndpointSlice {
+    /// `ns/name` of the slice itself.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.metadata.namespace, self.metadata.name)
+    }
+
+    /// The Service this slice belongs to (`kubernetes.io/service-name` label).
+    pub fn service_name(&self) -> Option<&str> {
+        self.metadata
+            .labels
+            .get(LABEL_SERVICE_NAME)
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
+    }
+
+    /// Checks what needs several fields at once (endpointSliceCacheKeys, address families).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let err = |field: String, message: String| ValidationError {
+            object: format!("EndpointSlice {}", self.key()),
+            field,
+            message,
+        };
+        if self.metadata.name.is_empty() {
+            return Err(err(
+                "metadata.name".into(),
+                "missing: every EndpointSlice needs a name".into(),
+            ));
+        }
+        if self.service_name().is_none() {
+            return Err(err(
+                format!("metadata.labels[{LABEL_SERVICE_NAME}]"),
+                "missing: kube-proxy cannot tie the slice to a Service without this label".into(),
+            ));
+        }
+        for (i, ep) in self.endpoints.iter().enumerate() {
+            for (j, a) in ep.addresses.iter().enumerate() {
+                let ok = match self.address_type {
+                    AddressType::IPv4 => a.is_ipv4(),
+                    AddressType::IPv6 => a.is_ipv6(),
+                    AddressType::FQDN => false,
+                };
+                if !ok {
+                    return Err(err(
+                        format!("endpoints[{i}].addresses[{j}]"),
+                        format!(
+                            "{a} does not match addressType {:?}: expected an address of that family",
+                            self.address_type
+                        ),
+                    ));
+                }
+            }
+        }
+        for (i, p) in self.ports.iter().enumerate() {
+            if p.name.is_none() {
+                return Err(err(
+                    format!("ports[{i}].name"),
+                    "missing: use \"\" for the port of a single-port Service".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
