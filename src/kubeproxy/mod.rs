@@ -1,1 +1,13 @@
-//! kubeproxy (in progress).
+//! The kube-proxy model (iptables mode).
+//!
+//! (Module guide: see the end of this work; filled in below.)
+
+pub mod model;
+pub mod names;
+pub mod render;
+
+pub use model::{categorize_endpoints, Categorized, EndpointInfo, ProxyState, ServicePortInfo};
+pub use names::ServicePortName;
+pub use render::{
+    jump_rules, render_sync, JumpRule, LocalDetector, ProxierConfig, RenderedSync, SyncScope, Table,
+};
