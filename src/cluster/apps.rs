@@ -1490,7 +1490,7 @@ mod tests {
             for p in to_client.drain(..) {
                 c.handle_packet(now, &p, &mut out);
             }
-            to_server.extend(out.packets.drain(..));
+            to_server.append(&mut out.packets);
             let mut sout = Outbox::new();
             if s.poll_timeout().is_some_and(|d| d <= now) {
                 s.handle_timeout(now, &mut sout);
@@ -1504,8 +1504,8 @@ mod tests {
                 }
             }
             wire.extend(sout.packets.iter().copied());
-            to_client.extend(sout.packets.drain(..));
-            now = now + SimDuration::from_millis(1);
+            to_client.append(&mut sout.packets);
+            now += SimDuration::from_millis(1);
         }
         (c, wire)
     }

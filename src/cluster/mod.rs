@@ -2,5 +2,7 @@
 //! the control plane, and the driver that runs them all on one event queue.
 //!
 //! - [`apps`]: servers and clients as sans-IO state machines.
+//! - [`kernel`]: the adapter to a node's network namespace (currently a test double).
 
 pub mod apps;
+pub mod kernel;

@@ -1,0 +1,965 @@
+//! Loading a scenario file: YAML → [`ScenarioDoc`] → checked [`Scenario`].
+//!
+//! Every error names the file, the line and the column, says what was wrong and what was
+//! expected, and shows the line with a caret under the place.
+
+use super::model::*;
+use super::schema::*;
+use crate::cluster::apps::{ClientSchedule, SourcePort};
+use crate::k8s;
+use serde_saphyr::{Location, Spanned};
+use sim_core::{SimDuration, SimTime};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+/// A problem with a scenario file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ScenarioError {
+    /// The file.
+    pub file: String,
+    /// 1-based line (0 when the problem is not at one place, as for an unreadable file).
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+    /// What was wrong and what was expected.
+    pub message: String,
+    /// The text of the line, for the caret display.
+    pub source_line: Option<String>,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            return write!(f, "{}: {}", self.file, self.message);
+        }
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.line, self.column, self.message
+        )?;
+        if let Some(src) = &self.source_line {
+            let n = self.line.to_string();
+            let pad = " ".repeat(n.len());
+            let caret = " ".repeat(self.column.saturating_sub(1) as usize);
+            write!(f, "\n{pad} |\n{n} | {src}\n{pad} | {caret}^")?;
+        }
+        Ok(())
+    }
+}
+
+/// The known conntrack sysctls (`net.netfilter.` prefix), as in the kernel's
+/// nf_conntrack_standalone.c `nf_ct_sysctl_table` and nf_conntrack_proto_*.c.
+pub const KNOWN_SYSCTLS: &[&str] = &[
+    "net.netfilter.nf_conntrack_max",
+    "net.netfilter.nf_conntrack_buckets",
+    "net.netfilter.nf_conntrack_tcp_loose",
+    "net.netfilter.nf_conntrack_tcp_be_liberal",
+    "net.netfilter.nf_conntrack_tcp_max_retrans",
+    "net.netfilter.nf_conntrack_tcp_timeout_syn_sent",
+    "net.netfilter.nf_conntrack_tcp_timeout_syn_recv",
+    "net.netfilter.nf_conntrack_tcp_timeout_established",
+    "net.netfilter.nf_conntrack_tcp_timeout_fin_wait",
+    "net.netfilter.nf_conntrack_tcp_timeout_close_wait",
+    "net.netfilter.nf_conntrack_tcp_timeout_last_ack",
+    "net.netfilter.nf_conntrack_tcp_timeout_time_wait",
+    "net.netfilter.nf_conntrack_tcp_timeout_close",
+    "net.netfilter.nf_conntrack_tcp_timeout_max_retrans",
+    "net.netfilter.nf_conntrack_tcp_timeout_unacknowledged",
+    "net.netfilter.nf_conntrack_udp_timeout",
+    "net.netfilter.nf_conntrack_udp_timeout_stream",
+    "net.netfilter.nf_conntrack_icmp_timeout",
+    "net.netfilter.nf_conntrack_generic_timeout",
+];
+
+struct Ctx<'a> {
+    file: &'a str,
+    lines: Vec<&'a str>,
+}
+
+impl Ctx<'_> {
+    fn at(&self, loc: Location, message: impl Into<String>) -> ScenarioError {
+        let (line, column) = (loc.line(), loc.column());
+        ScenarioError {
+            file: self.file.to_string(),
+            line,
+            column,
+            message: message.into(),
+            source_line: line
+                .checked_sub(1)
+                .and_then(|i| self.lines.get(i as usize))
+                .map(|s| s.to_string()),
+        }
+    }
+    fn err<T>(&self, s: &Spanned<T>, message: impl Into<String>) -> ScenarioError {
+        self.at(s.referenced, message)
+    }
+}
+
+/// Reads and checks the scenario in `file`.
+pub fn load_file(file: &str) -> Result<Scenario, ScenarioError> {
+    let text = std::fs::read_to_string(file).map_err(|e| ScenarioError {
+        file: file.to_string(),
+        line: 0,
+        column: 0,
+        message: format!("cannot read the scenario file: {e}"),
+        source_line: None,
+    })?;
+    load_str(file, &text)
+}
+
+/// Checks the scenario `text`, naming it `file` in errors.
+pub fn load_str(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
+    let ctx = Ctx {
+        file,
+        lines: text.lines().collect(),
+    };
+    let doc: ScenarioDoc = serde_saphyr::from_str(text).map_err(|e| {
+        let loc = e.location().unwrap_or(Location::UNKNOWN);
+        let plain = e.without_snippet().to_string();
+        // serde-saphyr appends " at line L, column C"; we print the place in front instead.
+        let suffix = format!(" at line {}, column {}", loc.line(), loc.column());
+        let msg = plain.strip_suffix(&suffix).unwrap_or(&plain).to_string();
+        ctx.at(loc, msg)
+    })?;
+    check(&ctx, doc)
+}
+
+fn opt_dur(d: Option<SimDuration>, default: SimDuration) -> SimDuration {
+    d.unwrap_or(default)
+}
+
+fn check_sysctls(
+    ctx: &Ctx,
+    src: &BTreeMap<String, Spanned<u64>>,
+    into: &mut BTreeMap<String, u64>,
+    at: Location,
+) -> Result<(), ScenarioError> {
+    for (k, v) in src {
+        if !KNOWN_SYSCTLS.contains(&k.as_str()) {
+            let short = k.rsplit('.').next().unwrap_or(k);
+            let hint = KNOWN_SYSCTLS
+                .iter()
+                .find(|n| n.ends_with(short))
+                .map(|n| format!(" (did you mean {n}?)"))
+                .unwrap_or_default();
+            // The key has no span of its own; point at its value, or at the mapping.
+            let loc = if v.referenced.line() > 0 {
+                v.referenced
+            } else {
+                at
+            };
+            return Err(ctx.at(
+                loc,
+                format!(
+                    "unknown sysctl {k:?}{hint}: expected a conntrack sysctl such as net.netfilter.nf_conntrack_udp_timeout"
+                ),
+            ));
+        }
+        into.insert(k.clone(), v.value);
+    }
+    Ok(())
+}
+
+fn app_defs(ctx: &Ctx, apps: &[Spanned<AppDoc>]) -> Result<Vec<AppDef>, ScenarioError> {
+    let mut out = Vec::new();
+    let mut ports = BTreeSet::new();
+    for a in apps {
+        let def = match (&a.value.udp_server, &a.value.tcp_server) {
+            (Some(s), None) => AppDef::UdpServer {
+                port: check_port(ctx, &s.port)?,
+                service_time: opt_dur(s.service_time, SimDuration::from_millis(1)),
+            },
+            (None, Some(s)) => AppDef::TcpServer {
+                port: check_port(ctx, &s.port)?,
+                service_time: opt_dur(s.service_time, SimDuration::from_millis(1)),
+            },
+            _ => {
+                return Err(ctx.err(a, "an app needs exactly one of `udpServer` or `tcpServer`"));
+            }
+        };
+        let key = match def {
+            AppDef::UdpServer { port, .. } => ("udp", port),
+            AppDef::TcpServer { port, .. } => ("tcp", port),
+        };
+        if !ports.insert(key) {
+            return Err(ctx.err(
+                a,
+                format!(
+                    "a second {} server on port {}: each port has one server",
+                    key.0, key.1
+                ),
+            ));
+        }
+        out.push(def);
+    }
+    Ok(out)
+}
+
+fn check_port(ctx: &Ctx, p: &Spanned<u16>) -> Result<u16, ScenarioError> {
+    if p.value == 0 {
+        return Err(ctx.err(p, "port 0: expected 1-65535"));
+    }
+    Ok(p.value)
+}
+
+struct PodCheck<'a> {
+    node_index: &'a BTreeMap<String, usize>,
+    nodes: &'a [NodeDef],
+}
+
+fn pod_def(ctx: &Ctx, pc: &PodCheck, p: &Spanned<PodDoc>) -> Result<PodDef, ScenarioError> {
+    let d = &p.value;
+    if d.name.value.is_empty() {
+        return Err(ctx.err(&d.name, "empty pod name"));
+    }
+    let node = *pc.node_index.get(&d.node.value).ok_or_else(|| {
+        ctx.err(
+            &d.node,
+            format!(
+                "unknown node {:?}: expected one of {}",
+                d.node.value,
+                pc.node_index.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        )
+    })?;
+    let cidr = pc.nodes[node].pod_cidr;
+    if !cidr.contains(d.ip.value) {
+        return Err(ctx.err(
+            &d.ip,
+            format!(
+                "pod IP {} is outside node {}'s pod CIDR {cidr}: expected an address in {cidr}",
+                d.ip.value, d.node.value
+            ),
+        ));
+    }
+    let probe = d.readiness_probe.clone().unwrap_or(ProbeDoc {
+        period_seconds: None,
+        failure_threshold: None,
+        success_threshold: None,
+    });
+    let probe = Probe {
+        period_seconds: probe.period_seconds.unwrap_or(10).max(1),
+        failure_threshold: probe.failure_threshold.unwrap_or(3).max(1),
+        success_threshold: probe.success_threshold.unwrap_or(1).max(1),
+    };
+    Ok(PodDef {
+        name: d.name.value.clone(),
+        namespace: d.namespace.clone().unwrap_or_else(|| "default".into()),
+        labels: d.labels.clone(),
+        node,
+        ip: d.ip.value,
+        ports: d.ports.clone(),
+        ready: d.ready.unwrap_or(true),
+        probe,
+        grace_period: opt_dur(d.termination_grace_period, SimDuration::from_secs(30)),
+        apps: app_defs(ctx, &d.apps)?,
+    })
+}
+
+/// Resolves a pod reference (`NAME` or `NAMESPACE/NAME`) against known pod keys.
+fn resolve_pod(
+    ctx: &Ctx,
+    known: &BTreeSet<String>,
+    r: &Spanned<String>,
+) -> Result<String, ScenarioError> {
+    let v = &r.value;
+    if v.contains('/') {
+        if known.contains(v) {
+            return Ok(v.clone());
+        }
+    } else {
+        let hits: Vec<&String> = known
+            .iter()
+            .filter(|k| k.rsplit('/').next() == Some(v.as_str()))
+            .collect();
+        match hits.as_slice() {
+            [one] => return Ok((*one).clone()),
+            [] => {}
+            many => {
+                return Err(ctx.err(
+                    r,
+                    format!(
+                        "pod name {v:?} is ambiguous: write NAMESPACE/NAME, one of {}",
+                        many.iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ))
+            }
+        }
+    }
+    Err(ctx.err(
+        r,
+        format!(
+            "unknown pod {v:?}: expected one of {}",
+            if known.is_empty() {
+                "(no pods defined)".to_string()
+            } else {
+                known.iter().cloned().collect::<Vec<_>>().join(", ")
+            }
+        ),
+    ))
+}
+
+fn resolve_target(
+    ctx: &Ctx,
+    services: &[k8s::Service],
+    t: &Spanned<String>,
+) -> Result<SocketAddr, ScenarioError> {
+    if let Ok(sa) = t.value.parse::<SocketAddr>() {
+        if sa.port() == 0 {
+            return Err(ctx.err(t, "target port 0: expected 1-65535"));
+        }
+        return Ok(sa);
+    }
+    let (svc, port_name) = match t.value.split_once(':') {
+        Some((s, p)) => (s, Some(p)),
+        None => (t.value.as_str(), None),
+    };
+    let Some((ns, name)) = svc.split_once('/') else {
+        return Err(ctx.err(
+            t,
+            format!(
+                "bad target {:?}: expected IP:PORT (10.96.0.10:53) or a Service port NAMESPACE/NAME[:PORTNAME] (kube-system/kube-dns:dns)",
+                t.value
+            ),
+        ));
+    };
+    let Some(s) = services
+        .iter()
+        .find(|s| s.metadata.namespace == ns && s.metadata.name == name)
+    else {
+        return Err(ctx.err(
+            t,
+            format!(
+                "target Service {svc:?} is not defined: expected one of {}",
+                services
+                    .iter()
+                    .map(|s| s.key())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    };
+    let Some(ip) = s.ipv4_cluster_ip() else {
+        return Err(ctx.err(t, format!("target Service {svc} has no IPv4 cluster IP (headless or ExternalName): a client needs an address")));
+    };
+    let port = match port_name {
+        None if s.spec.ports.len() == 1 => &s.spec.ports[0],
+        None => {
+            return Err(ctx.err(
+                t,
+                format!(
+                    "Service {svc} has {} ports: name one as {svc}:PORTNAME",
+                    s.spec.ports.len()
+                ),
+            ))
+        }
+        Some(pn) => match s
+            .spec
+            .ports
+            .iter()
+            .find(|p| p.name == pn || pn.parse::<u16>().ok() == Some(p.port))
+        {
+            Some(p) => p,
+            None => {
+                return Err(ctx.err(
+                    t,
+                    format!(
+                        "Service {svc} has no port named {pn:?}: expected one of {}",
+                        s.spec
+                            .ports
+                            .iter()
+                            .map(|p| if p.name.is_empty() {
+                                p.port.to_string()
+                            } else {
+                                p.name.clone()
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ))
+            }
+        },
+    };
+    Ok(SocketAddr::new(ip, port.port))
+}
+
+fn time_within(
+    ctx: &Ctx,
+    d: &Spanned<SimDuration>,
+    duration: SimDuration,
+    what: &str,
+) -> Result<SimTime, ScenarioError> {
+    if d.value > duration {
+        return Err(ctx.err(
+            d,
+            format!("{what} at {} is after the end of the run ({duration}): expected at most {duration}", d.value),
+        ));
+    }
+    Ok(SimTime::ZERO + d.value)
+}
+
+fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
+    let duration = doc.duration.value;
+    if duration.is_zero() {
+        return Err(ctx.err(
+            &doc.duration,
+            "duration 0s: expected a positive duration such as 1h",
+        ));
+    }
+    let mut sysctls = BTreeMap::new();
+    check_sysctls(ctx, &doc.sysctls, &mut sysctls, doc.name.referenced)?;
+
+    // Nodes.
+    if doc.nodes.is_empty() {
+        return Err(ctx.err(
+            &doc.name,
+            "no nodes: a scenario needs at least one entry under `nodes`",
+        ));
+    }
+    let mut nodes = Vec::new();
+    let mut node_index = BTreeMap::new();
+    let mut addrs: BTreeMap<IpAddr, String> = BTreeMap::new();
+    for n in &doc.nodes {
+        let d = &n.value;
+        if node_index
+            .insert(d.name.value.clone(), nodes.len())
+            .is_some()
+        {
+            return Err(ctx.err(
+                &d.name,
+                format!(
+                    "duplicate node name {:?}: node names must be unique",
+                    d.name.value
+                ),
+            ));
+        }
+        if let Some(prev) = addrs.insert(d.address.value, format!("node {}", d.name.value)) {
+            return Err(ctx.err(
+                &d.address,
+                format!("address {} is already used by {prev}", d.address.value),
+            ));
+        }
+        let mut s = sysctls.clone();
+        check_sysctls(ctx, &d.sysctls, &mut s, d.name.referenced)?;
+        nodes.push(NodeDef {
+            name: d.name.value.clone(),
+            address: d.address.value,
+            pod_cidr: d.pod_cidr.value,
+            sysctls: s,
+            apps: app_defs(ctx, &d.apps)?,
+        });
+    }
+    for (i, n) in doc.nodes.iter().enumerate() {
+        for (j, m) in nodes.iter().enumerate() {
+            if i != j
+                && (m.pod_cidr.contains(n.value.pod_cidr.value.addr())
+                    || n.value.pod_cidr.value.contains(m.pod_cidr.addr()))
+            {
+                return Err(ctx.err(
+                    &n.value.pod_cidr,
+                    format!(
+                        "pod CIDR {} overlaps node {}'s {}: pod CIDRs must be disjoint",
+                        n.value.pod_cidr.value, m.name, m.pod_cidr
+                    ),
+                ));
+            }
+        }
+    }
+
+    // Hosts.
+    let mut hosts = Vec::new();
+    let mut host_index = BTreeMap::new();
+    for h in &doc.hosts {
+        let d = &h.value;
+        if host_index
+            .insert(d.name.value.clone(), hosts.len())
+            .is_some()
+        {
+            return Err(ctx.err(&d.name, format!("duplicate host name {:?}", d.name.value)));
+        }
+        if let Some(n) = nodes.iter().find(|n| n.pod_cidr.contains(d.address.value)) {
+            return Err(ctx.err(&d.address, format!("host address {} is inside node {}'s pod CIDR {}: a host sits outside the cluster", d.address.value, n.name, n.pod_cidr)));
+        }
+        if let Some(prev) = addrs.insert(d.address.value, format!("host {}", d.name.value)) {
+            return Err(ctx.err(
+                &d.address,
+                format!("address {} is already used by {prev}", d.address.value),
+            ));
+        }
+        hosts.push(HostDef {
+            name: d.name.value.clone(),
+            address: d.address.value,
+            apps: app_defs(ctx, &d.apps)?,
+        });
+    }
+
+    // Pods (initial, then those created by events, for name resolution).
+    let pc = PodCheck {
+        node_index: &node_index,
+        nodes: &nodes,
+    };
+    let mut pods = Vec::new();
+    let mut pod_keys = BTreeSet::new();
+    let mut pod_ips: BTreeMap<IpAddr, String> = BTreeMap::new();
+    for p in &doc.pods {
+        let def = pod_def(ctx, &pc, p)?;
+        if !pod_keys.insert(def.key()) {
+            return Err(ctx.err(
+                &p.value.name,
+                format!(
+                    "duplicate pod {}: pod names must be unique in a namespace",
+                    def.key()
+                ),
+            ));
+        }
+        if let Some(prev) = pod_ips.insert(def.ip, def.key()) {
+            return Err(ctx.err(
+                &p.value.ip,
+                format!("pod IP {} is already used by pod {prev}", def.ip),
+            ));
+        }
+        pods.push(def);
+    }
+    let mut all_pod_keys = pod_keys.clone();
+    for e in &doc.events {
+        if let Some(p) = &e.value.create_pod {
+            let def = pod_def(ctx, &pc, &Spanned::new(p.clone(), e.referenced, e.defined))?;
+            all_pod_keys.insert(def.key());
+        }
+    }
+
+    // Services and slices.
+    let mut services: Vec<k8s::Service> = Vec::new();
+    for s in &doc.services {
+        s.value.validate().map_err(|e| ctx.err(s, e.to_string()))?;
+        if services.iter().any(|o| o.key() == s.value.key()) {
+            return Err(ctx.err(s, format!("duplicate Service {}", s.value.key())));
+        }
+        services.push(s.value.clone());
+    }
+    let endpoint_slices = match &doc.endpoint_slices {
+        None => None,
+        Some(list) => {
+            let mut v: Vec<k8s::EndpointSlice> = Vec::new();
+            for s in &list.value {
+                s.value.validate().map_err(|e| ctx.err(s, e.to_string()))?;
+                if v.iter().any(|o| o.key() == s.value.key()) {
+                    return Err(ctx.err(s, format!("duplicate EndpointSlice {}", s.value.key())));
+                }
+                let svc = s.value.service_name().unwrap_or_default();
+                if !services.iter().any(|x| {
+                    x.metadata.namespace == s.value.metadata.namespace && x.metadata.name == svc
+                }) {
+                    return Err(ctx.err(
+                        s,
+                        format!(
+                            "EndpointSlice {} belongs to Service {}/{svc}, which is not defined",
+                            s.value.key(),
+                            s.value.metadata.namespace
+                        ),
+                    ));
+                }
+                v.push(s.value.clone());
+            }
+            Some(v)
+        }
+    };
+
+    // kube-proxy and control plane.
+    let kp = doc.kube_proxy.as_ref();
+    let release = match kp.and_then(|k| k.value.release.as_ref()) {
+        None => Release::Latest,
+        Some(r) => Release::parse(&r.value).ok_or_else(|| {
+            ctx.err(
+                r,
+                format!(
+                    "unknown release {:?}: expected one of {}",
+                    r.value,
+                    Release::ALL
+                        .iter()
+                        .map(|r| r.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })?,
+    };
+    let kube_proxy = KubeProxySettings {
+        release,
+        min_sync_period: kp
+            .and_then(|k| k.value.min_sync_period)
+            .unwrap_or(SimDuration::from_secs(1)),
+        sync_period: kp
+            .and_then(|k| k.value.sync_period)
+            .unwrap_or(SimDuration::from_secs(30)),
+        masquerade_all: kp.and_then(|k| k.value.masquerade_all).unwrap_or(false),
+        cluster_cidr: kp
+            .and_then(|k| k.value.cluster_cidr.as_ref())
+            .map(|c| c.value),
+    };
+    if kube_proxy.sync_period.is_zero() {
+        let at = kp.map(|k| k.referenced).unwrap_or(Location::UNKNOWN);
+        return Err(ctx.at(
+            at,
+            "syncPeriod 0s: expected a positive duration (default 30s)",
+        ));
+    }
+    let cp = doc.control_plane.as_ref();
+    let control_plane = ControlPlaneSettings {
+        endpoint_slice_delay: cp
+            .and_then(|c| c.endpoint_slice_delay)
+            .unwrap_or(SimDuration::from_secs(1)),
+        watch_delay: cp
+            .and_then(|c| c.watch_delay)
+            .unwrap_or(SimDuration::from_millis(100)),
+    };
+
+    // Clients.
+    let mut clients: Vec<ClientDef> = Vec::new();
+    let mut client_index = BTreeMap::new();
+    for c in &doc.clients {
+        let d = &c.value;
+        if client_index
+            .insert(d.name.value.clone(), clients.len())
+            .is_some()
+        {
+            return Err(ctx.err(&d.name, format!("duplicate client name {:?}", d.name.value)));
+        }
+        let placement = match (&d.pod, &d.host, &d.node) {
+            (Some(p), None, None) => {
+                if !pod_keys.contains(&resolve_pod(ctx, &all_pod_keys, p)?) {
+                    return Err(ctx.err(p, "a client must run in a pod that exists at the start"));
+                }
+                Placement::Pod(resolve_pod(ctx, &pod_keys, p)?)
+            }
+            (None, Some(h), None) => {
+                Placement::Host(*host_index.get(&h.value).ok_or_else(|| {
+                    ctx.err(
+                        h,
+                        format!(
+                            "unknown host {:?}: expected one of {}",
+                            h.value,
+                            host_index.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    )
+                })?)
+            }
+            (None, None, Some(n)) => {
+                Placement::Node(*node_index.get(&n.value).ok_or_else(|| {
+                    ctx.err(
+                        n,
+                        format!(
+                            "unknown node {:?}: expected one of {}",
+                            n.value,
+                            node_index.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    )
+                })?)
+            }
+            _ => return Err(ctx.err(c, "a client needs exactly one of `pod`, `host` or `node`")),
+        };
+        let end = SimTime::ZERO + duration;
+        let sched = |interval: &Spanned<SimDuration>,
+                     jitter: Option<SimDuration>,
+                     start: Option<SimDuration>,
+                     stop: Option<SimDuration>,
+                     count: Option<u32>| {
+            if interval.value.is_zero() {
+                return Err(ctx.err(interval, "interval 0s: expected a positive duration"));
+            }
+            Ok(ClientSchedule {
+                start: SimTime::ZERO + start.unwrap_or(SimDuration::ZERO),
+                stop: stop.map(|s| SimTime::ZERO + s).unwrap_or(end).min(end),
+                interval: interval.value,
+                jitter: jitter.unwrap_or(SimDuration::ZERO),
+                count,
+            })
+        };
+        let (target_s, schedule, kind) = match (&d.udp, &d.tcp) {
+            (Some(u), None) => {
+                let u = &u.value;
+                let sp = match u.source_port.as_ref().map(|s| s.value) {
+                    None | Some(SourcePortDoc::PerQuery) => SourcePort::PerQuery,
+                    Some(SourcePortDoc::Fixed) => SourcePort::FixedEphemeral,
+                    Some(SourcePortDoc::Port(p)) => SourcePort::Fixed(p),
+                };
+                (
+                    &u.target,
+                    sched(&u.interval, u.jitter, u.start, u.stop, u.count)?,
+                    ClientKind::Udp {
+                        source_port: sp,
+                        timeout: opt_dur(u.timeout, SimDuration::from_secs(5)),
+                        retries: u.retries.unwrap_or(0),
+                    },
+                )
+            }
+            (None, Some(t)) => {
+                let t = &t.value;
+                (
+                    &t.target,
+                    sched(&t.interval, t.jitter, t.start, t.stop, t.count)?,
+                    ClientKind::Tcp {
+                        connect_timeout: opt_dur(t.connect_timeout, SimDuration::from_secs(10)),
+                        request_timeout: opt_dur(t.request_timeout, SimDuration::from_secs(10)),
+                    },
+                )
+            }
+            _ => return Err(ctx.err(c, "a client needs exactly one of `udp` or `tcp`")),
+        };
+        let target = resolve_target(ctx, &services, target_s)?;
+        clients.push(ClientDef {
+            name: d.name.value.clone(),
+            placement,
+            target,
+            target_text: target_s.value.clone(),
+            schedule,
+            kind,
+        });
+    }
+
+    // Events.
+    let mut events = Vec::new();
+    for e in &doc.events {
+        let d = &e.value;
+        let at = time_within(ctx, &d.at, duration, "event")?;
+        let n = [
+            d.oom_kill.is_some(),
+            d.delete_pod.is_some(),
+            d.create_pod.is_some(),
+            d.readiness.is_some(),
+        ]
+        .iter()
+        .filter(|x| **x)
+        .count();
+        if n != 1 {
+            return Err(ctx.err(e, "an event needs `at` and exactly one of `oomKill`, `deletePod`, `createPod`, `readiness`"));
+        }
+        let action = if let Some(o) = &d.oom_kill {
+            Action::OomKill {
+                pod: resolve_pod(ctx, &all_pod_keys, &o.pod)?,
+                restart_after: o.restart_after,
+            }
+        } else if let Some(dp) = &d.delete_pod {
+            let pod = resolve_pod(ctx, &all_pod_keys, &dp.pod)?;
+            let recreate = match &dp.recreate {
+                None => None,
+                Some(r) => {
+                    let old = pods.iter().find(|p| p.key() == pod);
+                    let node = match &r.node {
+                        Some(n) => *node_index
+                            .get(&n.value)
+                            .ok_or_else(|| ctx.err(n, format!("unknown node {:?}", n.value)))?,
+                        None => old.map(|p| p.node).unwrap_or(0),
+                    };
+                    let ip = match (&r.ip, old) {
+                        (Some(ip), _) => {
+                            if !nodes[node].pod_cidr.contains(ip.value) {
+                                return Err(ctx.err(
+                                    ip,
+                                    format!(
+                                        "pod IP {} is outside node {}'s pod CIDR {}",
+                                        ip.value, nodes[node].name, nodes[node].pod_cidr
+                                    ),
+                                ));
+                            }
+                            ip.value
+                        }
+                        (None, Some(o)) => o.ip,
+                        (None, None) => {
+                            return Err(ctx.err(
+                                &dp.pod,
+                                "recreating a pod created by an event needs `recreate.ip`",
+                            ))
+                        }
+                    };
+                    Some(Recreate {
+                        ip,
+                        node,
+                        after: r.after.unwrap_or(SimDuration::ZERO),
+                    })
+                }
+            };
+            Action::DeletePod {
+                pod,
+                grace_period: dp.grace_period,
+                recreate,
+            }
+        } else if let Some(p) = &d.create_pod {
+            Action::CreatePod(Box::new(pod_def(
+                ctx,
+                &pc,
+                &Spanned::new(p.clone(), e.referenced, e.defined),
+            )?))
+        } else if let Some(r) = &d.readiness {
+            Action::Readiness {
+                pod: resolve_pod(ctx, &all_pod_keys, &r.pod)?,
+                ready: r.ready,
+            }
+        } else {
+            unreachable!("exactly one action was checked above")
+        };
+        events.push(TimedEvent { at, action });
+    }
+
+    // Expectations.
+    let mut expectations = Vec::new();
+    for x in &doc.expectations {
+        let d = &x.value;
+        let at = match &d.at {
+            Some(a) => Some(time_within(ctx, a, duration, "expectation")?),
+            None => None,
+        };
+        let n = [
+            d.client.is_some(),
+            d.conntrack.is_some(),
+            d.endpoint.is_some(),
+        ]
+        .iter()
+        .filter(|x| **x)
+        .count();
+        if n != 1 {
+            return Err(ctx.err(
+                x,
+                "an expectation needs exactly one of `client`, `conntrack`, `endpoint`",
+            ));
+        }
+        let t = |d: Option<SimDuration>| d.map(|d| SimTime::ZERO + d);
+        let endpoint_ref = |s: &Spanned<String>| -> Result<EndpointRef, ScenarioError> {
+            match s.value.parse::<IpAddr>() {
+                Ok(ip) => Ok(EndpointRef::Ip(ip)),
+                Err(_) => Ok(EndpointRef::Pod(resolve_pod(ctx, &all_pod_keys, s)?)),
+            }
+        };
+        let (check, default_name) = if let Some(c) = &d.client {
+            let client = *client_index.get(&c.name.value).ok_or_else(|| {
+                ctx.err(
+                    &c.name,
+                    format!(
+                        "unknown client {:?}: expected one of {}",
+                        c.name.value,
+                        client_index.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            })?;
+            if [c.sent, c.answered, c.failed, c.timed_out, c.refused]
+                .iter()
+                .all(Option::is_none)
+            {
+                return Err(ctx.err(&c.name, "a client check needs at least one of sent, answered, failed, timedOut, refused"));
+            }
+            (
+                Check::Client {
+                    client,
+                    from: t(c.from).unwrap_or(SimTime::ZERO),
+                    to: t(c.to),
+                    sent: c.sent,
+                    answered: c.answered,
+                    failed: c.failed,
+                    timed_out: c.timed_out,
+                    refused: c.refused,
+                },
+                format!("client {}", c.name.value),
+            )
+        } else if let Some(c) = &d.conntrack {
+            let node = *node_index.get(&c.node.value).ok_or_else(|| {
+                ctx.err(
+                    &c.node,
+                    format!(
+                        "unknown node {:?}: expected one of {}",
+                        c.node.value,
+                        node_index.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            })?;
+            let filter = c
+                .filter
+                .as_ref()
+                .map(|f| f.value.clone())
+                .unwrap_or_default();
+            if let Some(f) = &c.filter {
+                crate::cluster::kernel::parse_ct_filter(&f.value)
+                    .map_err(|e| ctx.err(f, format!("bad conntrack filter: {e}")))?;
+            }
+            let count = match (c.count, c.exists) {
+                (Some(n), None) => n,
+                (None, Some(false)) => Count { min: 0, max: 0 },
+                (None, Some(true)) | (None, None) => Count {
+                    min: 1,
+                    max: u64::MAX,
+                },
+                (Some(_), Some(_)) => {
+                    return Err(ctx.err(&c.node, "give `count` or `exists`, not both"))
+                }
+            };
+            (
+                Check::Conntrack {
+                    node,
+                    filter: filter.clone(),
+                    count,
+                    endpoint: c.endpoint.as_ref().map(endpoint_ref).transpose()?,
+                    assured: c.assured,
+                    timeout: c.timeout,
+                    state: c.state.clone(),
+                },
+                format!("conntrack on {} [{}]", c.node.value, filter),
+            )
+        } else if let Some(e) = &d.endpoint {
+            let client = match &e.client {
+                None => None,
+                Some(c) => Some(
+                    *client_index
+                        .get(&c.value)
+                        .ok_or_else(|| ctx.err(c, format!("unknown client {:?}", c.value)))?,
+                ),
+            };
+            if e.packets.is_none() && e.flows.is_none() {
+                return Err(ctx.err(&e.pod, "an endpoint check needs `packets` or `flows`"));
+            }
+            (
+                Check::Endpoint {
+                    endpoint: endpoint_ref(&e.pod)?,
+                    client,
+                    from: t(e.from).unwrap_or(SimTime::ZERO),
+                    to: t(e.to),
+                    packets: e.packets,
+                    flows: e.flows,
+                },
+                format!("endpoint {}", e.pod.value),
+            )
+        } else {
+            unreachable!("exactly one check was verified above")
+        };
+        expectations.push(Expectation {
+            name: d.name.clone().unwrap_or(default_name),
+            at,
+            line: x.referenced.line(),
+            check,
+        });
+    }
+
+    Ok(Scenario {
+        file: ctx.file.to_string(),
+        name: doc.name.value,
+        description: doc.description.unwrap_or_default(),
+        seed: doc.seed.unwrap_or(1),
+        duration,
+        latency: doc
+            .network
+            .and_then(|n| n.latency)
+            .unwrap_or(SimDuration::from_micros(100)),
+        nodes,
+        hosts,
+        pods,
+        services,
+        endpoint_slices,
+        kube_proxy,
+        control_plane,
+        clients,
+        events,
+        expectations,
+    })
+}

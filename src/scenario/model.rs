@@ -1,0 +1,416 @@
+//! The scenario after loading and checking: every reference resolved, every default applied.
+//! This is what the simulation driver runs.
+
+use crate::k8s;
+use sim_core::{SimDuration, SimTime};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+/// A checked scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The file it came from (for messages and the replay command).
+    pub file: String,
+    /// Its name.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+    /// The seed of every random stream.
+    pub seed: u64,
+    /// Simulated time to run.
+    pub duration: SimDuration,
+    /// One-way latency of a link between two machines.
+    pub latency: SimDuration,
+    /// Nodes.
+    pub nodes: Vec<NodeDef>,
+    /// Hosts outside the cluster.
+    pub hosts: Vec<HostDef>,
+    /// Pods at the start.
+    pub pods: Vec<PodDef>,
+    /// Services.
+    pub services: Vec<k8s::Service>,
+    /// EndpointSlices given in the file; `None` when derived from pods.
+    pub endpoint_slices: Option<Vec<k8s::EndpointSlice>>,
+    /// kube-proxy settings.
+    pub kube_proxy: KubeProxySettings,
+    /// Control-plane delays.
+    pub control_plane: ControlPlaneSettings,
+    /// Clients.
+    pub clients: Vec<ClientDef>,
+    /// Timed events, in file order (stable-sorted by time when run).
+    pub events: Vec<TimedEvent>,
+    /// Expectations, in file order.
+    pub expectations: Vec<Expectation>,
+}
+
+/// A node.
+#[derive(Debug, Clone)]
+pub struct NodeDef {
+    /// Name.
+    pub name: String,
+    /// `eth0` address.
+    pub address: IpAddr,
+    /// Pod CIDR.
+    pub pod_cidr: k8s::Cidr,
+    /// Conntrack sysctls (scenario-wide ones merged with the node's).
+    pub sysctls: BTreeMap<String, u64>,
+    /// Host-network servers.
+    pub apps: Vec<AppDef>,
+}
+
+/// A host outside the cluster.
+#[derive(Debug, Clone)]
+pub struct HostDef {
+    /// Name.
+    pub name: String,
+    /// Address.
+    pub address: IpAddr,
+    /// Servers.
+    pub apps: Vec<AppDef>,
+}
+
+/// Readiness probe timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// `periodSeconds`.
+    pub period_seconds: u32,
+    /// `failureThreshold`.
+    pub failure_threshold: u32,
+    /// `successThreshold`.
+    pub success_threshold: u32,
+}
+
+impl Probe {
+    /// Kubernetes' defaults: every 10 s, 3 failures, 1 success.
+    pub const DEFAULT: Probe = Probe {
+        period_seconds: 10,
+        failure_threshold: 3,
+        success_threshold: 1,
+    };
+    /// Time from the probe starting to fail to the pod being marked not ready.
+    pub fn failure_delay(&self) -> SimDuration {
+        SimDuration::from_secs(self.period_seconds as u64 * self.failure_threshold as u64)
+    }
+    /// Time from the probe starting to succeed to the pod being marked ready.
+    pub fn success_delay(&self) -> SimDuration {
+        SimDuration::from_secs(self.period_seconds as u64 * self.success_threshold as u64)
+    }
+}
+
+/// A pod.
+#[derive(Debug, Clone)]
+pub struct PodDef {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Node index.
+    pub node: usize,
+    /// IP.
+    pub ip: IpAddr,
+    /// Named container ports.
+    pub ports: BTreeMap<String, u16>,
+    /// Ready at creation.
+    pub ready: bool,
+    /// Readiness probe.
+    pub probe: Probe,
+    /// Default grace period.
+    pub grace_period: SimDuration,
+    /// Servers.
+    pub apps: Vec<AppDef>,
+}
+
+impl PodDef {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A server application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppDef {
+    /// DNS-like UDP server.
+    UdpServer {
+        /// Port.
+        port: u16,
+        /// Service time.
+        service_time: SimDuration,
+    },
+    /// TCP server.
+    TcpServer {
+        /// Port.
+        port: u16,
+        /// Service time.
+        service_time: SimDuration,
+    },
+}
+
+/// Which release's conntrack cleanup kube-proxy runs (KUBE_PROXY.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Release {
+    /// No cleanup at all.
+    None,
+    /// v1.29–v1.31 event-based cleanup, before #127780 (misses serving → not serving).
+    V131,
+    /// v1.31 event-based cleanup with #127780 (also reacts to serving → not serving).
+    V131Fixed,
+    /// v1.32 reconciler (#127318), keyed by service IP.
+    V132,
+    /// v1.33 reconciler (#130484), keyed by service IP and port.
+    V133,
+    /// The current reconciler.
+    Latest,
+}
+
+impl Release {
+    /// Every release, in order.
+    pub const ALL: [Release; 6] = [
+        Release::None,
+        Release::V131,
+        Release::V131Fixed,
+        Release::V132,
+        Release::V133,
+        Release::Latest,
+    ];
+    /// The name scenario files use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Release::None => "none",
+            Release::V131 => "v1.31",
+            Release::V131Fixed => "v1.31-fixed",
+            Release::V132 => "v1.32",
+            Release::V133 => "v1.33",
+            Release::Latest => "latest",
+        }
+    }
+    /// Parses a name (`v1.31+127780` is accepted for `v1.31-fixed`).
+    pub fn parse(s: &str) -> Option<Release> {
+        if s == "v1.31+127780" {
+            return Some(Release::V131Fixed);
+        }
+        Release::ALL.into_iter().find(|r| r.name() == s)
+    }
+}
+
+impl fmt::Display for Release {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// kube-proxy settings.
+#[derive(Debug, Clone)]
+pub struct KubeProxySettings {
+    /// Cleanup release.
+    pub release: Release,
+    /// `minSyncPeriod`.
+    pub min_sync_period: SimDuration,
+    /// `syncPeriod`.
+    pub sync_period: SimDuration,
+    /// `masqueradeAll`.
+    pub masquerade_all: bool,
+    /// `clusterCIDR`, if set.
+    pub cluster_cidr: Option<k8s::Cidr>,
+}
+
+/// Control-plane delays.
+#[derive(Debug, Clone, Copy)]
+pub struct ControlPlaneSettings {
+    /// Pod change → EndpointSlice change.
+    pub endpoint_slice_delay: SimDuration,
+    /// EndpointSlice change → kube-proxy sees it.
+    pub watch_delay: SimDuration,
+}
+
+/// Where a client runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// In a pod (`namespace/name`).
+    Pod(String),
+    /// On a host (index).
+    Host(usize),
+    /// On a node, host network (index).
+    Node(usize),
+}
+
+/// What a client does.
+#[derive(Debug, Clone)]
+pub enum ClientKind {
+    /// UDP queries.
+    Udp {
+        /// Source port choice.
+        source_port: crate::cluster::apps::SourcePort,
+        /// Per-try timeout.
+        timeout: SimDuration,
+        /// Retries.
+        retries: u8,
+    },
+    /// TCP exchanges.
+    Tcp {
+        /// Handshake timeout.
+        connect_timeout: SimDuration,
+        /// Response timeout.
+        request_timeout: SimDuration,
+    },
+}
+
+/// A client.
+#[derive(Debug, Clone)]
+pub struct ClientDef {
+    /// Name.
+    pub name: String,
+    /// Where it runs.
+    pub placement: Placement,
+    /// Where it sends.
+    pub target: SocketAddr,
+    /// How the target was written (`kube-system/kube-dns:dns` or the address).
+    pub target_text: String,
+    /// Schedule.
+    pub schedule: crate::cluster::apps::ClientSchedule,
+    /// Kind.
+    pub kind: ClientKind,
+}
+
+/// A timed event.
+#[derive(Debug, Clone)]
+pub struct TimedEvent {
+    /// When.
+    pub at: SimTime,
+    /// What.
+    pub action: Action,
+}
+
+/// What an event does.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Kill the pod's process; restart in place after a delay (or never).
+    OomKill {
+        /// `namespace/name`.
+        pod: String,
+        /// Restart delay.
+        restart_after: Option<SimDuration>,
+    },
+    /// Delete the pod with a grace period, optionally recreating it.
+    DeletePod {
+        /// `namespace/name`.
+        pod: String,
+        /// Grace period (`None`: the pod's own).
+        grace_period: Option<SimDuration>,
+        /// Recreation.
+        recreate: Option<Recreate>,
+    },
+    /// Create a pod.
+    CreatePod(Box<PodDef>),
+    /// The readiness probe starts failing (`false`) or succeeding (`true`).
+    Readiness {
+        /// `namespace/name`.
+        pod: String,
+        /// New probe result.
+        ready: bool,
+    },
+}
+
+/// How a deleted pod comes back.
+#[derive(Debug, Clone)]
+pub struct Recreate {
+    /// New IP.
+    pub ip: IpAddr,
+    /// New node index.
+    pub node: usize,
+    /// Delay after the old one is gone.
+    pub after: SimDuration,
+}
+
+/// An expectation.
+#[derive(Debug, Clone)]
+pub struct Expectation {
+    /// Name shown in reports.
+    pub name: String,
+    /// When checked (`None`: at the end).
+    pub at: Option<SimTime>,
+    /// Its line in the file.
+    pub line: u64,
+    /// The check.
+    pub check: Check,
+}
+
+/// Count bounds, re-exported from the schema.
+pub use super::schema::CountDoc as Count;
+
+/// What an expectation checks.
+#[derive(Debug, Clone)]
+pub enum Check {
+    /// Client counts over queries first sent in `[from, to)`.
+    Client {
+        /// Client index.
+        client: usize,
+        /// Window start.
+        from: SimTime,
+        /// Window end (`None`: the check time).
+        to: Option<SimTime>,
+        /// Sent.
+        sent: Option<Count>,
+        /// Answered.
+        answered: Option<Count>,
+        /// Failed.
+        failed: Option<Count>,
+        /// Timed out.
+        timed_out: Option<Count>,
+        /// Refused.
+        refused: Option<Count>,
+    },
+    /// Conntrack entries on a node.
+    Conntrack {
+        /// Node index.
+        node: usize,
+        /// The filter text (`conntrack -L` options).
+        filter: String,
+        /// How many match.
+        count: Count,
+        /// Reply source of every match (an IP, or a pod resolved at check time).
+        endpoint: Option<EndpointRef>,
+        /// `[ASSURED]` of every match.
+        assured: Option<bool>,
+        /// Seconds left of every match.
+        timeout: Option<Count>,
+        /// TCP state of every match.
+        state: Option<String>,
+    },
+    /// What reached an endpoint.
+    Endpoint {
+        /// The endpoint.
+        endpoint: EndpointRef,
+        /// Only from this client.
+        client: Option<usize>,
+        /// Window start.
+        from: SimTime,
+        /// Window end (`None`: the check time).
+        to: Option<SimTime>,
+        /// Client packets received.
+        packets: Option<Count>,
+        /// Distinct flows received.
+        flows: Option<Count>,
+    },
+}
+
+/// A pod (by `namespace/name`) or an address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointRef {
+    /// A pod: whatever IPs it had.
+    Pod(String),
+    /// An address.
+    Ip(IpAddr),
+}
+
+impl fmt::Display for EndpointRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EndpointRef::Pod(p) => f.write_str(p),
+            EndpointRef::Ip(ip) => write!(f, "{ip}"),
+        }
+    }
+}

@@ -1,0 +1,626 @@
+//! The YAML scenario file as written: serde structures, one per mapping, with spans kept on
+//! every value a later check may need to point at.
+//!
+//! Every structure refuses unknown fields (a misspelt key is an error with its line and
+//! column, never silently ignored), except the embedded Kubernetes objects, which accept and
+//! ignore the fields kube-proxy does not read so that `kubectl get -o yaml` output loads as it
+//! is. "One of" choices (an app is a `udpServer` or a `tcpServer`; an event is an `oomKill`, a
+//! `deletePod`, …) are structures with optional keys, checked for exactly one in
+//! [`super::load`]; serde's tagged enums would lose the spans.
+//!
+//! docs/scenario-reference.md documents every field.
+
+use crate::k8s;
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+use sim_core::SimDuration;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// A value with the place it came from in the file.
+pub type S<T> = Spanned<T>;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ScenarioDoc {
+    /// Short name, printed in the summary.
+    pub name: S<String>,
+    /// Free text.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The seed of every random stream (overridable with `--seed`).
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Simulated time to run.
+    pub duration: S<SimDuration>,
+    /// Conntrack sysctls for every node (`net.netfilter.nf_conntrack_udp_timeout: 30`).
+    #[serde(default)]
+    pub sysctls: BTreeMap<String, S<u64>>,
+    /// The network between nodes and hosts.
+    #[serde(default)]
+    pub network: Option<NetworkDoc>,
+    /// The nodes.
+    pub nodes: Vec<S<NodeDoc>>,
+    /// Hosts outside the cluster.
+    #[serde(default)]
+    pub hosts: Vec<S<HostDoc>>,
+    /// The pods at the start.
+    #[serde(default)]
+    pub pods: Vec<S<PodDoc>>,
+    /// Services, as Kubernetes YAML.
+    #[serde(default)]
+    pub services: Vec<S<k8s::Service>>,
+    /// EndpointSlices, as Kubernetes YAML. When absent, they are derived from the pods and the
+    /// Services' selectors, and follow the pods' lifecycle.
+    #[serde(default)]
+    pub endpoint_slices: Option<S<Vec<S<k8s::EndpointSlice>>>>,
+    /// kube-proxy settings (the same on every node).
+    #[serde(default)]
+    pub kube_proxy: Option<S<KubeProxyDoc>>,
+    /// Control-plane delays.
+    #[serde(default)]
+    pub control_plane: Option<ControlPlaneDoc>,
+    /// Clients.
+    #[serde(default)]
+    pub clients: Vec<S<ClientDoc>>,
+    /// Timed events.
+    #[serde(default)]
+    pub events: Vec<S<EventDoc>>,
+    /// What must hold.
+    #[serde(default)]
+    pub expectations: Vec<S<ExpectationDoc>>,
+}
+
+/// `network:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NetworkDoc {
+    /// One-way latency of every link between two machines (default 100us).
+    #[serde(default)]
+    pub latency: Option<SimDuration>,
+}
+
+/// One entry of `nodes:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeDoc {
+    /// Node name (`nodeName` of its endpoints).
+    pub name: S<String>,
+    /// The address of its `eth0`.
+    pub address: S<IpAddr>,
+    /// Its pod CIDR (`spec.podCIDR`).
+    #[serde(rename = "podCIDR")]
+    pub pod_cidr: S<k8s::Cidr>,
+    /// Conntrack sysctls for this node, over the scenario's.
+    #[serde(default)]
+    pub sysctls: BTreeMap<String, S<u64>>,
+    /// Processes on the node itself (host network): their traffic takes OUTPUT.
+    #[serde(default)]
+    pub apps: Vec<S<AppDoc>>,
+}
+
+/// One entry of `hosts:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HostDoc {
+    /// Host name.
+    pub name: S<String>,
+    /// Its address (outside every pod CIDR).
+    pub address: S<IpAddr>,
+    /// Servers on it.
+    #[serde(default)]
+    pub apps: Vec<S<AppDoc>>,
+}
+
+/// `readinessProbe:` of a pod.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProbeDoc {
+    /// `periodSeconds` (default 10).
+    #[serde(default)]
+    pub period_seconds: Option<u32>,
+    /// `failureThreshold` (default 3).
+    #[serde(default)]
+    pub failure_threshold: Option<u32>,
+    /// `successThreshold` (default 1).
+    #[serde(default)]
+    pub success_threshold: Option<u32>,
+}
+
+/// One entry of `pods:` (and the body of a `createPod` event).
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PodDoc {
+    /// Pod name (unique within its namespace).
+    pub name: S<String>,
+    /// Namespace (default `default`).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Labels, matched by Service selectors.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The node it runs on.
+    pub node: S<String>,
+    /// Its IP, inside the node's pod CIDR.
+    pub ip: S<IpAddr>,
+    /// Named container ports, for Services whose `targetPort` is a name.
+    #[serde(default)]
+    pub ports: BTreeMap<String, u16>,
+    /// Whether it is ready at the start (default true).
+    #[serde(default)]
+    pub ready: Option<bool>,
+    /// The readiness probe's timing.
+    #[serde(default)]
+    pub readiness_probe: Option<ProbeDoc>,
+    /// `terminationGracePeriodSeconds` as a duration (default 30s).
+    #[serde(default)]
+    pub termination_grace_period: Option<SimDuration>,
+    /// Servers in the pod.
+    #[serde(default)]
+    pub apps: Vec<S<AppDoc>>,
+}
+
+/// One entry of `apps:`: exactly one of the keys.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AppDoc {
+    /// A DNS-like UDP server.
+    #[serde(default)]
+    pub udp_server: Option<ServerDoc>,
+    /// A TCP server.
+    #[serde(default)]
+    pub tcp_server: Option<ServerDoc>,
+}
+
+/// `udpServer:` / `tcpServer:`.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServerDoc {
+    /// Listening port.
+    pub port: S<u16>,
+    /// Time to answer one request (default 1ms).
+    #[serde(default)]
+    pub service_time: Option<SimDuration>,
+}
+
+/// `kubeProxy:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubeProxyDoc {
+    /// Which release's stale-UDP conntrack cleanup runs: `none`, `v1.31`, `v1.31-fixed`,
+    /// `v1.32`, `v1.33`, `latest` (default `latest`).
+    #[serde(default)]
+    pub release: Option<S<String>>,
+    /// `minSyncPeriod` (default 1s).
+    #[serde(default)]
+    pub min_sync_period: Option<SimDuration>,
+    /// `syncPeriod` (default 30s).
+    #[serde(default)]
+    pub sync_period: Option<SimDuration>,
+    /// `masqueradeAll` (default false).
+    #[serde(default)]
+    pub masquerade_all: Option<bool>,
+    /// `clusterCIDR`: when set, the local-traffic detector uses it; otherwise each node's pod
+    /// CIDR.
+    #[serde(default, rename = "clusterCIDR")]
+    pub cluster_cidr: Option<S<k8s::Cidr>>,
+}
+
+/// `controlPlane:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ControlPlaneDoc {
+    /// Time from a pod change to the EndpointSlice update (default 1s).
+    #[serde(default)]
+    pub endpoint_slice_delay: Option<SimDuration>,
+    /// Time from an EndpointSlice update to kube-proxy seeing it (default 100ms).
+    #[serde(default)]
+    pub watch_delay: Option<SimDuration>,
+}
+
+/// The source port choice of a UDP client: a number, `fixed` or `perQuery`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourcePortDoc {
+    /// A given port.
+    Port(u16),
+    /// One ephemeral port kept for the client's life.
+    Fixed,
+    /// A new ephemeral port per query.
+    PerQuery,
+}
+
+impl<'de> Deserialize<'de> for SourcePortDoc {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = SourcePortDoc;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a port number 1-65535, `fixed` or `perQuery`")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<SourcePortDoc, E> {
+                if (1..=65535).contains(&v) {
+                    Ok(SourcePortDoc::Port(v as u16))
+                } else {
+                    Err(E::custom(format!(
+                        "port {v} is out of range: expected 1-65535, `fixed` or `perQuery`"
+                    )))
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<SourcePortDoc, E> {
+                if v < 0 {
+                    return Err(E::custom(format!(
+                        "port {v} is out of range: expected 1-65535, `fixed` or `perQuery`"
+                    )));
+                }
+                self.visit_u64(v as u64)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SourcePortDoc, E> {
+                match v {
+                    "fixed" => Ok(SourcePortDoc::Fixed),
+                    "perQuery" => Ok(SourcePortDoc::PerQuery),
+                    _ => match v.parse::<u64>() {
+                        Ok(n) => self.visit_u64(n),
+                        Err(_) => Err(E::custom(format!(
+                            "unknown source port {v:?}: expected a port number, `fixed` or `perQuery`"
+                        ))),
+                    },
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One entry of `clients:`: where it runs (one of `pod`, `host`, `node`) and what it does
+/// (one of `udp`, `tcp`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClientDoc {
+    /// Client name.
+    pub name: S<String>,
+    /// Runs in this pod (`NAME` or `NAMESPACE/NAME`).
+    #[serde(default)]
+    pub pod: Option<S<String>>,
+    /// Runs on this host outside the cluster.
+    #[serde(default)]
+    pub host: Option<S<String>>,
+    /// Runs as a process on this node (its traffic takes OUTPUT).
+    #[serde(default)]
+    pub node: Option<S<String>>,
+    /// A UDP query client.
+    #[serde(default)]
+    pub udp: Option<S<UdpClientDoc>>,
+    /// A TCP client.
+    #[serde(default)]
+    pub tcp: Option<S<TcpClientDoc>>,
+}
+
+/// `udp:` of a client.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct UdpClientDoc {
+    /// `IP:PORT`, or a Service port `NAMESPACE/NAME[:PORTNAME]` (its cluster IP and port).
+    pub target: S<String>,
+    /// Time between queries.
+    pub interval: S<SimDuration>,
+    /// Uniform random delay added to each query's nominal time (default 0s).
+    #[serde(default)]
+    pub jitter: Option<SimDuration>,
+    /// A port number, `fixed` (one ephemeral port for the client's life) or `perQuery`
+    /// (default `perQuery`).
+    #[serde(default)]
+    pub source_port: Option<S<SourcePortDoc>>,
+    /// How long a try waits for its answer (default 5s).
+    #[serde(default)]
+    pub timeout: Option<SimDuration>,
+    /// Re-sends after a timeout or ICMP error (default 0).
+    #[serde(default)]
+    pub retries: Option<u8>,
+    /// First query (default 0s).
+    #[serde(default)]
+    pub start: Option<SimDuration>,
+    /// No new query from this instant (default: the end of the run).
+    #[serde(default)]
+    pub stop: Option<SimDuration>,
+    /// At most this many queries.
+    #[serde(default)]
+    pub count: Option<u32>,
+}
+
+/// `tcp:` of a client.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TcpClientDoc {
+    /// `IP:PORT`, or a Service port `NAMESPACE/NAME[:PORTNAME]`.
+    pub target: S<String>,
+    /// Time between connections.
+    pub interval: S<SimDuration>,
+    /// Uniform random delay added to each connection's nominal time (default 0s).
+    #[serde(default)]
+    pub jitter: Option<SimDuration>,
+    /// Handshake timeout (default 10s).
+    #[serde(default)]
+    pub connect_timeout: Option<SimDuration>,
+    /// Response timeout (default 10s).
+    #[serde(default)]
+    pub request_timeout: Option<SimDuration>,
+    /// First connection (default 0s).
+    #[serde(default)]
+    pub start: Option<SimDuration>,
+    /// No new connection from this instant.
+    #[serde(default)]
+    pub stop: Option<SimDuration>,
+    /// At most this many connections.
+    #[serde(default)]
+    pub count: Option<u32>,
+}
+
+/// One entry of `events:`: `at` and exactly one action.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EventDoc {
+    /// When it happens.
+    pub at: S<SimDuration>,
+    /// The pod's process is killed at once (OOMKilled); its network stays.
+    #[serde(default)]
+    pub oom_kill: Option<OomKillDoc>,
+    /// The pod is deleted: graceful termination, then gone.
+    #[serde(default)]
+    pub delete_pod: Option<DeletePodDoc>,
+    /// A new pod (scale up).
+    #[serde(default)]
+    pub create_pod: Option<PodDoc>,
+    /// The readiness probe starts failing or succeeding.
+    #[serde(default)]
+    pub readiness: Option<ReadinessDoc>,
+}
+
+/// `oomKill:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OomKillDoc {
+    /// The pod.
+    pub pod: S<String>,
+    /// The container restarts in place (same IP) after this long; absent: never.
+    #[serde(default)]
+    pub restart_after: Option<SimDuration>,
+}
+
+/// `deletePod:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeletePodDoc {
+    /// The pod.
+    pub pod: S<String>,
+    /// Grace period (default: the pod's `terminationGracePeriod`); `0s` deletes at once.
+    #[serde(default)]
+    pub grace_period: Option<SimDuration>,
+    /// Recreate it (same name, labels and apps) after it is gone.
+    #[serde(default)]
+    pub recreate: Option<RecreateDoc>,
+}
+
+/// `recreate:` of a deletion.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RecreateDoc {
+    /// The new pod's IP (default: the old one).
+    #[serde(default)]
+    pub ip: Option<S<IpAddr>>,
+    /// The node (default: the old one).
+    #[serde(default)]
+    pub node: Option<S<String>>,
+    /// Delay from the old pod being gone to the new one running (default 0s).
+    #[serde(default)]
+    pub after: Option<SimDuration>,
+}
+
+/// `readiness:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReadinessDoc {
+    /// The pod.
+    pub pod: S<String>,
+    /// Whether the probe now succeeds.
+    pub ready: bool,
+}
+
+/// A count check: a number (exactly), or `">= N"`, `"> N"`, `"<= N"`, `"< N"`, `"N..M"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CountDoc {
+    /// Smallest accepted value.
+    pub min: u64,
+    /// Largest accepted value.
+    pub max: u64,
+}
+
+impl CountDoc {
+    /// Whether `v` is accepted.
+    pub fn accepts(&self, v: u64) -> bool {
+        self.min <= v && v <= self.max
+    }
+    /// Parses the string form.
+    pub fn parse(s: &str) -> Result<CountDoc, String> {
+        let t = s.trim();
+        let num = |x: &str| {
+            x.trim().parse::<u64>().map_err(|_| {
+                format!(
+                    "bad count {s:?}: expected N, \">= N\", \"> N\", \"<= N\", \"< N\" or \"N..M\""
+                )
+            })
+        };
+        let c = if let Some(r) = t.strip_prefix(">=") {
+            CountDoc {
+                min: num(r)?,
+                max: u64::MAX,
+            }
+        } else if let Some(r) = t.strip_prefix("<=") {
+            CountDoc {
+                min: 0,
+                max: num(r)?,
+            }
+        } else if let Some(r) = t.strip_prefix('>') {
+            CountDoc {
+                min: num(r)?.saturating_add(1),
+                max: u64::MAX,
+            }
+        } else if let Some(r) = t.strip_prefix('<') {
+            let n = num(r)?;
+            if n == 0 {
+                return Err(format!("bad count {s:?}: nothing is below 0"));
+            }
+            CountDoc { min: 0, max: n - 1 }
+        } else if let Some((a, b)) = t.split_once("..") {
+            let (a, b) = (num(a)?, num(b)?);
+            if a > b {
+                return Err(format!("bad count {s:?}: the range is empty"));
+            }
+            CountDoc { min: a, max: b }
+        } else {
+            let n = num(t)?;
+            CountDoc { min: n, max: n }
+        };
+        Ok(c)
+    }
+}
+
+impl std::fmt::Display for CountDoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.min, self.max) {
+            (a, b) if a == b => write!(f, "{a}"),
+            (a, u64::MAX) => write!(f, ">= {a}"),
+            (0, b) => write!(f, "<= {b}"),
+            (a, b) => write!(f, "{a}..{b}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CountDoc {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = CountDoc;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a count: N, \">= N\", \"> N\", \"<= N\", \"< N\" or \"N..M\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<CountDoc, E> {
+                Ok(CountDoc { min: v, max: v })
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<CountDoc, E> {
+                if v < 0 {
+                    return Err(E::custom(format!(
+                        "count {v} is negative: expected 0 or more"
+                    )));
+                }
+                self.visit_u64(v as u64)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<CountDoc, E> {
+                CountDoc::parse(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One entry of `expectations:`: an optional name and time, and exactly one check.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExpectationDoc {
+    /// A name for reports (default: a description of the check).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// When to check (default: at the end of the run).
+    #[serde(default)]
+    pub at: Option<S<SimDuration>>,
+    /// Counts of one client's queries or connections.
+    #[serde(default)]
+    pub client: Option<ClientExpectDoc>,
+    /// Conntrack entries on a node.
+    #[serde(default)]
+    pub conntrack: Option<ConntrackExpectDoc>,
+    /// What reached an endpoint.
+    #[serde(default)]
+    pub endpoint: Option<EndpointExpectDoc>,
+}
+
+/// `client:` check: counts over the queries first sent in `[from, to)`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClientExpectDoc {
+    /// The client.
+    pub name: S<String>,
+    /// Window start (default 0s).
+    #[serde(default)]
+    pub from: Option<SimDuration>,
+    /// Window end, exclusive (default: the check's time).
+    #[serde(default)]
+    pub to: Option<SimDuration>,
+    /// Queries sent in the window.
+    #[serde(default)]
+    pub sent: Option<CountDoc>,
+    /// Of those, answered.
+    #[serde(default)]
+    pub answered: Option<CountDoc>,
+    /// Of those, failed (timed out, refused, reset).
+    #[serde(default)]
+    pub failed: Option<CountDoc>,
+    /// Of those, timed out.
+    #[serde(default)]
+    pub timed_out: Option<CountDoc>,
+    /// Of those, refused by an ICMP error or reset.
+    #[serde(default)]
+    pub refused: Option<CountDoc>,
+}
+
+/// `conntrack:` check on one node's table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConntrackExpectDoc {
+    /// The node.
+    pub node: S<String>,
+    /// A `conntrack -L` filter (`-p udp --orig-dst 10.96.0.10 --orig-port-dst 53`).
+    #[serde(default)]
+    pub filter: Option<S<String>>,
+    /// How many entries match (default `>= 1`, or `0` with `exists: false`).
+    #[serde(default)]
+    pub count: Option<CountDoc>,
+    /// Shorthand for `count: ">= 1"` / `count: 0`.
+    #[serde(default)]
+    pub exists: Option<bool>,
+    /// Every matching entry's reply source is this endpoint (a pod name or an IP).
+    #[serde(default)]
+    pub endpoint: Option<S<String>>,
+    /// Every matching entry is (or is not) `[ASSURED]`.
+    #[serde(default)]
+    pub assured: Option<bool>,
+    /// Every matching entry's seconds left (as `conntrack -L` prints them).
+    #[serde(default)]
+    pub timeout: Option<CountDoc>,
+    /// Every matching entry's TCP state (`ESTABLISHED`, `TIME_WAIT`, …).
+    #[serde(default)]
+    pub state: Option<String>,
+}
+
+/// `endpoint:` check: what reached one endpoint in a window.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EndpointExpectDoc {
+    /// The pod (`NAME` or `NAMESPACE/NAME`), or an IP.
+    pub pod: S<String>,
+    /// Count only traffic from this client.
+    #[serde(default)]
+    pub client: Option<S<String>>,
+    /// Window start (default 0s).
+    #[serde(default)]
+    pub from: Option<SimDuration>,
+    /// Window end, exclusive (default: the check's time).
+    #[serde(default)]
+    pub to: Option<SimDuration>,
+    /// Client messages (queries, SYNs, retries) that reached it.
+    #[serde(default)]
+    pub packets: Option<CountDoc>,
+    /// Distinct flows (source address and port) that reached it.
+    #[serde(default)]
+    pub flows: Option<CountDoc>,
+}
