@@ -169,6 +169,16 @@ impl CtFilter {
             ..CtFilter::default()
         }
     }
+    /// Also requires this original destination.
+    pub fn with_orig_dst(mut self, ip: IpAddr) -> CtFilter {
+        self.orig_dst = Some(ip);
+        self
+    }
+    /// Also requires this original destination port.
+    pub fn with_orig_dport(mut self, port: u16) -> CtFilter {
+        self.orig_dport = Some(port);
+        self
+    }
     /// Matches every entry of a protocol.
     pub fn proto(proto: u8) -> CtFilter {
         CtFilter {

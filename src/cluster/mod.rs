@@ -5,4 +5,6 @@
 //! - [`kernel`]: the adapter to a node's network namespace (currently a test double).
 
 pub mod apps;
+pub mod control;
 pub mod kernel;
+pub mod proxy;

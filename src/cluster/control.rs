@@ -1,0 +1,165 @@
+//! The control plane below kube-proxy: pods' lifecycle as the kubelet reports it, and the
+//! EndpointSlice controller that turns pods and Service selectors into EndpointSlices.
+//!
+//! Readiness follows the kubelet: a container that exits (OOM kill) is reported not ready
+//! after [`CONTAINER_EXIT_DETECTION`] (PLEG relist); a readiness probe that starts failing
+//! marks the pod not ready after `periodSeconds × failureThreshold`, one that starts
+//! succeeding marks it ready after `periodSeconds × successThreshold`. A deleted pod is
+//! terminating at once (`ready: false`, `serving` as its probe says, `terminating: true`)
+//! until its grace period ends, then gone. Endpoint conditions are the EndpointSlice
+//! controller's: `ready = Ready && !terminating`, `serving = Ready`, `terminating`.
+
+use crate::k8s::{
+    AddressType, Endpoint, EndpointConditions, EndpointPort, EndpointSlice, IntOrString,
+    ObjectMeta, Service, LABEL_SERVICE_NAME,
+};
+use crate::scenario::model::PodDef;
+use sim_core::{SimDuration, SimTime};
+use std::collections::BTreeMap;
+
+/// Time for the kubelet to notice an exited container (PLEG relist period, 1 s).
+pub const CONTAINER_EXIT_DETECTION: SimDuration = SimDuration::from_secs(1);
+
+/// Where a pod is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Running (its process may still be dead after an OOM kill).
+    Running,
+    /// Deleted, terminating until the given instant.
+    Terminating(SimTime),
+    /// Gone: no process, no network.
+    Gone,
+}
+
+/// One pod's state.
+#[derive(Clone, Debug)]
+pub struct PodState {
+    /// Its definition (the IP and node of its current incarnation).
+    pub def: PodDef,
+    /// Lifecycle phase.
+    pub phase: Phase,
+    /// Whether its process runs (false after an OOM kill until the restart).
+    pub process_alive: bool,
+    /// The pod's Ready condition as the API server has it.
+    pub ready: bool,
+    /// The readiness probe's verdict the scenario forces (`readiness` events); `true` unless
+    /// told otherwise.
+    pub probe_ok: bool,
+    /// Incarnation counter: bumped by every restart or recreation, so stale timers are
+    /// ignored.
+    pub generation: u64,
+    /// The name of its node (the endpoint's `nodeName`).
+    pub node_name: String,
+}
+
+impl PodState {
+    /// A new pod on the node named `node_name`; `def.ready` is the state it starts in.
+    pub fn new(def: PodDef, node_name: &str) -> PodState {
+        let ready = def.ready;
+        PodState {
+            def,
+            phase: Phase::Running,
+            process_alive: true,
+            ready,
+            probe_ok: true,
+            generation: 0,
+            node_name: node_name.to_string(),
+        }
+    }
+    /// Whether its IP is routed (it exists and is not gone).
+    pub fn has_network(&self) -> bool {
+        self.phase != Phase::Gone
+    }
+    /// Whether its servers answer.
+    pub fn serving_traffic(&self) -> bool {
+        self.has_network() && self.process_alive
+    }
+    /// The endpoint conditions the EndpointSlice controller publishes.
+    pub fn conditions(&self) -> EndpointConditions {
+        let terminating = matches!(self.phase, Phase::Terminating(_));
+        EndpointConditions {
+            ready: Some(self.ready && !terminating),
+            serving: Some(self.ready),
+            terminating: Some(terminating),
+        }
+    }
+}
+
+fn selects(svc: &Service, pod: &PodDef) -> bool {
+    !svc.spec.selector.is_empty()
+        && svc.metadata.namespace == pod.namespace
+        && svc
+            .spec
+            .selector
+            .iter()
+            .all(|(k, v)| pod.labels.get(k) == Some(v))
+}
+
+/// The EndpointSlices the controller derives for `services` from `pods` (pods that are gone
+/// are left out), one slice per Service with a selector, named `<service>-nfsim`.
+pub fn derive_slices<'a>(
+    services: &[Service],
+    pods: impl Iterator<Item = &'a PodState> + Clone,
+) -> Vec<EndpointSlice> {
+    let mut out = Vec::new();
+    for svc in services {
+        if svc.spec.selector.is_empty() || svc.ipv4_cluster_ip().is_none() {
+            continue;
+        }
+        let mut endpoints = Vec::new();
+        let mut ports: Option<Vec<EndpointPort>> = None;
+        let mut sorted: Vec<&PodState> = pods
+            .clone()
+            .filter(|p| p.has_network() && selects(svc, &p.def))
+            .collect();
+        sorted.sort_by(|a, b| a.def.key().cmp(&b.def.key()));
+        for p in sorted {
+            // The controller resolves each targetPort against the pod's container ports;
+            // a pod missing a named port gets no endpoint for it.
+            let mut eps = Vec::new();
+            let mut ok = true;
+            for sp in &svc.spec.ports {
+                let port = match &sp.target_port {
+                    None => Some(sp.port),
+                    Some(IntOrString::Int(n)) => Some(*n),
+                    Some(IntOrString::String(name)) => p.def.ports.get(name).copied(),
+                };
+                match port {
+                    Some(port) => eps.push(EndpointPort {
+                        name: Some(sp.name.clone()),
+                        port: Some(port),
+                        protocol: Some(sp.protocol),
+                    }),
+                    None => ok = false,
+                }
+            }
+            if !ok {
+                continue;
+            }
+            if ports.is_none() {
+                ports = Some(eps);
+            }
+            endpoints.push(Endpoint {
+                addresses: vec![p.def.ip],
+                conditions: p.conditions(),
+                node_name: Some(p.node_name.clone()),
+            });
+        }
+        let mut meta = ObjectMeta::new(
+            &svc.metadata.namespace,
+            &format!("{}-nfsim", svc.metadata.name),
+        );
+        meta.labels
+            .insert(LABEL_SERVICE_NAME.to_string(), svc.metadata.name.clone());
+        out.push(EndpointSlice {
+            metadata: meta,
+            address_type: AddressType::IPv4,
+            endpoints,
+            ports: ports.unwrap_or_default(),
+        });
+    }
+    out
+}
+
+/// All pods, by `namespace/name`.
+pub type Pods = BTreeMap<String, PodState>;
