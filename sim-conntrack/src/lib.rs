@@ -1,5 +1,49 @@
 //! # sim-conntrack
 //!
-//! The connection tracking table.
+//! The connection tracking table of one simulated network namespace, with the kernel's
+//! semantics (KERNEL.md §1–§6, §9): entries keyed by both tuples, create-then-confirm,
+//! per-protocol trackers and timeouts, NAT bindings with the kernel's port allocation,
+//! `nf_conntrack_max` with early drop, exact expiry, events, statistics, and the text of
+//! conntrack-tools.
+//!
+//! The crate is sans-IO: [`Conntrack`] never reads a clock; every call that depends on time
+//! takes `now: SimTime`, and outputs (events) are drained by the caller. Its doc comment
+//! says in which order the hook pipeline calls what. Modules, bottom up:
+//!
+//! - [`tuple`]: [`Tuple`] (`struct nf_conntrack_tuple`), [`Dir`], ICMP type inversion.
+//! - [`config`]: [`Sysctls`], settable by the real `net.netfilter.nf_conntrack_*` names.
+//! - [`entry`]: [`Status`] bits, [`TcpState`], [`CtEntry`] snapshots and their `-L` lines.
+//! - [`table`]: [`Conntrack`] itself: lookup, allocation and early drop, confirm, expiry.
+//! - `track`: the UDP, TCP, ICMP and generic trackers ([`tcp_transition`] exposes the table).
+//! - [`nat`]: [`NatRange`], `nf_nat_setup_info`, null bindings, `nf_nat_packet`.
+//! - [`event`]: [`CtEvent`] (`conntrack -E` lines) and [`Stats`] (`conntrack -S`).
+//! - [`filter`]: [`Filter`], parsed from `conntrack -L/-D` options.
+//!
+//! Deviations from the kernel, all deliberate: TCP windows are not checked (as with
+//! `nf_conntrack_tcp_be_liberal=1`); SCTP and GRE are tracked like the generic protocol
+//! (ports kept for SCTP); expired entries are reaped at the exact instant of expiry; the
+//! bucket hash and NAT port offsets come from seeded streams; dumps are in creation order.
+
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod config;
+pub mod entry;
+pub mod event;
+pub mod filter;
+mod index;
+pub mod nat;
+pub mod table;
+mod track;
+pub mod tuple;
+
+pub use config::{SysctlError, Sysctls};
+pub use entry::{
+    deleted_summary, shown_summary, CtEntry, EntryId, Expiry, ListLine, Status, TcpState,
+};
+pub use event::{CtEvent, DestroyCause, EventKind, Stats};
+pub use filter::{AddrMatch, Filter, FilterError};
+pub use nat::{Manip, NatError, NatRange, NatRangeError};
+pub use table::{ConfirmError, Conntrack, CtHandle, CtInfo, CtVerdict, DropReason, InvalidReason};
+pub use track::tcp_transition;
+pub use tuple::{Dir, Tuple};

@@ -1,0 +1,866 @@
+//! The table itself: [`Conntrack`], its entries, lookup, allocation with `nf_conntrack_max` and
+//! early drop, confirmation, expiry, events, and the list/delete API.
+
+use crate::config::Sysctls;
+use crate::entry::{CtEntry, EntryId, Expiry, Status, TcpState};
+use crate::event::{CtEvent, DestroyCause, EventKind, Stats};
+use crate::filter::Filter;
+use crate::index::Index;
+use crate::tuple::{icmp_is_error, reciprocal_scale, Dir, HashSeed, Tuple};
+use sim_core::packet::IPPROTO_TCP;
+use sim_core::{IcmpBody, Packet, SimRng, SimTime, L4};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::fmt;
+use std::net::IpAddr;
+
+/// How many buckets `early_drop` looks at (`NF_CT_EVICTION_RANGE`).
+pub const EVICTION_RANGE: u32 = 8;
+
+/// The packet's relation to its entry (`enum ip_conntrack_info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CtInfo {
+    /// Original direction, the entry has seen a reply (`IP_CT_ESTABLISHED`).
+    Established,
+    /// An ICMP error about the entry, travelling in the original direction (`IP_CT_RELATED`).
+    Related,
+    /// Original direction, no reply seen yet (`IP_CT_NEW`).
+    New,
+    /// Reply direction (`IP_CT_ESTABLISHED_REPLY`).
+    EstablishedReply,
+    /// An ICMP error about the entry, travelling in the reply direction
+    /// (`IP_CT_RELATED_REPLY`).
+    RelatedReply,
+}
+
+impl CtInfo {
+    /// The direction the packet travels (`CTINFO2DIR`).
+    pub fn dir(self) -> Dir {
+        match self {
+            CtInfo::EstablishedReply | CtInfo::RelatedReply => Dir::Reply,
+            _ => Dir::Original,
+        }
+    }
+}
+
+/// What a packet carries after "conntrack in": its entry and how it relates to it
+/// (the kernel's `skb->_nfct`). Valid until the packet is confirmed or discarded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CtHandle {
+    /// The entry (unconfirmed for a connection's first packet).
+    pub id: EntryId,
+    /// NEW / ESTABLISHED / RELATED / …
+    pub ctinfo: CtInfo,
+}
+
+impl CtHandle {
+    /// The direction the packet travels.
+    pub fn dir(&self) -> Dir {
+        self.ctinfo.dir()
+    }
+}
+
+/// Why a packet got no entry (ctstate INVALID).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InvalidReason {
+    /// The TCP flag combination is never valid (`tcp_error`: a bare FIN, NULL, SYN|FIN…).
+    TcpBadFlags,
+    /// The TCP state machine rejects the packet in this state (`sIV`).
+    TcpInvalidState,
+    /// A TCP packet other than SYN (or ACK with `nf_conntrack_tcp_loose`) cannot start an
+    /// entry (`tcp_new`).
+    TcpCannotCreate,
+    /// An ICMP type that is neither a request nor an error cannot start an entry (an
+    /// unsolicited echo reply).
+    IcmpCannotCreate,
+    /// The tuple has no inverse (an ICMP type without a reply type).
+    CannotInvert,
+    /// An ICMP error that quotes no known connection (counted as `error`).
+    IcmpErrorNoMatch,
+    /// An ICMP error without a quoted header.
+    IcmpErrorMalformed,
+}
+
+/// Why conntrack dropped a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// `nf_conntrack_max` reached and nothing could be early-dropped.
+    TableFull,
+}
+
+impl fmt::Display for DropReason {
+    /// The kernel log line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DropReason::TableFull => f.write_str("nf_conntrack: table full, dropping packet"),
+        }
+    }
+}
+
+/// The result of [`Conntrack::conntrack_in`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CtVerdict {
+    /// The packet belongs to an entry (maybe a new, unconfirmed one).
+    Tracked(CtHandle),
+    /// No entry: the packet goes on with ctstate INVALID.
+    Invalid(InvalidReason),
+    /// Drop the packet.
+    Drop(DropReason),
+}
+
+/// Why a confirmation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ConfirmError {
+    /// The handle names no live entry.
+    #[error("no such conntrack entry {0}")]
+    NoEntry(EntryId),
+    /// A tuple of the new entry is already in the table (`insert_failed`): drop the packet.
+    #[error(
+        "entry {0} clashes with an entry already in the table: packet dropped (insert_failed)"
+    )]
+    InsertFailed(EntryId),
+}
+
+/// Where an entry slot is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Life {
+    Free,
+    Unconfirmed,
+    Confirmed,
+    /// Killed while a packet still holds it (RST before reply): out of the index, slot kept
+    /// until that packet is confirmed or discarded.
+    Dying,
+}
+
+/// Cached event bits (`IPCT_*`), delivered at confirmation like `nf_ct_deliver_cached_events`.
+pub(crate) mod ev {
+    pub const NEW: u8 = 1;
+    pub const REPLY: u8 = 2;
+    pub const ASSURED: u8 = 4;
+    pub const PROTOINFO: u8 = 8;
+    pub const MARK: u8 = 16;
+}
+
+/// Bits of `Entry::tcp_flags`.
+pub(crate) mod tf {
+    /// `last_index` (TcpIndex as u8) in bits 0..3.
+    pub const LAST_INDEX_MASK: u8 = 0x07;
+    /// `last_dir` is reply.
+    pub const LAST_DIR_REPLY: u8 = 0x08;
+    /// `IP_CT_TCP_FLAG_CLOSE_INIT` seen in the original direction.
+    pub const CLOSE_INIT_ORIG: u8 = 0x10;
+    /// … in the reply direction.
+    pub const CLOSE_INIT_REPLY: u8 = 0x20;
+    /// `IP_CT_TCP_SIMULTANEOUS_OPEN`.
+    pub const SIMULTANEOUS_OPEN: u8 = 0x40;
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub tuples: [Tuple; 2],
+    /// Absolute deadline when confirmed; the timeout as nanoseconds while unconfirmed.
+    pub timeout: SimTime,
+    /// The deadline of this entry's live timer in the heap (`SimTime::MAX` = none).
+    pub armed: SimTime,
+    /// UDP: `stream_ts`, creation + 2 s.
+    pub stream_ts: SimTime,
+    pub seq: u64,
+    pub mark: u32,
+    pub gen: u32,
+    pub status: Status,
+    pub tcp_state: u8,
+    pub tcp_flags: u8,
+    pub pending: u8,
+    pub life: Life,
+}
+
+/// The connection tracking table of one network namespace. Sans-IO: every call that depends
+/// on time takes `now`, nothing reads a clock, and the outputs (events) are drained by the
+/// caller.
+///
+/// # Order of calls, per packet (the hook pipeline)
+///
+/// 1. At PREROUTING / OUTPUT, after raw: [`Conntrack::conntrack_in`]. [`CtVerdict::Drop`] →
+///    drop the packet; [`CtVerdict::Invalid`] → continue without an entry (ctstate INVALID);
+///    [`CtVerdict::Tracked`] → the packet carries the [`CtHandle`] from here on. Untracked
+///    packets (`CT --notrack`) simply never call it.
+/// 2. At each NAT hook (`Dst` at PREROUTING/OUTPUT, `Src` at POSTROUTING/INPUT): if
+///    `!nat_initialized(id, manip)` the nat table is consulted (this is a connection's first
+///    packet); a rule calls [`Conntrack::nat_setup`], no rule calls
+///    [`Conntrack::nat_null_binding`]. Then, for every packet, [`Conntrack::nat_packet`].
+/// 3. At the confirm hook (POSTROUTING, INPUT): [`Conntrack::confirm`] — for a new entry it
+///    enters the table (`[NEW]` event); for any entry it delivers the events the packet
+///    caused (`[UPDATE]`). `Err(InsertFailed)` → drop the packet.
+///    A packet dropped (or consumed) before that calls [`Conntrack::discard`] instead: a new
+///    entry vanishes without an event. Every handle ends in exactly one of the two.
+/// 4. Between packets: [`Conntrack::drain_events`], [`Conntrack::next_expiry`] /
+///    [`Conntrack::expire`] for a driver that wants DESTROY events on time even without
+///    traffic (every call taking `now` expires first anyway), and [`Conntrack::list`] /
+///    [`Conntrack::delete`] for tools and reconcilers.
+///
+/// Expiry is exact: an entry whose timeout is `t` is found by lookups at any `now < t` and
+/// gone at `now >= t`; its DESTROY event is stamped `t`.
+///
+/// `conntrack -L` order here is creation order (the real tool prints hash order).
+#[derive(Clone, Debug)]
+pub struct Conntrack {
+    pub(crate) cfg: Sysctls,
+    pub(crate) slab: Vec<Entry>,
+    free: Vec<u32>,
+    index: Index,
+    hseed: HashSeed,
+    timers: BinaryHeap<Reverse<(SimTime, u32, u32)>>,
+    pub(crate) bysource: BTreeMap<(u8, IpAddr, u16), Vec<EntryId>>,
+    pub(crate) nat_rng: SimRng,
+    events: Vec<CtEvent>,
+    pub(crate) stats: Stats,
+    count: u32,
+    confirmed: u32,
+    next_seq: u64,
+    scratch: Vec<u32>,
+    portid: u32,
+}
+
+impl Conntrack {
+    /// An empty table. Its random streams (the bucket hash seed, NAT port offsets) are
+    /// `SimRng::derive(seed, "<label>/hash")` and `"<label>/nat-port"`; give each node its
+    /// own label (`"node/worker-1/conntrack"`).
+    pub fn new(seed: u64, label: &str, sysctls: Sysctls) -> Conntrack {
+        let mut hrng = SimRng::derive(seed, &format!("{label}/hash"));
+        Conntrack {
+            cfg: sysctls,
+            slab: Vec::new(),
+            free: Vec::new(),
+            index: Index::new(),
+            hseed: HashSeed::new(&mut hrng),
+            timers: BinaryHeap::new(),
+            bysource: BTreeMap::new(),
+            nat_rng: SimRng::derive(seed, &format!("{label}/nat-port")),
+            events: Vec::new(),
+            stats: Stats::default(),
+            count: 0,
+            confirmed: 0,
+            next_seq: 0,
+            scratch: Vec::new(),
+            portid: 0,
+        }
+    }
+
+    /// The settings.
+    pub fn sysctls(&self) -> &Sysctls {
+        &self.cfg
+    }
+
+    /// The settings, to change. New timeouts apply from the next refresh, as in the kernel.
+    pub fn sysctls_mut(&mut self) -> &mut Sysctls {
+        &mut self.cfg
+    }
+
+    /// A sysctl's value as its file prints it, `nf_conntrack_count` included.
+    pub fn sysctl(&self, name: &str) -> Result<String, crate::SysctlError> {
+        let short = name.trim();
+        let short = short
+            .strip_prefix(crate::config::SYSCTL_PREFIX)
+            .unwrap_or(short);
+        if short == "nf_conntrack_count" {
+            return Ok(self.count.to_string());
+        }
+        self.cfg.get(name)
+    }
+
+    /// The `conntrack -S` counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Entries in the table (confirmed), what `conntrack -C` prints once expired ones are
+    /// reaped.
+    pub fn len(&self) -> usize {
+        self.confirmed as usize
+    }
+
+    /// Whether the table has no confirmed entry.
+    pub fn is_empty(&self) -> bool {
+        self.confirmed == 0
+    }
+
+    /// `nf_conntrack_count`: allocated entries, unconfirmed ones included.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The netlink port id printed in `[USERSPACE] portid=N` for later deletes (default 0).
+    pub fn set_userspace_portid(&mut self, portid: u32) {
+        self.portid = portid;
+    }
+
+    /// Heap bytes held by the table's own structures (slab, index, timers, free list),
+    /// from their capacities. Events not yet drained and the SNAT source map are not counted.
+    pub fn heap_bytes(&self) -> usize {
+        self.slab.capacity() * std::mem::size_of::<Entry>()
+            + self.index.heap_bytes()
+            + self.timers.capacity() * std::mem::size_of::<Reverse<(SimTime, u32, u32)>>()
+            + self.free.capacity() * 4
+    }
+
+    // ----- ids, snapshots ---------------------------------------------------------------
+
+    pub(crate) fn slot_of(&self, id: EntryId) -> Option<usize> {
+        let s = id.slot as usize;
+        match self.slab.get(s) {
+            Some(e) if e.gen == id.gen && e.life != Life::Free => Some(s),
+            _ => None,
+        }
+    }
+
+    fn id_of(&self, slot: usize) -> EntryId {
+        EntryId {
+            slot: slot as u32,
+            gen: self.slab[slot].gen,
+        }
+    }
+
+    pub(crate) fn snapshot(&self, slot: usize) -> CtEntry {
+        let e = &self.slab[slot];
+        CtEntry {
+            id: self.id_of(slot),
+            orig: e.tuples[0],
+            reply: e.tuples[1],
+            status: e.status,
+            tcp_state: (e.tuples[0].proto == IPPROTO_TCP).then(|| TcpState::from_u8(e.tcp_state)),
+            mark: e.mark,
+            expiry: match e.life {
+                Life::Unconfirmed => Expiry::AfterConfirm(e.timeout.since_start()),
+                _ => Expiry::At(e.timeout),
+            },
+            seq: e.seq,
+        }
+    }
+
+    /// The entry a handle or id names, as it is now (`None` once it is gone).
+    pub fn get(&self, id: EntryId) -> Option<CtEntry> {
+        self.slot_of(id).map(|s| self.snapshot(s))
+    }
+
+    /// The confirmed, unexpired entry whose original or reply tuple is `t`, and which one.
+    pub fn find(&self, now: SimTime, t: &Tuple) -> Option<(CtEntry, Dir)> {
+        let (slot, dir) = self.lookup(t)?;
+        (self.slab[slot].timeout > now).then(|| (self.snapshot(slot), dir))
+    }
+
+    // ----- ctmark ----------------------------------------------------------------------
+
+    /// The connection mark.
+    pub fn mark(&self, id: EntryId) -> Option<u32> {
+        self.slot_of(id).map(|s| self.slab[s].mark)
+    }
+
+    /// Sets the connection mark (CONNMARK `--set-xmark` computes `(mark & !mask) ^ value`
+    /// first). A change is reported as an UPDATE (`IPCT_MARK`) at the next confirm.
+    /// Returns false if the entry is gone.
+    pub fn set_mark(&mut self, id: EntryId, mark: u32) -> bool {
+        let Some(s) = self.slot_of(id) else {
+            return false;
+        };
+        let e = &mut self.slab[s];
+        if e.mark != mark {
+            e.mark = mark;
+            e.pending |= ev::MARK;
+        }
+        true
+    }
+
+    // ----- lookup ------------------------------------------------------------------------
+
+    #[inline]
+    pub(crate) fn lookup(&self, t: &Tuple) -> Option<(usize, Dir)> {
+        let h = t.hash(&self.hseed);
+        self.lookup_hashed(h, t)
+    }
+
+    #[inline]
+    fn lookup_hashed(&self, h: u32, t: &Tuple) -> Option<(usize, Dir)> {
+        let slab = &self.slab;
+        self.index
+            .find(h, |v| {
+                slab[(v >> 1) as usize].tuples[(v & 1) as usize] == *t
+            })
+            .map(|v| {
+                let dir = if v & 1 == 0 {
+                    Dir::Original
+                } else {
+                    Dir::Reply
+                };
+                ((v >> 1) as usize, dir)
+            })
+    }
+
+    // ----- conntrack in ------------------------------------------------------------------
+
+    /// "Conntrack in" (`nf_conntrack_in`) for a packet at PREROUTING or OUTPUT: find its
+    /// entry by either tuple, or allocate an unconfirmed one (where `nf_conntrack_max`,
+    /// early drop and "table full" apply), then run the protocol tracker. ICMP errors that
+    /// quote a known connection are RELATED to it and create nothing.
+    pub fn conntrack_in(&mut self, now: SimTime, pkt: &Packet) -> CtVerdict {
+        self.expire(now);
+        if let L4::Icmp {
+            icmp_type, body, ..
+        } = pkt.l4
+        {
+            if icmp_is_error(pkt.is_ipv4(), icmp_type) {
+                return self.icmp_error(now, pkt, body);
+            }
+        }
+        let tuple = Tuple::from_packet(pkt);
+        let mut repeated = false;
+        loop {
+            let h = tuple.hash(&self.hseed);
+            let (slot, dir, new) = match self.lookup_hashed(h, &tuple) {
+                Some((slot, dir)) => (slot, dir, false),
+                None => {
+                    let Some(reply) = tuple.invert() else {
+                        self.stats.invalid += 1;
+                        return CtVerdict::Invalid(InvalidReason::CannotInvert);
+                    };
+                    match self.alloc(now, tuple, reply, h) {
+                        Some(slot) => (slot, Dir::Original, true),
+                        None => {
+                            self.stats.drop += 1;
+                            return CtVerdict::Drop(DropReason::TableFull);
+                        }
+                    }
+                }
+            };
+            let ctinfo = if dir == Dir::Reply {
+                CtInfo::EstablishedReply
+            } else if self.slab[slot].status.contains(Status::SEEN_REPLY) {
+                CtInfo::Established
+            } else {
+                CtInfo::New
+            };
+            match crate::track::track(self, now, slot, dir, pkt, new) {
+                crate::track::Track::Accept => {}
+                crate::track::Track::Invalid(r) => {
+                    if new {
+                        self.free_slot(slot);
+                    }
+                    self.stats.invalid += 1;
+                    return CtVerdict::Invalid(r);
+                }
+                crate::track::Track::Kill => {
+                    self.destroy(slot, now, DestroyCause::Killed, true);
+                }
+                crate::track::Track::Repeat => {
+                    self.destroy(slot, now, DestroyCause::Killed, false);
+                    if !repeated {
+                        repeated = true;
+                        continue;
+                    }
+                    self.stats.invalid += 1;
+                    return CtVerdict::Invalid(InvalidReason::TcpInvalidState);
+                }
+            }
+            let e = &mut self.slab[slot];
+            if dir == Dir::Reply && !e.status.contains(Status::SEEN_REPLY) {
+                e.status.insert(Status::SEEN_REPLY);
+                e.pending |= ev::REPLY;
+            }
+            return CtVerdict::Tracked(CtHandle {
+                id: self.id_of(slot),
+                ctinfo,
+            });
+        }
+    }
+
+    /// `nf_conntrack_inet_error`: an ICMP error is RELATED to the entry of the packet it
+    /// quotes.
+    fn icmp_error(&mut self, now: SimTime, pkt: &Packet, body: IcmpBody) -> CtVerdict {
+        let IcmpBody::Error(inner) = body else {
+            self.stats.error += 1;
+            return CtVerdict::Invalid(InvalidReason::IcmpErrorMalformed);
+        };
+        let ports = crate::tuple::has_ports(inner.proto);
+        let icmp = crate::tuple::is_icmp(inner.proto);
+        let quoted = Tuple {
+            src: inner.src,
+            dst: inner.dst,
+            sport: if ports || icmp { inner.sport } else { 0 },
+            dport: if ports {
+                inner.dport
+            } else if icmp {
+                u16::from(inner.icmp_type) << 8
+            } else {
+                0
+            },
+            proto: inner.proto,
+        };
+        let found = quoted
+            .invert()
+            .and_then(|t| self.lookup(&t))
+            .filter(|(slot, _)| self.slab[*slot].timeout > now);
+        let _ = pkt;
+        match found {
+            Some((slot, dir)) => CtVerdict::Tracked(CtHandle {
+                id: self.id_of(slot),
+                ctinfo: if dir == Dir::Reply {
+                    CtInfo::RelatedReply
+                } else {
+                    CtInfo::Related
+                },
+            }),
+            None => {
+                self.stats.error += 1;
+                CtVerdict::Invalid(InvalidReason::IcmpErrorNoMatch)
+            }
+        }
+    }
+
+    /// `__nf_conntrack_alloc`: a new unconfirmed entry, after early drop if the table is
+    /// full. `None` = table full.
+    fn alloc(&mut self, now: SimTime, orig: Tuple, reply: Tuple, hash: u32) -> Option<usize> {
+        if self.cfg.max != 0 && self.count >= self.cfg.max && !self.early_drop(now, hash) {
+            return None;
+        }
+        self.count += 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let fresh = |gen: u32| Entry {
+            tuples: [orig, reply],
+            timeout: SimTime::ZERO,
+            armed: SimTime::MAX,
+            stream_ts: SimTime::ZERO,
+            seq,
+            mark: 0,
+            gen,
+            status: Status::default(),
+            tcp_state: 0,
+            tcp_flags: 0,
+            pending: 0,
+            life: Life::Unconfirmed,
+        };
+        let slot = match self.free.pop() {
+            Some(s) => {
+                let gen = self.slab[s as usize].gen;
+                self.slab[s as usize] = fresh(gen);
+                s as usize
+            }
+            None => {
+                self.slab.push(fresh(0));
+                self.slab.len() - 1
+            }
+        };
+        Some(slot)
+    }
+
+    /// `early_drop`: from the new tuple's bucket, up to [`EVICTION_RANGE`] buckets, drop every
+    /// non-ASSURED entry of the first bucket that has any.
+    fn early_drop(&mut self, now: SimTime, hash: u32) -> bool {
+        let nb = self.cfg.buckets.max(1);
+        let mut bucket = reciprocal_scale(hash, nb);
+        let mut members = std::mem::take(&mut self.scratch);
+        for i in 0..EVICTION_RANGE {
+            if i > 0 {
+                bucket = (bucket + 1) % nb;
+            }
+            self.index.bucket_members(bucket, nb, &mut members);
+            let mut drops = 0u64;
+            for &v in &members {
+                let slot = (v >> 1) as usize;
+                let e = &self.slab[slot];
+                if e.life != Life::Confirmed || e.status.contains(Status::ASSURED) {
+                    continue;
+                }
+                self.destroy(slot, now, DestroyCause::EarlyDrop, false);
+                drops += 1;
+            }
+            if drops > 0 {
+                self.stats.early_drop += drops;
+                self.scratch = members;
+                return true;
+            }
+        }
+        self.scratch = members;
+        false
+    }
+
+    /// Sets an entry's timeout to `now + extra` (`nf_ct_refresh`): replaced, never max'd.
+    #[inline]
+    pub(crate) fn refresh(&mut self, slot: usize, now: SimTime, extra: sim_core::SimDuration) {
+        let e = &mut self.slab[slot];
+        match e.life {
+            Life::Unconfirmed => e.timeout = SimTime::from_nanos(extra.as_nanos()),
+            _ => {
+                let t = now.saturating_add(extra);
+                e.timeout = t;
+                if t < e.armed && e.life == Life::Confirmed {
+                    e.armed = t;
+                    let gen = e.gen;
+                    self.timers.push(Reverse((t, slot as u32, gen)));
+                }
+            }
+        }
+    }
+
+    // ----- confirm / discard -------------------------------------------------------------
+
+    /// The confirm hook (`nf_conntrack_confirm`), at POSTROUTING or INPUT: a new entry enters
+    /// the table (`[NEW]`) and its timeout starts; then the events this packet caused are
+    /// delivered. A handle of an entry killed on the way (RST before reply) is released.
+    pub fn confirm(&mut self, now: SimTime, handle: CtHandle) -> Result<(), ConfirmError> {
+        self.expire(now);
+        let Some(slot) = self.slot_of(handle.id) else {
+            return Err(ConfirmError::NoEntry(handle.id));
+        };
+        match self.slab[slot].life {
+            Life::Dying => {
+                self.free_slot(slot);
+                return Ok(());
+            }
+            Life::Unconfirmed => {
+                let [o, r] = self.slab[slot].tuples;
+                let ho = o.hash(&self.hseed);
+                let hr = r.hash(&self.hseed);
+                if self.lookup_hashed(ho, &o).is_some() || self.lookup_hashed(hr, &r).is_some() {
+                    self.stats.insert_failed += 1;
+                    self.free_slot(slot);
+                    return Err(ConfirmError::InsertFailed(handle.id));
+                }
+                let v = (slot as u32) << 1;
+                self.index.insert(ho, v);
+                self.index.insert(hr, v | 1);
+                let e = &mut self.slab[slot];
+                let deadline = now.saturating_add(e.timeout.since_start());
+                e.timeout = deadline;
+                e.armed = deadline;
+                e.life = Life::Confirmed;
+                e.status.insert(Status::CONFIRMED);
+                e.pending |= ev::NEW;
+                let gen = e.gen;
+                self.timers.push(Reverse((deadline, slot as u32, gen)));
+                self.confirmed += 1;
+            }
+            Life::Confirmed | Life::Free => {}
+        }
+        self.deliver(slot, now);
+        Ok(())
+    }
+
+    /// A packet holding `handle` was dropped or consumed before any confirm hook: a new
+    /// entry vanishes without an event (`nf_ct_put` of an unconfirmed entry). For a confirmed
+    /// entry nothing happens; its pending events wait for the next packet's confirm.
+    pub fn discard(&mut self, now: SimTime, handle: CtHandle) {
+        let _ = now;
+        if let Some(slot) = self.slot_of(handle.id) {
+            if matches!(self.slab[slot].life, Life::Unconfirmed | Life::Dying) {
+                self.free_slot(slot);
+            }
+        }
+    }
+
+    fn deliver(&mut self, slot: usize, now: SimTime) {
+        let pending = std::mem::take(&mut self.slab[slot].pending);
+        if pending == 0 || self.cfg.events == 0 {
+            return;
+        }
+        let kind = if pending & ev::NEW != 0 {
+            EventKind::New
+        } else {
+            EventKind::Update
+        };
+        let entry = self.snapshot(slot);
+        self.events.push(CtEvent {
+            at: now,
+            kind,
+            cause: None,
+            entry,
+        });
+    }
+
+    // ----- destroy, free -----------------------------------------------------------------
+
+    /// Removes a confirmed entry from the table with a DESTROY event stamped `at`. With
+    /// `keep_slot` the slot stays (Dying) until its packet's handle is released.
+    fn destroy(&mut self, slot: usize, at: SimTime, cause: DestroyCause, keep_slot: bool) {
+        if self.slab[slot].life != Life::Confirmed {
+            if !keep_slot {
+                self.free_slot(slot);
+            }
+            return;
+        }
+        let [o, r] = self.slab[slot].tuples;
+        let v = (slot as u32) << 1;
+        self.index.remove(o.hash(&self.hseed), v);
+        self.index.remove(r.hash(&self.hseed), v | 1);
+        self.confirmed -= 1;
+        if self.cfg.events != 0 {
+            let mut entry = self.snapshot(slot);
+            entry.status.insert(Status::DYING);
+            self.events.push(CtEvent {
+                at,
+                kind: EventKind::Destroy,
+                cause: Some(cause),
+                entry,
+            });
+        }
+        let e = &mut self.slab[slot];
+        e.status.insert(Status::DYING);
+        e.pending = 0;
+        if keep_slot {
+            e.life = Life::Dying;
+        } else {
+            self.free_slot(slot);
+        }
+    }
+
+    fn free_slot(&mut self, slot: usize) {
+        let e = &mut self.slab[slot];
+        if e.life == Life::Free {
+            return;
+        }
+        let nat_src = e.status.contains(Status::SRC_NAT);
+        let o = e.tuples[0];
+        let id = EntryId {
+            slot: slot as u32,
+            gen: e.gen,
+        };
+        e.life = Life::Free;
+        e.gen = e.gen.wrapping_add(1);
+        e.armed = SimTime::MAX;
+        e.pending = 0;
+        self.count -= 1;
+        self.free.push(slot as u32);
+        if nat_src {
+            let key = (o.proto, o.src, o.sport);
+            if let Some(v) = self.bysource.get_mut(&key) {
+                v.retain(|x| *x != id);
+                if v.is_empty() {
+                    self.bysource.remove(&key);
+                }
+            }
+        }
+    }
+
+    // ----- expiry --------------------------------------------------------------------------
+
+    /// Reaps every entry whose timeout is ≤ `now`, in deadline order, each with a DESTROY
+    /// event stamped with its exact expiry instant. O(log n) per timer.
+    pub fn expire(&mut self, now: SimTime) {
+        while let Some(&Reverse((t, slot, gen))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let s = slot as usize;
+            let e = &self.slab[s];
+            if e.gen != gen || e.life != Life::Confirmed || e.armed != t {
+                continue; // stale timer
+            }
+            if e.timeout <= now {
+                let at = e.timeout;
+                self.destroy(s, at, DestroyCause::Timeout, false);
+            } else {
+                // Refreshed since it was armed: re-arm at the current deadline.
+                let d = e.timeout;
+                self.slab[s].armed = d;
+                self.timers.push(Reverse((d, slot, gen)));
+            }
+        }
+    }
+
+    /// The next instant an entry expires, if any (quinn's `poll_timeout`). Exact: stale
+    /// timers left by refreshes are re-armed here, which is why it takes `&mut self`.
+    pub fn next_expiry(&mut self) -> Option<SimTime> {
+        while let Some(&Reverse((t, slot, gen))) = self.timers.peek() {
+            let s = slot as usize;
+            let e = &self.slab[s];
+            if e.gen != gen || e.life != Life::Confirmed || e.armed != t {
+                self.timers.pop();
+                continue;
+            }
+            if e.timeout == t {
+                return Some(t);
+            }
+            let d = e.timeout;
+            self.timers.pop();
+            self.slab[s].armed = d;
+            self.timers.push(Reverse((d, slot, gen)));
+        }
+        None
+    }
+
+    // ----- events --------------------------------------------------------------------------
+
+    /// Takes the events recorded so far, oldest first.
+    pub fn drain_events(&mut self) -> Vec<CtEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Events recorded and not yet drained.
+    pub fn pending_events(&self) -> &[CtEvent] {
+        &self.events
+    }
+
+    // ----- list / delete -------------------------------------------------------------------
+
+    /// `conntrack -L [filter]` at `now`: confirmed entries not yet expired that match, in
+    /// creation order.
+    pub fn list(&self, now: SimTime, filter: &Filter) -> Vec<CtEntry> {
+        let mut out: Vec<CtEntry> = self
+            .slab
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.life == Life::Confirmed && e.timeout > now)
+            .map(|(s, _)| self.snapshot(s))
+            .filter(|e| filter.matches(e))
+            .collect();
+        out.sort_by_key(|e| e.seq);
+        out
+    }
+
+    /// `conntrack -D [filter]` at `now`: deletes the matching entries (DESTROY events with
+    /// cause [`DestroyCause::Delete`]) and returns them as they were, in creation order.
+    /// An empty result is what makes the real tool exit non-zero.
+    pub fn delete(&mut self, now: SimTime, filter: &Filter) -> Vec<CtEntry> {
+        self.expire(now);
+        let found = self.list(now, filter);
+        let cause = DestroyCause::Delete {
+            portid: self.portid,
+        };
+        for e in &found {
+            if let Some(slot) = self.slot_of(e.id) {
+                self.destroy(slot, now, cause, false);
+            }
+        }
+        found
+    }
+
+    /// Deletes one entry by id (a reconciler that already listed it). Returns it as it was.
+    pub fn delete_entry(&mut self, now: SimTime, id: EntryId) -> Option<CtEntry> {
+        self.expire(now);
+        let slot = self.slot_of(id)?;
+        if self.slab[slot].life != Life::Confirmed {
+            return None;
+        }
+        let snap = self.snapshot(slot);
+        let cause = DestroyCause::Delete {
+            portid: self.portid,
+        };
+        self.destroy(slot, now, cause, false);
+        Some(snap)
+    }
+
+    /// The whole `conntrack -L` output at `now` (stdout lines, then the stderr summary line
+    /// is [`crate::shown_summary`]).
+    pub fn dump(&self, now: SimTime, filter: &Filter) -> String {
+        let mut s = String::new();
+        for e in self.list(now, filter) {
+            s.push_str(&e.list_line(now).to_string());
+            s.push('\n');
+        }
+        s
+    }
+
+    pub(crate) fn tcp_flags_mut(&mut self, slot: usize) -> &mut u8 {
+        &mut self.slab[slot].tcp_flags
+    }
+}

@@ -1,0 +1,356 @@
+//! The per-protocol trackers: UDP (KERNEL.md §2), TCP (§3), ICMP and generic (§4).
+//!
+//! TCP sequence-number window tracking (`tcp_in_window`) is not modelled: every packet is
+//! treated as in window, as with `nf_conntrack_tcp_be_liberal=1`. The retransmission counter
+//! and the unacknowledged-data timeout therefore never apply, nor does the zero-window one.
+
+use crate::config::TcpTimeout;
+use crate::entry::{Status, TcpState};
+use crate::table::{ev, tf, Conntrack, InvalidReason};
+use crate::tuple::{icmp_type_creates, Dir};
+use sim_core::packet::IPPROTO_ICMPV6;
+use sim_core::{Packet, SimDuration, SimTime, TcpFlags, L4};
+
+/// What a tracker decided.
+pub(crate) enum Track {
+    /// Go on with the entry.
+    Accept,
+    /// No entry for this packet.
+    Invalid(InvalidReason),
+    /// Delete the entry now; the packet keeps it until released (RST before reply).
+    Kill,
+    /// Delete the entry and look the packet up again (a SYN reopening a closed connection).
+    Repeat,
+}
+
+/// Flag classes, the kernel's `enum tcp_bit_set` (`get_conntrack_index`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TcpIndex {
+    Syn = 0,
+    SynAck = 1,
+    Fin = 2,
+    Ack = 3,
+    Rst = 4,
+    None = 5,
+}
+
+fn tcp_index(f: TcpFlags) -> TcpIndex {
+    if f.contains(TcpFlags::RST) {
+        TcpIndex::Rst
+    } else if f.contains(TcpFlags::SYN) {
+        if f.contains(TcpFlags::ACK) {
+            TcpIndex::SynAck
+        } else {
+            TcpIndex::Syn
+        }
+    } else if f.contains(TcpFlags::FIN) {
+        TcpIndex::Fin
+    } else if f.contains(TcpFlags::ACK) {
+        TcpIndex::Ack
+    } else {
+        TcpIndex::None
+    }
+}
+
+/// `tcp_valid_flags[]`: the combinations (ECE, CWR and PSH ignored) that are ever valid.
+fn tcp_flags_valid(f: TcpFlags) -> bool {
+    const FIN: u8 = 0x01;
+    const SYN: u8 = 0x02;
+    const RST: u8 = 0x04;
+    const ACK: u8 = 0x10;
+    const URG: u8 = 0x20;
+    let v = f.0 & !(0x40 | 0x80 | 0x08);
+    [
+        SYN,
+        SYN | URG,
+        SYN | ACK,
+        RST,
+        RST | ACK,
+        FIN | ACK,
+        FIN | ACK | URG,
+        ACK,
+        ACK | URG,
+    ]
+    .contains(&v)
+}
+
+// The kernel's state codes: sNO..sS2 are 0..9, sIV = 10 (TCP_CONNTRACK_MAX), sIG = 11.
+const NO: u8 = 0;
+const SS: u8 = 1;
+const SR: u8 = 2;
+const ES: u8 = 3;
+const FW: u8 = 4;
+const CW: u8 = 5;
+const LA: u8 = 6;
+const TW: u8 = 7;
+const CL: u8 = 8;
+const S2: u8 = 9;
+const IV: u8 = 10;
+const IG: u8 = 11;
+
+/// `tcp_conntracks[dir][index][old_state]` (nf_conntrack_proto_tcp.c; KERNEL.md §3).
+const TCP_CONNTRACKS: [[[u8; 10]; 6]; 2] = [
+    [
+        //        NO  SS  SR  ES  FW  CW  LA  TW  CL  S2
+        /*syn*/
+        [SS, SS, IG, IG, IG, IG, IG, SS, SS, S2],
+        /*synack*/ [IV, IV, SR, IV, IV, IV, IV, IV, IV, SR],
+        /*fin*/ [IV, IV, FW, FW, LA, LA, LA, TW, CL, IV],
+        /*ack*/ [ES, IV, ES, ES, CW, CW, TW, TW, CL, IV],
+        /*rst*/ [IV, CL, CL, CL, CL, CL, CL, CL, CL, CL],
+        /*none*/ [IV, IV, IV, IV, IV, IV, IV, IV, IV, IV],
+    ],
+    [
+        /*syn*/ [IV, S2, IV, IV, IV, IV, IV, SS, IV, S2],
+        /*synack*/ [IV, SR, IG, IG, IG, IG, IG, IG, IG, SR],
+        /*fin*/ [IV, IV, FW, FW, LA, LA, LA, TW, CL, IV],
+        /*ack*/ [IV, IG, SR, ES, CW, CW, TW, TW, CL, IG],
+        /*rst*/ [IV, CL, CL, CL, CL, CL, CL, CL, CL, CL],
+        /*none*/ [IV, IV, IV, IV, IV, IV, IV, IV, IV, IV],
+    ],
+];
+
+/// The new state for a packet, per the table (`None` = invalid, `Some(None)` = ignored).
+pub fn tcp_transition(dir: Dir, flags: TcpFlags, old: TcpState) -> Option<Option<TcpState>> {
+    let n = TCP_CONNTRACKS[dir.index()][tcp_index(flags) as usize][old as usize];
+    match n {
+        IV => None,
+        IG => Some(None),
+        s => Some(Some(TcpState::from_u8(s))),
+    }
+}
+
+/// Runs the tracker of the packet's protocol on the entry in `slot`.
+pub(crate) fn track(
+    ct: &mut Conntrack,
+    now: SimTime,
+    slot: usize,
+    dir: Dir,
+    pkt: &Packet,
+    new: bool,
+) -> Track {
+    match pkt.l4 {
+        L4::Udp { .. } => udp(ct, now, slot, new),
+        L4::Tcp { flags, .. } => tcp(ct, now, slot, dir, flags, new),
+        L4::Icmp { icmp_type, .. } => {
+            if new && !icmp_type_creates(pkt.is_ipv4(), icmp_type) {
+                return Track::Invalid(InvalidReason::IcmpCannotCreate);
+            }
+            let t = if pkt.protocol() == IPPROTO_ICMPV6 {
+                ct.cfg.icmpv6_timeout
+            } else {
+                ct.cfg.icmp_timeout
+            };
+            ct.refresh(slot, now, t);
+            Track::Accept
+        }
+        // SCTP chunks are not modelled: SCTP is tracked by ports with the generic timeout.
+        L4::Sctp { .. } | L4::Other { .. } => {
+            let t = ct.cfg.generic_timeout;
+            ct.refresh(slot, now, t);
+            Track::Accept
+        }
+    }
+}
+
+/// `nf_conntrack_udp_packet`.
+fn udp(ct: &mut Conntrack, now: SimTime, slot: usize, new: bool) -> Track {
+    if new {
+        ct.slab[slot].stream_ts = now.saturating_add(SimDuration::from_secs(2));
+    }
+    let e = &ct.slab[slot];
+    if e.status.contains(Status::SEEN_REPLY) {
+        let mut extra = ct.cfg.udp_timeout;
+        let mut stream = false;
+        // Still active after two seconds? (time_after: strictly later)
+        if now > e.stream_ts {
+            extra = ct.cfg.udp_timeout_stream;
+            stream = !e.status.contains(Status::ASSURED);
+        }
+        ct.refresh(slot, now, extra);
+        let e = &mut ct.slab[slot];
+        if stream && !e.status.contains(Status::NAT_CLASH) {
+            e.status.insert(Status::ASSURED);
+            e.pending |= ev::ASSURED;
+        }
+    } else {
+        let t = ct.cfg.udp_timeout;
+        ct.refresh(slot, now, t);
+    }
+    Track::Accept
+}
+
+/// `nf_conntrack_tcp_packet` (with `tcp_new` for a new entry), windows not checked.
+fn tcp(
+    ct: &mut Conntrack,
+    now: SimTime,
+    slot: usize,
+    dir: Dir,
+    flags: TcpFlags,
+    new: bool,
+) -> Track {
+    if !tcp_flags_valid(flags) {
+        return Track::Invalid(InvalidReason::TcpBadFlags);
+    }
+    let index = tcp_index(flags);
+    if new {
+        // tcp_new: the state for the first packet; only SYN, or ACK when loose.
+        let first = TCP_CONNTRACKS[0][index as usize][NO as usize];
+        if first == IV || first == IG {
+            return Track::Invalid(InvalidReason::TcpCannotCreate);
+        }
+        if first != SS && !ct.cfg.tcp_loose {
+            return Track::Invalid(InvalidReason::TcpCannotCreate);
+        }
+        let e = &mut ct.slab[slot];
+        e.tcp_state = NO;
+        e.tcp_flags = TcpIndex::None as u8;
+    }
+    let e = &ct.slab[slot];
+    let old = e.tcp_state;
+    let mut newst = TCP_CONNTRACKS[dir.index()][index as usize][usize::from(old)];
+    let fl = e.tcp_flags;
+    let last_index = fl & tf::LAST_INDEX_MASK;
+    let last_dir_reply = fl & tf::LAST_DIR_REPLY != 0;
+    let close_init = fl & (tf::CLOSE_INIT_ORIG | tf::CLOSE_INIT_REPLY) != 0;
+    match newst {
+        SS if old >= TW => {
+            // RFC 1122 reopen from TIME_WAIT/CLOSE: if the connection was closed (a FIN was
+            // seen) or aborted by a RST from this side, kill it and look up again.
+            if close_init
+                || (last_dir_reply == (dir == Dir::Reply) && last_index == TcpIndex::Rst as u8)
+            {
+                return Track::Repeat;
+            }
+            return ignore(ct, slot, dir, index);
+        }
+        IG => return ignore(ct, slot, dir, index),
+        IV => return Track::Invalid(InvalidReason::TcpInvalidState),
+        S2 => {
+            *ct.tcp_flags_mut(slot) |= tf::SIMULTANEOUS_OPEN;
+        }
+        SR if dir == Dir::Reply
+            && index == TcpIndex::Ack
+            && ct.slab[slot].tcp_flags & tf::SIMULTANEOUS_OPEN != 0 =>
+        {
+            newst = ES;
+        }
+        _ => {}
+    }
+    // in_window: from here on the packet counts.
+    {
+        let f = ct.tcp_flags_mut(slot);
+        *f &= !(tf::LAST_INDEX_MASK | tf::LAST_DIR_REPLY);
+        *f |= index as u8;
+        if dir == Dir::Reply {
+            *f |= tf::LAST_DIR_REPLY;
+        }
+        if old != newst && newst == FW {
+            *f |= if dir == Dir::Reply {
+                tf::CLOSE_INIT_REPLY
+            } else {
+                tf::CLOSE_INIT_ORIG
+            };
+        }
+    }
+    let newstate = TcpState::from_u8(newst);
+    let cfg = &ct.cfg;
+    let mut timeout = if index == TcpIndex::Rst {
+        cfg.tcp_timeout(TcpState::Close)
+    } else {
+        cfg.tcp_timeout(newstate)
+    };
+    let unack = cfg.tcp_special(TcpTimeout::Unack);
+    let e = &mut ct.slab[slot];
+    e.tcp_state = newst;
+    if old != newst {
+        e.pending |= ev::PROTOINFO;
+    }
+    if !e.status.contains(Status::SEEN_REPLY) {
+        if index == TcpIndex::Rst {
+            // "If only reply is a RST, we can consider ourselves not to have an
+            // established connection": delete at once.
+            return if new {
+                Track::Invalid(InvalidReason::TcpInvalidState)
+            } else {
+                Track::Kill
+            };
+        }
+        if index == TcpIndex::Syn && old == SS {
+            // A SYN retransmit does not renew the timeout.
+            return Track::Accept;
+        }
+        if newst == ES && timeout > unack {
+            // Picked up mid-stream (loose): no long ESTABLISHED timeout before a reply.
+            timeout = unack;
+        }
+    } else if !e.status.contains(Status::ASSURED) && (old == SR || old == ES) && newst == ES {
+        e.status.insert(Status::ASSURED);
+        e.pending |= ev::ASSURED;
+    }
+    ct.refresh(slot, now, timeout);
+    Track::Accept
+}
+
+/// `TCP_CONNTRACK_IGNORE`: the packet passes, the state and timeout stay.
+fn ignore(ct: &mut Conntrack, slot: usize, dir: Dir, index: TcpIndex) -> Track {
+    let f = ct.tcp_flags_mut(slot);
+    *f &= !(tf::LAST_INDEX_MASK | tf::LAST_DIR_REPLY);
+    *f |= index as u8;
+    if dir == Dir::Reply {
+        *f |= tf::LAST_DIR_REPLY;
+    }
+    Track::Accept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flag_classes_and_validity() {
+        assert_eq!(tcp_index(TcpFlags::SYN | TcpFlags::ACK), TcpIndex::SynAck);
+        assert_eq!(tcp_index(TcpFlags::RST | TcpFlags::ACK), TcpIndex::Rst);
+        assert_eq!(tcp_index(TcpFlags::FIN | TcpFlags::ACK), TcpIndex::Fin);
+        assert!(!tcp_flags_valid(TcpFlags::FIN));
+        assert!(!tcp_flags_valid(TcpFlags::NONE));
+        assert!(!tcp_flags_valid(TcpFlags::SYN | TcpFlags::FIN));
+        assert!(tcp_flags_valid(TcpFlags::ACK | TcpFlags::PSH));
+        assert!(tcp_flags_valid(
+            TcpFlags::SYN | TcpFlags::ECE | TcpFlags::CWR
+        ));
+    }
+
+    #[test]
+    fn table_matches_kernel_md() {
+        use TcpState::*;
+        assert_eq!(
+            tcp_transition(Dir::Original, TcpFlags::SYN, None),
+            Some(Some(SynSent))
+        );
+        assert_eq!(
+            tcp_transition(Dir::Reply, TcpFlags::SYN | TcpFlags::ACK, SynSent),
+            Some(Some(SynRecv))
+        );
+        assert_eq!(
+            tcp_transition(Dir::Original, TcpFlags::ACK, SynRecv),
+            Some(Some(Established))
+        );
+        assert_eq!(
+            tcp_transition(Dir::Original, TcpFlags::ACK, SynSent),
+            Option::None
+        );
+        assert_eq!(
+            tcp_transition(Dir::Reply, TcpFlags::ACK, SynSent),
+            Some(Option::None)
+        );
+        assert_eq!(
+            tcp_transition(Dir::Reply, TcpFlags::SYN, TimeWait),
+            Some(Some(SynSent))
+        );
+        assert_eq!(
+            tcp_transition(Dir::Original, TcpFlags::RST, None),
+            Option::None
+        );
+    }
+}

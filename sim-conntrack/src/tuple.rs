@@ -1,0 +1,409 @@
+//! Connection tuples (`struct nf_conntrack_tuple`), directions, and the seeded tuple hash.
+
+use sim_core::packet::{
+    icmp, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP,
+};
+use sim_core::{Packet, L4};
+use std::fmt;
+use std::net::IpAddr;
+
+/// IP protocol number of UDP-Lite.
+pub const IPPROTO_UDPLITE: u8 = 136;
+/// IP protocol number of GRE.
+pub const IPPROTO_GRE: u8 = 47;
+/// IP protocol number of DCCP.
+pub const IPPROTO_DCCP: u8 = 33;
+
+/// The direction of a packet relative to its connection (`enum ip_conntrack_dir`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dir {
+    /// The direction of the packet that created the entry (`IP_CT_DIR_ORIGINAL`).
+    Original = 0,
+    /// The other way (`IP_CT_DIR_REPLY`).
+    Reply = 1,
+}
+
+impl Dir {
+    /// The other direction.
+    pub fn flip(self) -> Dir {
+        match self {
+            Dir::Original => Dir::Reply,
+            Dir::Reply => Dir::Original,
+        }
+    }
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What conntrack keys a connection by: addresses, protocol and the protocol's identifiers.
+///
+/// For TCP, UDP, UDP-Lite, SCTP and DCCP the identifiers are the ports. For ICMP/ICMPv6,
+/// `sport` holds the echo identifier and `dport` holds `type << 8 | code`, as the kernel keeps
+/// `src.u.icmp.id` and `dst.u.icmp.{type,code}`. Other protocols have both at 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tuple {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Source port (ICMP: identifier).
+    pub sport: u16,
+    /// Destination port (ICMP: type << 8 | code).
+    pub dport: u16,
+    /// IP protocol number.
+    pub proto: u8,
+}
+
+/// Whether the protocol's tuple carries ports.
+pub fn has_ports(proto: u8) -> bool {
+    matches!(
+        proto,
+        IPPROTO_TCP | IPPROTO_UDP | IPPROTO_UDPLITE | IPPROTO_SCTP | IPPROTO_DCCP
+    )
+}
+
+/// Whether `proto` is ICMP or ICMPv6.
+pub fn is_icmp(proto: u8) -> bool {
+    proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6
+}
+
+/// The reply type of an ICMP query type (`invmap[]` of nf_conntrack_proto_icmp.c and
+/// nf_conntrack_proto_icmpv6.c), or `None` when the type has no inverse.
+pub fn icmp_inverse_type(v4: bool, t: u8) -> Option<u8> {
+    if v4 {
+        Some(match t {
+            icmp::ECHO_REQUEST => icmp::ECHO_REPLY,
+            icmp::ECHO_REPLY => icmp::ECHO_REQUEST,
+            icmp::TIMESTAMP => icmp::TIMESTAMP_REPLY,
+            icmp::TIMESTAMP_REPLY => icmp::TIMESTAMP,
+            icmp::INFO_REQUEST => icmp::INFO_REPLY,
+            icmp::INFO_REPLY => icmp::INFO_REQUEST,
+            icmp::ADDRESS => icmp::ADDRESS_REPLY,
+            icmp::ADDRESS_REPLY => icmp::ADDRESS,
+            _ => return None,
+        })
+    } else {
+        Some(match t {
+            icmp::V6_ECHO_REQUEST => icmp::V6_ECHO_REPLY,
+            icmp::V6_ECHO_REPLY => icmp::V6_ECHO_REQUEST,
+            139 => 140, // node information query / response
+            140 => 139,
+            _ => return None,
+        })
+    }
+}
+
+/// Whether an ICMP type may create an entry (`valid_new[]` of icmp_packet): the requests.
+pub fn icmp_type_creates(v4: bool, t: u8) -> bool {
+    if v4 {
+        matches!(
+            t,
+            icmp::ECHO_REQUEST | icmp::TIMESTAMP | icmp::INFO_REQUEST | icmp::ADDRESS
+        )
+    } else {
+        matches!(t, icmp::V6_ECHO_REQUEST | 139)
+    }
+}
+
+/// Whether an ICMP type is an error that quotes another packet (`icmp_is_err`; for ICMPv6,
+/// every type below 128).
+pub fn icmp_is_error(v4: bool, t: u8) -> bool {
+    if v4 {
+        matches!(t, 3 | 4 | 5 | 11 | 12)
+    } else {
+        t < 128
+    }
+}
+
+impl Tuple {
+    /// The tuple of a packet (`nf_ct_get_tuple`), before any lookup.
+    pub fn from_packet(p: &Packet) -> Tuple {
+        let (sport, dport) = match p.l4 {
+            L4::Tcp { sport, dport, .. } | L4::Udp { sport, dport } | L4::Sctp { sport, dport } => {
+                (sport, dport)
+            }
+            L4::Icmp {
+                icmp_type,
+                code,
+                body,
+            } => {
+                let id = match body {
+                    sim_core::IcmpBody::Query { id, .. } => id,
+                    _ => 0,
+                };
+                (id, u16::from(icmp_type) << 8 | u16::from(code))
+            }
+            L4::Other { .. } => (0, 0),
+        };
+        Tuple {
+            src: p.src,
+            dst: p.dst,
+            sport,
+            dport,
+            proto: p.protocol(),
+        }
+    }
+
+    /// The tuple of the other direction (`nf_ct_invert_tuple`), or `None` for an ICMP type
+    /// without an inverse.
+    pub fn invert(&self) -> Option<Tuple> {
+        if is_icmp(self.proto) {
+            let v4 = self.src.is_ipv4();
+            let t = icmp_inverse_type(v4, self.icmp_type())?;
+            return Some(Tuple {
+                src: self.dst,
+                dst: self.src,
+                sport: self.sport,
+                dport: u16::from(t) << 8 | (self.dport & 0xff),
+                proto: self.proto,
+            });
+        }
+        Some(self.swapped())
+    }
+
+    /// Addresses and ports swapped, whatever the protocol.
+    pub(crate) fn swapped(&self) -> Tuple {
+        Tuple {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            proto: self.proto,
+        }
+    }
+
+    /// For ICMP: the message type.
+    pub fn icmp_type(&self) -> u8 {
+        (self.dport >> 8) as u8
+    }
+    /// For ICMP: the message code.
+    pub fn icmp_code(&self) -> u8 {
+        (self.dport & 0xff) as u8
+    }
+    /// For ICMP: the identifier.
+    pub fn icmp_id(&self) -> u16 {
+        self.sport
+    }
+
+    /// The seeded hash of the tuple: decides its place in the index and its simulated
+    /// `nf_conntrack_buckets` bucket.
+    #[inline]
+    pub(crate) fn hash(&self, seed: &HashSeed) -> u32 {
+        let (s0, s1) = addr_words(self.src);
+        let (d0, d1) = addr_words(self.dst);
+        let ports =
+            (u64::from(self.sport) << 32) | (u64::from(self.dport) << 16) | u64::from(self.proto);
+        let mut h = folded_mul(s0 ^ seed.k[0], s1 ^ seed.k[1]);
+        h = folded_mul(h ^ d0, d1 ^ seed.k[2]);
+        h = folded_mul(h ^ ports, seed.k[3]);
+        (h ^ (h >> 32)) as u32
+    }
+}
+
+#[inline]
+fn addr_words(a: IpAddr) -> (u64, u64) {
+    match a {
+        IpAddr::V4(v) => (u64::from(u32::from(v)), 0x4),
+        IpAddr::V6(v) => {
+            let x = u128::from(v);
+            (x as u64, ((x >> 64) as u64) ^ 0x6)
+        }
+    }
+}
+
+#[inline]
+fn folded_mul(a: u64, b: u64) -> u64 {
+    let r = u128::from(a).wrapping_mul(u128::from(b));
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+/// Keys of the tuple hash, drawn from the table's seeded stream.
+#[derive(Clone, Debug)]
+pub(crate) struct HashSeed {
+    k: [u64; 4],
+}
+
+impl HashSeed {
+    pub(crate) fn new(rng: &mut sim_core::SimRng) -> HashSeed {
+        // Odd multipliers keep the folded multiply from collapsing.
+        HashSeed {
+            k: [
+                rng.next_u64() | 1,
+                rng.next_u64() | 1,
+                rng.next_u64() | 1,
+                rng.next_u64() | 1,
+            ],
+        }
+    }
+}
+
+/// The kernel's `reciprocal_scale`: maps a 32-bit hash onto `0..n`.
+#[inline]
+pub(crate) fn reciprocal_scale(h: u32, n: u32) -> u32 {
+    ((u64::from(h) * u64::from(n)) >> 32) as u32
+}
+
+/// conntrack-tools' protocol name column (`tcp`, `udp`, `icmp`, `icmpv6`, …, `unknown`).
+pub fn ct_proto_name(proto: u8) -> &'static str {
+    match proto {
+        IPPROTO_TCP => "tcp",
+        IPPROTO_UDP => "udp",
+        IPPROTO_UDPLITE => "udplite",
+        IPPROTO_ICMP => "icmp",
+        IPPROTO_ICMPV6 => "icmpv6",
+        IPPROTO_SCTP => "sctp",
+        IPPROTO_GRE => "gre",
+        IPPROTO_DCCP => "dccp",
+        _ => "unknown",
+    }
+}
+
+impl fmt::Display for Tuple {
+    /// The tuple as conntrack-tools prints it: `src=A dst=B sport=P dport=Q`, ICMP as
+    /// `src=A dst=B type=T code=C id=I`, others `src=A dst=B`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "src={} dst={}", self.src, self.dst)?;
+        if has_ports(self.proto) {
+            write!(f, " sport={} dport={}", self.sport, self.dport)?;
+        } else if is_icmp(self.proto) {
+            write!(
+                f,
+                " type={} code={} id={}",
+                self.icmp_type(),
+                self.icmp_code(),
+                self.icmp_id()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Bob Jenkins' lookup3 `jhash2` as the kernel has it (`include/linux/jhash.h`), used where
+/// the kernel's choice is deterministic and worth reproducing exactly (NAT address selection).
+pub(crate) fn jhash2(k: &[u32], initval: u32) -> u32 {
+    #[inline]
+    fn mix(a: &mut u32, b: &mut u32, c: &mut u32) {
+        *a = a.wrapping_sub(*c);
+        *a ^= c.rotate_left(4);
+        *c = c.wrapping_add(*b);
+        *b = b.wrapping_sub(*a);
+        *b ^= a.rotate_left(6);
+        *a = a.wrapping_add(*c);
+        *c = c.wrapping_sub(*b);
+        *c ^= b.rotate_left(8);
+        *b = b.wrapping_add(*a);
+        *a = a.wrapping_sub(*c);
+        *a ^= c.rotate_left(16);
+        *c = c.wrapping_add(*b);
+        *b = b.wrapping_sub(*a);
+        *b ^= a.rotate_left(19);
+        *a = a.wrapping_add(*c);
+        *c = c.wrapping_sub(*b);
+        *c ^= b.rotate_left(4);
+        *b = b.wrapping_add(*a);
+    }
+    #[inline]
+    fn fin(a: &mut u32, b: &mut u32, c: &mut u32) {
+        *c ^= *b;
+        *c = c.wrapping_sub(b.rotate_left(14));
+        *a ^= *c;
+        *a = a.wrapping_sub(c.rotate_left(11));
+        *b ^= *a;
+        *b = b.wrapping_sub(a.rotate_left(25));
+        *c ^= *b;
+        *c = c.wrapping_sub(b.rotate_left(16));
+        *a ^= *c;
+        *a = a.wrapping_sub(c.rotate_left(4));
+        *b ^= *a;
+        *b = b.wrapping_sub(a.rotate_left(14));
+        *c ^= *b;
+        *c = c.wrapping_sub(b.rotate_left(24));
+    }
+    let init = 0xdead_beefu32
+        .wrapping_add((k.len() as u32) << 2)
+        .wrapping_add(initval);
+    let (mut a, mut b, mut c) = (init, init, init);
+    let mut rest = k;
+    while rest.len() > 3 {
+        a = a.wrapping_add(rest[0]);
+        b = b.wrapping_add(rest[1]);
+        c = c.wrapping_add(rest[2]);
+        mix(&mut a, &mut b, &mut c);
+        rest = &rest[3..];
+    }
+    match rest.len() {
+        3 => {
+            c = c.wrapping_add(rest[2]);
+            b = b.wrapping_add(rest[1]);
+            a = a.wrapping_add(rest[0]);
+            fin(&mut a, &mut b, &mut c);
+        }
+        2 => {
+            b = b.wrapping_add(rest[1]);
+            a = a.wrapping_add(rest[0]);
+            fin(&mut a, &mut b, &mut c);
+        }
+        1 => {
+            a = a.wrapping_add(rest[0]);
+            fin(&mut a, &mut b, &mut c);
+        }
+        _ => {}
+    }
+    c
+}
+
+/// An address as the four 32-bit words of the kernel's `union nf_inet_addr`, each read from
+/// memory in network order on a little-endian machine (what `jhash2((u32 *)&addr, 4, …)` sees).
+pub(crate) fn inet_addr_words(a: IpAddr) -> [u32; 4] {
+    match a {
+        IpAddr::V4(v) => [u32::from_le_bytes(v.octets()), 0, 0, 0],
+        IpAddr::V6(v) => {
+            let o = v.octets();
+            let w = |i: usize| u32::from_le_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+            [w(0), w(4), w(8), w(12)]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn icmp_echo_inverts_to_reply() {
+        let p = Packet::icmp_echo_request(
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            7,
+            1,
+        );
+        let t = Tuple::from_packet(&p);
+        assert_eq!(
+            t.to_string(),
+            "src=10.0.0.1 dst=10.0.0.2 type=8 code=0 id=7"
+        );
+        assert_eq!(
+            t.invert().unwrap().to_string(),
+            "src=10.0.0.2 dst=10.0.0.1 type=0 code=0 id=7"
+        );
+        let mut u = t;
+        u.dport = 3 << 8;
+        assert_eq!(u.invert(), None);
+    }
+
+    #[test]
+    fn jhash2_known_values() {
+        // Fixed points of lookup3's hashword(): empty input is the init value, as in the
+        // reference implementation; one-word inputs differ by word.
+        assert_eq!(jhash2(&[], 0), 0xdeadbeef);
+        assert_ne!(jhash2(&[1], 0), jhash2(&[2], 0));
+        assert_ne!(jhash2(&[1, 0, 0, 0], 0), jhash2(&[1, 0, 0, 0], 1));
+    }
+
+    #[test]
+    fn reciprocal_scale_covers_range() {
+        assert_eq!(reciprocal_scale(0, 10), 0);
+        assert_eq!(reciprocal_scale(u32::MAX, 10), 9);
+    }
+}
