@@ -136,8 +136,7 @@ fn three_endpoints_split_one_third_one_half_rest() {
     let nat = r.restore.split("*nat\n").nth(1).unwrap();
     let last_rule = nat
         .lines()
-        .filter(|l| l.starts_with("-A KUBE-SERVICES"))
-        .last()
+        .rfind(|l| l.starts_with("-A KUBE-SERVICES"))
         .unwrap();
     assert!(
         last_rule.contains("kubernetes service nodeports"),
