@@ -755,11 +755,12 @@ impl Conntrack {
             if e.gen != gen || e.life != Life::Confirmed || e.armed != t {
                 continue; // stale timer
             }
-            if e.timeout <= now {
+            if e.timeout <= t {
                 let at = e.timeout;
                 self.destroy(s, at, DestroyCause::Timeout, false);
             } else {
-                // Refreshed since it was armed: re-arm at the current deadline.
+                // Refreshed since it was armed: re-arm at the current deadline (even if that
+                // too is past, so that DESTROY events come out in deadline order).
                 let d = e.timeout;
                 self.slab[s].armed = d;
                 self.timers.push(Reverse((d, slot, gen)));

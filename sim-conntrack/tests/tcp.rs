@@ -1,0 +1,228 @@
+//! TCP through a DNAT, as measured on a real kernel (KERNEL.md §3), read back through `-L`.
+mod common;
+use common::*;
+use sim_conntrack::*;
+use sim_core::{SimDuration, TcpFlags};
+
+const C: &str = "127.0.0.1:41000";
+const SVC: &str = "127.96.0.10:80";
+const EP: &str = "127.0.0.2:8080";
+const SYN: TcpFlags = TcpFlags::SYN;
+const ACK: TcpFlags = TcpFlags::ACK;
+const FIN: TcpFlags = TcpFlags(0x11); // FIN|ACK
+const SYNACK: TcpFlags = TcpFlags(0x12);
+const RSTACK: TcpFlags = TcpFlags(0x14);
+
+fn rules() -> Rules {
+    Rules {
+        dnat: vec![
+            (sa(SVC), "127.0.0.2:8080".parse().unwrap()),
+            (sa("127.96.0.10:81"), "127.0.0.2:9999".parse().unwrap()),
+        ],
+        ..Rules::default()
+    }
+}
+
+fn c2s(ct: &mut Conntrack, ms: u64, f: TcpFlags) -> sim_core::Packet {
+    passed(send(ct, t(ms), tcp(C, SVC, f), &rules()))
+}
+fn s2c(ct: &mut Conntrack, ms: u64, f: TcpFlags) -> sim_core::Packet {
+    passed(send(ct, t(ms), tcp(EP, C, f), &rules()))
+}
+
+const TUPLES: &str = "src=127.0.0.1 dst=127.96.0.10 sport=41000 dport=80 src=127.0.0.2 dst=127.0.0.1 sport=8080 dport=41000";
+
+#[test]
+fn handshake_close_states_timeouts_and_events() {
+    let mut ct = table(Sysctls::default());
+    assert_eq!(
+        c2s(&mut ct, 0, SYN).to_string(),
+        "tcp 127.0.0.1:41000 -> 127.0.0.2:8080 SYN"
+    );
+    assert_eq!(
+        s2c(&mut ct, 1, SYNACK).to_string(),
+        "tcp 127.96.0.10:80 -> 127.0.0.1:41000 SYN,ACK"
+    );
+    c2s(&mut ct, 2, ACK);
+    assert_eq!(
+        lines(&ct, t(200)),
+        [format!(
+            "tcp      6 431999 ESTABLISHED {TUPLES} [ASSURED] mark=0 use=1"
+        )]
+    );
+    c2s(&mut ct, 300, FIN);
+    s2c(&mut ct, 301, ACK);
+    assert_eq!(
+        lines(&ct, t(500)),
+        [format!(
+            "tcp      6 59 CLOSE_WAIT {TUPLES} [ASSURED] mark=0 use=1"
+        )]
+    );
+    s2c(&mut ct, 600, FIN);
+    c2s(&mut ct, 601, ACK);
+    assert_eq!(
+        lines(&ct, t(800)),
+        [format!(
+            "tcp      6 119 TIME_WAIT {TUPLES} [ASSURED] mark=0 use=1"
+        )]
+    );
+    let unreplied = "src=127.0.0.1 dst=127.96.0.10 sport=41000 dport=80 [UNREPLIED] src=127.0.0.2 dst=127.0.0.1 sport=8080 dport=41000";
+    assert_eq!(
+        event_lines(&mut ct),
+        [
+            format!("    [NEW] tcp      6 120 SYN_SENT {unreplied}"),
+            format!(" [UPDATE] tcp      6 60 SYN_RECV {TUPLES}"),
+            format!(" [UPDATE] tcp      6 432000 ESTABLISHED {TUPLES} [ASSURED]"),
+            format!(" [UPDATE] tcp      6 120 FIN_WAIT {TUPLES} [ASSURED]"),
+            format!(" [UPDATE] tcp      6 60 CLOSE_WAIT {TUPLES} [ASSURED]"),
+            format!(" [UPDATE] tcp      6 30 LAST_ACK {TUPLES} [ASSURED]"),
+            format!(" [UPDATE] tcp      6 120 TIME_WAIT {TUPLES} [ASSURED]"),
+        ]
+    );
+    // TIME_WAIT ends after 120 s; the DESTROY keeps the state and omits the seconds.
+    ct.expire(t(601) + SimDuration::from_secs(120));
+    assert_eq!(
+        event_lines(&mut ct),
+        [format!("[DESTROY] tcp      6 TIME_WAIT {TUPLES} [ASSURED]")]
+    );
+}
+
+#[test]
+fn syn_answered_by_rst_leaves_no_entry_and_the_rst_is_un_dnatted() {
+    let mut ct = table(Sysctls::default());
+    let syn = passed(send(&mut ct, t(0), tcp(C, "127.96.0.10:81", SYN), &rules()));
+    assert_eq!(syn.to_string(), "tcp 127.0.0.1:41000 -> 127.0.0.2:9999 SYN");
+    let rst = passed(send(
+        &mut ct,
+        t(0),
+        tcp("127.0.0.2:9999", C, RSTACK),
+        &rules(),
+    ));
+    assert_eq!(
+        rst.to_string(),
+        "tcp 127.96.0.10:81 -> 127.0.0.1:41000 RST,ACK"
+    );
+    assert!(lines(&ct, t(1)).is_empty());
+    assert_eq!(ct.count(), 0, "the dying entry is released at confirm");
+    assert_eq!(
+        event_lines(&mut ct),
+        [
+            "    [NEW] tcp      6 120 SYN_SENT src=127.0.0.1 dst=127.96.0.10 sport=41000 dport=81 [UNREPLIED] src=127.0.0.2 dst=127.0.0.1 sport=9999 dport=41000",
+            "[DESTROY] tcp      6 120 CLOSE src=127.0.0.1 dst=127.96.0.10 sport=41000 dport=81 [UNREPLIED] src=127.0.0.2 dst=127.0.0.1 sport=9999 dport=41000",
+        ]
+    );
+}
+
+#[test]
+fn rst_after_establishment_gives_close_10s() {
+    let mut ct = table(Sysctls::default());
+    c2s(&mut ct, 0, SYN);
+    s2c(&mut ct, 1, SYNACK);
+    c2s(&mut ct, 2, ACK);
+    s2c(&mut ct, 1000, RSTACK);
+    assert_eq!(
+        lines(&ct, t(1000)),
+        [format!(
+            "tcp      6 10 CLOSE {TUPLES} [ASSURED] mark=0 use=1"
+        )]
+    );
+}
+
+#[test]
+fn syn_retransmit_does_not_refresh_and_every_original_packet_is_new() {
+    let mut ct = table(Sysctls::default());
+    let h = match send(&mut ct, t(0), tcp(C, SVC, SYN), &rules()) {
+        Out::Passed(_, Some(h)) => h,
+        o => panic!("{o:?}"),
+    };
+    assert_eq!(h.ctinfo, CtInfo::New);
+    let h2 = match send(&mut ct, t(3000), tcp(C, SVC, SYN), &rules()) {
+        Out::Passed(_, Some(h)) => h,
+        o => panic!("{o:?}"),
+    };
+    assert_eq!(h2.ctinfo, CtInfo::New);
+    assert_eq!(h2.id, h.id);
+    assert_eq!(ct.get(h.id).unwrap().expiry, Expiry::At(t(120_000)));
+}
+
+#[test]
+fn invalid_packets_get_no_entry_and_count_invalid() {
+    let mut ct = table(Sysctls::default());
+    for f in [
+        TcpFlags::FIN,
+        TcpFlags::NONE,
+        TcpFlags(0x03),
+        SYNACK,
+        RSTACK,
+    ] {
+        assert_eq!(
+            send(&mut ct, t(0), tcp(C, SVC, f), &rules()),
+            Out::Passed(tcp(C, SVC, f), None),
+            "{f}"
+        );
+    }
+    assert!(ct.is_empty());
+    assert_eq!(ct.count(), 0);
+    assert_eq!(ct.stats().invalid, 5);
+    assert!(ct.drain_events().is_empty());
+}
+
+#[test]
+fn loose_pickup_of_a_mid_stream_ack() {
+    let mut ct = table(Sysctls::default());
+    c2s(&mut ct, 0, ACK);
+    let l = lines(&ct, t(0));
+    assert_eq!(
+        l,
+        ["tcp      6 300 ESTABLISHED src=127.0.0.1 dst=127.96.0.10 sport=41000 dport=80 [UNREPLIED] src=127.0.0.2 dst=127.0.0.1 sport=8080 dport=41000 mark=0 use=1"]
+    );
+    s2c(&mut ct, 10, ACK);
+    c2s(&mut ct, 20, ACK);
+    assert_eq!(
+        lines(&ct, t(20)),
+        [format!(
+            "tcp      6 432000 ESTABLISHED {TUPLES} [ASSURED] mark=0 use=1"
+        )]
+    );
+
+    let mut strict = Sysctls::default();
+    strict.set("nf_conntrack_tcp_loose", "0").unwrap();
+    let mut ct = table(strict);
+    c2s(&mut ct, 0, ACK);
+    assert!(ct.is_empty());
+}
+
+#[test]
+fn syn_on_time_wait_reopens_with_a_new_entry() {
+    let mut ct = table(Sysctls::default());
+    c2s(&mut ct, 0, SYN);
+    s2c(&mut ct, 1, SYNACK);
+    c2s(&mut ct, 2, ACK);
+    c2s(&mut ct, 3, FIN);
+    s2c(&mut ct, 4, FIN);
+    c2s(&mut ct, 5, ACK);
+    let old = ct.list(t(5), &Filter::all())[0];
+    assert_eq!(old.tcp_state, Some(TcpState::TimeWait));
+    ct.drain_events();
+    c2s(&mut ct, 1000, SYN);
+    let now = ct.list(t(1000), &Filter::all());
+    assert_eq!(now.len(), 1);
+    assert_ne!(now[0].id, old.id);
+    assert_eq!(now[0].tcp_state, Some(TcpState::SynSent));
+    let kinds: Vec<EventKind> = ct.drain_events().iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Destroy, EventKind::New]);
+}
+
+#[test]
+fn timeouts_are_settable_by_sysctl_name() {
+    let mut s = Sysctls::default();
+    s.set("net.netfilter.nf_conntrack_tcp_timeout_established", "7440")
+        .unwrap();
+    s.set("nf_conntrack_tcp_timeout_syn_sent", "5").unwrap();
+    let mut ct = table(s);
+    c2s(&mut ct, 0, SYN);
+    assert!(lines(&ct, t(0))[0].starts_with("tcp      6 5 SYN_SENT"));
+    s2c(&mut ct, 1, SYNACK);
+    c2s(&mut ct, 2, ACK);
+    assert!(lines(&ct, t(2))[0].starts_with("tcp      6 7440 ESTABLISHED"));
+}
