@@ -1,4 +1,353 @@
-//! The `nfsim` command.
-fn main() {
-    println!("nfsim");
+//! The `nfsim` command: run scenarios, show a node's rules or conntrack table at an instant.
+//!
+//! Flags are parsed by clap into [`Cli`], then resolved into library calls; errors are
+//! reported with `anyhow` and exit code 2, failed expectations with exit code 1.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use nfsim::cluster::sim::{RunOptions, RunResult, Simulation};
+use nfsim::scenario::{load_file, Scenario};
+use sim_core::{SimDuration, SimTime};
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+
+/// Deterministic simulator of Linux netfilter and conntrack for Kubernetes Service traffic.
+#[derive(Parser, Debug)]
+#[command(name = "nfsim", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run a scenario: print its timeline and summary; exit 1 if an expectation fails.
+    Run(RunArgs),
+    /// Print the iptables-save of a node at an instant, or normalise a rules file.
+    Rules(RulesArgs),
+    /// Print a node's `conntrack -L` at an instant.
+    Conntrack(ConntrackArgs),
+    /// Explain one packet rule by rule (needs sim-netfilter's tracer).
+    Trace(TraceArgs),
+    /// Push a pcap capture through a ruleset (needs sim-netfilter's Netns).
+    Replay(ReplayArgs),
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// The scenario file.
+    file: String,
+    /// Override the scenario's seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Stop at this simulated time (e.g. 10m); expectations after it are not checked.
+    #[arg(long)]
+    until: Option<SimDuration>,
+    /// Also write the timeline as JSON lines to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<String>,
+    /// Print every node's `conntrack -L` at this simulated time (repeatable).
+    #[arg(long, value_name = "AT")]
+    dump_conntrack: Vec<SimDuration>,
+    /// Leave conntrack events out of the timeline.
+    #[arg(long)]
+    no_conntrack_events: bool,
+    /// Show progress on stderr (default: only when stderr is a terminal).
+    #[arg(long)]
+    progress: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+struct RulesArgs {
+    #[command(subcommand)]
+    sub: Option<RulesSub>,
+    /// The scenario file.
+    file: Option<String>,
+    /// The node.
+    #[arg(long)]
+    node: Option<String>,
+    /// The simulated time (default: the end of the run).
+    #[arg(long)]
+    at: Option<SimDuration>,
+}
+
+#[derive(Subcommand, Debug)]
+enum RulesSub {
+    /// Read iptables-save or iptables-restore text and print what iptables-save would show.
+    Normalize {
+        /// The rules file.
+        file: String,
+    },
+}
+
+#[derive(Args, Debug)]
+struct ConntrackArgs {
+    /// The scenario file.
+    file: String,
+    /// The node.
+    #[arg(long)]
+    node: String,
+    /// The simulated time.
+    #[arg(long)]
+    at: SimDuration,
+}
+
+#[derive(Args, Debug)]
+struct TraceArgs {
+    /// The rules (iptables-save or restore text).
+    #[arg(long)]
+    rules: String,
+    /// The node's address.
+    #[arg(long)]
+    node_addr: Option<String>,
+    /// The node's pod CIDR.
+    #[arg(long)]
+    pod_cidr: Option<String>,
+    /// The packet, as `udp 10.244.2.9:40000 -> 10.96.0.10:53`.
+    #[arg(long)]
+    packet: String,
+    /// The packet comes from a local process (OUTPUT) rather than a pod (PREROUTING).
+    #[arg(long)]
+    local: bool,
+    /// Follow every statistic branch.
+    #[arg(long)]
+    all_branches: bool,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct ReplayArgs {
+    /// The rules.
+    #[arg(long)]
+    rules: String,
+    /// The capture.
+    capture: String,
+}
+
+fn load(file: &str, seed: Option<u64>) -> Result<Scenario> {
+    let mut sc = load_file(file).map_err(|e| anyhow!("{e}"))?;
+    if let Some(s) = seed {
+        sc.seed = s;
+    }
+    Ok(sc)
+}
+
+/// Progress on stderr, at most every half second of wall time, only after the first second.
+fn progress_printer(enabled: bool) -> Option<Box<dyn FnMut(SimTime, SimTime)>> {
+    if !enabled {
+        return None;
+    }
+    let start = std::time::Instant::now();
+    let mut last = start;
+    Some(Box::new(move |now: SimTime, end: SimTime| {
+        let t = std::time::Instant::now();
+        if t.duration_since(start).as_secs_f64() < 1.0 || t.duration_since(last).as_secs_f64() < 0.5
+        {
+            return;
+        }
+        last = t;
+        let pct = if end.as_nanos() == 0 {
+            100.0
+        } else {
+            now.as_nanos() as f64 * 100.0 / end.as_nanos() as f64
+        };
+        eprint!(
+            "\r[nfsim] simulated {} / {} ({pct:.0}%)",
+            now.hms(),
+            end.hms()
+        );
+        let _ = std::io::stderr().flush();
+    }))
+}
+
+fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+    let mut sc = load(&a.file, a.seed)?;
+    let mut skipped = Vec::new();
+    if let Some(u) = a.until {
+        if u < sc.duration {
+            sc.duration = u;
+            let end = SimTime::ZERO + u;
+            sc.expectations.retain(|x| {
+                let keep = x.at.is_none_or(|t| t <= end);
+                if !keep {
+                    skipped.push(x.name.clone());
+                }
+                keep
+            });
+        }
+    }
+    let show_progress = a.progress || std::io::stderr().is_terminal();
+    let opts = RunOptions {
+        record_timeline: true,
+        conntrack_events: !a.no_conntrack_events,
+        progress: progress_printer(show_progress),
+    };
+    let (file, seed, name) = (sc.file.clone(), sc.seed, sc.name.clone());
+    let description = sc.description.clone();
+    let mut sim = Simulation::new(sc, opts)?;
+    let mut dumps: Vec<(u64, String)> = Vec::new();
+    let mut ats = a.dump_conntrack.clone();
+    ats.sort();
+    for at in ats {
+        let t = SimTime::ZERO + at;
+        sim.run_until(t)?;
+        let mut text = format!("{}  conntrack -L at {}:\n", t.hms(), t.hms());
+        for (i, n) in sim.node_names().iter().enumerate() {
+            let dump = sim.conntrack_dump(i);
+            let count = dump.lines().count();
+            text.push_str(&format!("--- {n} ---\n{dump}conntrack v1.4.7 (conntrack-tools): {count} flow entries have been shown.\n"));
+        }
+        dumps.push((t.as_nanos(), text));
+    }
+    let result = sim.finish()?;
+    if show_progress {
+        eprint!("\r\x1b[K");
+    }
+    let out = render_run(&name, &description, seed, &result, &dumps, &skipped);
+    print!("{out}");
+    if let Some(path) = &a.json {
+        let mut j = String::new();
+        for e in &result.timeline {
+            j.push_str(&serde_json::to_string(e)?);
+            j.push('\n');
+        }
+        j.push_str(&serde_json::to_string(&serde_json::json!({
+            "kind": "run",
+            "scenario": name,
+            "file": file,
+            "seed": seed,
+            "passed": result.passed(),
+            "expectations": result.results,
+        }))?);
+        j.push('\n');
+        std::fs::write(path, j).with_context(|| format!("writing {path}"))?;
+    }
+    if result.passed() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        let mut replay = format!("nfsim run {file} --seed {seed}");
+        if let Some(u) = a.until {
+            replay.push_str(&format!(" --until {u}"));
+        }
+        println!("replay: {replay}");
+        Ok(ExitCode::from(1))
+    }
+}
+
+/// The whole text `nfsim run` prints (stdout).
+fn render_run(
+    name: &str,
+    description: &str,
+    seed: u64,
+    r: &RunResult,
+    dumps: &[(u64, String)],
+    skipped: &[String],
+) -> String {
+    let mut s = format!("scenario {name} (seed {seed})\n");
+    if !description.is_empty() {
+        s.push_str(&format!("  {}\n", description.trim()));
+    }
+    s.push('\n');
+    let mut d = dumps.iter().peekable();
+    for e in &r.timeline {
+        while let Some((t, text)) = d.peek() {
+            if *t < e.t_ns {
+                s.push_str(text);
+                d.next();
+            } else {
+                break;
+            }
+        }
+        s.push_str(&e.line());
+        s.push('\n');
+    }
+    for (_, text) in d {
+        s.push_str(text);
+    }
+    s.push_str("\nsummary\n");
+    s.push_str(&r.summary);
+    s.push_str("\nexpectations\n");
+    for x in &r.results {
+        s.push_str(&format!(
+            "  {} {} (line {}, at {}): {}\n",
+            if x.passed { "PASS" } else { "FAIL" },
+            x.name,
+            x.line,
+            x.at,
+            x.detail
+        ));
+    }
+    for n in skipped {
+        s.push_str(&format!("  SKIP {n} (after --until)\n"));
+    }
+    let failed = r.results.iter().filter(|x| !x.passed).count();
+    s.push_str(&format!(
+        "\n{} passed, {} failed\n",
+        r.results.len() - failed,
+        failed
+    ));
+    s
+}
+
+fn cmd_rules(a: RulesArgs) -> Result<ExitCode> {
+    if let Some(RulesSub::Normalize { file }) = a.sub {
+        let _ = std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?;
+        bail!("`nfsim rules normalize` needs sim-netfilter's iptables-restore parser, which is not wired yet");
+    }
+    let file = a.file.ok_or_else(|| {
+        anyhow!("usage: nfsim rules FILE --node N [--at T] | nfsim rules normalize RULES.txt")
+    })?;
+    let node = a
+        .node
+        .ok_or_else(|| anyhow!("--node is required: which node's rules to print"))?;
+    let sc = load(&file, None)?;
+    let at = SimTime::ZERO + a.at.unwrap_or(sc.duration);
+    let mut sim = Simulation::new(sc, RunOptions::default())?;
+    let n = sim.node_index(&node)?;
+    sim.run_until(at)?;
+    print!("{}", sim.rules(n));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_conntrack(a: ConntrackArgs) -> Result<ExitCode> {
+    let sc = load(&a.file, None)?;
+    let mut sim = Simulation::new(sc, RunOptions::default())?;
+    let n = sim.node_index(&a.node)?;
+    sim.run_until(SimTime::ZERO + a.at)?;
+    let dump = sim.conntrack_dump(n);
+    print!("{dump}");
+    eprintln!(
+        "conntrack v1.4.7 (conntrack-tools): {} flow entries have been shown.",
+        dump.lines().count()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Run(a) => cmd_run(a),
+        Cmd::Rules(a) => cmd_rules(a),
+        Cmd::Conntrack(a) => cmd_conntrack(a),
+        Cmd::Trace(t) => Err(anyhow!(
+            "`nfsim trace` needs sim-netfilter's rule tracer, which is not wired yet (packet {:?}, rules {})",
+            t.packet,
+            t.rules
+        )),
+        Cmd::Replay(r) => Err(anyhow!(
+            "`nfsim replay` needs sim-netfilter's Netns, which is not wired yet ({} through {})",
+            r.capture,
+            r.rules
+        )),
+    };
+    match r {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
 }

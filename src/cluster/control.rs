@@ -112,7 +112,7 @@ pub fn derive_slices<'a>(
             .clone()
             .filter(|p| p.has_network() && selects(svc, &p.def))
             .collect();
-        sorted.sort_by(|a, b| a.def.key().cmp(&b.def.key()));
+        sorted.sort_by_key(|p| p.def.key());
         for p in sorted {
             // The controller resolves each targetPort against the pod's container ports;
             // a pod missing a named port gets no endpoint for it.

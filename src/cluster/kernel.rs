@@ -698,13 +698,7 @@ impl Kernel {
                         TcpState::SynSent
                     } else if flags.contains(TcpFlags::FIN) {
                         match old {
-                            TcpState::Established | TcpState::SynRecv => {
-                                if is_reply {
-                                    TcpState::FinWait
-                                } else {
-                                    TcpState::FinWait
-                                }
-                            }
+                            TcpState::Established | TcpState::SynRecv => TcpState::FinWait,
                             TcpState::FinWait | TcpState::CloseWait => TcpState::LastAck,
                             s => s,
                         }
@@ -893,11 +887,7 @@ mod tests {
             "un-DNAT'd"
         );
         // A query 30 s later: > 2 s after creation with a reply seen → 120 s and ASSURED.
-        k.process(
-            SimTime::from_secs(30) - SimDuration::from_millis(1),
-            q,
-            veth2,
-        );
+        k.process(SimTime::from_millis(29_999), q, veth2);
         let e = &k.ct_list(SimTime::from_secs(30), &CtFilter::default())[0];
         assert!(e.assured);
         assert_eq!(e.timeout_secs, 119);

@@ -8,3 +8,4 @@ pub mod apps;
 pub mod control;
 pub mod kernel;
 pub mod proxy;
+pub mod sim;

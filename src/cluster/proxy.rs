@@ -51,7 +51,7 @@ impl SyncTimer {
         let n = elapsed / self.min_sync_period.as_nanos();
         if n > 0 {
             self.tokens = (self.tokens as u64 + n).min(self.burst as u64) as u32;
-            self.last_refill = self.last_refill + self.min_sync_period.saturating_mul(n);
+            self.last_refill += self.min_sync_period.saturating_mul(n);
         }
         if self.tokens == self.burst {
             self.last_refill = now;
