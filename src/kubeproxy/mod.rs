@@ -5,11 +5,17 @@
 pub mod cleanup;
 pub mod model;
 pub mod names;
+pub mod proxier;
 pub mod render;
 pub mod runner;
 
+pub use cleanup::{
+    CleanupInput, CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry, CtFilter, CtTuple,
+    Latest, MemConntrack, NoCleanup, ReconcileTrigger, V131, V132, V133,
+};
 pub use model::{categorize_endpoints, Categorized, EndpointInfo, ProxyState, ServicePortInfo};
 pub use names::ServicePortName;
+pub use proxier::{KubeProxy, SyncOutput};
 pub use render::{
     jump_rules, render_sync, JumpRule, LocalDetector, ProxierConfig, RenderedSync, SyncScope, Table,
 };

@@ -109,8 +109,13 @@ impl SyncRunner {
         self.timing
     }
 
-    /// A Service or EndpointSlice changed at `now` (`proxier.Sync()` → `Run()`).
+    /// A Service or EndpointSlice changed at `now` (`proxier.Sync()` → `Run()`). Before the
+    /// start-up sync has run, changes request nothing: kube-proxy is not initialized yet, and
+    /// that sync will include them.
     pub fn on_change(&mut self, now: SimTime) {
+        if self.initial_at.is_some() {
+            return;
+        }
         if self.requested.is_none() {
             self.requested = Some(now);
         }
@@ -263,9 +268,20 @@ mod tests {
     fn start_up_sync_is_full_and_free() {
         let mut r = SyncRunner::new(SyncTiming::default(), ms(0));
         assert_eq!(r.poll_timeout(), Some(ms(0)));
-        // Start-up full sync, then two changes at once use the burst of two.
-        let got = drive(&mut r, &[0, 0], 10_000);
-        assert_eq!(got, vec![(0, SyncKind::Full), (0, SyncKind::Partial)]);
+        // Changes before the start-up sync are part of it.
+        r.on_change(ms(0));
+        assert_eq!(r.on_timeout(ms(0)), Some(SyncKind::Full));
+        assert_eq!(r.on_timeout(ms(0)), None);
+        // The start-up sync spent no token: two changes right after use the burst of two.
+        let got = drive(&mut r, &[0, 1, 2], 10_000);
+        assert_eq!(
+            got,
+            vec![
+                (0, SyncKind::Partial),
+                (1, SyncKind::Partial),
+                (1001, SyncKind::Partial)
+            ]
+        );
     }
 
     #[test]

@@ -1,0 +1,253 @@
+//! One node's kube-proxy: the objects it has seen, what it last wrote, when it syncs next, and
+//! its cleanup strategy. Sans-IO: it returns the text to apply and takes the conntrack table
+//! as an argument.
+//!
+//! Call order, per node:
+//!
+//! 1. [`KubeProxy::new`] at the instant kube-proxy starts; give it the objects that exist
+//!    (`upsert_*`) before the first [`KubeProxy::on_timeout`], which is due at that instant.
+//! 2. On every object change, `upsert_*` / `delete_*` (they request a sync when the change
+//!    matters to kube-proxy).
+//! 3. At [`KubeProxy::poll_timeout`], call [`KubeProxy::on_timeout`]. When it returns a
+//!    [`SyncOutput`], apply it to the node (jump rules first on a full sync, then
+//!    `iptables-restore --noflush` of `restore`), then report the outcome with
+//!    [`KubeProxy::complete_sync`], which runs the conntrack cleanup after a success.
+
+use super::cleanup::{CleanupInput, CleanupReport, ConntrackCleanup, ConntrackOps};
+use super::model::{service_ports, ProxyState};
+use super::render::{
+    jump_rules, render_sync, JumpRule, ProxierConfig, SyncScope, LARGE_CLUSTER_ENDPOINTS_THRESHOLD,
+};
+use super::runner::{SyncKind, SyncRunner, SyncTiming};
+use crate::k8s::{EndpointSlice, K8sObject, Service};
+use sim_core::SimTime;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What one sync writes to the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncOutput {
+    /// When the sync ran.
+    pub at: SimTime,
+    /// Full or partial.
+    pub kind: SyncKind,
+    /// The jump rules to ensure before the restore (full syncs only; empty otherwise).
+    pub jump_rules: Vec<JumpRule>,
+    /// The `iptables-restore --noflush` payload.
+    pub restore: String,
+    /// Services (namespace, name) whose Service or endpoints changed since the last sync.
+    pub changed_services: BTreeSet<(String, String)>,
+    /// Stale per-service chains this payload deletes.
+    pub deleted_chains: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    state: ProxyState,
+    active_nat_chains: BTreeSet<String>,
+    cleaned_chains: bool,
+}
+
+/// One node's kube-proxy. See the module documentation for the call order.
+pub struct KubeProxy {
+    config: ProxierConfig,
+    runner: SyncRunner,
+    cleanup: Box<dyn ConntrackCleanup>,
+    services: BTreeMap<(String, String), Service>,
+    slices: BTreeMap<(String, String), EndpointSlice>,
+    applied: ProxyState,
+    nat_chains: BTreeSet<String>,
+    last_chain_cleanup: Option<SimTime>,
+    pending: Option<Pending>,
+}
+
+impl KubeProxy {
+    /// A kube-proxy starting at `start` with no objects yet.
+    pub fn new(
+        config: ProxierConfig,
+        timing: SyncTiming,
+        cleanup: Box<dyn ConntrackCleanup>,
+        start: SimTime,
+    ) -> KubeProxy {
+        KubeProxy {
+            config,
+            runner: SyncRunner::new(timing, start),
+            cleanup,
+            services: BTreeMap::new(),
+            slices: BTreeMap::new(),
+            applied: ProxyState::default(),
+            nat_chains: BTreeSet::new(),
+            last_chain_cleanup: None,
+            pending: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ProxierConfig {
+        &self.config
+    }
+
+    /// The cleanup strategy's name.
+    pub fn cleanup_name(&self) -> String {
+        self.cleanup.name()
+    }
+
+    /// Adds or replaces a Service. Returns whether kube-proxy sees a change (and so requested
+    /// a sync): a change of the fields it reads (`ServiceChangeTracker.Update`).
+    pub fn upsert_service(&mut self, now: SimTime, svc: Service) -> bool {
+        let key = (svc.metadata.namespace.clone(), svc.metadata.name.clone());
+        let changed = match self.services.get(&key) {
+            Some(old) => service_ports(old) != service_ports(&svc),
+            None => !service_ports(&svc).is_empty(),
+        };
+        self.services.insert(key, svc);
+        self.request_if(now, changed)
+    }
+
+    /// Removes a Service. Returns whether a sync was requested.
+    pub fn delete_service(&mut self, now: SimTime, namespace: &str, name: &str) -> bool {
+        let changed = self
+            .services
+            .remove(&(namespace.to_string(), name.to_string()))
+            .is_some_and(|old| !service_ports(&old).is_empty());
+        self.request_if(now, changed)
+    }
+
+    /// Adds or replaces an EndpointSlice. Returns whether a sync was requested (any change
+    /// of the slice object, as `esDataChanged` compares them).
+    pub fn upsert_endpoint_slice(&mut self, now: SimTime, slice: EndpointSlice) -> bool {
+        let key = (
+            slice.metadata.namespace.clone(),
+            slice.metadata.name.clone(),
+        );
+        let changed = self.slices.get(&key) != Some(&slice);
+        self.slices.insert(key, slice);
+        self.request_if(now, changed)
+    }
+
+    /// Removes an EndpointSlice. Returns whether a sync was requested.
+    pub fn delete_endpoint_slice(&mut self, now: SimTime, namespace: &str, name: &str) -> bool {
+        let changed = self
+            .slices
+            .remove(&(namespace.to_string(), name.to_string()))
+            .is_some();
+        self.request_if(now, changed)
+    }
+
+    /// Adds or replaces either kind of object.
+    pub fn upsert(&mut self, now: SimTime, obj: K8sObject) -> bool {
+        match obj {
+            K8sObject::Service(s) => self.upsert_service(now, s),
+            K8sObject::EndpointSlice(e) => self.upsert_endpoint_slice(now, e),
+        }
+    }
+
+    fn request_if(&mut self, now: SimTime, changed: bool) -> bool {
+        if changed {
+            self.runner.on_change(now);
+        }
+        changed
+    }
+
+    /// The maps derived from the objects seen so far (what the next sync will write).
+    pub fn current_state(&self) -> ProxyState {
+        ProxyState::build(
+            &self.config.node_name,
+            self.services.values(),
+            self.slices.values(),
+        )
+    }
+
+    /// The maps the last sync wrote.
+    pub fn applied_state(&self) -> &ProxyState {
+        &self.applied
+    }
+
+    /// The per-service nat chains kube-proxy believes exist.
+    pub fn nat_chains(&self) -> &BTreeSet<String> {
+        &self.nat_chains
+    }
+
+    /// When [`KubeProxy::on_timeout`] is next due.
+    pub fn poll_timeout(&self) -> Option<SimTime> {
+        self.runner.poll_timeout()
+    }
+
+    /// Runs the sync due at `now`, if any, and returns what to apply. A sync already returned
+    /// and not yet completed is completed as successful first.
+    pub fn on_timeout(&mut self, now: SimTime) -> Option<SyncOutput> {
+        let kind = self.runner.on_timeout(now)?;
+        let state = self.current_state();
+        let changed = self.applied.changed_services(&state);
+        let total: usize = state
+            .services
+            .keys()
+            .map(|k| state.endpoints_of(k).len())
+            .sum();
+        let large = total > LARGE_CLUSTER_ENDPOINTS_THRESHOLD;
+        // In large clusters stale chains are looked for at most once per syncPeriod.
+        let clean_chains = !large
+            || self
+                .last_chain_cleanup
+                .is_none_or(|t| now.saturating_since(t) > self.runner.timing().sync_period);
+        let rendered = render_sync(
+            &self.config,
+            &state,
+            &SyncScope {
+                full: kind == SyncKind::Full,
+                changed: Some(&changed),
+                existing_nat_chains: clean_chains.then_some(&self.nat_chains),
+            },
+        );
+        self.pending = Some(Pending {
+            state,
+            active_nat_chains: rendered.active_nat_chains.clone(),
+            cleaned_chains: clean_chains,
+        });
+        Some(SyncOutput {
+            at: now,
+            kind,
+            jump_rules: if kind == SyncKind::Full {
+                jump_rules()
+            } else {
+                Vec::new()
+            },
+            restore: rendered.restore,
+            changed_services: changed,
+            deleted_chains: rendered.deleted_chains,
+        })
+    }
+
+    /// Reports how applying the last [`SyncOutput`] went. On success the cleanup strategy
+    /// runs against `ct`; on failure the next sync is a full one, `syncPeriod` later at the
+    /// latest, and nothing is cleaned (the changes were consumed: kube-proxy loses them too).
+    pub fn complete_sync(
+        &mut self,
+        now: SimTime,
+        applied: Result<(), String>,
+        ct: &mut dyn ConntrackOps,
+    ) -> CleanupReport {
+        let Some(p) = self.pending.take() else {
+            return CleanupReport::default();
+        };
+        let before = std::mem::replace(&mut self.applied, p.state);
+        match applied {
+            Ok(()) => {
+                if p.cleaned_chains {
+                    self.last_chain_cleanup = Some(now);
+                    self.nat_chains = p.active_nat_chains;
+                } else {
+                    self.nat_chains.extend(p.active_nat_chains);
+                }
+                let input = CleanupInput {
+                    before: &before,
+                    after: &self.applied,
+                };
+                self.cleanup.after_sync(now, &input, ct)
+            }
+            Err(_) => {
+                self.runner.on_sync_failed(now);
+                CleanupReport::default()
+            }
+        }
+    }
+}
