@@ -22,12 +22,15 @@ fn load(path: &str) -> (Vec<Service>, Vec<EndpointSlice>) {
     (svcs, slices)
 }
 
+/// Chain names, and (chain, rule) lines, of one table.
+type Table = (Vec<String>, Vec<(String, String)>);
+
 /// Groups each table's chain declarations and rules by chain: KUBE-NODEPORTS, KUBE-SERVICES,
 /// then the rest by name; rules keep their order within a chain. This is the comparison
 /// proxier_test.go's assertIPTablesRulesEqual makes (service order is a Go map's there).
 fn normalize(restore: &str) -> String {
     let mut out = String::new();
-    let mut table: Option<(Vec<String>, Vec<(String, String)>)> = None;
+    let mut table: Option<Table> = None;
     let key = |c: &str| match c {
         "KUBE-NODEPORTS" => (0, c.to_string()),
         "KUBE-SERVICES" => (1, c.to_string()),
