@@ -374,7 +374,8 @@ fn malformed(layer: Layer, offset: usize, reason: impl Into<String>) -> WireErro
     }
 }
 
-/// `buf[at..at+n]`, or a truncation error for `layer` starting at `layer_start`.
+/// `buf[at..at+n]`, or a truncation error for `layer` at frame offset `base + at` (`buf` starts
+/// at frame offset `base`).
 fn need(buf: &[u8], at: usize, n: usize, layer: Layer, base: usize) -> Result<&[u8], WireError> {
     let have = buf.len().saturating_sub(at);
     if have < n {
