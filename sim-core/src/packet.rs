@@ -442,7 +442,13 @@ impl Packet {
             src: about.src,
             dst: about.dst,
             proto: about.protocol(),
-            sport: about.sport().unwrap_or(0),
+            sport: match about.l4 {
+                L4::Icmp {
+                    body: IcmpBody::Query { id, .. },
+                    ..
+                } => id,
+                _ => about.sport().unwrap_or(0),
+            },
             dport: about.dport().unwrap_or(0),
             icmp_type: match about.l4 {
                 L4::Icmp { icmp_type, .. } => icmp_type,
