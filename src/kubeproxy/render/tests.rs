@@ -274,3 +274,52 @@ fn jump_rules_are_kube_proxys() {
         "iptables -t filter -I OUTPUT -j KUBE-FIREWALL"
     );
 }
+
+#[test]
+fn external_traffic_policy_local_uses_svl_for_outside_traffic() {
+    let mut s = svc_port("ns", "web", "http", Protocol::TCP, "10.96.0.50", 80);
+    s.node_port = Some(30080);
+    s.external_policy_local = true;
+    let mut local = ep("10.244.0.5", 8080);
+    local.is_local = true;
+    let st = state_with(s.clone(), vec![ep("10.244.1.5", 8080), local]);
+    let r = render_sync(&cfg(), &st, &full());
+    let (svc, svl, ext) = (s.name.svc_chain(), s.name.svl_chain(), s.name.ext_chain());
+    let text = &r.restore;
+    assert!(text.contains(&format!(
+        "-A KUBE-NODEPORTS -m comment --comment ns/web:http -m tcp -p tcp --dport 30080 -j {ext}\n"
+    )));
+    let ext_rules: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("-A {ext} ")))
+        .collect();
+    assert_eq!(ext_rules.len(), 4, "{text}");
+    assert!(ext_rules[0].ends_with(&format!("-s 10.244.0.0/16 -j {svc}")));
+    assert!(ext_rules[1].ends_with("-m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"));
+    assert!(ext_rules[2].ends_with(&format!("-m addrtype --src-type LOCAL -j {svc}")));
+    assert_eq!(ext_rules[3], format!("-A {ext} -j {svl}"));
+    // The SVL chain has only the local endpoint, without a masquerade rule; SVC has both.
+    let svl_rules: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("-A {svl} ")))
+        .collect();
+    assert_eq!(svl_rules.len(), 1);
+    assert!(svl_rules[0].contains("10.244.0.5:8080"));
+    let svc_rules = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("-A {svc} ")))
+        .count();
+    assert_eq!(svc_rules, 3);
+    // Both endpoints get SEP chains (the remote one is reachable through KUBE-SVC).
+    assert_eq!(
+        r.active_nat_chains
+            .iter()
+            .filter(|c| c.starts_with("KUBE-SEP-"))
+            .count(),
+        2
+    );
+    assert!(
+        !text.contains("KUBE-EXTERNAL-SERVICES -m"),
+        "local endpoints exist: no DROP"
+    );
+}
