@@ -1,0 +1,1030 @@
+//! Evaluating a packet against a table's chain at one hook, as `ipt_do_table` does.
+//!
+//! The caller (the namespace pipeline) supplies everything that is not the ruleset's own
+//! business as plain values in an [`EvalCtx`]: the packet, its conntrack view ([`CtState`]),
+//! a way to classify addresses for `-m addrtype` ([`AddrTypeLookup`]), the time, and the
+//! random stream for `-m statistic`. [`Ruleset::run_hook`] returns a [`Verdict`] saying what
+//! the pipeline must do (accept, drop, reject with an ICMP error or TCP RST) and what it must
+//! hand to conntrack (a NAT request, notrack, a new ct mark). MARK changes the packet's mark
+//! in the context directly; LOG and TRACE only appear in the [`Trace`].
+//!
+//! Counting follows `ipt_do_table`: a rule's counters go up when all its matches pass, before
+//! its target runs; a built-in chain's policy counters when its policy decides.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use sim_core::packet::icmp;
+use sim_core::{Packet, SimRng, SimTime, TcpFlags, L4};
+
+use crate::fmt::{rule_spec, target_spec};
+use crate::index::Key;
+use crate::rule::*;
+use crate::ruleset::{Chain, Ruleset, TableData};
+use crate::state::{RecentEntry, RulesetState, RECENT_MAX_ENTRIES};
+use crate::trace::{StatDraw, Trace, TraceEvent};
+use crate::types::*;
+
+/// Classifies addresses for `-m addrtype`: `inet_dev_addr_type(net, dev, addr)`.
+pub trait AddrTypeLookup {
+    /// The route type of `addr` in the host's local table; with `dev`, a local or broadcast
+    /// address only counts if it belongs to that interface (else it is UNICAST).
+    fn addr_type(&self, addr: Ipv4Addr, dev: Option<&str>) -> AddrType;
+}
+
+/// A simple [`AddrTypeLookup`]: the host's addresses per interface. 127.0.0.0/8 is LOCAL on
+/// `lo`; 0.0.0.0/8 and 255.255.255.255 are BROADCAST; 224.0.0.0/4 MULTICAST; each subnet's
+/// broadcast address is BROADCAST on its interface; everything else UNICAST.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalAddrs {
+    entries: Vec<(String, Ipv4Addr, u8)>,
+}
+
+impl Default for LocalAddrs {
+    fn default() -> Self {
+        LocalAddrs::new()
+    }
+}
+
+impl LocalAddrs {
+    /// Only the loopback interface with 127.0.0.1/8.
+    pub fn new() -> LocalAddrs {
+        LocalAddrs {
+            entries: vec![("lo".into(), Ipv4Addr::new(127, 0, 0, 1), 8)],
+        }
+    }
+
+    /// Adds `addr/prefix` on `iface`.
+    pub fn add(&mut self, iface: &str, addr: Ipv4Addr, prefix: u8) -> &mut Self {
+        self.entries.push((iface.to_string(), addr, prefix.min(32)));
+        self
+    }
+}
+
+impl AddrTypeLookup for LocalAddrs {
+    fn addr_type(&self, addr: Ipv4Addr, dev: Option<&str>) -> AddrType {
+        let a = u32::from(addr);
+        if a >> 24 == 0 || a == u32::MAX {
+            return AddrType::Broadcast;
+        }
+        if addr.is_multicast() {
+            return AddrType::Multicast;
+        }
+        let found = if a >> 24 == 127 {
+            Some((AddrType::Local, "lo"))
+        } else {
+            self.entries.iter().find_map(|(ifc, ip, len)| {
+                let mask = prefix_mask(*len);
+                let ipu = u32::from(*ip);
+                if ipu == a {
+                    Some((AddrType::Local, ifc.as_str()))
+                } else if *len < 31 && (ipu & mask) | !mask == a {
+                    Some((AddrType::Broadcast, ifc.as_str()))
+                } else {
+                    None
+                }
+            })
+        };
+        match found {
+            Some((t, ifc)) if dev.is_none_or(|d| d == ifc) => t,
+            _ => AddrType::Unicast,
+        }
+    }
+}
+
+/// A conntrack tuple as plain values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CtTuple {
+    /// Source address.
+    pub src: Ipv4Addr,
+    /// Destination address.
+    pub dst: Ipv4Addr,
+    /// IP protocol.
+    pub proto: u8,
+    /// Source port (ICMP: id).
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+}
+
+/// How the packet relates to its entry (`enum ip_conntrack_info`, direction apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CtInfoKind {
+    /// `IP_CT_NEW`: no reply seen yet.
+    New,
+    /// `IP_CT_ESTABLISHED` (or `_REPLY`).
+    Established,
+    /// `IP_CT_RELATED` (or `_REPLY`): an ICMP error about the entry, an expectation.
+    Related,
+}
+
+/// What conntrack knows about a packet's connection, as plain values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CtInfo {
+    /// NEW / ESTABLISHED / RELATED.
+    pub info: CtInfoKind,
+    /// Direction of this packet.
+    pub dir: CtDirection,
+    /// `IPS_*` status bits ([`ctstatus`]).
+    pub status: u32,
+    /// Original-direction tuple.
+    pub orig: CtTuple,
+    /// Reply-direction tuple.
+    pub reply: CtTuple,
+    /// The entry's mark.
+    pub mark: u32,
+    /// Seconds until the entry expires (`--ctexpire`).
+    pub expires_secs: u32,
+}
+
+/// The conntrack view of a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CtState {
+    /// No entry: `INVALID` (also what the raw table sees, before conntrack runs).
+    Invalid,
+    /// `CT --notrack` was applied: `UNTRACKED`.
+    Untracked,
+    /// An entry.
+    Tracked(CtInfo),
+}
+
+impl CtState {
+    fn state_bits(&self) -> u16 {
+        match self {
+            CtState::Invalid => ctstate::INVALID,
+            CtState::Untracked => ctstate::UNTRACKED,
+            CtState::Tracked(i) => {
+                let mut b = match i.info {
+                    CtInfoKind::New => ctstate::NEW,
+                    CtInfoKind::Established => ctstate::ESTABLISHED,
+                    CtInfoKind::Related => ctstate::RELATED,
+                };
+                if i.status & ctstatus::SRC_NAT != 0 {
+                    b |= ctstate::SNAT;
+                }
+                if i.status & ctstatus::DST_NAT != 0 {
+                    b |= ctstate::DNAT;
+                }
+                b
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            CtState::Invalid => "INVALID".into(),
+            CtState::Untracked => "UNTRACKED".into(),
+            CtState::Tracked(i) => {
+                let mut s = format!("{:?}", i.info).to_uppercase();
+                if i.dir == CtDirection::Reply {
+                    s.push_str(" reply");
+                }
+                let _ = std::fmt::Write::write_fmt(
+                    &mut s,
+                    format_args!(" status=0x{:x} mark=0x{:x}", i.status, i.mark),
+                );
+                s
+            }
+        }
+    }
+}
+
+/// The inputs of one evaluation. The packet's mark may be changed by MARK / CONNMARK; the
+/// ct view by `CT --notrack` and CONNMARK.
+pub struct EvalCtx<'a> {
+    /// The packet (its `iif`/`oif` must be set as the hook has them).
+    pub packet: Packet,
+    /// Its conntrack view.
+    pub ct: CtState,
+    /// Address classification for `-m addrtype`.
+    pub addr_types: &'a dyn AddrTypeLookup,
+    /// Now (for `-m recent`).
+    pub now: SimTime,
+    /// The random stream for `-m statistic --mode random`.
+    pub rng: &'a mut SimRng,
+    /// The packet was generated by a local process (`skb->sk` set); affects `--rttl`.
+    pub local_origin: bool,
+}
+
+impl<'a> EvalCtx<'a> {
+    /// A context with no conntrack entry (`INVALID`) and a forwarded/received packet.
+    pub fn new(
+        packet: Packet,
+        addr_types: &'a dyn AddrTypeLookup,
+        now: SimTime,
+        rng: &'a mut SimRng,
+    ) -> EvalCtx<'a> {
+        EvalCtx {
+            packet,
+            ct: CtState::Invalid,
+            addr_types,
+            now,
+            rng,
+            local_origin: false,
+        }
+    }
+}
+
+/// A NAT binding to ask conntrack for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum NatRequest {
+    /// `DNAT --to-destination`.
+    Dnat(NatRange),
+    /// `SNAT --to-source`.
+    Snat(NatRange),
+    /// `MASQUERADE`: source NAT to the outgoing interface's primary address.
+    Masquerade(PortNat),
+    /// `REDIRECT`: destination NAT to the incoming interface's primary address (or 127.0.0.1
+    /// for locally generated packets).
+    Redirect(PortNat),
+}
+
+/// What happens to the packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Continue (to the next table or hook).
+    Accept,
+    /// Dropped silently.
+    Drop,
+    /// Dropped, answered with an ICMP error or TCP RST ([`RejectWith::response`]).
+    Reject(RejectWith),
+}
+
+/// The result of a hook evaluation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Verdict {
+    /// Accept, drop or reject.
+    pub action: Action,
+    /// A NAT target matched: the binding to set up (the verdict is then ACCEPT).
+    pub nat: Option<NatRequest>,
+    /// `CT --notrack` / `NOTRACK` ran: do not track this packet.
+    pub notrack: bool,
+    /// CONNMARK changed the entry's mark to this.
+    pub ct_mark: Option<u32>,
+}
+
+impl Verdict {
+    fn accept() -> Verdict {
+        Verdict {
+            action: Action::Accept,
+            nat: None,
+            notrack: false,
+            ct_mark: None,
+        }
+    }
+
+    /// Whether the packet continues.
+    pub fn is_accept(&self) -> bool {
+        self.action == Action::Accept
+    }
+
+    fn describe(&self) -> String {
+        let mut s = match self.action {
+            Action::Accept => "ACCEPT".to_string(),
+            Action::Drop => "DROP".to_string(),
+            Action::Reject(w) => format!("REJECT {}", w.name()),
+        };
+        match &self.nat {
+            Some(NatRequest::Dnat(r)) => s.push_str(&format!(", DNAT to {}", r.range_text())),
+            Some(NatRequest::Snat(r)) => s.push_str(&format!(", SNAT to {}", r.range_text())),
+            Some(NatRequest::Masquerade(_)) => s.push_str(", MASQUERADE"),
+            Some(NatRequest::Redirect(_)) => s.push_str(", REDIRECT"),
+            None => {}
+        }
+        if self.notrack {
+            s.push_str(", notrack");
+        }
+        if let Some(m) = self.ct_mark {
+            s.push_str(&format!(", ctmark 0x{m:x}"));
+        }
+        s
+    }
+}
+
+impl RejectWith {
+    /// The packet the kernel sends back for a packet rejected with this (`nf_send_unreach` /
+    /// `nf_send_reset`), or `None` when it sends nothing (a RST is never answered with a RST;
+    /// an ICMP error never with an ICMP error). `icmp_src` is the address the ICMP error comes
+    /// from (the rejecting host's address toward the sender).
+    pub fn response(self, pkt: &Packet, icmp_src: IpAddr) -> Option<Packet> {
+        match self.icmp_code() {
+            Some(code) => {
+                if let L4::Icmp { icmp_type, .. } = pkt.l4 {
+                    if !matches!(
+                        icmp_type,
+                        icmp::ECHO_REQUEST
+                            | icmp::ECHO_REPLY
+                            | icmp::TIMESTAMP
+                            | icmp::TIMESTAMP_REPLY
+                            | icmp::INFO_REQUEST
+                            | icmp::INFO_REPLY
+                            | icmp::ADDRESS
+                            | icmp::ADDRESS_REPLY
+                    ) {
+                        return None;
+                    }
+                }
+                Some(Packet::icmp_error(icmp_src, pkt, icmp::DEST_UNREACH, code))
+            }
+            None => {
+                let L4::Tcp {
+                    sport,
+                    dport,
+                    flags,
+                    seq,
+                    ack,
+                } = pkt.l4
+                else {
+                    return None;
+                };
+                if flags.contains(TcpFlags::RST) {
+                    return None;
+                }
+                let mut r = Packet::tcp(
+                    std::net::SocketAddr::new(pkt.dst, dport),
+                    std::net::SocketAddr::new(pkt.src, sport),
+                    TcpFlags::RST,
+                );
+                r.len = if pkt.is_ipv4() { 40 } else { 60 };
+                let hdr = if pkt.is_ipv4() { 40 } else { 60 };
+                let payload = u32::from(pkt.len.saturating_sub(hdr));
+                if let L4::Tcp {
+                    flags: rf,
+                    seq: rseq,
+                    ack: rack,
+                    ..
+                } = &mut r.l4
+                {
+                    if flags.contains(TcpFlags::ACK) {
+                        *rseq = ack;
+                    } else {
+                        *rseq = 0;
+                        *rack = seq
+                            .wrapping_add(u32::from(flags.contains(TcpFlags::SYN)))
+                            .wrapping_add(u32::from(flags.contains(TcpFlags::FIN)))
+                            .wrapping_add(payload);
+                        *rf = TcpFlags::RST | TcpFlags::ACK;
+                    }
+                }
+                Some(r)
+            }
+        }
+    }
+}
+
+/// The jump stack limit (nf_tables' `NFT_JUMP_STACK_SIZE` is 16; loops are refused at
+/// commit, so this only guards against absurdly deep chains).
+const MAX_DEPTH: usize = 64;
+
+struct Pkt {
+    src: u32,
+    dst: u32,
+    proto: u8,
+    sport: Option<u16>,
+    dport: Option<u16>,
+    len: u64,
+}
+
+impl Ruleset {
+    /// Evaluates the packet in `ctx` through `table`'s built-in chain at `hook`.
+    ///
+    /// Returns ACCEPT without evaluating anything when the table does not exist, has no chain
+    /// at this hook, or the packet is IPv6 (iptables only sees IPv4). With a `trace`, every
+    /// rule evaluated is recorded and evaluation is plain in-order (the index is only a
+    /// shortcut to the same result).
+    pub fn run_hook(
+        &self,
+        table: Table,
+        hook: Hook,
+        ctx: &mut EvalCtx<'_>,
+        state: &mut RulesetState,
+        mut trace: Option<&mut Trace>,
+    ) -> Verdict {
+        let td = match &self.tables[table.index()] {
+            Some(td) if td.builtin[hook as usize].is_some() && ctx.packet.is_ipv4() => td,
+            _ => {
+                if let Some(t) = trace.as_deref_mut() {
+                    let reason = if !ctx.packet.is_ipv4() {
+                        "IPv6 packet: not seen by iptables"
+                    } else if self.tables[table.index()].is_none() {
+                        "table does not exist"
+                    } else {
+                        "no built-in chain at this hook"
+                    };
+                    t.push(TraceEvent::Skip {
+                        table,
+                        hook,
+                        reason: reason.into(),
+                    });
+                }
+                return Verdict::accept();
+            }
+        };
+        if let Some(t) = trace.as_deref_mut() {
+            t.push(TraceEvent::Enter {
+                table,
+                hook,
+                packet: ctx.packet.to_string(),
+                ct: ctx.ct.describe(),
+            });
+        }
+        let v = self.walk(td, table, hook, ctx, state, trace.as_deref_mut());
+        if let Some(t) = trace {
+            t.push(TraceEvent::Verdict {
+                table,
+                hook,
+                verdict: v.describe(),
+            });
+        }
+        v
+    }
+
+    fn walk(
+        &self,
+        td: &TableData,
+        table: Table,
+        hook: Hook,
+        ctx: &mut EvalCtx<'_>,
+        state: &mut RulesetState,
+        mut trace: Option<&mut Trace>,
+    ) -> Verdict {
+        let ip4 = |a: IpAddr| match a {
+            IpAddr::V4(v) => u32::from(v),
+            IpAddr::V6(_) => 0,
+        };
+        let mut pk = Pkt {
+            src: ip4(ctx.packet.src),
+            dst: ip4(ctx.packet.dst),
+            proto: ctx.packet.protocol(),
+            sport: ctx.packet.sport(),
+            dport: ctx.packet.dport(),
+            len: u64::from(ctx.packet.len),
+        };
+        let key = pk.dport.map(|d| Key {
+            dst: Some(pk.dst),
+            proto: pk.proto,
+            dport: d,
+        });
+        let use_index = self.indexing && trace.is_none();
+        let mut out = Verdict::accept();
+        let base = td.builtin[hook as usize].unwrap_or_default();
+        let mut stack: Vec<(u32, usize)> = Vec::new();
+        let mut chain_id = base;
+        let mut chain: &Chain = td.chain(base);
+        let mut pos = 0usize;
+        loop {
+            if pos >= chain.rules.len() {
+                match stack.pop() {
+                    None => return self.policy(td, base, table, state, &pk, out, trace),
+                    Some((cid, p)) => {
+                        if let Some(t) = trace.as_deref_mut() {
+                            t.push(TraceEvent::Return {
+                                table,
+                                from: chain.name().to_string(),
+                                to: td.chain(cid).name().to_string(),
+                            });
+                        }
+                        chain_id = cid;
+                        chain = td.chain(cid);
+                        pos = p;
+                        continue;
+                    }
+                }
+            }
+            if use_index {
+                if let Some(ix) = &chain.index {
+                    if let Some(next) = ix.skip(pos, key) {
+                        if next != pos {
+                            pos = next;
+                            continue;
+                        }
+                    }
+                }
+            }
+            let rule = &chain.rules[pos];
+            let mut draws = Vec::new();
+            let matched = rule_matches(
+                self,
+                rule,
+                hook,
+                ctx,
+                &pk,
+                state,
+                trace.is_some().then_some(&mut draws),
+            );
+            if let Some(t) = trace.as_deref_mut() {
+                t.push(TraceEvent::Rule {
+                    table,
+                    chain: chain.name().to_string(),
+                    num: pos + 1,
+                    matched,
+                    draws,
+                    spec: rule_spec(rule),
+                });
+            }
+            if !matched {
+                pos += 1;
+                continue;
+            }
+            let s = state.slot(rule.slot, rule.initial_counters);
+            s.packets += 1;
+            s.bytes += pk.len;
+            match &rule.target {
+                Target::None => pos += 1,
+                Target::Accept => return out,
+                Target::Drop => {
+                    out.action = Action::Drop;
+                    return out;
+                }
+                Target::Return => match stack.pop() {
+                    None => return self.policy(td, base, table, state, &pk, out, trace),
+                    Some((cid, p)) => {
+                        if let Some(t) = trace.as_deref_mut() {
+                            t.push(TraceEvent::Return {
+                                table,
+                                from: chain.name().to_string(),
+                                to: td.chain(cid).name().to_string(),
+                            });
+                        }
+                        chain_id = cid;
+                        chain = td.chain(cid);
+                        pos = p;
+                    }
+                },
+                Target::Jump(c) | Target::Goto(c) => {
+                    if matches!(rule.target, Target::Jump(_)) {
+                        if stack.len() >= MAX_DEPTH {
+                            out.action = Action::Drop;
+                            return out;
+                        }
+                        stack.push((chain_id, pos + 1));
+                    }
+                    chain_id = c.id.idx;
+                    chain = td.chain(chain_id);
+                    pos = 0;
+                }
+                Target::Reject(w) => {
+                    out.action = Action::Reject(*w);
+                    return out;
+                }
+                Target::Dnat(r) => {
+                    out.nat = Some(NatRequest::Dnat(r.clone()));
+                    return out;
+                }
+                Target::Snat(r) => {
+                    out.nat = Some(NatRequest::Snat(r.clone()));
+                    return out;
+                }
+                Target::Masquerade(p) => {
+                    out.nat = Some(NatRequest::Masquerade(p.clone()));
+                    return out;
+                }
+                Target::Redirect(p) => {
+                    out.nat = Some(NatRequest::Redirect(p.clone()));
+                    return out;
+                }
+                Target::Mark { value, mask } => {
+                    let from = ctx.packet.mark;
+                    ctx.packet.mark = (from & !mask) ^ value;
+                    if let Some(t) = trace.as_deref_mut() {
+                        t.push(TraceEvent::Mark {
+                            from,
+                            to: ctx.packet.mark,
+                        });
+                    }
+                    pos += 1;
+                }
+                Target::Connmark(op) => {
+                    // xt_connmark connmark_tg_shift: nothing without a tracked entry.
+                    if let CtState::Tracked(ci) = &mut ctx.ct {
+                        let (old_ct, old_mark) = (ci.mark, ctx.packet.mark);
+                        match *op {
+                            ConnmarkOp::Set { value, mask } => ci.mark = (ci.mark & !mask) ^ value,
+                            ConnmarkOp::Save { nfmask, ctmask } => {
+                                ci.mark = (ci.mark & !ctmask) ^ (ctx.packet.mark & nfmask)
+                            }
+                            ConnmarkOp::Restore { nfmask, ctmask } => {
+                                ctx.packet.mark = (ctx.packet.mark & !nfmask) ^ (ci.mark & ctmask)
+                            }
+                        }
+                        if ci.mark != old_ct {
+                            out.ct_mark = Some(ci.mark);
+                        }
+                        if let Some(t) = trace.as_deref_mut() {
+                            if ci.mark != old_ct {
+                                t.push(TraceEvent::CtMark {
+                                    from: old_ct,
+                                    to: ci.mark,
+                                });
+                            }
+                            if ctx.packet.mark != old_mark {
+                                t.push(TraceEvent::Mark {
+                                    from: old_mark,
+                                    to: ctx.packet.mark,
+                                });
+                            }
+                        }
+                    }
+                    pos += 1;
+                }
+                Target::Ct { notrack, .. } => {
+                    if *notrack {
+                        out.notrack = true;
+                        ctx.ct = CtState::Untracked;
+                    }
+                    pos += 1;
+                }
+                Target::Log(l) => {
+                    if let Some(t) = trace.as_deref_mut() {
+                        t.push(TraceEvent::Log {
+                            prefix: l.prefix.clone(),
+                            level: l.level,
+                        });
+                    }
+                    pos += 1;
+                }
+                Target::Trace => {
+                    if let Some(t) = trace.as_deref_mut() {
+                        t.push(TraceEvent::TraceTarget);
+                    }
+                    pos += 1;
+                }
+            }
+            // The packet's ports never change during one table walk, but keep `pk` honest.
+            pk.len = u64::from(ctx.packet.len);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn policy(
+        &self,
+        td: &TableData,
+        base: u32,
+        table: Table,
+        state: &mut RulesetState,
+        pk: &Pkt,
+        mut out: Verdict,
+        trace: Option<&mut Trace>,
+    ) -> Verdict {
+        let c = td.chain(base);
+        let s = state.slot(c.policy_slot, c.policy_init);
+        s.packets += 1;
+        s.bytes += pk.len;
+        if let Some(t) = trace {
+            t.push(TraceEvent::Policy {
+                table,
+                chain: c.name().to_string(),
+                policy: c.policy(),
+            });
+        }
+        if c.policy() == Policy::Drop {
+            out.action = Action::Drop;
+        }
+        out
+    }
+}
+
+#[inline]
+fn rule_matches(
+    rs: &Ruleset,
+    rule: &Rule,
+    hook: Hook,
+    ctx: &mut EvalCtx<'_>,
+    pk: &Pkt,
+    state: &mut RulesetState,
+    mut draws: Option<&mut Vec<StatDraw>>,
+) -> bool {
+    let ip = &rule.ip;
+    // ip_packet_match.
+    if let Some(n) = ip.src {
+        if n.contains(pk.src) == ip.src_inv {
+            return false;
+        }
+    }
+    if let Some(n) = ip.dst {
+        if n.contains(pk.dst) == ip.dst_inv {
+            return false;
+        }
+    }
+    if let Some(p) = &ip.iif {
+        let name = ctx.packet.iif.as_ref().map(|i| i.as_str()).unwrap_or("");
+        if p.matches(name) == ip.iif_inv {
+            return false;
+        }
+    }
+    if let Some(p) = &ip.oif {
+        let name = ctx.packet.oif.as_ref().map(|i| i.as_str()).unwrap_or("");
+        if p.matches(name) == ip.oif_inv {
+            return false;
+        }
+    }
+    if ip.proto != 0 && (pk.proto == ip.proto) == ip.proto_inv {
+        return false;
+    }
+    // Simulated packets are never non-first fragments: `-f` never matches, `! -f` always.
+    if ip.frag == Some(false) {
+        return false;
+    }
+    for m in &rule.matches {
+        if !match_one(rs, m, hook, ctx, pk, state, draws.as_deref_mut()) {
+            return false;
+        }
+    }
+    true
+}
+
+#[inline]
+fn ports_ok(sport: &PortRange, sinv: bool, dport: &PortRange, dinv: bool, pk: &Pkt) -> bool {
+    match (pk.sport, pk.dport) {
+        (Some(s), Some(d)) => sport.contains(s) != sinv && dport.contains(d) != dinv,
+        _ => false,
+    }
+}
+
+fn match_one(
+    rs: &Ruleset,
+    m: &Match,
+    hook: Hook,
+    ctx: &mut EvalCtx<'_>,
+    pk: &Pkt,
+    state: &mut RulesetState,
+    draws: Option<&mut Vec<StatDraw>>,
+) -> bool {
+    match m {
+        Match::Comment(_) => true,
+        Match::Tcp(t) => {
+            let L4::Tcp { flags, .. } = ctx.packet.l4 else {
+                return false;
+            };
+            if !ports_ok(&t.sport, t.sport_inv, &t.dport, t.dport_inv, pk) {
+                return false;
+            }
+            match t.flags {
+                Some((mask, cmp, inv)) => ((flags.0 & mask) == cmp) != inv,
+                None => true,
+            }
+        }
+        Match::Udp(p) => {
+            matches!(ctx.packet.l4, L4::Udp { .. })
+                && ports_ok(&p.sport, p.sport_inv, &p.dport, p.dport_inv, pk)
+        }
+        Match::Sctp(p) => {
+            matches!(ctx.packet.l4, L4::Sctp { .. })
+                && ports_ok(&p.sport, p.sport_inv, &p.dport, p.dport_inv, pk)
+        }
+        Match::Icmp(i) => {
+            let L4::Icmp {
+                icmp_type, code, ..
+            } = ctx.packet.l4
+            else {
+                return false;
+            };
+            // icmp_type_code_match.
+            let hit = i.icmp_type == 0xff
+                || (i.icmp_type == icmp_type && code >= i.code_min && code <= i.code_max);
+            hit != i.inv
+        }
+        Match::Multiport(mp) => {
+            let (Some(s), Some(d)) = (pk.sport, pk.dport) else {
+                return false;
+            };
+            // ports_match_v1.
+            for r in &mp.ports {
+                let hit = match mp.kind {
+                    MultiportKind::Source => r.contains(s),
+                    MultiportKind::Destination => r.contains(d),
+                    MultiportKind::Either => r.contains(s) || r.contains(d),
+                };
+                if hit {
+                    return !mp.inv;
+                }
+            }
+            mp.inv
+        }
+        Match::Statistic(s) => match s.mode {
+            StatisticMode::Random { probability } => {
+                // statistic_mt: (get_random_u32() & 0x7FFFFFFF) < probability.
+                let draw = ctx.rng.next_u32() & 0x7fff_ffff;
+                if let Some(d) = draws {
+                    d.push(StatDraw::Random {
+                        draw,
+                        threshold: probability,
+                    });
+                }
+                (draw < probability) != s.inv
+            }
+            StatisticMode::Nth { every, packet } => {
+                // statistic_mt with the count libxt_statistic starts at (every-1)-packet:
+                // the i-th packet (0-based) reaching the match matches when i % every == packet.
+                let slot = state.slot(s.slot, Counters::default());
+                let index = slot.nth;
+                slot.nth = if index + 1 >= every { 0 } else { index + 1 };
+                if let Some(d) = draws {
+                    d.push(StatDraw::Nth {
+                        index,
+                        every,
+                        packet,
+                    });
+                }
+                (index == packet) != s.inv
+            }
+        },
+        Match::Mark(mk) => ((ctx.packet.mark & mk.mask) == mk.value) != mk.inv,
+        Match::Conntrack(c) => conntrack_mt(c, &ctx.ct),
+        Match::Addrtype(a) => {
+            let dev = match a.limit {
+                Some(LimitIface::In) => ctx.packet.iif.as_ref().map(|i| i.as_str()),
+                Some(LimitIface::Out) => ctx.packet.oif.as_ref().map(|i| i.as_str()),
+                None => None,
+            };
+            if let Some((mask, inv)) = a.src {
+                let t = ctx.addr_types.addr_type(Ipv4Addr::from(pk.src), dev);
+                if (mask & t.bit() != 0) == inv {
+                    return false;
+                }
+            }
+            if let Some((mask, inv)) = a.dst {
+                let t = ctx.addr_types.addr_type(Ipv4Addr::from(pk.dst), dev);
+                if (mask & t.bit() != 0) == inv {
+                    return false;
+                }
+            }
+            true
+        }
+        Match::Recent(r) => recent_mt(rs, r, hook, ctx, pk, state),
+        Match::Nfacct(n) => {
+            let e = &rs.nfacct.entries[n.obj.idx as usize];
+            let s = state.nfacct_slot(Bind {
+                idx: n.obj.idx,
+                uid: e.uid,
+            });
+            s.packets += 1;
+            s.bytes += pk.len;
+            true
+        }
+    }
+}
+
+/// xt_conntrack `conntrack_mt` (revision 3).
+fn conntrack_mt(c: &ConntrackMatch, ct: &CtState) -> bool {
+    if let Some((mask, inv)) = c.state {
+        if (mask & ct.state_bits() != 0) == inv {
+            return false;
+        }
+    }
+    let CtState::Tracked(ci) = ct else {
+        // No entry: only a state test can match.
+        return c.state.is_some();
+    };
+    if let Some(d) = c.dir {
+        if d != ci.dir {
+            return false;
+        }
+    }
+    let addr_ok = |v: &Option<(Ipv4Net, bool)>, a: Ipv4Addr| match v {
+        Some((n, inv)) => n.contains(u32::from(a)) != *inv,
+        None => true,
+    };
+    if !addr_ok(&c.orig_src, ci.orig.src)
+        || !addr_ok(&c.orig_dst, ci.orig.dst)
+        || !addr_ok(&c.repl_src, ci.reply.src)
+        || !addr_ok(&c.repl_dst, ci.reply.dst)
+    {
+        return false;
+    }
+    if let Some((p, inv)) = c.proto {
+        if (ci.orig.proto == p) == inv {
+            return false;
+        }
+    }
+    let port_ok = |v: &Option<(PortRange, bool)>, p: u16| match v {
+        Some((r, inv)) => r.contains(p) != *inv,
+        None => true,
+    };
+    if !port_ok(&c.orig_src_port, ci.orig.sport)
+        || !port_ok(&c.orig_dst_port, ci.orig.dport)
+        || !port_ok(&c.repl_src_port, ci.reply.sport)
+        || !port_ok(&c.repl_dst_port, ci.reply.dport)
+    {
+        return false;
+    }
+    if let Some((mask, inv)) = c.status {
+        if (mask & ci.status != 0) == inv {
+            return false;
+        }
+    }
+    if let Some((lo, hi, inv)) = c.expires {
+        let e = ci.expires_secs;
+        if (e >= lo && e <= hi) == inv {
+            return false;
+        }
+    }
+    true
+}
+
+/// xt_recent `recent_mt`.
+fn recent_mt(
+    rs: &Ruleset,
+    r: &RecentMatch,
+    hook: Hook,
+    ctx: &mut EvalCtx<'_>,
+    pk: &Pkt,
+    state: &mut RulesetState,
+) -> bool {
+    let reg = &rs.recent.entries[r.table.idx as usize];
+    let table = state.recent_table(Bind {
+        idx: r.table.idx,
+        uid: reg.uid,
+    });
+    let addr = if r.rdest { pk.dst } else { pk.src } & reg.mask;
+    let mut ttl = ctx.packet.ttl;
+    // "use TTL as seen before forwarding": an output device and no local socket.
+    if matches!(hook, Hook::Forward | Hook::PostRouting) && !ctx.local_origin {
+        ttl = ttl.wrapping_add(1);
+    }
+    let now = ctx.now;
+    let mut ret = r.inv;
+    let want_ttl = if r.rttl { ttl } else { 0 };
+    let found = table
+        .entries
+        .iter()
+        .position(|e| e.addr == addr && (want_ttl == e.ttl || want_ttl == 0 || e.ttl == 0));
+    let Some(i) = found else {
+        if r.command != RecentCommand::Set {
+            return ret;
+        }
+        if table.entries.len() >= RECENT_MAX_ENTRIES {
+            table.entries.remove(0);
+        }
+        let mut stamps = std::collections::VecDeque::with_capacity(4);
+        stamps.push_back(now);
+        table.entries.push(RecentEntry { addr, ttl, stamps });
+        return !ret;
+    };
+    match r.command {
+        RecentCommand::Set => ret = !ret,
+        RecentCommand::Remove => {
+            table.entries.remove(i);
+            return !ret;
+        }
+        RecentCommand::Check | RecentCommand::Update => {
+            let window = sim_core::SimDuration::from_secs(u64::from(r.seconds));
+            let mut hits = 0;
+            for &st in &table.entries[i].stamps {
+                if r.seconds != 0 && now.saturating_since(st) > window {
+                    continue;
+                }
+                hits += 1;
+                if r.hitcount == 0 || hits >= r.hitcount {
+                    ret = !ret;
+                    break;
+                }
+            }
+            if r.reap {
+                // recent_entry_reap: drop the least recently used entry if its newest stamp is
+                // outside the window, unless it is the entry about to be updated.
+                let updating = r.command == RecentCommand::Update && ret;
+                let head_old = table.entries.first().is_some_and(|e| {
+                    e.stamps
+                        .back()
+                        .is_some_and(|s| now.saturating_since(*s) > window)
+                });
+                if head_old && !(updating && i == 0) {
+                    table.entries.remove(0);
+                    if i == 0 {
+                        return ret;
+                    }
+                    return update_after(table, i - 1, r, ret, ttl, now, reg.cap);
+                }
+            }
+        }
+    }
+    update_after(table, i, r, ret, ttl, now, reg.cap)
+}
+
+fn update_after(
+    table: &mut crate::state::RecentTable,
+    i: usize,
+    r: &RecentMatch,
+    ret: bool,
+    ttl: u8,
+    now: SimTime,
+    cap: usize,
+) -> bool {
+    let matched_update = r.command == RecentCommand::Update && ret;
+    if r.command == RecentCommand::Set || matched_update {
+        // recent_entry_update: a new stamp, most recently used.
+        let mut e = table.entries.remove(i);
+        if e.stamps.len() >= cap {
+            e.stamps.pop_front();
+        }
+        e.stamps.push_back(now);
+        e.ttl = ttl;
+        table.entries.push(e);
+    }
+    ret
+}
+
+/// `target_spec` re-exported for the trace of matched rules' targets.
+pub fn describe_target(t: &Target) -> String {
+    target_spec(t)
+}

@@ -1,0 +1,195 @@
+//! A first-match index for long chains of "simple" rules.
+//!
+//! kube-proxy's `KUBE-SERVICES` holds one rule per service port:
+//! `-d CLUSTER_IP/32 -p udp -m comment --comment … -m udp --dport 53 -j KUBE-SVC-…`.
+//! Such a rule matches exactly when (destination, protocol, destination port) equal its key,
+//! and it has no side effect when it does not match. In a run of consecutive simple rules the
+//! first rule that matches a packet at or after position `pos` is therefore the smallest
+//! position ≥ `pos` among the rules keyed by the packet's (dst, proto, dport) or by
+//! (any dst, proto, dport). Evaluation jumps straight to it (or past the run); every rule it
+//! skips could not have matched, so verdicts, NAT, counters and random draws are those of
+//! plain in-order evaluation (a property test in `tests/` compares both).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::rule::{Match, Rule};
+use crate::types::PortRange;
+
+/// Runs shorter than this are evaluated in order (the lookup would cost more).
+pub(crate) const MIN_INDEXED_RUN: usize = 16;
+
+const NO_RUN: u32 = u32::MAX;
+
+/// The key of a simple rule: destination (`None` = any), protocol, destination port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    pub dst: Option<u32>,
+    pub proto: u8,
+    pub dport: u16,
+}
+
+/// A multiplicative hasher for [`Key`]s; lookups only, never iterated into output.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+
+type KeyMap = HashMap<Key, Vec<u32>, BuildHasherDefault<KeyHasher>>;
+
+#[derive(Clone, Debug)]
+struct Run {
+    end: u32,
+    map: KeyMap,
+}
+
+/// The index of one chain.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ChainIndex {
+    runs: Vec<Run>,
+    /// For each rule position, the run it belongs to, or `NO_RUN`.
+    run_of: Vec<u32>,
+}
+
+/// The key of a rule if it is simple: no source, no interfaces, no fragment flag, a
+/// non-inverted tcp/udp/sctp protocol, an optional non-inverted /32 destination, one port match
+/// of that protocol with a single non-inverted destination port and nothing else, and
+/// otherwise only comments.
+pub(crate) fn simple_key(rule: &Rule) -> Option<Key> {
+    let ip = &rule.ip;
+    if ip.src.is_some() || ip.frag.is_some() || ip.proto_inv {
+        return None;
+    }
+    for (p, inv) in [(&ip.iif, ip.iif_inv), (&ip.oif, ip.oif_inv)] {
+        if let Some(p) = p {
+            if !p.is_any() || inv {
+                return None;
+            }
+        }
+    }
+    if !matches!(ip.proto, 6 | 17 | 132) {
+        return None;
+    }
+    let dst = match ip.dst {
+        None => None,
+        Some(n) if !ip.dst_inv && n.mask == u32::MAX => Some(n.addr),
+        Some(_) => return None,
+    };
+    let mut dport = None;
+    for m in &rule.matches {
+        let (sport, sinv, dp, dinv, proto) = match m {
+            Match::Comment(_) => continue,
+            Match::Tcp(t) if t.flags.is_none() => (t.sport, t.sport_inv, t.dport, t.dport_inv, 6),
+            Match::Udp(p) => (p.sport, p.sport_inv, p.dport, p.dport_inv, 17),
+            Match::Sctp(p) => (p.sport, p.sport_inv, p.dport, p.dport_inv, 132),
+            _ => return None,
+        };
+        if dport.is_some()
+            || proto != ip.proto
+            || sport != PortRange::ALL
+            || sinv
+            || dinv
+            || dp.min != dp.max
+        {
+            return None;
+        }
+        dport = Some(dp.min);
+    }
+    Some(Key {
+        dst,
+        proto: ip.proto,
+        dport: dport?,
+    })
+}
+
+impl ChainIndex {
+    /// Builds the index of `rules`, or `None` if no run is long enough.
+    pub(crate) fn build(rules: &[Rule]) -> Option<ChainIndex> {
+        let keys: Vec<Option<Key>> = rules.iter().map(simple_key).collect();
+        let mut idx = ChainIndex {
+            runs: Vec::new(),
+            run_of: vec![NO_RUN; rules.len()],
+        };
+        let mut i = 0;
+        while i < keys.len() {
+            if keys[i].is_none() {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < keys.len() && keys[i].is_some() {
+                i += 1;
+            }
+            if i - start < MIN_INDEXED_RUN {
+                continue;
+            }
+            let mut map = KeyMap::default();
+            for (pos, k) in keys.iter().enumerate().take(i).skip(start) {
+                if let Some(k) = k {
+                    map.entry(*k).or_default().push(pos as u32);
+                }
+            }
+            let run_id = idx.runs.len() as u32;
+            for r in &mut idx.run_of[start..i] {
+                *r = run_id;
+            }
+            idx.runs.push(Run { end: i as u32, map });
+        }
+        if idx.runs.is_empty() {
+            None
+        } else {
+            Some(idx)
+        }
+    }
+
+    /// If `pos` is inside an indexed run: the first position ≥ `pos` in the run whose rule can
+    /// match a packet with `key` (`None` for a packet without ports), or the run's end.
+    #[inline]
+    pub(crate) fn skip(&self, pos: usize, key: Option<Key>) -> Option<usize> {
+        let run = *self.run_of.get(pos)?;
+        if run == NO_RUN {
+            return None;
+        }
+        let run = &self.runs[run as usize];
+        let Some(key) = key else {
+            return Some(run.end as usize);
+        };
+        let p = pos as u32;
+        let first_at_or_after = |k: &Key| -> u32 {
+            match run.map.get(k) {
+                Some(v) => {
+                    let i = v.partition_point(|&x| x < p);
+                    v.get(i).copied().unwrap_or(run.end)
+                }
+                None => run.end,
+            }
+        };
+        let exact = first_at_or_after(&key);
+        let any = first_at_or_after(&Key { dst: None, ..key });
+        Some(exact.min(any) as usize)
+    }
+}

@@ -1,0 +1,1 @@
+//! Synthetic kube-proxy rulesets (filled in below).
