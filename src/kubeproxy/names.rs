@@ -80,7 +80,8 @@ impl ServicePortName {
     pub fn service(&self) -> (String, String) {
         (self.namespace.clone(), self.name.clone())
     }
-    fn port_proto_hash(&self) -> String {
+    /// `portProtoHash`: the 16-character hash shared by the SVC/SVL/EXT/FW chains.
+    pub fn port_proto_hash(&self) -> String {
         hash16(&format!("{}{}", self, self.protocol.lower()))
     }
     /// `KUBE-SVC-…` (`servicePortPolicyClusterChain`).

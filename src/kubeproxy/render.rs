@@ -15,7 +15,7 @@
 use super::model::{categorize_endpoints, EndpointInfo, ProxyState, ServicePortInfo};
 use super::names::*;
 use crate::k8s::Cidr;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 /// More endpoints than this in total and kube-proxy drops the per-endpoint comments
@@ -427,9 +427,10 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
         let cip = svc.cluster_ip.to_string();
         let cat = categorize_endpoints(state.endpoints_of(spn), svc);
 
-        let cluster_chain = spn.svc_chain();
+        let hash = spn.port_proto_hash();
+        let cluster_chain = format!("{SVC_PREFIX}{hash}");
         let uses_cluster_chain = !cat.cluster.is_empty() && svc.uses_cluster_endpoints();
-        let local_chain = spn.svl_chain();
+        let local_chain = format!("{SVL_PREFIX}{hash}");
         let uses_local_chain = !cat.local.is_empty() && svc.uses_local_endpoints();
 
         let mut internal_chain = cluster_chain.clone();
@@ -448,9 +449,9 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
                 has_external = false;
             }
         }
-        let ext_chain = spn.ext_chain();
+        let ext_chain = format!("{EXT_PREFIX}{hash}");
         let uses_ext_chain = cat.has_any && svc.externally_accessible();
-        let fw_chain = spn.fw_chain();
+        let fw_chain = format!("{FW_PREFIX}{hash}");
         let uses_fw = cat.has_any
             && !svc.load_balancer_vips.is_empty()
             && !svc.load_balancer_source_ranges.is_empty();
@@ -718,14 +719,36 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
 
         // A partial sync skips the per-service chains of unchanged services (they stay as
         // they are in the kernel) but still counts them as active.
+        // SEP chain names, hashed once per endpoint (cluster and local endpoints are subsets
+        // of all_reachable).
+        let seps: BTreeMap<String, String> = cat
+            .all_reachable
+            .iter()
+            .map(|e| {
+                let s = e.endpoint_string();
+                let sep = spn.sep_chain(&s);
+                (s, sep)
+            })
+            .collect();
         let skip = !scope.full && !scope.changed.is_some_and(|c| c.contains(&spn.service()));
-        let mut skipped_chains = Lines::new(true);
-        let mut skipped_rules = Lines::new(true);
-        let (chains, rules) = if skip {
-            (&mut skipped_chains, &mut skipped_rules)
-        } else {
-            (&mut nat_chains, &mut nat_rules)
-        };
+        if skip {
+            // kube-proxy renders these into a discarded buffer; only the names matter.
+            if uses_ext_chain {
+                active.insert(ext_chain);
+            }
+            if uses_fw {
+                active.insert(fw_chain);
+            }
+            if uses_cluster_chain {
+                active.insert(cluster_chain);
+            }
+            if uses_local_chain {
+                active.insert(local_chain);
+            }
+            active.extend(seps.into_values());
+            continue;
+        }
+        let (chains, rules) = (&mut nat_chains, &mut nat_rules);
 
         // Internal traffic: masquerade off-cluster sources.
         if has_internal {
@@ -881,7 +904,7 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
             write_service_to_endpoint_rules(
                 rules,
                 &name,
-                spn,
+                &seps,
                 svc,
                 &cluster_chain,
                 &cat.cluster,
@@ -894,7 +917,7 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
             write_service_to_endpoint_rules(
                 rules,
                 &name,
-                spn,
+                &seps,
                 svc,
                 &local_chain,
                 &cat.local,
@@ -905,7 +928,7 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
         // Per-endpoint chains.
         for ep in &cat.all_reachable {
             let epstr = ep.endpoint_string();
-            let sep = spn.sep_chain(&epstr);
+            let sep = seps[&epstr].clone();
             chains.chain(&sep);
             active.insert(sep.clone());
             let mut head = vec!["-A", sep.as_str()];
@@ -1033,7 +1056,7 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
 fn write_service_to_endpoint_rules(
     rules: &mut Lines,
     name: &str,
-    spn: &ServicePortName,
+    seps: &BTreeMap<String, String>,
     svc: &ServicePortInfo,
     chain: &str,
     endpoints: &[EndpointInfo],
@@ -1043,7 +1066,7 @@ fn write_service_to_endpoint_rules(
         let secs = secs.to_string();
         for ep in endpoints {
             let epstr = ep.endpoint_string();
-            let sep = spn.sep_chain(&epstr);
+            let sep = &seps[&epstr];
             let comment = q(format!("{name} -> {epstr}"));
             let mut w = vec!["-A", chain];
             if !large {
@@ -1067,7 +1090,7 @@ fn write_service_to_endpoint_rules(
     let n = endpoints.len();
     for (i, ep) in endpoints.iter().enumerate() {
         let epstr = ep.endpoint_string();
-        let sep = spn.sep_chain(&epstr);
+        let sep = &seps[&epstr];
         let comment = q(format!("{name} -> {epstr}"));
         let prob = probability(n - i);
         let mut w = vec!["-A", chain];
