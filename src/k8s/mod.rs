@@ -45,12 +45,25 @@ pub struct ObjectMeta {
     #[serde(default = "default_namespace")]
     pub namespace: String,
     /// `metadata.labels`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub labels: BTreeMap<String, String>,
 }
 
 fn default_namespace() -> String {
     "default".to_string()
+}
+
+/// Reads `null` (as kubectl prints empty lists and maps, e.g. `endpoints: null`) as empty.
+fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 impl ObjectMeta {
@@ -263,7 +276,7 @@ fn de_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> 
 }
 
 fn de_cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Cidr>, D::Error> {
-    let raw = Vec::<String>::deserialize(d)?;
+    let raw = Option::<Vec<String>>::deserialize(d)?.unwrap_or_default();
     raw.iter()
         // kube-proxy trims whitespace before parsing (proxyutil.MapCIDRsByIPFamily).
         .map(|s| s.trim().parse::<Cidr>().map_err(serde::de::Error::custom))
@@ -328,16 +341,30 @@ pub struct ServiceSpec {
     #[serde(default, rename = "clusterIP", skip_serializing_if = "Option::is_none")]
     pub cluster_ip: Option<ClusterIp>,
     /// `clusterIPs` (dual-stack; the first one equals `clusterIP`).
-    #[serde(default, rename = "clusterIPs", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        rename = "clusterIPs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub cluster_ips: Vec<ClusterIp>,
     /// `ports`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub ports: Vec<ServicePort>,
     /// `selector` (kube-proxy does not read it; the EndpointSlice controller does).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub selector: BTreeMap<String, String>,
     /// `externalIPs`.
-    #[serde(default, rename = "externalIPs", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        rename = "externalIPs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub external_ips: Vec<IpAddr>,
     /// `loadBalancerSourceRanges`, as CIDRs (surrounding spaces are trimmed, as kube-proxy does).
     #[serde(
@@ -399,7 +426,11 @@ pub enum LoadBalancerIpMode {
 #[serde(rename_all = "camelCase")]
 pub struct LoadBalancerStatus {
     /// `ingress`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub ingress: Vec<LoadBalancerIngress>,
 }
 
@@ -473,7 +504,7 @@ impl EndpointConditions {
 #[serde(rename_all = "camelCase")]
 pub struct Endpoint {
     /// `addresses`; kube-proxy uses only the first.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub addresses: Vec<IpAddr>,
     /// `conditions`.
     #[serde(default)]
@@ -511,10 +542,10 @@ pub struct EndpointSlice {
     /// `addressType`.
     pub address_type: AddressType,
     /// `endpoints`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub endpoints: Vec<Endpoint>,
     /// `ports`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub ports: Vec<EndpointPort>,
 }
 

@@ -245,3 +245,18 @@ fn serializes_back_to_an_equal_object() {
     let again = EndpointSlice::from_yaml(&format!("kind: EndpointSlice\n{text}")).unwrap();
     assert_eq!(e, again);
 }
+
+#[test]
+fn null_lists_read_as_empty() {
+    // kubectl prints `endpoints: null` for a slice of a Service scaled to zero.
+    let e = EndpointSlice::from_yaml(
+        "kind: EndpointSlice\nmetadata: {name: s, namespace: n, labels: {kubernetes.io/service-name: x}}\naddressType: IPv4\nendpoints: null\nports: null\n",
+    )
+    .unwrap();
+    assert!(e.endpoints.is_empty() && e.ports.is_empty());
+    let s = Service::from_yaml(
+        "kind: Service\nmetadata: {name: x, labels: null}\nspec:\n  clusterIP: 10.96.0.1\n  ports: null\n  selector: null\n",
+    )
+    .unwrap();
+    assert!(s.spec.ports.is_empty());
+}
