@@ -1,0 +1,1166 @@
+//! The hook pipeline of one network namespace: routing decision + netfilter hooks +
+//! conntrack + NAT, in the kernel's order (KERNEL.md §1).
+//!
+//! A [`Netns`] owns interfaces and routes ([`RoutingTable`]), the iptables [`Ruleset`] with its
+//! [`RulesetState`], and the [`Conntrack`] table. [`Netns::process`] takes one packet and where
+//! it came from ([`Ingress`]) and returns what leaves the namespace ([`Egress`]): transmitted
+//! on an interface towards a next hop, or delivered to a local socket. Packets the kernel
+//! itself generates (REJECT's ICMP error or TCP RST) are pushed through the OUTPUT path and
+//! come out as egress too.
+//!
+//! The order of work per packet, after the kernel (`net/ipv4/ip_input.c`, `ip_forward.c`,
+//! `ip_output.c`; priorities of `enum nf_ip_hook_priorities`):
+//!
+//! | received (`Ingress::Interface`) | locally generated (`Ingress::Local`) |
+//! |---|---|
+//! | PREROUTING: raw, conntrack in, mangle, nat (DNAT) | route lookup for the source/oif, OUTPUT: raw, conntrack in, mangle, nat (DNAT), filter |
+//! | routing decision (`ip_route_input`): local → INPUT, else FORWARD, no route → drop | re-route if the destination changed (`ip_route_me_harder`) |
+//! | INPUT: mangle, filter, nat (SNAT), confirm → local delivery | POSTROUTING: mangle, nat (SNAT/MASQUERADE), confirm |
+//! | FORWARD: mangle, filter, then POSTROUTING: mangle, nat, confirm → transmit | a local destination loops back through PREROUTING on `lo` |
+//!
+//! The nat table is consulted only while NAT for that hook's manip type is not yet set up for
+//! the connection (`nf_nat_inet_fn`: ctinfo NEW or RELATED and `!nf_nat_initialized`); when no
+//! nat rule maps it a null binding is recorded. Every packet, replies included, is then
+//! rewritten from the conntrack entry alone (`nf_nat_packet`), so changing rules never changes
+//! an existing flow.
+//!
+//! Simplifications, each deliberate: one routing table (no policy routing, no `fwmark`
+//! routes); IPv6 packets are tracked and routed but iptables rules (IPv4 only) do not see
+//! them, as with an empty ip6tables; no fragmentation; the `security` table is not modelled.
+
+mod route;
+
+pub use route::{Interface, Prefix, Route, RouteDecision, RouteError, RoutingTable};
+
+use crate::eval::{AddrTypeLookup, CtInfo, CtInfoKind, CtState, CtTuple, EvalCtx, NatRequest};
+use crate::rule::{AddrType, CtDirection, PortNat};
+use crate::ruleset::{RestoreOptions, RestoreReport, Ruleset, SaveOptions};
+use crate::state::RulesetState;
+use crate::trace::{Trace, TraceEvent};
+use crate::types::{Hook, Table};
+use crate::{Action, RestoreError};
+use sim_conntrack::{
+    ConfirmError, Conntrack, CtEntry, CtEvent, CtHandle, CtVerdict, Dir, Manip, NatRange, Status,
+    SysctlError, Sysctls, Tuple,
+};
+use sim_core::{IfName, Packet, SimRng, SimTime};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// The loopback interface every namespace has.
+pub fn lo() -> IfName {
+    IfName::new("lo").unwrap_or_else(|_| unreachable!("\"lo\" is a valid interface name"))
+}
+
+/// How deep kernel-generated packets (a REJECT answering a REJECT…) may nest.
+const MAX_GENERATED_DEPTH: u8 = 4;
+
+/// Settings of a new namespace.
+#[derive(Clone, Debug)]
+pub struct NetnsConfig {
+    /// Its name, used in labels of its random streams and in traces.
+    pub name: String,
+    /// The run's seed.
+    pub seed: u64,
+    /// Conntrack settings.
+    pub sysctls: Sysctls,
+}
+
+impl NetnsConfig {
+    /// A namespace called `name` with the kernel's default sysctls.
+    pub fn new(name: &str, seed: u64) -> NetnsConfig {
+        NetnsConfig {
+            name: name.to_string(),
+            seed,
+            sysctls: Sysctls::default(),
+        }
+    }
+}
+
+/// Where a packet enters the namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ingress {
+    /// Received on this interface: it takes PREROUTING.
+    Interface(IfName),
+    /// Sent by a process of this namespace: it takes OUTPUT.
+    Local,
+}
+
+/// What leaves the namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Egress {
+    /// Transmitted on `dev` towards `next_hop`.
+    Transmit {
+        /// The outgoing interface.
+        dev: IfName,
+        /// The gateway, or the destination itself when directly connected.
+        next_hop: IpAddr,
+        /// The packet as it leaves (after NAT).
+        packet: Packet,
+    },
+    /// Accepted at INPUT: for a socket of this namespace.
+    LocalDeliver {
+        /// The packet as the socket sees it (after NAT).
+        packet: Packet,
+    },
+}
+
+/// How the packet's journey ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// Transmitted on an interface.
+    Transmitted,
+    /// Delivered to a local socket.
+    Delivered,
+    /// Dropped: by a rule (`table`/`hook`), by conntrack, or for want of a route.
+    Dropped(DropCause),
+    /// Rejected by a rule, with an ICMP error or TCP RST sent back (if any could be).
+    Rejected {
+        /// The table that rejected it.
+        table: Table,
+        /// At which hook.
+        hook: Hook,
+    },
+}
+
+/// Why a packet was dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DropCause {
+    /// A DROP verdict (or a chain policy).
+    Rule {
+        /// Table.
+        table: Table,
+        /// Hook.
+        hook: Hook,
+    },
+    /// No route to the destination.
+    NoRoute,
+    /// Conntrack dropped it (`nf_conntrack: table full, dropping packet`).
+    TableFull,
+    /// The confirm hook found a clashing entry (`insert_failed`).
+    InsertFailed,
+    /// MASQUERADE found no address on the outgoing interface.
+    NoMasqueradeAddress,
+    /// The NAT range could not be mapped.
+    Nat(String),
+    /// A packet generated by the kernel nested too deeply.
+    Loop,
+}
+
+impl fmt::Display for DropCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DropCause::Rule { table, hook } => write!(f, "dropped by {table} {hook}"),
+            DropCause::NoRoute => f.write_str("no route to host"),
+            DropCause::TableFull => f.write_str("nf_conntrack: table full, dropping packet"),
+            DropCause::InsertFailed => f.write_str("conntrack insert failed"),
+            DropCause::NoMasqueradeAddress => {
+                f.write_str("MASQUERADE: no address on the outgoing interface")
+            }
+            DropCause::Nat(e) => write!(f, "NAT failed: {e}"),
+            DropCause::Loop => f.write_str("generated packets nested too deeply"),
+        }
+    }
+}
+
+/// One step of a packet's way through the namespace, for people.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A hook starts.
+    Hook(Hook),
+    /// What conntrack made of the packet.
+    Conntrack {
+        /// The ctstate rules will see (`NEW`, `ESTABLISHED reply`, `INVALID`, …).
+        state: String,
+        /// The entry, as `conntrack -L` prints it (unconfirmed entries with their timeout).
+        entry: Option<String>,
+    },
+    /// The rule-level trace of one table at one hook.
+    Rules(TraceEvent),
+    /// A NAT binding was set up for the connection.
+    NatSetup {
+        /// At which hook.
+        hook: Hook,
+        /// `Src` or `Dst`.
+        manip: Manip,
+        /// What the rules asked for, or `null binding`.
+        what: String,
+        /// The entry's reply tuple after the binding (`src=… dst=… sport=… dport=…`).
+        reply: String,
+    },
+    /// The packet was rewritten from its entry.
+    Rewrite {
+        /// At which hook.
+        hook: Hook,
+        /// Before.
+        before: String,
+        /// After.
+        after: String,
+    },
+    /// The routing decision.
+    Route(String),
+    /// The entry was confirmed (entered the table).
+    Confirm(String),
+    /// How it ended.
+    Fate(String),
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Hook(h) => write!(f, "{h}"),
+            Step::Conntrack { state, entry } => match entry {
+                Some(e) => write!(f, "  conntrack: {state}: {e}"),
+                None => write!(f, "  conntrack: {state}"),
+            },
+            Step::Rules(e) => write!(f, "  {e}"),
+            Step::NatSetup {
+                hook,
+                manip,
+                what,
+                reply,
+            } => {
+                let m = match manip {
+                    Manip::Src => "SNAT",
+                    Manip::Dst => "DNAT",
+                };
+                write!(
+                    f,
+                    "  nat {hook}: {m} binding: {what}; reply tuple now {reply}"
+                )
+            }
+            Step::Rewrite {
+                hook,
+                before,
+                after,
+            } => write!(f, "  rewrite at {hook}: {before}  =>  {after}"),
+            Step::Route(r) => write!(f, "  route: {r}"),
+            Step::Confirm(e) => write!(f, "  confirm: {e}"),
+            Step::Fate(s) => write!(f, "=> {s}"),
+        }
+    }
+}
+
+/// The steps of one packet (and of packets the kernel generated for it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PacketTrace {
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+}
+
+impl fmt::Display for PacketTrace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for s in &self.steps {
+            writeln!(f, "{s}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`Netns::process`] returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessResult {
+    /// What left the namespace, in order: the packet itself (if it survived), then any packet
+    /// the kernel generated (REJECT's answer).
+    pub out: Vec<Egress>,
+    /// How the packet's journey ended.
+    pub fate: Fate,
+    /// The conntrack entry the packet belongs to after processing (if tracked and still
+    /// present), as a snapshot.
+    pub entry: Option<CtEntry>,
+    /// The trace, when asked for.
+    pub trace: Option<PacketTrace>,
+}
+
+/// Why a namespace could not be configured.
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    /// An interface or route problem.
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    /// An iptables-restore problem.
+    #[error(transparent)]
+    Restore(Box<RestoreError>),
+    /// A sysctl problem.
+    #[error(transparent)]
+    Sysctl(#[from] SysctlError),
+}
+
+impl From<RestoreError> for NetnsError {
+    fn from(e: RestoreError) -> Self {
+        NetnsError::Restore(Box::new(e))
+    }
+}
+
+/// One network namespace: addresses, routes, rules, conntrack.
+#[derive(Clone, Debug)]
+pub struct Netns {
+    name: String,
+    routes: RoutingTable,
+    ruleset: Ruleset,
+    rules_state: RulesetState,
+    conntrack: Conntrack,
+    stat_rng: SimRng,
+}
+
+/// `addrtype` classification from the routing table (`inet_dev_addr_type`).
+struct AddrTypes<'a>(&'a RoutingTable);
+
+impl AddrTypeLookup for AddrTypes<'_> {
+    fn addr_type(&self, addr: Ipv4Addr, dev: Option<&str>) -> AddrType {
+        let a = IpAddr::V4(addr);
+        let on_dev = |owner: Option<IfName>| match dev {
+            None => true,
+            Some(d) => owner.map(|o| o.as_str() == d).unwrap_or(false),
+        };
+        if u32::from(addr) >> 24 == 0 || addr.is_broadcast() {
+            return AddrType::Broadcast;
+        }
+        if addr.is_multicast() {
+            return AddrType::Multicast;
+        }
+        if addr.is_loopback() {
+            return if on_dev(Some(lo())) {
+                AddrType::Local
+            } else {
+                AddrType::Unicast
+            };
+        }
+        if self.0.is_local(a) {
+            return if on_dev(self.0.interface_of(a)) {
+                AddrType::Local
+            } else {
+                AddrType::Unicast
+            };
+        }
+        if self.0.is_broadcast(a) {
+            return AddrType::Broadcast;
+        }
+        AddrType::Unicast
+    }
+}
+
+fn ct_tuple(t: &Tuple) -> CtTuple {
+    let v4 = |a: IpAddr| match a {
+        IpAddr::V4(v) => v,
+        IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+    };
+    CtTuple {
+        src: v4(t.src),
+        dst: v4(t.dst),
+        proto: t.proto,
+        sport: t.sport,
+        dport: t.dport,
+    }
+}
+
+fn tuple_text(t: &Tuple) -> String {
+    if sim_conntrack::tuple::has_ports(t.proto) {
+        format!(
+            "src={} dst={} sport={} dport={}",
+            t.src, t.dst, t.sport, t.dport
+        )
+    } else {
+        format!("src={} dst={}", t.src, t.dst)
+    }
+}
+
+/// The conntrack view rules see for a packet holding `handle`.
+fn ct_state_of(ct: &Conntrack, handle: Option<CtHandle>, untracked: bool) -> CtState {
+    if untracked {
+        return CtState::Untracked;
+    }
+    let Some(h) = handle else {
+        return CtState::Invalid;
+    };
+    let Some(e) = ct.get(h.id) else {
+        return CtState::Invalid;
+    };
+    use sim_conntrack::CtInfo as K;
+    let info = match h.ctinfo {
+        K::New => CtInfoKind::New,
+        K::Established | K::EstablishedReply => CtInfoKind::Established,
+        K::Related | K::RelatedReply => CtInfoKind::Related,
+    };
+    let dir = match h.dir() {
+        Dir::Original => CtDirection::Original,
+        Dir::Reply => CtDirection::Reply,
+    };
+    CtState::Tracked(CtInfo {
+        info,
+        dir,
+        status: u32::from(e.status.0),
+        orig: ct_tuple(&e.orig),
+        reply: ct_tuple(&e.reply),
+        mark: e.mark,
+        expires_secs: u32::try_from(e.expiry.secs_left(SimTime::ZERO)).unwrap_or(u32::MAX),
+    })
+}
+
+fn ct_state_text(state: &CtState) -> String {
+    match state {
+        CtState::Invalid => "INVALID".into(),
+        CtState::Untracked => "UNTRACKED".into(),
+        CtState::Tracked(i) => {
+            let mut s = match i.info {
+                CtInfoKind::New => "NEW".to_string(),
+                CtInfoKind::Established => "ESTABLISHED".to_string(),
+                CtInfoKind::Related => "RELATED".to_string(),
+            };
+            if i.dir == CtDirection::Reply {
+                s.push_str(" (reply direction)");
+            }
+            s
+        }
+    }
+}
+
+/// The per-packet working state of [`Netns::process`].
+struct Flight {
+    pkt: Packet,
+    handle: Option<CtHandle>,
+    untracked: bool,
+    local_origin: bool,
+    trace: Option<PacketTrace>,
+    out: Vec<Egress>,
+    generated: Vec<Packet>,
+}
+
+/// The result of running one table at one hook.
+enum TableOutcome {
+    Continue,
+    Stop(Fate),
+}
+
+impl Netns {
+    /// A namespace with only `lo` (127.0.0.1/8, ::1/128) and no rules.
+    pub fn new(cfg: NetnsConfig) -> Netns {
+        let mut routes = RoutingTable::new();
+        // `lo` cannot clash in a new table.
+        let _ = routes.add_interface(
+            lo(),
+            &[
+                (IpAddr::V4(Ipv4Addr::LOCALHOST), 8),
+                (IpAddr::V6(std::net::Ipv6Addr::LOCALHOST), 128),
+            ],
+        );
+        Netns {
+            conntrack: Conntrack::new(cfg.seed, &format!("{}/conntrack", cfg.name), cfg.sysctls),
+            stat_rng: SimRng::derive(cfg.seed, &format!("{}/statistic", cfg.name)),
+            name: cfg.name,
+            routes,
+            ruleset: Ruleset::new(),
+            rules_state: RulesetState::new(),
+        }
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Adds an interface with addresses (and their connected routes).
+    pub fn add_interface(
+        &mut self,
+        name: IfName,
+        addrs: &[(IpAddr, u8)],
+    ) -> Result<(), NetnsError> {
+        Ok(self.routes.add_interface(name, addrs)?)
+    }
+
+    /// Adds a route to `dst` via `gateway` (or directly connected) on `dev`.
+    pub fn add_route(
+        &mut self,
+        dst: Prefix,
+        gateway: Option<IpAddr>,
+        dev: IfName,
+    ) -> Result<(), NetnsError> {
+        Ok(self.routes.add_route(dst, gateway, dev)?)
+    }
+
+    /// Removes the routes to exactly `dst`; returns how many there were.
+    pub fn remove_route(&mut self, dst: Prefix) -> usize {
+        self.routes.remove_route(dst)
+    }
+
+    /// The interfaces and routes.
+    pub fn routing(&self) -> &RoutingTable {
+        &self.routes
+    }
+
+    /// Applies `iptables-restore` input (`noflush` as `--noflush`). On error nothing changes.
+    pub fn restore(&mut self, text: &str, noflush: bool) -> Result<RestoreReport, NetnsError> {
+        Ok(self.ruleset.restore(
+            text,
+            &RestoreOptions {
+                noflush,
+                counters: false,
+            },
+        )?)
+    }
+
+    /// Runs one `iptables -t TABLE ARGS` command (`-I INPUT …`).
+    pub fn iptables(&mut self, table: Table, args: &str) -> Result<(), NetnsError> {
+        Ok(self.ruleset.command(table, args)?)
+    }
+
+    /// `iptables-save` output, without the dated comment lines (`counters` as `-c`).
+    pub fn save(&self, counters: bool) -> String {
+        self.ruleset.save(
+            &self.rules_state,
+            &SaveOptions {
+                counters,
+                timestamp: None,
+                table: None,
+            },
+        )
+    }
+
+    /// The rules.
+    pub fn ruleset(&self) -> &Ruleset {
+        &self.ruleset
+    }
+
+    /// The rules' counters and match state.
+    pub fn rules_state(&self) -> &RulesetState {
+        &self.rules_state
+    }
+
+    /// Sets whether long chains use the first-match index (on by default).
+    pub fn set_rule_indexing(&mut self, on: bool) {
+        self.ruleset.set_indexing(on);
+    }
+
+    /// The conntrack table.
+    pub fn conntrack(&self) -> &Conntrack {
+        &self.conntrack
+    }
+
+    /// The conntrack table, to list or delete entries (`conntrack -D`).
+    pub fn conntrack_mut(&mut self) -> &mut Conntrack {
+        &mut self.conntrack
+    }
+
+    /// Sets a sysctl by its name (`net.netfilter.nf_conntrack_udp_timeout`, …).
+    pub fn set_sysctl(&mut self, name: &str, value: &str) -> Result<(), NetnsError> {
+        Ok(self.conntrack.sysctls_mut().set(name, value)?)
+    }
+
+    /// The next instant something happens by itself (a conntrack entry expires).
+    pub fn poll_timeout(&mut self) -> Option<SimTime> {
+        self.conntrack.next_expiry()
+    }
+
+    /// Expires what is due at `now`.
+    pub fn handle_timeout(&mut self, now: SimTime) {
+        self.conntrack.expire(now);
+    }
+
+    /// Conntrack events since the last call (`conntrack -E`).
+    pub fn drain_conntrack_events(&mut self) -> Vec<CtEvent> {
+        self.conntrack.drain_events()
+    }
+
+    /// Pushes one packet through the namespace.
+    pub fn process(&mut self, now: SimTime, pkt: Packet, from: Ingress) -> ProcessResult {
+        self.process_inner(now, pkt, from, false)
+    }
+
+    /// Like [`Netns::process`], with a step-by-step trace (rules evaluated in order, without the
+    /// index).
+    pub fn process_traced(&mut self, now: SimTime, pkt: Packet, from: Ingress) -> ProcessResult {
+        self.process_inner(now, pkt, from, true)
+    }
+
+    fn process_inner(
+        &mut self,
+        now: SimTime,
+        pkt: Packet,
+        from: Ingress,
+        traced: bool,
+    ) -> ProcessResult {
+        let mut f = Flight {
+            pkt,
+            handle: None,
+            untracked: false,
+            local_origin: false,
+            trace: traced.then(PacketTrace::default),
+            out: Vec::new(),
+            generated: Vec::new(),
+        };
+        let fate = match from {
+            Ingress::Interface(dev) => {
+                f.pkt.iif = Some(dev);
+                f.pkt.oif = None;
+                self.receive(now, &mut f)
+            }
+            Ingress::Local => {
+                f.pkt.iif = None;
+                f.local_origin = true;
+                self.output(now, &mut f)
+            }
+        };
+        let entry = f.handle.and_then(|h| self.conntrack.get(h.id));
+        if let Some(t) = f.trace.as_mut() {
+            t.steps.push(Step::Fate(fate_text(&fate, &f.out)));
+        }
+        // Packets the kernel generated (REJECT answers) take the OUTPUT path.
+        let mut out = f.out;
+        let mut trace = f.trace;
+        for g in f.generated {
+            let r = self.process_generated(now, g, traced, 1);
+            out.extend(r.out);
+            if let (Some(t), Some(gt)) = (trace.as_mut(), r.trace) {
+                t.steps
+                    .push(Step::Fate(format!("kernel-generated answer: {g}")));
+                t.steps.extend(gt.steps);
+            }
+        }
+        ProcessResult {
+            out,
+            fate,
+            entry,
+            trace,
+        }
+    }
+
+    fn process_generated(
+        &mut self,
+        now: SimTime,
+        pkt: Packet,
+        traced: bool,
+        depth: u8,
+    ) -> ProcessResult {
+        if depth > MAX_GENERATED_DEPTH {
+            return ProcessResult {
+                out: Vec::new(),
+                fate: Fate::Dropped(DropCause::Loop),
+                entry: None,
+                trace: None,
+            };
+        }
+        self.process_inner(now, pkt, Ingress::Local, traced)
+    }
+
+    fn step(f: &mut Flight, s: impl FnOnce(&Packet) -> Step) {
+        if let Some(t) = f.trace.as_mut() {
+            t.steps.push(s(&f.pkt));
+        }
+    }
+
+    /// A received packet: PREROUTING, routing, then INPUT or FORWARD + POSTROUTING.
+    fn receive(&mut self, now: SimTime, f: &mut Flight) -> Fate {
+        Self::step(f, |_| Step::Hook(Hook::PreRouting));
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Raw, Hook::PreRouting) {
+            return fate;
+        }
+        if let Some(fate) = self.conntrack_in(now, f) {
+            return fate;
+        }
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, Hook::PreRouting) {
+            return self.dropped(now, f, fate);
+        }
+        if let Err(fate) = self.nat_hook(now, f, Hook::PreRouting) {
+            return self.dropped(now, f, fate);
+        }
+        // Routing decision (ip_route_input_noref).
+        match self.routes.lookup(f.pkt.dst) {
+            RouteDecision::Local => {
+                Self::step(f, |p| Step::Route(format!("{} is local: INPUT", p.dst)));
+                self.input(now, f)
+            }
+            RouteDecision::Forward {
+                dev,
+                next_hop,
+                route,
+            } => {
+                Self::step(f, |p| {
+                    Step::Route(format!("{} via route {route}: FORWARD", p.dst))
+                });
+                f.pkt.oif = Some(dev);
+                Self::step(f, |_| Step::Hook(Hook::Forward));
+                for table in [Table::Mangle, Table::Filter] {
+                    if let TableOutcome::Stop(fate) = self.run_table(now, f, table, Hook::Forward) {
+                        return self.dropped(now, f, fate);
+                    }
+                }
+                self.postrouting(now, f, dev, next_hop)
+            }
+            RouteDecision::Unreachable => {
+                Self::step(f, |p| Step::Route(format!("no route to {}", p.dst)));
+                self.dropped(now, f, Fate::Dropped(DropCause::NoRoute))
+            }
+        }
+    }
+
+    /// INPUT: mangle, filter, nat (SNAT), confirm, deliver.
+    fn input(&mut self, now: SimTime, f: &mut Flight) -> Fate {
+        Self::step(f, |_| Step::Hook(Hook::Input));
+        for table in [Table::Mangle, Table::Filter] {
+            if let TableOutcome::Stop(fate) = self.run_table(now, f, table, Hook::Input) {
+                return self.dropped(now, f, fate);
+            }
+        }
+        if let Err(fate) = self.nat_hook(now, f, Hook::Input) {
+            return self.dropped(now, f, fate);
+        }
+        if let Some(fate) = self.confirm(now, f) {
+            return fate;
+        }
+        f.out.push(Egress::LocalDeliver { packet: f.pkt });
+        Fate::Delivered
+    }
+
+    /// A locally generated packet: route, OUTPUT, re-route, POSTROUTING.
+    fn output(&mut self, now: SimTime, f: &mut Flight) -> Fate {
+        // The socket's route lookup picks the interface (ip_route_output_key).
+        let first = self.routes.lookup(f.pkt.dst);
+        if first == RouteDecision::Unreachable {
+            Self::step(f, |p| Step::Route(format!("no route to {}", p.dst)));
+            return Fate::Dropped(DropCause::NoRoute);
+        }
+        f.pkt.oif = Some(match first {
+            RouteDecision::Forward { dev, .. } => dev,
+            _ => lo(),
+        });
+        Self::step(f, |_| Step::Hook(Hook::Output));
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Raw, Hook::Output) {
+            return fate;
+        }
+        if let Some(fate) = self.conntrack_in(now, f) {
+            return fate;
+        }
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, Hook::Output) {
+            return self.dropped(now, f, fate);
+        }
+        let dst_before = f.pkt.dst;
+        if let Err(fate) = self.nat_hook(now, f, Hook::Output) {
+            return self.dropped(now, f, fate);
+        }
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Filter, Hook::Output) {
+            return self.dropped(now, f, fate);
+        }
+        // ip_route_me_harder: the destination changed (DNAT in OUTPUT), route again.
+        let decision = if f.pkt.dst != dst_before {
+            let d = self.routes.lookup(f.pkt.dst);
+            Self::step(f, |p| {
+                Step::Route(format!("destination changed to {}: re-routed", p.dst))
+            });
+            d
+        } else {
+            first
+        };
+        match decision {
+            RouteDecision::Local => {
+                f.pkt.oif = Some(lo());
+                Self::step(f, |p| Step::Route(format!("{} is local: via lo", p.dst)));
+                let fate = self.postrouting(now, f, lo(), f.pkt.dst);
+                if fate != Fate::Transmitted {
+                    return fate;
+                }
+                // Looped back: the packet is received on lo (PREROUTING, INPUT).
+                let Some(Egress::Transmit { packet, .. }) = f.out.pop() else {
+                    return fate;
+                };
+                let mut back = Flight {
+                    pkt: packet,
+                    handle: None,
+                    untracked: f.untracked,
+                    local_origin: false,
+                    trace: f.trace.take(),
+                    out: Vec::new(),
+                    generated: Vec::new(),
+                };
+                back.pkt.iif = Some(lo());
+                back.pkt.oif = None;
+                let fate = self.receive(now, &mut back);
+                f.trace = back.trace;
+                f.out.extend(back.out);
+                f.generated.extend(back.generated);
+                f.handle = back.handle;
+                fate
+            }
+            RouteDecision::Forward { dev, next_hop, .. } => {
+                f.pkt.oif = Some(dev);
+                self.postrouting(now, f, dev, next_hop)
+            }
+            RouteDecision::Unreachable => {
+                Self::step(f, |p| Step::Route(format!("no route to {}", p.dst)));
+                self.dropped(now, f, Fate::Dropped(DropCause::NoRoute))
+            }
+        }
+    }
+
+    /// POSTROUTING: mangle, nat (SNAT/MASQUERADE), confirm, transmit.
+    fn postrouting(&mut self, now: SimTime, f: &mut Flight, dev: IfName, next_hop: IpAddr) -> Fate {
+        Self::step(f, |_| Step::Hook(Hook::PostRouting));
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, Hook::PostRouting) {
+            return self.dropped(now, f, fate);
+        }
+        if let Err(fate) = self.nat_postrouting(now, f, dev, next_hop) {
+            return self.dropped(now, f, fate);
+        }
+        if let Some(fate) = self.confirm(now, f) {
+            return fate;
+        }
+        f.out.push(Egress::Transmit {
+            dev,
+            next_hop,
+            packet: f.pkt,
+        });
+        Fate::Transmitted
+    }
+
+    /// "Conntrack in" at PREROUTING/OUTPUT. Returns a fate when conntrack drops the packet.
+    fn conntrack_in(&mut self, now: SimTime, f: &mut Flight) -> Option<Fate> {
+        if f.untracked {
+            Self::step(f, |_| Step::Conntrack {
+                state: "UNTRACKED".into(),
+                entry: None,
+            });
+            return None;
+        }
+        match self.conntrack.conntrack_in(now, &f.pkt) {
+            CtVerdict::Tracked(h) => {
+                f.handle = Some(h);
+                if f.trace.is_some() {
+                    let st = ct_state_text(&ct_state_of(&self.conntrack, f.handle, false));
+                    let entry = self
+                        .conntrack
+                        .get(h.id)
+                        .map(|e| e.list_line(now).to_string());
+                    Self::step(f, |_| Step::Conntrack { state: st, entry });
+                }
+                None
+            }
+            CtVerdict::Invalid(reason) => {
+                Self::step(f, |_| Step::Conntrack {
+                    state: format!("INVALID ({reason:?})"),
+                    entry: None,
+                });
+                None
+            }
+            CtVerdict::Drop(_) => {
+                Self::step(f, |_| Step::Conntrack {
+                    state: "dropped: nf_conntrack: table full, dropping packet".into(),
+                    entry: None,
+                });
+                Some(Fate::Dropped(DropCause::TableFull))
+            }
+        }
+    }
+
+    /// Evaluates one table at one hook and applies what it says to the flight.
+    fn run_table(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        table: Table,
+        hook: Hook,
+    ) -> TableOutcome {
+        let ct = ct_state_of(&self.conntrack, f.handle, f.untracked);
+        let addr_types = AddrTypes(&self.routes);
+        let mut rule_trace = f.trace.as_ref().map(|_| Trace::new());
+        let verdict = {
+            let mut ctx = EvalCtx {
+                packet: f.pkt,
+                ct,
+                addr_types: &addr_types,
+                now,
+                rng: &mut self.stat_rng,
+                local_origin: f.local_origin,
+            };
+            let v = self.ruleset.run_hook(
+                table,
+                hook,
+                &mut ctx,
+                &mut self.rules_state,
+                rule_trace.as_mut(),
+            );
+            f.pkt = ctx.packet;
+            v
+        };
+        if let (Some(t), Some(rt)) = (f.trace.as_mut(), rule_trace) {
+            t.steps.extend(rt.events.into_iter().map(Step::Rules));
+        }
+        if verdict.notrack && table == Table::Raw {
+            f.untracked = true;
+        }
+        if let (Some(m), Some(h)) = (verdict.ct_mark, f.handle) {
+            self.conntrack.set_mark(h.id, m);
+        }
+        match verdict.action {
+            Action::Accept => TableOutcome::Continue,
+            Action::Drop => TableOutcome::Stop(Fate::Dropped(DropCause::Rule { table, hook })),
+            Action::Reject(with) => {
+                let src = self.routes.source_for(f.pkt.src).unwrap_or(f.pkt.dst);
+                // icmp_send answers from the packet's destination when it is ours.
+                let src = if self.routes.is_local(f.pkt.dst) {
+                    f.pkt.dst
+                } else {
+                    src
+                };
+                if let Some(answer) = with.response(&f.pkt, src) {
+                    f.generated.push(answer);
+                }
+                TableOutcome::Stop(Fate::Rejected { table, hook })
+            }
+        }
+    }
+
+    /// The nat table at a DNAT-type hook (PREROUTING, OUTPUT) or INPUT, then the rewrite.
+    fn nat_hook(&mut self, now: SimTime, f: &mut Flight, hook: Hook) -> Result<(), Fate> {
+        let manip = match hook {
+            Hook::PreRouting | Hook::Output => Manip::Dst,
+            _ => Manip::Src,
+        };
+        let Some(h) = f.handle else {
+            return Ok(());
+        };
+        if self.needs_nat_lookup(h, manip) {
+            let req = self.run_nat_table(now, f, hook)?;
+            let range = match req {
+                Some(NatRequest::Dnat(ref r)) | Some(NatRequest::Snat(ref r)) => Some(range_of(r)),
+                Some(NatRequest::Redirect(ref p)) => {
+                    // nf_nat_redirect_ipv4: the incoming interface's primary address, or
+                    // 127.0.0.1 for locally generated packets.
+                    let addr = match f.pkt.iif {
+                        None => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+                        Some(dev) => self
+                            .routes
+                            .interfaces()
+                            .iter()
+                            .find(|i| i.name == dev)
+                            .and_then(|i| i.addrs.iter().find(|(a, _)| a.is_ipv4()))
+                            .map(|&(a, _)| a),
+                    };
+                    match addr {
+                        Some(a) => Some(port_range(a, p)),
+                        None => return Err(Fate::Dropped(DropCause::NoMasqueradeAddress)),
+                    }
+                }
+                Some(NatRequest::Masquerade(_)) | None => None,
+            };
+            self.bind(f, h, manip, hook, range, req.as_ref())?;
+        }
+        self.rewrite(f, h, manip, hook);
+        Ok(())
+    }
+
+    /// The nat table at POSTROUTING (MASQUERADE needs the outgoing interface), then the
+    /// rewrite.
+    fn nat_postrouting(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        dev: IfName,
+        next_hop: IpAddr,
+    ) -> Result<(), Fate> {
+        let Some(h) = f.handle else {
+            return Ok(());
+        };
+        let manip = Manip::Src;
+        if self.needs_nat_lookup(h, manip) {
+            let req = self.run_nat_table(now, f, Hook::PostRouting)?;
+            let range = match &req {
+                Some(NatRequest::Snat(r)) | Some(NatRequest::Dnat(r)) => Some(range_of(r)),
+                Some(NatRequest::Masquerade(p)) => {
+                    // nf_nat_masquerade_ipv4: the outgoing interface's address for this next
+                    // hop (inet_select_addr); none → drop.
+                    match self.routes.select_source(dev, next_hop) {
+                        Some(a) => Some(port_range(a, p)),
+                        None => return Err(Fate::Dropped(DropCause::NoMasqueradeAddress)),
+                    }
+                }
+                _ => None,
+            };
+            self.bind(f, h, manip, Hook::PostRouting, range, req.as_ref())?;
+        }
+        self.rewrite(f, h, manip, Hook::PostRouting);
+        Ok(())
+    }
+
+    /// Whether the nat table must be consulted (`nf_nat_inet_fn`): ctinfo NEW or RELATED and
+    /// NAT of this manip type not yet set up.
+    fn needs_nat_lookup(&self, h: CtHandle, manip: Manip) -> bool {
+        use sim_conntrack::CtInfo as K;
+        matches!(h.ctinfo, K::New | K::Related | K::RelatedReply)
+            && !self.conntrack.nat_initialized(h.id, manip)
+    }
+
+    fn run_nat_table(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        hook: Hook,
+    ) -> Result<Option<NatRequest>, Fate> {
+        let ct = ct_state_of(&self.conntrack, f.handle, f.untracked);
+        let addr_types = AddrTypes(&self.routes);
+        let mut rule_trace = f.trace.as_ref().map(|_| Trace::new());
+        let verdict = {
+            let mut ctx = EvalCtx {
+                packet: f.pkt,
+                ct,
+                addr_types: &addr_types,
+                now,
+                rng: &mut self.stat_rng,
+                local_origin: f.local_origin,
+            };
+            let v = self.ruleset.run_hook(
+                Table::Nat,
+                hook,
+                &mut ctx,
+                &mut self.rules_state,
+                rule_trace.as_mut(),
+            );
+            f.pkt = ctx.packet;
+            v
+        };
+        if let (Some(t), Some(rt)) = (f.trace.as_mut(), rule_trace) {
+            t.steps.extend(rt.events.into_iter().map(Step::Rules));
+        }
+        if let (Some(m), Some(h)) = (verdict.ct_mark, f.handle) {
+            self.conntrack.set_mark(h.id, m);
+        }
+        match verdict.action {
+            Action::Accept => Ok(verdict.nat),
+            Action::Drop => Err(Fate::Dropped(DropCause::Rule {
+                table: Table::Nat,
+                hook,
+            })),
+            Action::Reject(_) => Err(Fate::Rejected {
+                table: Table::Nat,
+                hook,
+            }),
+        }
+    }
+
+    /// Sets up the binding (or a null binding) for a new connection.
+    fn bind(
+        &mut self,
+        f: &mut Flight,
+        h: CtHandle,
+        manip: Manip,
+        hook: Hook,
+        range: Option<NatRange>,
+        req: Option<&NatRequest>,
+    ) -> Result<(), Fate> {
+        let what = match (req, &range) {
+            (Some(NatRequest::Dnat(_)), Some(r)) => format!("DNAT to {r}"),
+            (Some(NatRequest::Snat(_)), Some(r)) => format!("SNAT to {r}"),
+            (Some(NatRequest::Masquerade(_)), Some(r)) => format!("MASQUERADE to {r}"),
+            (Some(NatRequest::Redirect(_)), Some(r)) => format!("REDIRECT to {r}"),
+            _ => "null binding (no nat rule matched)".to_string(),
+        };
+        // A NAT target of the wrong manip type for this hook cannot be in a valid ruleset
+        // (iptables refuses DNAT in POSTROUTING); treat it as no mapping.
+        let result = match range {
+            Some(r) => self.conntrack.nat_setup(h.id, manip, &r),
+            None => self.conntrack.nat_null_binding(h.id, manip),
+        };
+        match result {
+            Ok(e) => {
+                Self::step(f, |_| Step::NatSetup {
+                    hook,
+                    manip,
+                    what,
+                    reply: tuple_text(&e.reply),
+                });
+                Ok(())
+            }
+            Err(e) => Err(Fate::Dropped(DropCause::Nat(e.to_string()))),
+        }
+    }
+
+    fn rewrite(&mut self, f: &mut Flight, h: CtHandle, manip: Manip, hook: Hook) {
+        let before = f.pkt;
+        if self.conntrack.nat_packet(h, manip, &mut f.pkt) {
+            Self::step(f, |p| Step::Rewrite {
+                hook,
+                before: before.to_string(),
+                after: p.to_string(),
+            });
+        }
+    }
+
+    /// The confirm hook. Returns a fate when the packet is dropped here.
+    fn confirm(&mut self, now: SimTime, f: &mut Flight) -> Option<Fate> {
+        let h = f.handle?;
+        let was_confirmed = self
+            .conntrack
+            .get(h.id)
+            .map(|e| e.status.contains(Status::CONFIRMED))
+            .unwrap_or(true);
+        match self.conntrack.confirm(now, h) {
+            Ok(()) => {
+                if !was_confirmed && f.trace.is_some() {
+                    let line = self
+                        .conntrack
+                        .get(h.id)
+                        .map(|e| e.list_line(now).to_string())
+                        .unwrap_or_default();
+                    Self::step(f, |_| Step::Confirm(line));
+                }
+                None
+            }
+            Err(ConfirmError::InsertFailed(_)) => {
+                f.handle = None;
+                Some(Fate::Dropped(DropCause::InsertFailed))
+            }
+            Err(ConfirmError::NoEntry(_)) => {
+                f.handle = None;
+                None
+            }
+        }
+    }
+
+    /// A packet that stops before confirm releases its new entry without events.
+    fn dropped(&mut self, now: SimTime, f: &mut Flight, fate: Fate) -> Fate {
+        if let Some(h) = f.handle {
+            self.conntrack.discard(now, h);
+        }
+        fate
+    }
+}
+
+fn range_of(r: &crate::rule::NatRange) -> NatRange {
+    NatRange {
+        addrs: r.addrs.map(|(a, b)| (IpAddr::V4(a), IpAddr::V4(b))),
+        ports: r.ports,
+        random: r.random,
+        random_fully: r.random_fully,
+        persistent: r.persistent,
+    }
+}
+
+fn port_range(addr: IpAddr, p: &PortNat) -> NatRange {
+    NatRange {
+        addrs: Some((addr, addr)),
+        ports: p.ports,
+        random: p.random,
+        random_fully: p.random_fully,
+        persistent: false,
+    }
+}
+
+fn fate_text(fate: &Fate, out: &[Egress]) -> String {
+    match fate {
+        Fate::Transmitted => match out.first() {
+            Some(Egress::Transmit {
+                dev,
+                next_hop,
+                packet,
+            }) => format!("transmitted on {dev} to {next_hop}: {packet}"),
+            _ => "transmitted".into(),
+        },
+        Fate::Delivered => match out.first() {
+            Some(Egress::LocalDeliver { packet }) => format!("delivered locally: {packet}"),
+            _ => "delivered locally".into(),
+        },
+        Fate::Dropped(c) => format!("dropped: {c}"),
+        Fate::Rejected { table, hook } => format!("rejected by {table} {hook}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

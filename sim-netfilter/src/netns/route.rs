@@ -1,0 +1,484 @@
+//! Interfaces, addresses and the routing table of a network namespace.
+//!
+//! Enough of the kernel's FIB for a Kubernetes node: connected routes of each interface
+//! address, per-destination routes (a pod's `/32` on its veth), routes via a gateway (other
+//! nodes' pod CIDRs) and a default route. The lookup is longest prefix first, then the route
+//! added first (`fib_table_lookup` picks the longest prefix; among equal prefixes we keep the
+//! order of insertion, where the kernel would use metric and insertion order).
+
+use sim_core::IfName;
+use std::fmt;
+use std::net::IpAddr;
+
+/// An address prefix `addr/len`, stored masked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Prefix {
+    addr: IpAddr,
+    len: u8,
+}
+
+/// Why a prefix is impossible.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// The prefix length exceeds the family's width.
+    #[error("prefix length /{len} is too long for {addr} (at most /32 for IPv4, /128 for IPv6)")]
+    PrefixTooLong {
+        /// The address given.
+        addr: IpAddr,
+        /// The length given.
+        len: u8,
+    },
+    /// The text is not `ADDRESS[/LEN]`.
+    #[error("{0:?} is not an address prefix: expected ADDRESS/LEN such as 10.244.0.0/16")]
+    BadPrefix(String),
+    /// A route names an interface the namespace does not have.
+    #[error("no interface named {0} in this namespace")]
+    NoSuchInterface(IfName),
+    /// The interface exists already.
+    #[error("interface {0} exists already")]
+    DuplicateInterface(IfName),
+    /// A gateway or address is of the other IP family than the prefix.
+    #[error("{0} and {1} are of different IP families")]
+    FamilyMismatch(IpAddr, IpAddr),
+}
+
+fn width(a: IpAddr) -> u8 {
+    if a.is_ipv4() {
+        32
+    } else {
+        128
+    }
+}
+
+fn mask(a: IpAddr, len: u8) -> IpAddr {
+    match a {
+        IpAddr::V4(v) => {
+            let m = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            IpAddr::V4((u32::from(v) & m).into())
+        }
+        IpAddr::V6(v) => {
+            let m = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            };
+            IpAddr::V6((u128::from(v) & m).into())
+        }
+    }
+}
+
+impl Prefix {
+    /// `addr/len`, masked to its network address.
+    pub fn new(addr: IpAddr, len: u8) -> Result<Prefix, RouteError> {
+        if len > width(addr) {
+            return Err(RouteError::PrefixTooLong { addr, len });
+        }
+        Ok(Prefix {
+            addr: mask(addr, len),
+            len,
+        })
+    }
+    /// The host prefix of one address (`/32` or `/128`).
+    pub fn host(addr: IpAddr) -> Prefix {
+        Prefix {
+            addr,
+            len: width(addr),
+        }
+    }
+    /// The default route's prefix of a family (`0.0.0.0/0` or `::/0`).
+    pub fn default_for(v4: bool) -> Prefix {
+        if v4 {
+            Prefix {
+                addr: IpAddr::V4(0.into()),
+                len: 0,
+            }
+        } else {
+            Prefix {
+                addr: IpAddr::V6(0.into()),
+                len: 0,
+            }
+        }
+    }
+    /// The network address.
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+    /// The prefix length.
+    pub fn prefix_len(&self) -> u8 {
+        self.len
+    }
+    /// Whether this is a `/0`.
+    pub fn is_default(&self) -> bool {
+        self.len == 0
+    }
+    /// Whether `a` lies inside the prefix (never across families).
+    pub fn contains(&self, a: IpAddr) -> bool {
+        a.is_ipv4() == self.addr.is_ipv4() && mask(a, self.len) == self.addr
+    }
+}
+
+impl fmt::Display for Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl std::str::FromStr for Prefix {
+    type Err = RouteError;
+    /// `10.244.0.0/16`, or a bare address as a host prefix.
+    fn from_str(s: &str) -> Result<Prefix, RouteError> {
+        let bad = || RouteError::BadPrefix(s.to_string());
+        match s.split_once('/') {
+            Some((a, l)) => {
+                let addr: IpAddr = a.parse().map_err(|_| bad())?;
+                let len: u8 = l.parse().map_err(|_| bad())?;
+                Prefix::new(addr, len)
+            }
+            None => Ok(Prefix::host(s.parse().map_err(|_| bad())?)),
+        }
+    }
+}
+
+/// A network interface with its addresses (the first of each family is the primary one,
+/// which MASQUERADE uses).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interface {
+    /// Its name.
+    pub name: IfName,
+    /// Its addresses with their prefix lengths, primary first.
+    pub addrs: Vec<(IpAddr, u8)>,
+}
+
+/// One route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// The destinations it covers.
+    pub dst: Prefix,
+    /// The next hop, or `None` for a directly connected destination.
+    pub gateway: Option<IpAddr>,
+    /// The interface it leaves by.
+    pub dev: IfName,
+}
+
+impl fmt::Display for Route {
+    /// Like `ip route`: `10.244.1.0/24 via 172.18.0.3 dev eth0`, `default via … dev eth0`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.dst.is_default() {
+            f.write_str("default")?;
+        } else if self.dst.prefix_len() == width(self.dst.addr()) {
+            write!(f, "{}", self.dst.addr())?;
+        } else {
+            write!(f, "{}", self.dst)?;
+        }
+        if let Some(g) = self.gateway {
+            write!(f, " via {g}")?;
+        }
+        write!(f, " dev {}", self.dev)
+    }
+}
+
+/// What a route lookup found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteDecision {
+    /// The destination is an address of this namespace: deliver locally (INPUT).
+    Local,
+    /// Send it out of `dev` towards `next_hop` (the gateway, or the destination itself).
+    Forward {
+        /// Outgoing interface.
+        dev: IfName,
+        /// The next hop's address.
+        next_hop: IpAddr,
+        /// The route used.
+        route: Route,
+    },
+    /// No route: the packet is dropped.
+    Unreachable,
+}
+
+/// The interfaces, addresses and routes of one namespace.
+#[derive(Clone, Debug, Default)]
+pub struct RoutingTable {
+    ifaces: Vec<Interface>,
+    /// Kept sorted by prefix length, longest first; stable for equal lengths.
+    routes: Vec<Route>,
+}
+
+impl RoutingTable {
+    /// An empty table: no interface, no route.
+    pub fn new() -> RoutingTable {
+        RoutingTable::default()
+    }
+
+    /// Adds an interface with its addresses, and the connected route of each address whose
+    /// prefix is shorter than a host prefix (as the kernel does when an address is added).
+    pub fn add_interface(
+        &mut self,
+        name: IfName,
+        addrs: &[(IpAddr, u8)],
+    ) -> Result<(), RouteError> {
+        if self.ifaces.iter().any(|i| i.name == name) {
+            return Err(RouteError::DuplicateInterface(name));
+        }
+        for &(a, l) in addrs {
+            Prefix::new(a, l)?;
+        }
+        self.ifaces.push(Interface {
+            name,
+            addrs: addrs.to_vec(),
+        });
+        for &(a, l) in addrs {
+            if l < width(a) {
+                self.insert_route(Route {
+                    dst: Prefix::new(a, l)?,
+                    gateway: None,
+                    dev: name,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds an address to an existing interface (and its connected route).
+    pub fn add_address(&mut self, dev: IfName, addr: IpAddr, len: u8) -> Result<(), RouteError> {
+        let p = Prefix::new(addr, len)?;
+        let iface = self
+            .ifaces
+            .iter_mut()
+            .find(|i| i.name == dev)
+            .ok_or(RouteError::NoSuchInterface(dev))?;
+        iface.addrs.push((addr, len));
+        if len < width(addr) {
+            self.insert_route(Route {
+                dst: p,
+                gateway: None,
+                dev,
+            });
+        }
+        Ok(())
+    }
+
+    /// Adds a route. `gateway` must be of the prefix's family.
+    pub fn add_route(
+        &mut self,
+        dst: Prefix,
+        gateway: Option<IpAddr>,
+        dev: IfName,
+    ) -> Result<(), RouteError> {
+        if !self.ifaces.iter().any(|i| i.name == dev) {
+            return Err(RouteError::NoSuchInterface(dev));
+        }
+        if let Some(g) = gateway {
+            if g.is_ipv4() != dst.addr().is_ipv4() {
+                return Err(RouteError::FamilyMismatch(dst.addr(), g));
+            }
+        }
+        self.insert_route(Route { dst, gateway, dev });
+        Ok(())
+    }
+
+    /// Removes every route to exactly `dst`; returns how many went.
+    pub fn remove_route(&mut self, dst: Prefix) -> usize {
+        let before = self.routes.len();
+        self.routes.retain(|r| r.dst != dst);
+        before - self.routes.len()
+    }
+
+    fn insert_route(&mut self, r: Route) {
+        let pos = self
+            .routes
+            .iter()
+            .position(|x| x.dst.prefix_len() < r.dst.prefix_len())
+            .unwrap_or(self.routes.len());
+        self.routes.insert(pos, r);
+    }
+
+    /// The interfaces, in the order they were added.
+    pub fn interfaces(&self) -> &[Interface] {
+        &self.ifaces
+    }
+
+    /// The routes, longest prefix first.
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// Whether `a` is an address of this namespace. All of 127.0.0.0/8 and ::1 are local, as
+    /// the kernel's `local` table makes them (`addrtype LOCAL` agrees).
+    pub fn is_local(&self, a: IpAddr) -> bool {
+        match a {
+            IpAddr::V4(v) if v.is_loopback() => true,
+            IpAddr::V6(v) if v.is_loopback() => true,
+            _ => self
+                .ifaces
+                .iter()
+                .any(|i| i.addrs.iter().any(|&(x, _)| x == a)),
+        }
+    }
+
+    /// The interface that holds local address `a`, if any.
+    pub fn interface_of(&self, a: IpAddr) -> Option<IfName> {
+        self.ifaces
+            .iter()
+            .find(|i| i.addrs.iter().any(|&(x, _)| x == a))
+            .map(|i| i.name)
+    }
+
+    /// Whether `a` is the broadcast address of one of this namespace's IPv4 subnets (or
+    /// 255.255.255.255).
+    pub fn is_broadcast(&self, a: IpAddr) -> bool {
+        let IpAddr::V4(v) = a else { return false };
+        if v.is_broadcast() {
+            return true;
+        }
+        self.ifaces.iter().any(|i| {
+            i.addrs.iter().any(|&(x, l)| match x {
+                IpAddr::V4(x) if l < 31 => {
+                    let host_mask = u32::MAX >> l;
+                    (u32::from(x) | host_mask) == u32::from(v)
+                }
+                _ => false,
+            })
+        })
+    }
+
+    /// The route decision for destination `dst` (`ip_route_input` / `ip_route_output`).
+    pub fn lookup(&self, dst: IpAddr) -> RouteDecision {
+        if self.is_local(dst) {
+            return RouteDecision::Local;
+        }
+        match self.routes.iter().find(|r| r.dst.contains(dst)) {
+            Some(r) => RouteDecision::Forward {
+                dev: r.dev,
+                next_hop: r.gateway.unwrap_or(dst),
+                route: *r,
+            },
+            None => RouteDecision::Unreachable,
+        }
+    }
+
+    /// The source address the kernel picks on `dev` for traffic to `next_hop`
+    /// (`inet_select_addr`): the first address of the interface's family whose subnet holds
+    /// the next hop, else its first (primary) address of that family.
+    pub fn select_source(&self, dev: IfName, next_hop: IpAddr) -> Option<IpAddr> {
+        let iface = self.ifaces.iter().find(|i| i.name == dev)?;
+        let same_family = iface
+            .addrs
+            .iter()
+            .filter(|(a, _)| a.is_ipv4() == next_hop.is_ipv4());
+        same_family
+            .clone()
+            .find(|&&(a, l)| {
+                Prefix::new(a, l)
+                    .map(|p| p.contains(next_hop))
+                    .unwrap_or(false)
+            })
+            .or_else(|| same_family.clone().next())
+            .map(|&(a, _)| a)
+    }
+
+    /// The source address for a locally generated packet to `dst`: the route's interface's
+    /// selected source, or for a local destination the destination itself.
+    pub fn source_for(&self, dst: IpAddr) -> Option<IpAddr> {
+        match self.lookup(dst) {
+            RouteDecision::Local => Some(dst),
+            RouteDecision::Forward { dev, next_hop, .. } => self.select_source(dev, next_hop),
+            RouteDecision::Unreachable => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ifn(s: &str) -> IfName {
+        IfName::new(s).unwrap()
+    }
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn node() -> RoutingTable {
+        let mut t = RoutingTable::new();
+        t.add_interface(ifn("eth0"), &[(ip("172.18.0.2"), 16)])
+            .unwrap();
+        t.add_interface(ifn("veth1"), &[(ip("10.244.1.1"), 32)])
+            .unwrap();
+        t.add_route(Prefix::host(ip("10.244.1.7")), None, ifn("veth1"))
+            .unwrap();
+        t.add_route(
+            "10.244.2.0/24".parse().unwrap(),
+            Some(ip("172.18.0.3")),
+            ifn("eth0"),
+        )
+        .unwrap();
+        t.add_route(
+            Prefix::default_for(true),
+            Some(ip("172.18.0.1")),
+            ifn("eth0"),
+        )
+        .unwrap();
+        t
+    }
+
+    #[test]
+    fn longest_prefix_wins() {
+        let t = node();
+        assert_eq!(t.lookup(ip("172.18.0.2")), RouteDecision::Local);
+        assert_eq!(t.lookup(ip("127.5.5.5")), RouteDecision::Local);
+        match t.lookup(ip("10.244.1.7")) {
+            RouteDecision::Forward { dev, next_hop, .. } => {
+                assert_eq!((dev, next_hop), (ifn("veth1"), ip("10.244.1.7")))
+            }
+            x => panic!("{x:?}"),
+        }
+        match t.lookup(ip("10.244.2.9")) {
+            RouteDecision::Forward { dev, next_hop, .. } => {
+                assert_eq!((dev, next_hop), (ifn("eth0"), ip("172.18.0.3")))
+            }
+            x => panic!("{x:?}"),
+        }
+        match t.lookup(ip("10.96.0.10")) {
+            RouteDecision::Forward {
+                next_hop, route, ..
+            } => {
+                assert_eq!(next_hop, ip("172.18.0.1"));
+                assert_eq!(route.to_string(), "default via 172.18.0.1 dev eth0");
+            }
+            x => panic!("{x:?}"),
+        }
+        assert_eq!(t.lookup(ip("fd00::1")), RouteDecision::Unreachable);
+    }
+
+    #[test]
+    fn a_removed_pod_route_makes_the_ip_unreachable_or_default() {
+        let mut t = RoutingTable::new();
+        t.add_interface(ifn("eth0"), &[(ip("172.18.0.2"), 16)])
+            .unwrap();
+        t.add_interface(ifn("veth1"), &[(ip("10.244.1.1"), 32)])
+            .unwrap();
+        t.add_route(Prefix::host(ip("10.244.1.7")), None, ifn("veth1"))
+            .unwrap();
+        assert_eq!(t.remove_route(Prefix::host(ip("10.244.1.7"))), 1);
+        assert_eq!(t.lookup(ip("10.244.1.7")), RouteDecision::Unreachable);
+    }
+
+    #[test]
+    fn source_selection_and_errors() {
+        let t = node();
+        assert_eq!(t.source_for(ip("10.96.0.10")), Some(ip("172.18.0.2")));
+        assert_eq!(
+            t.select_source(ifn("eth0"), ip("172.18.9.9")),
+            Some(ip("172.18.0.2"))
+        );
+        assert!(Prefix::new(ip("10.0.0.0"), 33).is_err());
+        assert!("10.0.0.0/x".parse::<Prefix>().is_err());
+        let mut t = node();
+        assert!(matches!(
+            t.add_route(Prefix::host(ip("1.1.1.1")), None, ifn("nope")),
+            Err(RouteError::NoSuchInterface(_))
+        ));
+        assert!(t.is_broadcast(ip("172.18.255.255")));
+        assert!(!t.is_broadcast(ip("172.18.0.255")));
+    }
+}

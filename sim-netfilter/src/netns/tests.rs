@@ -1,0 +1,396 @@
+//! The pipeline against the behaviours issue #3 names: DNAT to one endpoint, pinning by
+//! conntrack, un-DNAT of replies, MASQUERADE and un-SNAT, flows outliving their rules.
+
+use super::*;
+use sim_conntrack::Filter;
+use sim_core::{SimDuration, TcpFlags};
+use std::net::SocketAddr;
+
+fn ifn(s: &str) -> IfName {
+    IfName::new(s).unwrap()
+}
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// kube-proxy's rules for one UDP service 10.96.0.10:53 with three endpoints, as it writes
+/// them (KUBE_PROXY.md §2, §4), with pod CIDR 10.244.0.0/16.
+const KUBE_DNS: &str = "\
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FORWARD - [0:0]
+-A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD
+-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
+-A KUBE-FORWARD -m comment --comment \"kubernetes forwarding rules\" -m mark --mark 0x4000/0x4000 -j ACCEPT
+-A KUBE-FORWARD -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]
+:KUBE-SEP-A - [0:0]
+:KUBE-SEP-B - [0:0]
+:KUBE-SEP-C - [0:0]
+-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING
+-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000
+-A KUBE-POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE --random-fully
+-A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m comment --comment \"kube-system/kube-dns:dns cluster IP\" -m udp --dport 53 -j KUBE-SVC-TCOU7JCQXEZGVUNU
+-A KUBE-SVC-TCOU7JCQXEZGVUNU ! -s 10.244.0.0/16 -d 10.96.0.10/32 -p udp -m comment --comment \"kube-system/kube-dns:dns cluster IP\" -m udp --dport 53 -j KUBE-MARK-MASQ
+-A KUBE-SVC-TCOU7JCQXEZGVUNU -m comment --comment \"kube-system/kube-dns:dns -> 10.244.1.7:53\" -m statistic --mode random --probability 0.3333333333 -j KUBE-SEP-A
+-A KUBE-SVC-TCOU7JCQXEZGVUNU -m comment --comment \"kube-system/kube-dns:dns -> 10.244.1.8:53\" -m statistic --mode random --probability 0.5 -j KUBE-SEP-B
+-A KUBE-SVC-TCOU7JCQXEZGVUNU -m comment --comment \"kube-system/kube-dns:dns -> 10.244.2.9:53\" -j KUBE-SEP-C
+-A KUBE-SEP-A -s 10.244.1.7/32 -m comment --comment \"kube-system/kube-dns:dns\" -j KUBE-MARK-MASQ
+-A KUBE-SEP-A -p udp -m comment --comment \"kube-system/kube-dns:dns\" -m udp -j DNAT --to-destination 10.244.1.7:53
+-A KUBE-SEP-B -s 10.244.1.8/32 -m comment --comment \"kube-system/kube-dns:dns\" -j KUBE-MARK-MASQ
+-A KUBE-SEP-B -p udp -m comment --comment \"kube-system/kube-dns:dns\" -m udp -j DNAT --to-destination 10.244.1.8:53
+-A KUBE-SEP-C -s 10.244.2.9/32 -m comment --comment \"kube-system/kube-dns:dns\" -j KUBE-MARK-MASQ
+-A KUBE-SEP-C -p udp -m comment --comment \"kube-system/kube-dns:dns\" -m udp -j DNAT --to-destination 10.244.2.9:53
+COMMIT
+";
+
+/// Node worker-1: eth0 172.18.0.2/16, local pods 10.244.1.7 (veth7), 10.244.1.8 (veth8) and
+/// the client 10.244.1.20 (veth20); node worker-2's pod CIDR 10.244.2.0/24 via 172.18.0.3.
+fn node(seed: u64) -> Netns {
+    let mut n = Netns::new(NetnsConfig::new("worker-1", seed));
+    n.add_interface(ifn("eth0"), &[(ip("172.18.0.2"), 16)])
+        .unwrap();
+    for (dev, pod) in [
+        ("veth7", "10.244.1.7"),
+        ("veth8", "10.244.1.8"),
+        ("veth20", "10.244.1.20"),
+    ] {
+        n.add_interface(ifn(dev), &[(ip("10.244.1.1"), 32)])
+            .unwrap();
+        n.add_route(Prefix::host(ip(pod)), None, ifn(dev)).unwrap();
+    }
+    n.add_route(
+        "10.244.2.0/24".parse().unwrap(),
+        Some(ip("172.18.0.3")),
+        ifn("eth0"),
+    )
+    .unwrap();
+    n.add_route(
+        Prefix::default_for(true),
+        Some(ip("172.18.0.1")),
+        ifn("eth0"),
+    )
+    .unwrap();
+    n.restore(KUBE_DNS, false).unwrap();
+    n
+}
+
+fn endpoint_of(r: &ProcessResult) -> IpAddr {
+    match r.out.first() {
+        Some(Egress::Transmit { packet, .. }) => packet.dst,
+        other => panic!("not transmitted: {other:?} ({:?})", r.fate),
+    }
+}
+
+fn dnat_rule_hits(n: &Netns) -> u64 {
+    let save = n.save(true);
+    save.lines()
+        .filter(|l| l.contains("-j DNAT"))
+        .map(|l| {
+            let c = l.trim_start_matches('[');
+            c[..c.find(':').unwrap()].parse::<u64>().unwrap()
+        })
+        .sum()
+}
+
+#[test]
+fn clusterip_packets_are_dnatted_and_pinned_and_replies_unnatted() {
+    let mut n = node(1);
+    let t0 = SimTime::ZERO;
+    let q = Packet::udp(sa("10.244.1.20:40000"), sa("10.96.0.10:53"));
+    let r = n.process(t0, q, Ingress::Interface(ifn("veth20")));
+    assert_eq!(r.fate, Fate::Transmitted);
+    let ep = endpoint_of(&r);
+    assert!(
+        [ip("10.244.1.7"), ip("10.244.1.8"), ip("10.244.2.9")].contains(&ep),
+        "{ep}"
+    );
+    assert_eq!(dnat_rule_hits(&n), 1);
+
+    // Every later packet of the flow goes to the same endpoint, without the nat table.
+    for i in 1..20u64 {
+        let r = n.process(
+            t0 + SimDuration::from_millis(i * 100),
+            q,
+            Ingress::Interface(ifn("veth20")),
+        );
+        assert_eq!(endpoint_of(&r), ep);
+    }
+    assert_eq!(
+        dnat_rule_hits(&n),
+        1,
+        "the nat table saw only the first packet"
+    );
+
+    // The reply comes back with the ClusterIP as its source.
+    let (dev, reply_from) = if ep == ip("10.244.2.9") {
+        ("eth0", ep)
+    } else if ep == ip("10.244.1.7") {
+        ("veth7", ep)
+    } else {
+        ("veth8", ep)
+    };
+    let reply = Packet::udp(SocketAddr::new(reply_from, 53), sa("10.244.1.20:40000"));
+    let r = n.process(
+        t0 + SimDuration::from_secs(3),
+        reply,
+        Ingress::Interface(ifn(dev)),
+    );
+    match r.out.first() {
+        Some(Egress::Transmit { dev, packet, .. }) => {
+            assert_eq!(dev.as_str(), "veth20");
+            assert_eq!(packet.src, ip("10.96.0.10"));
+            assert_eq!(packet.sport(), Some(53));
+        }
+        o => panic!("{o:?}"),
+    }
+    let listing = n
+        .conntrack()
+        .dump(t0 + SimDuration::from_secs(3), &Filter::all());
+    assert!(
+        listing.contains("src=10.244.1.20 dst=10.96.0.10 sport=40000 dport=53"),
+        "{listing}"
+    );
+    assert!(!listing.contains("[UNREPLIED]"), "{listing}");
+}
+
+#[test]
+fn endpoint_choice_follows_the_statistic_cascade() {
+    // Over many new flows the three endpoints each get about a third.
+    let mut n = node(7);
+    let mut counts = std::collections::BTreeMap::new();
+    for port in 0..3000u16 {
+        let q = Packet::udp(
+            SocketAddr::new(ip("10.244.1.20"), 20000 + port),
+            sa("10.96.0.10:53"),
+        );
+        let r = n.process(SimTime::ZERO, q, Ingress::Interface(ifn("veth20")));
+        *counts.entry(endpoint_of(&r)).or_insert(0u32) += 1;
+    }
+    assert_eq!(counts.len(), 3);
+    for (ep, c) in counts {
+        assert!((850..=1150).contains(&c), "{ep}: {c}");
+    }
+}
+
+#[test]
+fn traffic_from_outside_the_pod_cidr_is_masqueraded_and_unsnatted() {
+    let mut n = node(3);
+    // From the node itself (OUTPUT): source 172.18.0.2 is outside 10.244.0.0/16 → KUBE-MARK-MASQ.
+    let q = Packet::udp(sa("172.18.0.2:33333"), sa("10.96.0.10:53"));
+    let r = n.process(SimTime::ZERO, q, Ingress::Local);
+    let Some(Egress::Transmit {
+        packet: out, dev, ..
+    }) = r.out.first().copied()
+    else {
+        panic!("{:?}", r.fate)
+    };
+    // The source becomes the outgoing interface's address.
+    let expect_src = if dev.as_str() == "eth0" {
+        ip("172.18.0.2")
+    } else {
+        ip("10.244.1.1")
+    };
+    assert_eq!(out.src, expect_src);
+    let e = r.entry.unwrap();
+    assert!(
+        e.is_src_nat() && e.is_dst_nat(),
+        "{}",
+        e.list_line(SimTime::ZERO)
+    );
+
+    // The reply to the masqueraded address is un-SNAT'd at PREROUTING and un-DNAT'd at INPUT's
+    // SNAT hook, then delivered to the local socket with the ClusterIP as source.
+    let reply = Packet::udp(
+        SocketAddr::new(out.dst, 53),
+        SocketAddr::new(out.src, out.sport().unwrap()),
+    );
+    let r = n.process(SimTime::from_millis(5), reply, Ingress::Interface(dev));
+    match r.out.first() {
+        Some(Egress::LocalDeliver { packet }) => {
+            assert_eq!(packet.dst, ip("172.18.0.2"));
+            assert_eq!(packet.dport(), Some(33333));
+            assert_eq!(packet.src, ip("10.96.0.10"));
+        }
+        o => panic!("{o:?} {:?}", r.fate),
+    }
+
+    // A pod's own traffic (inside the pod CIDR) is not masqueraded.
+    let q = Packet::udp(sa("10.244.1.20:40001"), sa("10.96.0.10:53"));
+    let r = n.process(SimTime::ZERO, q, Ingress::Interface(ifn("veth20")));
+    let Some(Egress::Transmit { packet, .. }) = r.out.first() else {
+        panic!()
+    };
+    assert_eq!(packet.src, ip("10.244.1.20"));
+}
+
+#[test]
+fn a_udp_flow_outlives_its_rules_until_the_entry_goes() {
+    let mut n = node(5);
+    let q = Packet::udp(sa("10.244.1.20:40000"), sa("10.96.0.10:53"));
+    let first = endpoint_of(&n.process(SimTime::ZERO, q, Ingress::Interface(ifn("veth20"))));
+    // kube-proxy removes every endpoint rule of the service (the service now has none).
+    n.restore(
+        "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]\n:KUBE-SEP-A - [0:0]\n:KUBE-SEP-B - [0:0]\n:KUBE-SEP-C - [0:0]\n-X KUBE-SVC-TCOU7JCQXEZGVUNU\n-X KUBE-SEP-A\n-X KUBE-SEP-B\n-X KUBE-SEP-C\nCOMMIT\n",
+        true,
+    )
+    .unwrap();
+    assert!(!n.save(false).contains("DNAT"));
+    // Queries every 10 s keep going to the old endpoint (30 s timeout, never replied).
+    for i in 1..=6u64 {
+        let r = n.process(
+            SimTime::from_secs(10 * i),
+            q,
+            Ingress::Interface(ifn("veth20")),
+        );
+        assert_eq!(endpoint_of(&r), first, "query {i}");
+    }
+    // Deleting the entry (what a reconciler does) ends it: the next packet is not DNAT'd.
+    let f = Filter::parse("--orig-dst 10.96.0.10").unwrap();
+    assert_eq!(
+        n.conntrack_mut().delete(SimTime::from_secs(61), &f).len(),
+        1
+    );
+    let r = n.process(SimTime::from_secs(62), q, Ingress::Interface(ifn("veth20")));
+    assert_eq!(endpoint_of(&r), ip("10.96.0.10"));
+
+    // And without deletion the entry expires 30 s after the last packet.
+    let mut n = node(5);
+    let first = endpoint_of(&n.process(SimTime::ZERO, q, Ingress::Interface(ifn("veth20"))));
+    n.restore("*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n", true)
+        .unwrap();
+    let r = n.process(
+        SimTime::from_millis(29_999),
+        q,
+        Ingress::Interface(ifn("veth20")),
+    );
+    assert_eq!(endpoint_of(&r), first);
+    let r = n.process(
+        SimTime::from_millis(59_999 + 1),
+        q,
+        Ingress::Interface(ifn("veth20")),
+    );
+    assert_eq!(
+        endpoint_of(&r),
+        ip("10.96.0.10"),
+        "expired at 30 s after the last packet"
+    );
+}
+
+#[test]
+fn unrouted_destinations_drop_and_leave_no_entry() {
+    let mut n = node(1);
+    n.remove_route(Prefix::default_for(true));
+    let q = Packet::udp(sa("10.244.1.20:40000"), sa("192.0.2.1:53"));
+    let r = n.process(SimTime::ZERO, q, Ingress::Interface(ifn("veth20")));
+    assert_eq!(r.fate, Fate::Dropped(DropCause::NoRoute));
+    assert!(r.out.is_empty());
+    assert_eq!(n.conntrack().len(), 0);
+    assert!(n.drain_conntrack_events().is_empty());
+}
+
+#[test]
+fn reject_answers_with_an_icmp_error_through_output() {
+    let mut n = node(1);
+    n.restore(
+        "*filter\n:KUBE-SERVICES - [0:0]\n-A FORWARD -m conntrack --ctstate NEW -j KUBE-SERVICES\n-A KUBE-SERVICES -d 10.96.0.99/32 -p udp -m comment --comment \"ns/svc has no endpoints\" -m udp --dport 53 -j REJECT --reject-with icmp-port-unreachable\nCOMMIT\n",
+        true,
+    )
+    .unwrap();
+    let q = Packet::udp(sa("10.244.1.20:40000"), sa("10.96.0.99:53"));
+    let r = n.process_traced(SimTime::ZERO, q, Ingress::Interface(ifn("veth20")));
+    assert!(
+        matches!(
+            r.fate,
+            Fate::Rejected {
+                table: Table::Filter,
+                ..
+            }
+        ),
+        "{:?}",
+        r.fate
+    );
+    match r.out.as_slice() {
+        [Egress::Transmit { dev, packet, .. }] => {
+            assert_eq!(dev.as_str(), "veth20");
+            assert_eq!(
+                packet.to_string(),
+                "icmp 10.244.1.1 -> 10.244.1.20 unreachable code=3 (udp 10.244.1.20:40000 -> 10.96.0.99:53)"
+            );
+        }
+        o => panic!("{o:?}"),
+    }
+    let text = r.trace.unwrap().to_string();
+    assert!(text.contains("REJECT"), "{text}");
+}
+
+#[test]
+fn tcp_through_dnat_reaches_established_and_assured() {
+    let mut n = node(2);
+    n.restore(
+        "*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m tcp --dport 443 -j DNAT --to-destination 10.244.1.7:6443\nCOMMIT\n",
+        true,
+    )
+    .unwrap();
+    let c = sa("10.244.1.20:50000");
+    let syn = Packet::tcp(c, sa("10.96.0.1:443"), TcpFlags::SYN);
+    let r = n.process(SimTime::ZERO, syn, Ingress::Interface(ifn("veth20")));
+    assert_eq!(endpoint_of(&r), ip("10.244.1.7"));
+    let synack = Packet::tcp(sa("10.244.1.7:6443"), c, TcpFlags::SYN | TcpFlags::ACK);
+    let r = n.process(
+        SimTime::from_millis(1),
+        synack,
+        Ingress::Interface(ifn("veth7")),
+    );
+    let Some(Egress::Transmit { packet, .. }) = r.out.first() else {
+        panic!()
+    };
+    assert_eq!(
+        packet.to_string(),
+        "tcp 10.96.0.1:443 -> 10.244.1.20:50000 SYN,ACK"
+    );
+    let ack = Packet::tcp(c, sa("10.96.0.1:443"), TcpFlags::ACK);
+    n.process(
+        SimTime::from_millis(2),
+        ack,
+        Ingress::Interface(ifn("veth20")),
+    );
+    let dump = n.conntrack().dump(SimTime::from_millis(3), &Filter::all());
+    assert!(dump.starts_with("tcp      6 431999 ESTABLISHED src=10.244.1.20 dst=10.96.0.1 sport=50000 dport=443 src=10.244.1.7 dst=10.244.1.20 sport=6443 dport=50000 [ASSURED] mark=0 use=1"), "{dump}");
+}
+
+#[test]
+fn same_seed_same_choices() {
+    let run = |seed| {
+        let mut n = node(seed);
+        (0..200u16)
+            .map(|p| {
+                let q = Packet::udp(
+                    SocketAddr::new(ip("10.244.1.20"), 30000 + p),
+                    sa("10.96.0.10:53"),
+                );
+                endpoint_of(&n.process(SimTime::ZERO, q, Ingress::Interface(ifn("veth20"))))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(11), run(11));
+    assert_ne!(run(11), run(12));
+}
