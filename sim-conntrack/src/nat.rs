@@ -268,7 +268,7 @@ impl Conntrack {
         if e.status.contains(manip.done_bit()) {
             return Err(NatError::AlreadyInitialized { id, manip });
         }
-        let v4 = e.tuples[0].src.is_ipv4();
+        let v4 = e.orig.src.is_ipv4();
         if let Some((a, b)) = range.addrs {
             if a.is_ipv4() != v4 || b.is_ipv4() != v4 {
                 return Err(NatError::FamilyMismatch {
@@ -278,15 +278,15 @@ impl Conntrack {
                 });
             }
         }
-        let reply = e.tuples[1];
+        let reply = e.reply;
         let curr = invert_for_nat(&reply);
         let new = self.get_unique_tuple(&curr, range, manip, slot);
         let e = &mut self.slab[slot];
         if new != curr {
-            e.tuples[1] = invert_for_nat(&new);
+            e.reply = invert_for_nat(&new);
             e.status.insert(manip.nat_bit());
             if manip == Manip::Src {
-                let o = e.tuples[0];
+                let o = e.orig;
                 self.bysource
                     .entry((o.proto, o.src, o.sport))
                     .or_default()
@@ -303,7 +303,7 @@ impl Conntrack {
     /// source port may still change if the reply tuple is already taken.
     pub fn nat_null_binding(&mut self, id: EntryId, manip: Manip) -> Result<CtEntry, NatError> {
         let slot = self.slot_of(id).ok_or(NatError::NoEntry(id))?;
-        let reply = self.slab[slot].tuples[1];
+        let reply = self.slab[slot].reply;
         let ip = match manip {
             Manip::Src => reply.dst,
             Manip::Dst => reply.src,
@@ -330,7 +330,7 @@ impl Conntrack {
         if !e.status.contains(bit) {
             return false;
         }
-        let other = e.tuples[dir.flip().index()];
+        let other = *e.tuple_at(dir.flip().index());
         let target = invert_for_nat(&other);
         if matches!(handle.ctinfo, CtInfo::Related | CtInfo::RelatedReply) {
             if let L4::Icmp {
@@ -430,9 +430,9 @@ impl Conntrack {
                 continue;
             };
             let e = &self.slab[slot];
-            let o = &e.tuples[0];
+            let o = &e.orig;
             if o.proto == t.proto && o.src == t.src && o.sport == t.sport {
-                let mut res = invert_for_nat(&e.tuples[1]);
+                let mut res = invert_for_nat(&e.reply);
                 res.dst = t.dst;
                 res.dport = t.dport;
                 if Self::in_range(&res, r) {

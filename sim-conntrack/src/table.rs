@@ -123,6 +123,7 @@ pub enum ConfirmError {
 
 /// Where an entry slot is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum Life {
     Free,
     Unconfirmed,
@@ -155,23 +156,40 @@ pub(crate) mod tf {
     pub const SIMULTANEOUS_OPEN: u8 = 0x40;
 }
 
+/// One slab slot. Laid out in two cache lines (`repr(C)`, 64-byte aligned): the first holds
+/// what an original-direction lookup and refresh touch (tuple, status, tracker state,
+/// timeout, UDP `stream_ts`), the second the reply tuple and the colder fields.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub(crate) struct Entry {
-    pub tuples: [Tuple; 2],
-    /// Absolute deadline when confirmed; the timeout as nanoseconds while unconfirmed.
-    pub timeout: SimTime,
-    /// The deadline of this entry's live timer in the heap (`SimTime::MAX` = none).
-    pub armed: SimTime,
-    /// UDP: `stream_ts`, creation + 2 s.
-    pub stream_ts: SimTime,
-    pub seq: u64,
-    pub mark: u32,
-    pub gen: u32,
+    pub orig: Tuple,
     pub status: Status,
     pub tcp_state: u8,
     pub tcp_flags: u8,
     pub pending: u8,
     pub life: Life,
+    /// Absolute deadline when confirmed; the timeout as nanoseconds while unconfirmed.
+    pub timeout: SimTime,
+    /// UDP: `stream_ts`, creation + 2 s.
+    pub stream_ts: SimTime,
+    pub reply: Tuple,
+    pub mark: u32,
+    pub gen: u32,
+    /// The deadline of this entry's live timer in the heap (`SimTime::MAX` = none). Always
+    /// `<= timeout` while confirmed.
+    pub armed: SimTime,
+    pub seq: u64,
+}
+
+impl Entry {
+    #[inline]
+    pub(crate) fn tuple_at(&self, dir: usize) -> &Tuple {
+        if dir == 0 {
+            &self.orig
+        } else {
+            &self.reply
+        }
+    }
 }
 
 /// The connection tracking table of one network namespace. Sans-IO: every call that depends
@@ -324,10 +342,10 @@ impl Conntrack {
         let e = &self.slab[slot];
         CtEntry {
             id: self.id_of(slot),
-            orig: e.tuples[0],
-            reply: e.tuples[1],
+            orig: e.orig,
+            reply: e.reply,
             status: e.status,
-            tcp_state: (e.tuples[0].proto == IPPROTO_TCP).then(|| TcpState::from_u8(e.tcp_state)),
+            tcp_state: (e.orig.proto == IPPROTO_TCP).then(|| TcpState::from_u8(e.tcp_state)),
             mark: e.mark,
             expiry: match e.life {
                 Life::Unconfirmed => Expiry::AfterConfirm(e.timeout.since_start()),
@@ -383,7 +401,7 @@ impl Conntrack {
         let slab = &self.slab;
         self.index
             .find(h, |v| {
-                slab[(v >> 1) as usize].tuples[(v & 1) as usize] == *t
+                *slab[(v >> 1) as usize].tuple_at((v & 1) as usize) == *t
             })
             .map(|v| {
                 let dir = if v & 1 == 0 {
@@ -525,7 +543,8 @@ impl Conntrack {
         let seq = self.next_seq;
         self.next_seq += 1;
         let fresh = |gen: u32| Entry {
-            tuples: [orig, reply],
+            orig,
+            reply,
             timeout: SimTime::ZERO,
             armed: SimTime::MAX,
             stream_ts: SimTime::ZERO,
@@ -591,8 +610,11 @@ impl Conntrack {
             Life::Unconfirmed => e.timeout = SimTime::from_nanos(extra.as_nanos()),
             _ => {
                 let t = now.saturating_add(extra);
+                // armed <= timeout, so only a deadline moving earlier can need a new timer:
+                // the common refresh never reads the entry's second cache line.
+                let earlier = t < e.timeout;
                 e.timeout = t;
-                if t < e.armed && e.life == Life::Confirmed {
+                if earlier && t < e.armed && e.life == Life::Confirmed {
                     e.armed = t;
                     let gen = e.gen;
                     self.timers.push(Reverse((t, slot as u32, gen)));
@@ -617,7 +639,7 @@ impl Conntrack {
                 return Ok(());
             }
             Life::Unconfirmed => {
-                let [o, r] = self.slab[slot].tuples;
+                let (o, r) = (self.slab[slot].orig, self.slab[slot].reply);
                 let ho = o.hash(&self.hseed);
                 let hr = r.hash(&self.hseed);
                 if self.lookup_hashed(ho, &o).is_some() || self.lookup_hashed(hr, &r).is_some() {
@@ -687,7 +709,7 @@ impl Conntrack {
             }
             return;
         }
-        let [o, r] = self.slab[slot].tuples;
+        let (o, r) = (self.slab[slot].orig, self.slab[slot].reply);
         let v = (slot as u32) << 1;
         self.index.remove(o.hash(&self.hseed), v);
         self.index.remove(r.hash(&self.hseed), v | 1);
@@ -718,7 +740,7 @@ impl Conntrack {
             return;
         }
         let nat_src = e.status.contains(Status::SRC_NAT);
-        let o = e.tuples[0];
+        let o = e.orig;
         let id = EntryId {
             slot: slot as u32,
             gen: e.gen,
@@ -863,5 +885,14 @@ impl Conntrack {
 
     pub(crate) fn tcp_flags_mut(&mut self, slot: usize) -> &mut u8 {
         &mut self.slab[slot].tcp_flags
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    #[test]
+    fn an_entry_is_two_cache_lines() {
+        assert_eq!(std::mem::size_of::<super::Entry>(), 128);
+        assert_eq!(std::mem::align_of::<super::Entry>(), 64);
     }
 }
