@@ -40,7 +40,7 @@ struct RunArgs {
     /// Override the scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
-    /// Stop at this simulated time (e.g. 10m); expectations after it are not checked.
+    /// Stop at this simulated time (e.g. 10m); expectations after it (or at the end) are skipped.
     #[arg(long)]
     until: Option<SimDuration>,
     /// Also write the timeline as JSON lines to FILE.
@@ -171,7 +171,8 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             sc.duration = u;
             let end = SimTime::ZERO + u;
             sc.expectations.retain(|x| {
-                let keep = x.at.is_none_or(|t| t <= end);
+                // Checks at the end of the run refer to the scenario's end, not to --until.
+                let keep = x.at.is_some_and(|t| t <= end);
                 if !keep {
                     skipped.push(x.name.clone());
                 }

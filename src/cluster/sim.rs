@@ -831,13 +831,13 @@ impl Simulation {
                 Machine::Node(n) => {
                     self.queue.push(self.now, Ev::Deliver(Dest::NodeOut(*n), p));
                 }
-                Machine::Host(_) => self.network(p.dst, p),
+                Machine::Host(_) => self.network(p.dst, p, None),
             }
         }
     }
 
     /// The flat network: delivers to the owner of `next_hop` after the link latency.
-    fn network(&mut self, next_hop: IpAddr, p: Packet) {
+    fn network(&mut self, next_hop: IpAddr, p: Packet, from_node: Option<usize>) {
         let at = self.now + self.sc.latency;
         if let Some(n) = self.nodes.iter().position(|n| n.def.address == next_hop) {
             self.queue.push(at, Ev::Deliver(Dest::NodeIn(n, eth0()), p));
@@ -869,7 +869,16 @@ impl Simulation {
                 } => {
                     self.dnat_note(n, sent, &packet);
                     if dev == eth0() {
-                        self.network(next_hop, packet);
+                        // ip_forward: TTL decremented on every hop, dropped when it runs out.
+                        let mut packet = packet;
+                        if packet.iif.is_some() {
+                            if packet.ttl <= 1 {
+                                continue;
+                            }
+                            packet.ttl -= 1;
+                        }
+                        packet.iif = None;
+                        self.network(next_hop, packet, Some(n));
                     } else if let Some(k) = self.nodes[n].veths.get(&dev).cloned() {
                         self.queue.push(self.now, Ev::Deliver(Dest::Pod(k), packet));
                     }

@@ -138,9 +138,18 @@ fn check_sysctls(
     for (k, v) in src {
         if !KNOWN_SYSCTLS.contains(&k.as_str()) {
             let short = k.rsplit('.').next().unwrap_or(k);
+            // Suggest the known name sharing the longest prefix of its last segment.
+            let common = |n: &str| {
+                let last = n.rsplit('.').next().unwrap_or(n);
+                last.bytes()
+                    .zip(short.bytes())
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            };
             let hint = KNOWN_SYSCTLS
                 .iter()
-                .find(|n| n.ends_with(short))
+                .max_by_key(|n| (common(n), std::cmp::Reverse(n.len())))
+                .filter(|n| common(n) >= 12)
                 .map(|n| format!(" (did you mean {n}?)"))
                 .unwrap_or_default();
             // The key has no span of its own; point at its value, or at the mapping.
