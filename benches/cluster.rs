@@ -1,9 +1,112 @@
-//! Placeholder: replaced by the real benchmarks.
+//! Cluster simulation speed: the incident scenario (1 simulated hour), and a generated
+//! cluster of many nodes, Services, endpoints and clients for one simulated hour (scale set
+//! by NFSIM_BENCH_NODES / _SERVICES / _ENDPOINTS / _CLIENTS; defaults are the issue's
+//! 100 / 1000 / 10000 / 1000). Peak memory (VmHWM) is printed after the run.
 use criterion::{criterion_group, criterion_main, Criterion};
+use nfsim::cluster::sim::{RunOptions, Simulation};
+use nfsim::scenario::{load_file, load_str};
 
-fn placeholder(c: &mut Criterion) {
-    c.bench_function("placeholder", |b| b.iter(|| std::hint::black_box(1 + 1)));
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
-criterion_group!(benches, placeholder);
+/// A scenario text with `nodes` nodes, `services` UDP Services, `endpoints` pods spread over
+/// them and `clients` per-query-port clients querying a Service every 30 s.
+fn big_scenario(nodes: usize, services: usize, endpoints: usize, clients: usize) -> String {
+    let mut s = String::from("name: big\nduration: 1h\nnodes:\n");
+    for n in 0..nodes {
+        s.push_str(&format!(
+            "  - {{name: n{n}, address: 192.168.{}.{}, podCIDR: 10.{}.{}.0/24}}\n",
+            n / 250,
+            n % 250 + 1,
+            100 + n / 250,
+            n % 250
+        ));
+    }
+    s.push_str("pods:\n");
+    let per_node = endpoints.div_ceil(nodes).max(1) + clients.div_ceil(nodes);
+    assert!(per_node < 250, "too many pods per node for a /24");
+    let mut slot = vec![0usize; nodes];
+    let mut place = |i: usize| {
+        let n = i % nodes;
+        slot[n] += 1;
+        (n, format!("10.{}.{}.{}", 100 + n / 250, n % 250, slot[n]))
+    };
+    for e in 0..endpoints {
+        let (n, ip) = place(e);
+        s.push_str(&format!(
+            "  - {{name: ep{e}, labels: {{svc: s{}}}, node: n{n}, ip: {ip}, apps: [{{udpServer: {{port: 53}}}}]}}\n",
+            e % services
+        ));
+    }
+    for c in 0..clients {
+        let (n, ip) = place(endpoints + c);
+        s.push_str(&format!("  - {{name: cl{c}, node: n{n}, ip: {ip}}}\n"));
+    }
+    s.push_str("services:\n");
+    for v in 0..services {
+        s.push_str(&format!(
+            "  - {{metadata: {{name: s{v}}}, spec: {{clusterIP: 10.96.{}.{}, selector: {{svc: s{v}}}, ports: [{{protocol: UDP, port: 53}}]}}}}\n",
+            v / 250,
+            v % 250 + 1
+        ));
+    }
+    s.push_str("clients:\n");
+    for c in 0..clients {
+        s.push_str(&format!(
+            "  - {{name: c{c}, pod: cl{c}, udp: {{target: default/s{}, interval: 30s, jitter: 1s, start: {}ms}}}}\n",
+            c % services,
+            c % 30_000
+        ));
+    }
+    s
+}
+
+fn vm_hwm_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+fn bench(c: &mut Criterion) {
+    let incident = load_file(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/stale-dns-udp.yaml"
+    ))
+    .unwrap();
+    c.bench_function("incident_1h", |b| {
+        b.iter(|| {
+            let sim = Simulation::new(incident.clone(), RunOptions::default()).unwrap();
+            let r = sim.finish().unwrap();
+            assert!(r.passed());
+            r.events
+        })
+    });
+
+    let (n, s, e, k) = (
+        env("NFSIM_BENCH_NODES", 100),
+        env("NFSIM_BENCH_SERVICES", 1000),
+        env("NFSIM_BENCH_ENDPOINTS", 10_000),
+        env("NFSIM_BENCH_CLIENTS", 1000),
+    );
+    let text = big_scenario(n, s, e, k);
+    let sc = load_str("big.yaml", &text).unwrap();
+    // One timed run outside criterion (it is long): wall time and peak memory.
+    let t0 = std::time::Instant::now();
+    let sim = Simulation::new(sc, RunOptions::default()).unwrap();
+    let r = sim.finish().unwrap();
+    eprintln!(
+        "big cluster {n} nodes / {s} services / {e} endpoints / {k} clients, 1 h: {:.2} s wall, {} events, peak RSS {} MiB",
+        t0.elapsed().as_secs_f64(),
+        r.events,
+        vm_hwm_kib().unwrap_or(0) / 1024
+    );
+}
+
+criterion_group!(benches, bench);
 criterion_main!(benches);
