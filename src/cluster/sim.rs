@@ -848,8 +848,11 @@ impl Simulation {
             .iter()
             .position(|n| n.def.pod_cidr.contains(next_hop))
         {
-            // The network routes pod CIDRs to their nodes.
-            self.queue.push(at, Ev::Deliver(Dest::NodeIn(n, eth0()), p));
+            // The network routes pod CIDRs to their nodes; a node that sends out a packet for
+            // its own pod CIDR has no pod with that IP: it is dropped.
+            if from_node != Some(n) {
+                self.queue.push(at, Ev::Deliver(Dest::NodeIn(n, eth0()), p));
+            }
         }
         // Nobody owns it: dropped.
     }
