@@ -7,10 +7,12 @@
 //! - [`kubeproxy`]: kube-proxy's iptables rendering, sync timing and conntrack cleanup.
 //! - [`cluster`]: nodes, pods, hosts, applications, and the simulation driver.
 //! - [`scenario`]: scenario files, expectations, and the outputs of a run.
+//! - [`explain`]: one packet through a node's hooks, rule by rule, with every `statistic` branch.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod explain;
 pub mod k8s;
 pub mod kubeproxy;
 pub mod scenario;

@@ -1,0 +1,1 @@
+//! Explaining packets: `nfsim trace` (in progress).
