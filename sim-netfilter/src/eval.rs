@@ -467,15 +467,19 @@ impl Ruleset {
         let use_index = self.indexing && trace.is_none();
         let mut out = Verdict::accept();
         let base = td.builtin[hook as usize].unwrap_or_default();
-        let mut stack: Vec<(u32, usize)> = Vec::new();
+        let mut stack = [(0u32, 0u32); MAX_DEPTH];
+        let mut sp = 0usize;
         let mut chain_id = base;
         let mut chain: &Chain = td.chain(base);
         let mut pos = 0usize;
         loop {
             if pos >= chain.rules.len() {
-                match stack.pop() {
+                match sp.checked_sub(1) {
                     None => return self.policy(td, base, table, state, &pk, out, trace),
-                    Some((cid, p)) => {
+                    Some(top) => {
+                        sp = top;
+                        let (cid, p) = stack[top];
+                        let p = p as usize;
                         if let Some(t) = trace.as_deref_mut() {
                             t.push(TraceEvent::Return {
                                 table,
@@ -535,9 +539,12 @@ impl Ruleset {
                     out.action = Action::Drop;
                     return out;
                 }
-                Target::Return => match stack.pop() {
+                Target::Return => match sp.checked_sub(1) {
                     None => return self.policy(td, base, table, state, &pk, out, trace),
-                    Some((cid, p)) => {
+                    Some(top) => {
+                        sp = top;
+                        let (cid, p) = stack[top];
+                        let p = p as usize;
                         if let Some(t) = trace.as_deref_mut() {
                             t.push(TraceEvent::Return {
                                 table,
@@ -552,11 +559,12 @@ impl Ruleset {
                 },
                 Target::Jump(c) | Target::Goto(c) => {
                     if matches!(rule.target, Target::Jump(_)) {
-                        if stack.len() >= MAX_DEPTH {
+                        if sp >= MAX_DEPTH {
                             out.action = Action::Drop;
                             return out;
                         }
-                        stack.push((chain_id, pos + 1));
+                        stack[sp] = (chain_id, (pos + 1) as u32);
+                        sp += 1;
                     }
                     chain_id = c.id.idx;
                     chain = td.chain(chain_id);
@@ -751,22 +759,22 @@ fn match_one(
 ) -> bool {
     match m {
         Match::Comment(_) => true,
+        // iptables-nft turns tcp/udp port matches into transport-header payload comparisons,
+        // which do not check the protocol themselves (`! -p udp -m udp --dport 5` compares
+        // the ports of any packet that has them).
         Match::Tcp(t) => {
-            let L4::Tcp { flags, .. } = ctx.packet.l4 else {
-                return false;
-            };
             if !ports_ok(&t.sport, t.sport_inv, &t.dport, t.dport_inv, pk) {
                 return false;
             }
             match t.flags {
-                Some((mask, cmp, inv)) => ((flags.0 & mask) == cmp) != inv,
+                Some((mask, cmp, inv)) => match ctx.packet.l4 {
+                    L4::Tcp { flags, .. } => ((flags.0 & mask) == cmp) != inv,
+                    _ => false,
+                },
                 None => true,
             }
         }
-        Match::Udp(p) => {
-            matches!(ctx.packet.l4, L4::Udp { .. })
-                && ports_ok(&p.sport, p.sport_inv, &p.dport, p.dport_inv, pk)
-        }
+        Match::Udp(p) => ports_ok(&p.sport, p.sport_inv, &p.dport, p.dport_inv, pk),
         Match::Sctp(p) => {
             matches!(ctx.packet.l4, L4::Sctp { .. })
                 && ports_ok(&p.sport, p.sport_inv, &p.dport, p.dport_inv, pk)

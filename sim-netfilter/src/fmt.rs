@@ -127,7 +127,7 @@ fn save_ip(out: &mut String, ip: &IpMatch) {
     for (p, inv, flag) in [(&ip.iif, ip.iif_inv, "-i"), (&ip.oif, ip.oif_inv, "-o")] {
         if let Some(p) = p {
             if !p.is_any() || inv {
-                let _ = write!(out, "{} {flag} {}", if inv { " !" } else { "" }, p.text);
+                let _ = write!(out, "{} {flag} {}", if inv { " !" } else { "" }, p.as_str());
             }
         }
     }
@@ -728,6 +728,8 @@ fn list_target(out: &mut String, t: &Target) {
                 out.push_str(" NOTRACK");
             } else if *notrack {
                 out.push_str(" CT notrack");
+            } else {
+                out.push_str(" CT");
             }
         }
         Target::Log(l) => {
@@ -822,7 +824,9 @@ pub(crate) fn list_rule(
     }
     let iface = |p: &Option<IfacePattern>, inv: bool| -> String {
         match p {
-            Some(p) if !p.is_any() || inv => format!("{}{}", if inv { "!" } else { "" }, p.text),
+            Some(p) if !p.is_any() || inv => {
+                format!("{}{}", if inv { "!" } else { "" }, p.as_str())
+            }
             _ => "*".to_string(),
         }
     };

@@ -29,17 +29,30 @@ pub(crate) struct Key {
     pub dport: u16,
 }
 
-/// A multiplicative hasher for [`Key`]s; lookups only, never iterated into output.
+/// A fast deterministic hasher for [`Key`]s and chain names; used for lookups only, never
+/// iterated into output.
 #[derive(Default, Clone, Copy)]
 pub(crate) struct KeyHasher(u64);
+
+/// `HashMap` with [`KeyHasher`].
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.write_u64(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 59));
         }
     }
     fn write_u64(&mut self, v: u64) {
@@ -59,7 +72,14 @@ impl Hasher for KeyHasher {
     }
 }
 
-type KeyMap = HashMap<Key, Vec<u32>, BuildHasherDefault<KeyHasher>>;
+type KeyMap = FastMap<Key, Positions>;
+
+/// Positions of the rules with one key, ascending; almost always a single one.
+#[derive(Clone, Debug)]
+pub(crate) enum Positions {
+    One(u32),
+    Many(Vec<u32>),
+}
 
 #[derive(Clone, Debug)]
 struct Run {
@@ -150,7 +170,16 @@ impl ChainIndex {
             let mut map = KeyMap::default();
             for (pos, k) in keys.iter().enumerate().take(i).skip(start) {
                 if let Some(k) = k {
-                    map.entry(*k).or_default().push(pos as u32);
+                    let pos = pos as u32;
+                    let slot = map.entry(*k).or_insert(Positions::Many(Vec::new()));
+                    *slot = match std::mem::replace(slot, Positions::Many(Vec::new())) {
+                        Positions::Many(v) if v.is_empty() => Positions::One(pos),
+                        Positions::One(first) => Positions::Many(vec![first, pos]),
+                        Positions::Many(mut v) => {
+                            v.push(pos);
+                            Positions::Many(v)
+                        }
+                    };
                 }
             }
             let run_id = idx.runs.len() as u32;
@@ -181,11 +210,12 @@ impl ChainIndex {
         let p = pos as u32;
         let first_at_or_after = |k: &Key| -> u32 {
             match run.map.get(k) {
-                Some(v) => {
+                Some(Positions::One(x)) if *x >= p => *x,
+                Some(Positions::One(_)) | None => run.end,
+                Some(Positions::Many(v)) => {
                     let i = v.partition_point(|&x| x < p);
                     v.get(i).copied().unwrap_or(run.end)
                 }
-                None => run.end,
             }
         };
         let exact = first_at_or_after(&key);

@@ -45,6 +45,7 @@ pub mod error;
 pub mod eval;
 mod fmt;
 mod index;
+pub mod netns;
 mod parse;
 pub mod rule;
 pub mod ruleset;

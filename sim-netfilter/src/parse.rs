@@ -9,6 +9,7 @@
 //! the protocol's match implicitly, at that position (`load_proto`), which is why
 //! `-p tcp -m comment --comment x --dport 80` saves as `-m comment … -m tcp --dport 80`.
 
+use std::borrow::Cow;
 use std::net::Ipv4Addr;
 
 use crate::error::{RuleError, RuleErrorKind};
@@ -17,69 +18,96 @@ use crate::types::*;
 
 /// One word of a line and where it was.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Token {
-    pub text: String,
+pub(crate) struct Token<'a> {
+    pub text: Cow<'a, str>,
     pub start: usize,
     pub end: usize,
 }
 
-/// Splits a line into words like iptables-restore (`add_param_to_argv`).
-pub(crate) fn tokenize(line: &str) -> Result<Vec<Token>, String> {
+impl Token<'_> {
+    pub(crate) fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+/// Splits a line into words like iptables-restore (`add_param_to_argv`). Words without
+/// escapes borrow from the line.
+pub(crate) fn tokenize(line: &str) -> Result<Vec<Token<'_>>, String> {
     let bytes = line.as_bytes();
-    let mut out = Vec::new();
-    let mut param: Vec<u8> = Vec::new();
-    let mut start: Option<usize> = None;
-    let (mut quote_open, mut escaped) = (false, false);
-    let mut emit = |param: &mut Vec<u8>, start: &mut Option<usize>, end: usize| {
-        let s = start.take().unwrap_or(end);
-        out.push(Token {
-            text: String::from_utf8_lossy(param).into_owned(),
-            start: s,
-            end,
-        });
-        param.clear();
-    };
-    for (i, &c) in bytes.iter().enumerate() {
-        if param.len() >= 1023 {
-            return Err("parameter too long (iptables allows 1023 bytes per word)".into());
+    let mut out = Vec::with_capacity(24);
+    let mut i = 0;
+    let n = bytes.len();
+    while i < n {
+        let c = bytes[i];
+        if c == b' ' || c == b'\t' || c == b'\n' {
+            i += 1;
+            continue;
         }
-        if quote_open {
+        let start = i;
+        // Fast path: a word of plain characters.
+        let mut j = i;
+        while j < n && !matches!(bytes[j], b' ' | b'\t' | b'\n' | b'"') {
+            j += 1;
+        }
+        if j == n || bytes[j] != b'"' {
+            if j - start >= 1023 {
+                return Err("parameter too long (iptables allows 1023 bytes per word)".into());
+            }
+            out.push(Token {
+                text: Cow::Borrowed(&line[start..j]),
+                start,
+                end: j,
+            });
+            i = j;
+            continue;
+        }
+        // A word with a quote: the plain prefix, then the quoted part up to the closing
+        // quote, which ends the word (even an empty one).
+        let mut param: Vec<u8> = bytes[start..j].to_vec();
+        let mut k = j + 1;
+        let mut escaped = false;
+        let mut closed = false;
+        let mut plain = true;
+        while k < n {
+            let c = bytes[k];
+            k += 1;
             if escaped {
                 param.push(c);
                 escaped = false;
-                continue;
             } else if c == b'\\' {
                 escaped = true;
-                continue;
+                plain = false;
             } else if c == b'"' {
-                quote_open = false;
-                // A closing quote ends the word, even an empty one.
-                emit(&mut param, &mut start, i + 1);
-                continue;
+                closed = true;
+                break;
             } else {
                 param.push(c);
-                continue;
             }
-        } else if c == b'"' {
-            quote_open = true;
-            start.get_or_insert(i);
-            continue;
-        }
-        match c {
-            b' ' | b'\t' | b'\n' => {
-                if param.is_empty() {
-                    continue;
-                }
-                emit(&mut param, &mut start, i);
-            }
-            _ => {
-                start.get_or_insert(i);
-                param.push(c);
+            if param.len() >= 1023 {
+                return Err("parameter too long (iptables allows 1023 bytes per word)".into());
             }
         }
-    }
-    if !param.is_empty() {
-        emit(&mut param, &mut start, bytes.len());
+        if !closed && param.is_empty() {
+            // An unterminated empty quote adds no word.
+            break;
+        }
+        let text = if plain && start == j {
+            // "abc" with nothing to unescape: borrow the inside.
+            let inner_end = if k > j + 1 && bytes[k - 1] == b'"' {
+                k - 1
+            } else {
+                k
+            };
+            Cow::Borrowed(&line[j + 1..inner_end])
+        } else {
+            Cow::Owned(String::from_utf8_lossy(&param).into_owned())
+        };
+        out.push(Token {
+            text,
+            start,
+            end: k,
+        });
+        i = k;
     }
     Ok(out)
 }
@@ -524,7 +552,17 @@ const UNSUPPORTED_TARGETS: &[&str] = &[
     "SNPT",
 ];
 
-fn bad(option: &str, value: &str, expected: impl Into<String>) -> RuleErrorKind {
+/// An option name printed as `--name`, built only when an error needs it.
+#[derive(Clone, Copy)]
+struct OptName(&'static str);
+
+impl std::fmt::Display for OptName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "--{}", self.0)
+    }
+}
+
+fn bad(option: impl std::fmt::Display, value: &str, expected: impl Into<String>) -> RuleErrorKind {
     RuleErrorKind::BadValue {
         option: option.to_string(),
         value: value.to_string(),
@@ -536,7 +574,7 @@ fn invalid(msg: impl Into<String>) -> RuleErrorKind {
     RuleErrorKind::Invalid(msg.into())
 }
 
-fn parse_u32(option: &str, s: &str) -> Result<u32, RuleErrorKind> {
+fn parse_u32(option: impl std::fmt::Display + Copy, s: &str) -> Result<u32, RuleErrorKind> {
     parse_c_uint(s)
         .and_then(|v| u32::try_from(v).ok())
         .ok_or_else(|| {
@@ -549,7 +587,10 @@ fn parse_u32(option: &str, s: &str) -> Result<u32, RuleErrorKind> {
 }
 
 /// `value[/mask]` with a default mask of all ones (xtables `XTTYPE_MARKMASK32`).
-fn parse_markmask(option: &str, s: &str) -> Result<(u32, Option<u32>), RuleErrorKind> {
+fn parse_markmask(
+    option: impl std::fmt::Display + Copy,
+    s: &str,
+) -> Result<(u32, Option<u32>), RuleErrorKind> {
     let (v, m) = match s.split_once('/') {
         Some((v, m)) => (v, Some(m)),
         None => (s, None),
@@ -560,7 +601,10 @@ fn parse_markmask(option: &str, s: &str) -> Result<(u32, Option<u32>), RuleError
 }
 
 /// TCP flag names as libxt_tcp takes them (ECE and CWR are not among them; ALL is 0x3f).
-fn parse_tcp_flag_list(option: &str, s: &str) -> Result<u8, RuleErrorKind> {
+fn parse_tcp_flag_list(
+    option: impl std::fmt::Display + Copy,
+    s: &str,
+) -> Result<u8, RuleErrorKind> {
     let mut v = 0u8;
     for part in s.split(',') {
         v |= match part.to_ascii_uppercase().as_str() {
@@ -655,7 +699,11 @@ fn parse_icmp_type(s: &str) -> Result<(u8, u8, u8), RuleErrorKind> {
     }
 }
 
-fn parse_state_list(option: &str, s: &str, with_nat: bool) -> Result<u16, RuleErrorKind> {
+fn parse_state_list(
+    option: impl std::fmt::Display + Copy,
+    s: &str,
+    with_nat: bool,
+) -> Result<u16, RuleErrorKind> {
     // libxt_conntrack compares each item with strncasecmp(item, NAME, len(item)), trying the
     // names in this order, so an unambiguous-looking prefix ("E") is accepted.
     let order: &[(&str, u16)] = &[
@@ -720,7 +768,10 @@ fn parse_status_list(s: &str) -> Result<u32, RuleErrorKind> {
     Ok(mask)
 }
 
-fn parse_addrtype_list(option: &str, s: &str) -> Result<u16, RuleErrorKind> {
+fn parse_addrtype_list(
+    option: impl std::fmt::Display + Copy,
+    s: &str,
+) -> Result<u16, RuleErrorKind> {
     let mut mask = 0;
     for item in s.split(',') {
         match AddrType::ALL
@@ -735,7 +786,7 @@ fn parse_addrtype_list(option: &str, s: &str) -> Result<u16, RuleErrorKind> {
 }
 
 /// A conntrack address (`--ctorigdst 10.0.0.0/8`): kept unmasked, as iptables prints it.
-fn parse_ct_addr(option: &str, s: &str) -> Result<Ipv4Net, RuleErrorKind> {
+fn parse_ct_addr(option: impl std::fmt::Display + Copy, s: &str) -> Result<Ipv4Net, RuleErrorKind> {
     let n = parse_ipv4_net(s).map_err(|e| bad(option, s, e))?;
     if n.prefix_len().is_none() {
         return Err(bad(
@@ -749,19 +800,26 @@ fn parse_ct_addr(option: &str, s: &str) -> Result<Ipv4Net, RuleErrorKind> {
 
 /// A conntrack port or range `a[:b]` (revision 3 takes ranges; reversed ranges are accepted
 /// and never match).
-fn parse_ct_ports(option: &str, s: &str) -> Result<PortRange, RuleErrorKind> {
-    let p = |x: &str| parse_port(x).map_err(|e| bad(option, s, e));
+fn parse_ct_ports(
+    option: impl std::fmt::Display + Copy,
+    s: &str,
+) -> Result<PortRange, RuleErrorKind> {
+    let p = |x: &str| parse_port_decimal(x).map_err(|e| bad(option, s, e));
     match s.split_once(':') {
         None => Ok(PortRange::single(p(s)?)),
         Some((a, b)) => Ok(PortRange {
-            min: p(a)?,
-            max: p(b)?,
+            min: if a.is_empty() { 0 } else { p(a)? },
+            max: if b.is_empty() { u16::MAX } else { p(b)? },
         }),
     }
 }
 
 /// `--to-destination`/`--to-source` (libxt_NAT `parse_to`).
-fn parse_nat_range(option: &str, s: &str, ports_ok: bool) -> Result<NatRange, RuleErrorKind> {
+fn parse_nat_range(
+    option: impl std::fmt::Display + Copy,
+    s: &str,
+    ports_ok: bool,
+) -> Result<NatRange, RuleErrorKind> {
     let mut r = NatRange::default();
     let (ip_part, port_part) = match s.split_once(':') {
         Some((a, b)) => (a, Some(b)),
@@ -816,7 +874,10 @@ fn parse_nat_range(option: &str, s: &str, ports_ok: bool) -> Result<NatRange, Ru
     Ok(r)
 }
 
-fn parse_to_ports(option: &str, s: &str) -> Result<(u16, u16), RuleErrorKind> {
+fn parse_to_ports(
+    option: impl std::fmt::Display + Copy,
+    s: &str,
+) -> Result<(u16, u16), RuleErrorKind> {
     let port = |x: &str| -> Result<u16, RuleErrorKind> {
         parse_c_uint(x)
             .and_then(|v| u16::try_from(v).ok())
@@ -928,7 +989,7 @@ impl MatchBuilder {
             },
             comment: None,
             recent: RecentMatch {
-                name: "DEFAULT".into(),
+                name: String::new(),
                 command: RecentCommand::Check,
                 inv: false,
                 seconds: 0,
@@ -944,24 +1005,42 @@ impl MatchBuilder {
         }
     }
 
-    fn apply(&mut self, def: &OptDef, args: &[&str], inv: bool) -> Result<(), RuleErrorKind> {
-        let opt = format!("--{}", def.name);
+    fn apply(
+        &mut self,
+        def: &OptDef,
+        args: &[&str],
+        inv: bool,
+        ip: &IpMatch,
+    ) -> Result<(), RuleErrorKind> {
+        let opt = OptName(def.name);
         let a = args.first().copied().unwrap_or("");
         let bit = 1u32 << def.id;
         let repeatable = matches!(self.kind, MKind::Recent if matches!(def.id, 9 | 10));
         if self.seen & bit != 0 && !repeatable {
-            return Err(RuleErrorKind::Repeated(opt));
+            return Err(RuleErrorKind::Repeated(opt.to_string()));
         }
         self.seen |= bit;
         match self.kind {
             MKind::Tcp | MKind::Udp | MKind::Sctp => match def.id {
-                0 => {
-                    self.tcp.sport = PortRange::parse_colon(a).map_err(|e| bad(&opt, a, e))?;
-                    self.tcp.sport_inv = inv;
-                }
-                1 => {
-                    self.tcp.dport = PortRange::parse_colon(a).map_err(|e| bad(&opt, a, e))?;
-                    self.tcp.dport_inv = inv;
+                0 | 1 => {
+                    // libxt_tcp and libxt_sctp refuse min > max; libxt_udp takes it (and the
+                    // rule then never matches).
+                    let r = if self.kind == MKind::Udp {
+                        parse_ct_ports(&opt, a)?
+                    } else {
+                        PortRange::parse_colon(
+                            a,
+                            Some(if self.kind == MKind::Sctp { 132 } else { 6 }),
+                        )
+                        .map_err(|e| bad(opt, a, e))?
+                    };
+                    if def.id == 0 {
+                        self.tcp.sport = r;
+                        self.tcp.sport_inv = inv;
+                    } else {
+                        self.tcp.dport = r;
+                        self.tcp.dport_inv = inv;
+                    }
                 }
                 2 | 3 => {
                     if self.seen & 0b1100 == 0b1100 {
@@ -983,6 +1062,17 @@ impl MatchBuilder {
                 self.icmp = Some((t, c0, c1, inv));
             }
             MKind::Multiport => {
+                // libxt_multiport checks the protocol when it parses the ports.
+                if ip.proto == 0 {
+                    return Err(invalid(
+                        "multiport needs `-p tcp', `-p udp', `-p udplite', `-p sctp' or `-p dccp' before its ports",
+                    ));
+                }
+                if ip.proto_inv || !matches!(ip.proto, 6 | 17 | 136 | 132 | 33) {
+                    return Err(invalid(
+                        "multiport only works with TCP, UDP, UDPLITE, SCTP and DCCP",
+                    ));
+                }
                 if self.multiport.is_some() {
                     return Err(invalid(
                         "multiport: only one of --sports, --dports or --ports may be given",
@@ -991,7 +1081,8 @@ impl MatchBuilder {
                 let mut ports = Vec::new();
                 let mut slots = 0;
                 for item in a.split(',') {
-                    let r = PortRange::parse_colon(item).map_err(|e| bad(&opt, a, e))?;
+                    let r = PortRange::parse_colon(item, Some(ip.proto))
+                        .map_err(|_| bad(&opt, a, "ports or low:high ranges, comma-separated"))?;
                     slots += if item.contains(':') { 2 } else { 1 };
                     ports.push(if item.contains(':') {
                         r
@@ -1163,20 +1254,21 @@ impl MatchBuilder {
                     MKind::Udp => (17, "udp"),
                     _ => (132, "sctp"),
                 };
-                if !proto_is(p) {
+                // tcp and udp become native nf_tables expressions, checked only against the
+                // -p value; sctp goes through the xt compat layer, whose checkentry refuses
+                // an inverted protocol.
+                let ok = if self.kind == MKind::Sctp {
+                    proto_is(p)
+                } else {
+                    ip.proto == p
+                };
+                if !ok {
                     return Err(invalid(format!(
                         "{} match requires '-p {name}'",
                         name.to_ascii_uppercase()
                     )));
                 }
-                let mut t = self.tcp;
-                // iptables-nft drops a full 0:65535 range when it translates the rule.
-                if t.sport.is_all() && !t.sport_inv {
-                    t.sport_inv = false;
-                }
-                if t.dport.is_all() && !t.dport_inv {
-                    t.dport_inv = false;
-                }
+                let t = self.tcp;
                 match self.kind {
                     MKind::Tcp => Match::Tcp(t),
                     MKind::Udp => Match::Udp(PortsMatch {
@@ -1207,21 +1299,9 @@ impl MatchBuilder {
                     inv,
                 })
             }
-            MKind::Multiport => {
-                if ip.proto == 0 {
-                    return Err(invalid(
-                        "multiport needs `-p tcp', `-p udp', `-p udplite', `-p sctp' or `-p dccp'",
-                    ));
-                }
-                if ip.proto_inv || !matches!(ip.proto, 6 | 17 | 136 | 132 | 33) {
-                    return Err(invalid(
-                        "multiport only works with TCP, UDP, UDPLITE, SCTP and DCCP",
-                    ));
-                }
-                Match::Multiport(self.multiport.ok_or_else(|| {
-                    invalid("multiport: one of --sports, --dports or --ports is required")
-                })?)
-            }
+            MKind::Multiport => Match::Multiport(self.multiport.ok_or_else(|| {
+                invalid("multiport: one of --sports, --dports or --ports is required")
+            })?),
             MKind::Statistic => {
                 let mode = match self.stat_mode {
                     None => return Err(invalid("statistic: option \"--mode\" must be specified")),
@@ -1276,13 +1356,13 @@ impl MatchBuilder {
                 if self.ct.state.is_none() {
                     return Err(invalid("state: option \"--state\" must be specified"));
                 }
-                Match::Conntrack(self.ct)
+                Match::Conntrack(Box::new(self.ct))
             }
             MKind::Conntrack => {
                 if self.seen == 0 {
                     return Err(invalid("conntrack: At least one option is required"));
                 }
-                Match::Conntrack(self.ct)
+                Match::Conntrack(Box::new(self.ct))
             }
             MKind::Addrtype => {
                 if self.addrtype.src.is_none() && self.addrtype.dst.is_none() {
@@ -1298,6 +1378,9 @@ impl MatchBuilder {
             ),
             MKind::Recent => {
                 let mut r = self.recent;
+                if r.name.is_empty() {
+                    r.name = "DEFAULT".into();
+                }
                 r.command = self.recent_cmd.ok_or_else(|| {
                     invalid(
                         "recent: you must specify one of `--set', `--rcheck' `--update' or `--remove'",
@@ -1315,7 +1398,7 @@ impl MatchBuilder {
                         "recent: option \"--reap\" also requires \"--seconds\"",
                     ));
                 }
-                Match::Recent(r)
+                Match::Recent(Box::new(r))
             }
             MKind::Nfacct => Match::Nfacct(NfacctMatch {
                 name: self
@@ -1369,11 +1452,11 @@ impl TargetBuilder {
     }
 
     fn apply(&mut self, def: &OptDef, args: &[&str], ports_ok: bool) -> Result<(), RuleErrorKind> {
-        let opt = format!("--{}", def.name);
+        let opt = OptName(def.name);
         let a = args.first().copied().unwrap_or("");
         let bit = 1u32 << def.id;
         if self.seen & bit != 0 {
-            return Err(RuleErrorKind::Repeated(opt));
+            return Err(RuleErrorKind::Repeated(opt.to_string()));
         }
         self.seen |= bit;
         match self.kind {
@@ -1483,6 +1566,9 @@ impl TargetBuilder {
             TKind::Log => match def.id {
                 0 => self.log.level = parse_log_level(a)?,
                 1 => {
+                    if a.is_empty() {
+                        return Err(bad(opt, a, "a non-empty prefix"));
+                    }
                     if a.contains('\n') {
                         return Err(bad(&opt, a, "a prefix without newlines"));
                     }
@@ -1596,6 +1682,12 @@ impl TargetBuilder {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OptSet {
+    Match(MKind),
+    Target,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Resolved {
     Core(Core, u8),
     Match(MKind, OptDef),
@@ -1603,7 +1695,7 @@ enum Resolved {
 }
 
 struct Parser<'a> {
-    toks: &'a [Token],
+    toks: &'a [Token<'a>],
     table: Table,
     cmd: Option<(Core, usize)>,
     chain: Option<String>,
@@ -1615,8 +1707,11 @@ struct Parser<'a> {
     dsts: Vec<Ipv4Net>,
     rule_opts: bool,
     matches: Vec<MatchBuilder>,
-    /// Kinds in first-load order: the getopt table order.
-    kinds: Vec<MKind>,
+    /// Option sets in first-load order. iptables merges each newly loaded extension's
+    /// options in front of the older ones (`xtables_options_xfrm`: core options, then the
+    /// newest extension, then older ones), so later extensions win a shared name
+    /// (`-m recent … -j CONNMARK --mask` is CONNMARK's `--mask`).
+    loaded: Vec<OptSet>,
     target: Option<TargetBuilder>,
     jump: Option<(String, bool, usize)>,
     counters: Option<Counters>,
@@ -1628,40 +1723,55 @@ fn err_at(kind: RuleErrorKind, i: usize) -> RuleError {
 
 impl<'a> Parser<'a> {
     fn resolve_long(&self, name: &str) -> Result<Option<Resolved>, RuleErrorKind> {
-        let mut cands: Vec<(&str, Resolved)> = Vec::new();
-        for &(n, c, args) in CORE_LONG {
-            cands.push((n, Resolved::Core(c, args)));
-        }
-        for &k in &self.kinds {
-            for d in k.opts() {
-                cands.push((d.name, Resolved::Match(k, *d)));
-            }
-        }
-        if let Some(t) = &self.target {
-            for d in t.kind.opts() {
-                cands.push((d.name, Resolved::Target(*d)));
-            }
-        }
-        if let Some((_, r)) = cands.iter().find(|(n, _)| *n == name) {
-            return Ok(Some(*r));
-        }
-        let pref: Vec<Resolved> = cands
+        // The getopt table: core options, then each loaded match kind's, then the target's.
+        let core = CORE_LONG
             .iter()
-            .filter(|(n, _)| n.starts_with(name))
-            .map(|(_, r)| *r)
-            .collect();
-        let first = match pref.first() {
-            Some(f) => *f,
-            None => return Ok(None),
-        };
-        let same = pref.iter().all(|r| match (r, &first) {
-            (Resolved::Core(a, _), Resolved::Core(b, _)) => a == b,
-            (Resolved::Match(k1, d1), Resolved::Match(k2, d2)) => k1 == k2 && d1.id == d2.id,
-            (Resolved::Target(d1), Resolved::Target(d2)) => d1.id == d2.id,
-            _ => false,
+            .map(|&(n, c, args)| (n, Resolved::Core(c, args)));
+        let target_kind = self.target.as_ref().map(|t| t.kind);
+        let exts = self.loaded.iter().rev().flat_map(move |set| {
+            let (opts, m): (&'static [OptDef], Option<MKind>) = match *set {
+                OptSet::Match(k) => (k.opts(), Some(k)),
+                OptSet::Target => (target_kind.map(|k| k.opts()).unwrap_or(NO_OPTS), None),
+            };
+            opts.iter().map(move |d| {
+                (
+                    d.name,
+                    match m {
+                        Some(k) => Resolved::Match(k, *d),
+                        None => Resolved::Target(*d),
+                    },
+                )
+            })
         });
-        // getopt_long reports an ambiguous abbreviation; iptables then says "unknown option".
-        Ok(if same { Some(first) } else { None })
+        let all = || core.clone().chain(exts.clone());
+        if let Some((_, r)) = all().find(|(n, _)| *n == name) {
+            return Ok(Some(r));
+        }
+        let mut first: Option<Resolved> = None;
+        for (n, r) in all() {
+            if !n.starts_with(name) {
+                continue;
+            }
+            match first {
+                None => first = Some(r),
+                Some(f) => {
+                    let same = match (r, f) {
+                        (Resolved::Core(a, _), Resolved::Core(b, _)) => a == b,
+                        (Resolved::Match(k1, d1), Resolved::Match(k2, d2)) => {
+                            k1 == k2 && d1.id == d2.id
+                        }
+                        (Resolved::Target(d1), Resolved::Target(d2)) => d1.id == d2.id,
+                        _ => false,
+                    };
+                    // getopt_long reports an ambiguous abbreviation; iptables then says
+                    // "unknown option".
+                    if !same {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        Ok(first)
     }
 
     fn load_match(&mut self, kind: MKind) {
@@ -1669,16 +1779,14 @@ impl<'a> Parser<'a> {
             m.completed = true;
         }
         self.matches.push(MatchBuilder::new(kind));
-        if !self.kinds.contains(&kind) {
-            self.kinds.push(kind);
+        if !self.loaded.contains(&OptSet::Match(kind)) {
+            self.loaded.push(OptSet::Match(kind));
         }
     }
 
-    /// The protocol match `-p` implies (`load_proto`), if any.
+    /// The protocol match `-p` implies (`load_proto`), if any; also for `! -p`.
     fn proto_match(&self) -> Option<MKind> {
-        if self.ip.proto_inv {
-            return None;
-        }
+        // should_load_proto does not look at an inverted -p.
         match self.ip.proto {
             6 => Some(MKind::Tcp),
             17 => Some(MKind::Udp),
@@ -1713,7 +1821,7 @@ impl<'a> Parser<'a> {
         let mut invert: Option<usize> = None;
         while i < toks.len() {
             let tok_i = i;
-            let t = toks[i].text.as_str();
+            let t = toks[i].as_str();
             i += 1;
             if t == "!" {
                 if invert.is_some() {
@@ -1734,7 +1842,7 @@ impl<'a> Parser<'a> {
                 if r.is_none() {
                     // load_proto: an option nobody knows loads -p's match and tries again.
                     if let Some(k) = self.proto_match() {
-                        if !self.kinds.contains(&k) || name_in(k, name) {
+                        if !self.loaded.contains(&OptSet::Match(k)) || name_in(k, name) {
                             self.load_match(k);
                             r = self.resolve_long(name).map_err(|k| err_at(k, tok_i))?;
                         }
@@ -1766,7 +1874,7 @@ impl<'a> Parser<'a> {
             while args.len() < usize::from(nargs) {
                 match toks.get(i) {
                     Some(a) => {
-                        args.push(a.text.as_str());
+                        args.push(a.as_str());
                         i += 1;
                     }
                     None => {
@@ -1784,6 +1892,7 @@ impl<'a> Parser<'a> {
                         return Err(err_at(RuleErrorKind::CannotInvert(shown), tok_i));
                     }
                     self.rule_opts = true;
+                    let ip = &self.ip;
                     let m = self
                         .matches
                         .iter_mut()
@@ -1791,7 +1900,8 @@ impl<'a> Parser<'a> {
                         .ok_or_else(|| {
                             err_at(RuleErrorKind::UnknownOption(shown.clone()), tok_i)
                         })?;
-                    m.apply(&def, &args, inv).map_err(|k| err_at(k, tok_i))?;
+                    m.apply(&def, &args, inv, ip)
+                        .map_err(|k| err_at(k, tok_i))?;
                 }
                 Resolved::Target(def) => {
                     if inv {
@@ -1824,7 +1934,7 @@ impl<'a> Parser<'a> {
         let a = args.first().copied().unwrap_or("");
         let positional = |next: usize| -> Option<&str> {
             toks.get(next)
-                .map(|t| t.text.as_str())
+                .map(|t| t.as_str())
                 .filter(|s| !s.starts_with('-') && !s.starts_with('!'))
         };
         let invertible = matches!(
@@ -1927,14 +2037,6 @@ impl<'a> Parser<'a> {
                     })?;
                     list.push(n.masked());
                 }
-                if inv && list.len() > 1 {
-                    return Err(err_at(
-                        RuleErrorKind::Invalid(
-                            "! not allowed with multiple source or destination IP addresses".into(),
-                        ),
-                        tok_i,
-                    ));
-                }
                 if inv && list[0].mask == 0 {
                     return Err(err_at(
                         RuleErrorKind::Invalid(format!(
@@ -2030,6 +2132,7 @@ impl<'a> Parser<'a> {
                 if !is_goto {
                     if let Some(k) = TKind::from_name(a) {
                         self.target = Some(TargetBuilder::new(k));
+                        self.loaded.push(OptSet::Target);
                     } else if UNSUPPORTED_TARGETS.contains(&a) {
                         return Err(err_at(
                             RuleErrorKind::UnsupportedTarget(a.to_string()),
@@ -2053,7 +2156,7 @@ impl<'a> Parser<'a> {
             }
             Core::SetCounters => {
                 once(self.counters.is_some(), "-c")?;
-                let bytes_tok = toks.get(next).map(|t| t.text.as_str()).ok_or_else(|| {
+                let bytes_tok = toks.get(next).map(|t| t.as_str()).ok_or_else(|| {
                     err_at(
                         RuleErrorKind::MissingArgument("-c PACKETS BYTES".into()),
                         tok_i,
@@ -2097,6 +2200,11 @@ impl<'a> Parser<'a> {
     }
 
     fn build_rules(&mut self, chain: &str) -> Result<Vec<Rule>, RuleError> {
+        if (self.ip.src_inv || self.ip.dst_inv) && (self.srcs.len() > 1 || self.dsts.len() > 1) {
+            return Err(RuleError::new(RuleErrorKind::Invalid(
+                "! not allowed with multiple source or destination IP addresses".into(),
+            )));
+        }
         // "Can't use -i with OUTPUT" (do_parse): direction checks on built-in chains.
         if matches!(chain, "PREROUTING" | "INPUT") && self.ip.oif.is_some() {
             return Err(RuleError::new(RuleErrorKind::Invalid(format!(
@@ -2149,7 +2257,9 @@ impl<'a> Parser<'a> {
         } else {
             self.dsts.iter().copied().map(Some).collect()
         };
-        let mut rules = Vec::with_capacity(srcs.len() * dsts.len());
+        let total = srcs.len() * dsts.len();
+        let mut rules = Vec::with_capacity(total);
+        let (mut matches, mut target) = (Some(matches), Some(target));
         for s in &srcs {
             for d in &dsts {
                 let mut ip = self.ip.clone();
@@ -2161,10 +2271,16 @@ impl<'a> Parser<'a> {
                 if ip.dst.is_none() {
                     ip.dst_inv = false;
                 }
+                let last = rules.len() + 1 == total;
+                let (m, t) = if last {
+                    (matches.take(), target.take())
+                } else {
+                    (matches.clone(), target.clone())
+                };
                 rules.push(Rule {
                     ip,
-                    matches: matches.clone(),
-                    target: target.clone(),
+                    matches: m.unwrap_or_default(),
+                    target: t.unwrap_or(Target::None),
                     initial_counters: self.counters.unwrap_or_default(),
                     slot: Bind::default(),
                 });
@@ -2219,7 +2335,7 @@ fn core_flag(c: Core) -> &'static str {
 }
 
 /// Parses the words of one command line (without the `[p:b]` prefix) for `table`.
-pub(crate) fn parse_command(toks: &[Token], table: Table) -> Result<Command, RuleError> {
+pub(crate) fn parse_command(toks: &[Token<'_>], table: Table) -> Result<Command, RuleError> {
     let mut p = Parser {
         toks,
         table,
@@ -2233,7 +2349,7 @@ pub(crate) fn parse_command(toks: &[Token], table: Table) -> Result<Command, Rul
         dsts: Vec::new(),
         rule_opts: false,
         matches: Vec::new(),
-        kinds: Vec::new(),
+        loaded: Vec::new(),
         target: None,
         jump: None,
         counters: None,
@@ -2307,7 +2423,11 @@ mod tests {
     use super::*;
 
     fn words(s: &str) -> Vec<String> {
-        tokenize(s).unwrap().into_iter().map(|t| t.text).collect()
+        tokenize(s)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.text.into_owned())
+            .collect()
     }
 
     #[test]

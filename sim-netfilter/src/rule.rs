@@ -102,13 +102,13 @@ pub enum Match {
     /// `-m mark`.
     Mark(MarkMatch),
     /// `-m conntrack` (and `-m state`, which iptables implements as an alias of it).
-    Conntrack(ConntrackMatch),
+    Conntrack(Box<ConntrackMatch>),
     /// `-m addrtype`.
     Addrtype(AddrtypeMatch),
     /// `-m comment --comment`.
     Comment(String),
     /// `-m recent`.
-    Recent(RecentMatch),
+    Recent(Box<RecentMatch>),
     /// `-m nfacct --nfacct-name`.
     Nfacct(NfacctMatch),
 }

@@ -16,12 +16,12 @@
 //! - `[packets:bytes]` prefixes and policy counters are honoured with
 //!   [`RestoreOptions::counters`] (`iptables-restore -c`); `-c P B` inside a rule always is.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use crate::error::{RestoreError, RestoreErrorKind, RuleErrorKind};
 use crate::fmt as pr;
-use crate::index::ChainIndex;
+use crate::index::{ChainIndex, FastMap, KeyHasher};
 use crate::parse::{parse_command, tokenize, Command};
 use crate::rule::*;
 use crate::state::RulesetState;
@@ -83,12 +83,12 @@ impl Chain {
 pub(crate) struct TableData {
     /// Chains by id; `None` for a freed id.
     pub chains: Vec<Option<Arc<Chain>>>,
-    /// Chain ids by name (sorted: the listing order of user chains).
-    pub by_name: BTreeMap<String, u32>,
+    /// Chain ids by name.
+    pub by_name: FastMap<String, u32>,
     /// Built-in chain ids by hook.
     pub builtin: [Option<u32>; 5],
     /// Number of rules jumping or going to each chain name.
-    pub refs: HashMap<String, u32>,
+    pub refs: FastMap<String, u32>,
     free_ids: Vec<u32>,
 }
 
@@ -96,9 +96,9 @@ impl TableData {
     fn new(table: Table) -> TableData {
         let mut t = TableData {
             chains: Vec::new(),
-            by_name: BTreeMap::new(),
+            by_name: FastMap::default(),
             builtin: [None; 5],
-            refs: HashMap::new(),
+            refs: FastMap::default(),
             free_ids: Vec::new(),
         };
         for &h in table.hooks() {
@@ -146,10 +146,26 @@ impl TableData {
     fn note_refs(&mut self, rules: &[Rule], delta: i64) {
         for r in rules {
             if let Some(t) = r.jump_target() {
-                let e = self.refs.entry(t.to_string()).or_insert(0);
-                *e = (i64::from(*e) + delta).max(0) as u32;
+                match self.refs.get_mut(t) {
+                    Some(e) => *e = (i64::from(*e) + delta).max(0) as u32,
+                    None => {
+                        self.refs.insert(t.to_string(), delta.max(0) as u32);
+                    }
+                }
             }
         }
+    }
+
+    /// User chain names in listing order (strcmp order, as iptables sorts them).
+    pub(crate) fn user_names_sorted(&self) -> Vec<(&str, u32)> {
+        let mut v: Vec<(&str, u32)> = self
+            .by_name
+            .iter()
+            .filter(|(_, id)| self.chain(**id).hook.is_none())
+            .map(|(n, id)| (n.as_str(), *id))
+            .collect();
+        v.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        v
     }
 
     /// Chain ids in listing order: built-ins by hook, then user chains by name.
@@ -159,12 +175,7 @@ impl TableData {
             .iter()
             .filter_map(|h| self.builtin[*h as usize])
             .collect();
-        v.extend(
-            self.by_name
-                .values()
-                .copied()
-                .filter(|id| self.chain(*id).hook.is_none()),
-        );
+        v.extend(self.user_names_sorted().into_iter().map(|(_, id)| id));
         v
     }
 }
@@ -301,7 +312,9 @@ struct Block {
     work: TableData,
     touched: bool,
     flush: bool,
-    jump_lines: Vec<(usize, String, String)>,
+    /// (line, chain id, hash of the jump target) of rules added, to name the line of a
+    /// dangling jump.
+    jump_lines: Vec<(usize, u32, u64)>,
 }
 
 fn chain_name_ok(name: &str) -> Result<(), RestoreErrorKind> {
@@ -740,7 +753,7 @@ impl Ruleset {
                 let rules = with_counters(rules);
                 for r in &rules {
                     if let Some(t) = r.jump_target() {
-                        b.jump_lines.push((lineno, chain.clone(), t.to_string()));
+                        b.jump_lines.push((lineno, id, name_hash(t)));
                     }
                 }
                 b.work.note_refs(&rules, 1);
@@ -755,7 +768,7 @@ impl Ruleset {
                 let rules = with_counters(rules);
                 for r in &rules {
                     if let Some(t) = r.jump_target() {
-                        b.jump_lines.push((lineno, chain.clone(), t.to_string()));
+                        b.jump_lines.push((lineno, id, name_hash(t)));
                     }
                 }
                 b.work.note_refs(&rules, 1);
@@ -803,10 +816,9 @@ impl Ruleset {
                     }
                     None => b
                         .work
-                        .by_name
-                        .iter()
-                        .filter(|(_, id)| b.work.chain(**id).hook.is_none())
-                        .map(|(n, _)| n.clone())
+                        .user_names_sorted()
+                        .into_iter()
+                        .map(|(n, _)| n.to_string())
                         .collect(),
                 };
                 for n in names {
@@ -825,7 +837,11 @@ impl Ruleset {
             Command::Flush(name) => {
                 let ids: Vec<u32> = match name {
                     Some(n) => vec![need(b, &n)?],
-                    None => b.work.by_name.values().copied().collect(),
+                    None => {
+                        let mut ids: Vec<u32> = b.work.by_name.values().copied().collect();
+                        ids.sort_unstable();
+                        ids
+                    }
                 };
                 for id in ids {
                     if b.work.chain(id).rules.is_empty() {
@@ -845,7 +861,11 @@ impl Ruleset {
             Command::Zero(name) => {
                 let ids: Vec<u32> = match name {
                     Some(n) => vec![need(b, &n)?],
-                    None => b.work.by_name.values().copied().collect(),
+                    None => {
+                        let mut ids: Vec<u32> = b.work.by_name.values().copied().collect();
+                        ids.sort_unstable();
+                        ids
+                    }
                 };
                 for id in ids {
                     // Fresh ids give fresh (zero) counters; nth counters are kept.
@@ -888,59 +908,51 @@ impl Ruleset {
             })
             .collect();
         // Resolve jumps of modified chains.
-        let mut failure = None;
-        'outer: for &id in &modified {
-            let cname = b.work.chain(id).name.clone();
-            let targets: Vec<(usize, String)> = b
+        for &id in &modified {
+            let resolved: Vec<Result<Option<u32>, String>> = b
                 .work
                 .chain(id)
                 .rules
                 .iter()
-                .enumerate()
-                .filter_map(|(i, r)| r.jump_target().map(|t| (i, t.to_string())))
+                .map(|r| match r.jump_target() {
+                    None => Ok(None),
+                    Some(t) => b.work.id(t).map(Some).ok_or_else(|| t.to_string()),
+                })
                 .collect();
-            for (i, t) in targets {
-                match b.work.id(&t) {
-                    Some(tid) if b.work.chain(tid).hook.is_none() => {
+            for (i, res) in resolved.into_iter().enumerate() {
+                let kind = match res {
+                    Ok(None) => continue,
+                    Ok(Some(tid)) if b.work.chain(tid).hook.is_none() => {
                         if let Target::Jump(c) | Target::Goto(c) =
                             &mut b.work.chain_mut(id).rules[i].target
                         {
                             c.id = Bind { idx: tid, uid: 0 };
                         }
+                        continue;
                     }
-                    Some(_) => {
-                        failure = Some((
-                            cname.clone(),
-                            t,
-                            RestoreErrorKind::JumpToBuiltin(String::new()),
-                        ));
-                        break 'outer;
+                    Ok(Some(tid)) => {
+                        RestoreErrorKind::JumpToBuiltin(b.work.chain(tid).name.clone())
                     }
-                    None => {
-                        failure = Some((
-                            cname.clone(),
-                            t.clone(),
-                            RestoreErrorKind::DanglingJump {
-                                target: t,
-                                from: cname.clone(),
-                            },
-                        ));
-                        break 'outer;
-                    }
-                }
+                    Err(t) => RestoreErrorKind::DanglingJump {
+                        target: t,
+                        from: b.work.chain(id).name.clone(),
+                    },
+                };
+                let target = match &kind {
+                    RestoreErrorKind::JumpToBuiltin(t) => t.clone(),
+                    RestoreErrorKind::DanglingJump { target, .. } => target.clone(),
+                    _ => String::new(),
+                };
+                self.tables[ti] = old;
+                let h = name_hash(&target);
+                let line = b
+                    .jump_lines
+                    .iter()
+                    .rev()
+                    .find(|(_, c, t)| *c == id && *t == h)
+                    .map(|(l, _, _)| (*l, String::new()));
+                return Err((line, kind));
             }
-        }
-        if let Some((from, target, mut kind)) = failure {
-            if let RestoreErrorKind::JumpToBuiltin(s) = &mut kind {
-                *s = target.clone();
-            }
-            self.tables[ti] = old;
-            let line = b
-                .jump_lines
-                .iter()
-                .find(|(_, c, t)| *c == from && *t == target)
-                .map(|(l, _, _)| (*l, String::new()));
-            return Err((line, kind));
         }
         if let Err(k) = validate(&b.work, b.table) {
             self.tables[ti] = old;
@@ -1356,4 +1368,11 @@ fn validate(td: &TableData, table: Table) -> Result<(), RestoreErrorKind> {
         }
     }
     Ok(())
+}
+
+fn name_hash(name: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = KeyHasher::default();
+    name.hash(&mut h);
+    h.finish()
 }

@@ -311,10 +311,11 @@ pub fn parse_ipv4_net(s: &str) -> Result<Ipv4Net, String> {
 }
 
 /// An interface pattern of `-i`/`-o`: an exact name, or a prefix when it ends with `+`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// Stored inline (at most 15 bytes, IFNAMSIZ) so rules stay compact.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct IfacePattern {
-    /// The text as given (`eth0`, `veth+`, `+`).
-    pub text: String,
+    len: u8,
+    bytes: [u8; 15],
 }
 
 impl IfacePattern {
@@ -328,23 +329,44 @@ impl IfacePattern {
                 "interface name {s:?} must be shorter than IFNAMSIZ (15)"
             ));
         }
+        let mut bytes = [0u8; 15];
+        bytes[..s.len()].copy_from_slice(s.as_bytes());
         Ok(IfacePattern {
-            text: s.to_string(),
+            len: s.len() as u8,
+            bytes,
         })
+    }
+
+    /// The pattern as given (`eth0`, `veth+`, `+`).
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
     }
 
     /// Whether the pattern matches `name` (kernel `ifname_compare`: prefix match for `+`).
     #[inline]
     pub fn matches(&self, name: &str) -> bool {
-        match self.text.strip_suffix('+') {
-            Some(prefix) => name.starts_with(prefix),
-            None => self.text == name,
+        let p = &self.bytes[..usize::from(self.len)];
+        match p.split_last() {
+            Some((b'+', prefix)) => name.as_bytes().starts_with(prefix),
+            _ => name.as_bytes() == p,
         }
     }
 
     /// Whether this is the match-everything pattern `+`.
     pub fn is_any(&self) -> bool {
-        self.text == "+"
+        self.len == 1 && self.bytes[0] == b'+'
+    }
+}
+
+impl fmt::Debug for IfacePattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl fmt::Display for IfacePattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -453,6 +475,9 @@ pub fn protocol_save_name(p: u8) -> Option<&'static str> {
 /// Parses an unsigned integer like C's `strtoul(s, &end, 0)` with the whole string consumed:
 /// `0x` hex, leading-`0` octal, else decimal. No sign, no spaces.
 pub fn parse_c_uint(s: &str) -> Option<u64> {
+    // strtoul skips leading white space and takes one `+`.
+    let s = s.trim_start();
+    let s = s.strip_prefix('+').unwrap_or(s);
     if s.is_empty() {
         return None;
     }
@@ -469,76 +494,386 @@ pub fn parse_c_uint(s: &str) -> Option<u64> {
     u64::from_str_radix(digits, radix).ok()
 }
 
-/// Well-known service names (`/etc/services`), for ports given by name.
-const SERVICES: &[(&str, u16)] = &[
-    ("tcpmux", 1),
-    ("echo", 7),
-    ("discard", 9),
-    ("daytime", 13),
-    ("ftp-data", 20),
-    ("ftp", 21),
-    ("ssh", 22),
-    ("telnet", 23),
-    ("smtp", 25),
-    ("time", 37),
-    ("whois", 43),
-    ("tacacs", 49),
-    ("domain", 53),
-    ("bootps", 67),
-    ("bootpc", 68),
-    ("tftp", 69),
-    ("gopher", 70),
-    ("finger", 79),
-    ("http", 80),
-    ("kerberos", 88),
-    ("pop3", 110),
-    ("sunrpc", 111),
-    ("auth", 113),
-    ("nntp", 119),
-    ("ntp", 123),
-    ("netbios-ns", 137),
-    ("netbios-dgm", 138),
-    ("netbios-ssn", 139),
-    ("imap2", 143),
-    ("snmp", 161),
-    ("snmp-trap", 162),
-    ("bgp", 179),
-    ("ldap", 389),
-    ("https", 443),
-    ("microsoft-ds", 445),
-    ("isakmp", 500),
-    ("syslog", 514),
-    ("submission", 587),
-    ("ldaps", 636),
-    ("domain-s", 853),
-    ("rsync", 873),
-    ("imaps", 993),
-    ("pop3s", 995),
-    ("socks", 1080),
-    ("openvpn", 1194),
-    ("radius", 1812),
-    ("nfs", 2049),
-    ("mysql", 3306),
-    ("ms-wbt-server", 3389),
-    ("sip", 5060),
-    ("mdns", 5353),
-    ("postgresql", 5432),
-    ("redis", 6379),
-    ("http-alt", 8080),
-    ("git", 9418),
+/// Service names of `/etc/services` (netbase), with the protocols each is defined for
+/// (`T`cp, `U`dp, `S`ctp): `getservbyname(name, proto)` for ports given by name.
+const SERVICES: &[(&str, u16, &str)] = &[
+    ("tcpmux", 1, "T"),
+    ("echo", 7, "TU"),
+    ("discard", 9, "TU"),
+    ("sink", 9, "TU"),
+    ("null", 9, "TU"),
+    ("systat", 11, "T"),
+    ("users", 11, "T"),
+    ("daytime", 13, "TU"),
+    ("netstat", 15, "T"),
+    ("qotd", 17, "T"),
+    ("quote", 17, "T"),
+    ("chargen", 19, "TU"),
+    ("ttytst", 19, "TU"),
+    ("source", 19, "TU"),
+    ("ftp-data", 20, "T"),
+    ("ftp", 21, "T"),
+    ("fsp", 21, "U"),
+    ("fspd", 21, "U"),
+    ("ssh", 22, "T"),
+    ("telnet", 23, "T"),
+    ("smtp", 25, "T"),
+    ("mail", 25, "T"),
+    ("time", 37, "TU"),
+    ("timserver", 37, "TU"),
+    ("whois", 43, "T"),
+    ("nicname", 43, "T"),
+    ("tacacs", 49, "TU"),
+    ("domain", 53, "TU"),
+    ("bootps", 67, "U"),
+    ("bootpc", 68, "U"),
+    ("tftp", 69, "U"),
+    ("gopher", 70, "T"),
+    ("finger", 79, "T"),
+    ("http", 80, "T"),
+    ("www", 80, "T"),
+    ("kerberos", 88, "TU"),
+    ("kerberos5", 88, "TU"),
+    ("krb5", 88, "TU"),
+    ("kerberos-sec", 88, "TU"),
+    ("iso-tsap", 102, "T"),
+    ("tsap", 102, "T"),
+    ("acr-nema", 104, "T"),
+    ("dicom", 104, "T"),
+    ("pop3", 110, "T"),
+    ("pop-3", 110, "T"),
+    ("sunrpc", 111, "TU"),
+    ("portmapper", 111, "TU"),
+    ("auth", 113, "T"),
+    ("authentication", 113, "T"),
+    ("tap", 113, "T"),
+    ("ident", 113, "T"),
+    ("nntp", 119, "T"),
+    ("readnews", 119, "T"),
+    ("untp", 119, "T"),
+    ("ntp", 123, "U"),
+    ("epmap", 135, "T"),
+    ("loc-srv", 135, "T"),
+    ("netbios-ns", 137, "U"),
+    ("netbios-dgm", 138, "U"),
+    ("netbios-ssn", 139, "T"),
+    ("imap2", 143, "T"),
+    ("imap", 143, "T"),
+    ("snmp", 161, "TU"),
+    ("snmp-trap", 162, "TU"),
+    ("snmptrap", 162, "TU"),
+    ("cmip-man", 163, "TU"),
+    ("cmip-agent", 164, "TU"),
+    ("mailq", 174, "T"),
+    ("xdmcp", 177, "U"),
+    ("bgp", 179, "T"),
+    ("smux", 199, "T"),
+    ("qmtp", 209, "T"),
+    ("z3950", 210, "T"),
+    ("wais", 210, "T"),
+    ("ipx", 213, "U"),
+    ("ptp-event", 319, "U"),
+    ("ptp-general", 320, "U"),
+    ("pawserv", 345, "T"),
+    ("zserv", 346, "T"),
+    ("rpc2portmap", 369, "TU"),
+    ("codaauth2", 370, "TU"),
+    ("clearcase", 371, "U"),
+    ("Clearcase", 371, "U"),
+    ("ldap", 389, "TU"),
+    ("svrloc", 427, "TU"),
+    ("https", 443, "TU"),
+    ("snpp", 444, "T"),
+    ("microsoft-ds", 445, "T"),
+    ("kpasswd", 464, "TU"),
+    ("submissions", 465, "T"),
+    ("ssmtp", 465, "T"),
+    ("smtps", 465, "T"),
+    ("urd", 465, "T"),
+    ("saft", 487, "T"),
+    ("isakmp", 500, "U"),
+    ("rtsp", 554, "TU"),
+    ("nqs", 607, "T"),
+    ("asf-rmcp", 623, "U"),
+    ("qmqp", 628, "T"),
+    ("ipp", 631, "T"),
+    ("ldp", 646, "TU"),
+    ("exec", 512, "T"),
+    ("biff", 512, "U"),
+    ("comsat", 512, "U"),
+    ("login", 513, "T"),
+    ("who", 513, "U"),
+    ("whod", 513, "U"),
+    ("shell", 514, "T"),
+    ("cmd", 514, "T"),
+    ("syslog", 514, "TU"),
+    ("printer", 515, "T"),
+    ("spooler", 515, "T"),
+    ("talk", 517, "U"),
+    ("ntalk", 518, "U"),
+    ("route", 520, "U"),
+    ("router", 520, "U"),
+    ("routed", 520, "U"),
+    ("gdomap", 538, "TU"),
+    ("uucp", 540, "T"),
+    ("uucpd", 540, "T"),
+    ("klogin", 543, "T"),
+    ("kshell", 544, "T"),
+    ("krcmd", 544, "T"),
+    ("dhcpv6-client", 546, "U"),
+    ("dhcpv6-server", 547, "U"),
+    ("afpovertcp", 548, "T"),
+    ("nntps", 563, "T"),
+    ("snntp", 563, "T"),
+    ("submission", 587, "T"),
+    ("ldaps", 636, "TU"),
+    ("tinc", 655, "TU"),
+    ("silc", 706, "T"),
+    ("kerberos-adm", 749, "T"),
+    ("domain-s", 853, "TU"),
+    ("rsync", 873, "T"),
+    ("ftps-data", 989, "T"),
+    ("ftps", 990, "T"),
+    ("telnets", 992, "T"),
+    ("imaps", 993, "T"),
+    ("pop3s", 995, "T"),
+    ("socks", 1080, "T"),
+    ("proofd", 1093, "T"),
+    ("rootd", 1094, "T"),
+    ("openvpn", 1194, "TU"),
+    ("rmiregistry", 1099, "T"),
+    ("lotusnote", 1352, "T"),
+    ("lotusnotes", 1352, "T"),
+    ("ms-sql-s", 1433, "T"),
+    ("ms-sql-m", 1434, "U"),
+    ("ingreslock", 1524, "T"),
+    ("datametrics", 1645, "TU"),
+    ("old-radius", 1645, "TU"),
+    ("sa-msg-port", 1646, "TU"),
+    ("old-radacct", 1646, "TU"),
+    ("kermit", 1649, "T"),
+    ("groupwise", 1677, "T"),
+    ("l2f", 1701, "U"),
+    ("l2tp", 1701, "U"),
+    ("radius", 1812, "TU"),
+    ("radius-acct", 1813, "TU"),
+    ("radacct", 1813, "TU"),
+    ("cisco-sccp", 2000, "T"),
+    ("nfs", 2049, "TU"),
+    ("gnunet", 2086, "TU"),
+    ("rtcm-sc104", 2101, "TU"),
+    ("gsigatekeeper", 2119, "T"),
+    ("gris", 2135, "T"),
+    ("cvspserver", 2401, "T"),
+    ("venus", 2430, "TU"),
+    ("venus-se", 2431, "TU"),
+    ("codasrv", 2432, "TU"),
+    ("codasrv-se", 2433, "TU"),
+    ("mon", 2583, "TU"),
+    ("dict", 2628, "T"),
+    ("f5-globalsite", 2792, "T"),
+    ("gsiftp", 2811, "T"),
+    ("gpsd", 2947, "T"),
+    ("gds-db", 3050, "T"),
+    ("gds_db", 3050, "T"),
+    ("icpv2", 3130, "U"),
+    ("icp", 3130, "U"),
+    ("isns", 3205, "TU"),
+    ("iscsi-target", 3260, "T"),
+    ("mysql", 3306, "T"),
+    ("ms-wbt-server", 3389, "T"),
+    ("nut", 3493, "TU"),
+    ("distcc", 3632, "T"),
+    ("daap", 3689, "T"),
+    ("svn", 3690, "T"),
+    ("subversion", 3690, "T"),
+    ("suucp", 4031, "T"),
+    ("sysrqd", 4094, "T"),
+    ("sieve", 4190, "T"),
+    ("epmd", 4369, "T"),
+    ("remctl", 4373, "T"),
+    ("f5-iquery", 4353, "T"),
+    ("ntske", 4460, "T"),
+    ("ipsec-nat-t", 4500, "U"),
+    ("iax", 4569, "U"),
+    ("mtn", 4691, "T"),
+    ("radmin-port", 4899, "T"),
+    ("sip", 5060, "TU"),
+    ("sip-tls", 5061, "TU"),
+    ("xmpp-client", 5222, "T"),
+    ("jabber-client", 5222, "T"),
+    ("xmpp-server", 5269, "T"),
+    ("jabber-server", 5269, "T"),
+    ("cfengine", 5308, "T"),
+    ("mdns", 5353, "U"),
+    ("postgresql", 5432, "T"),
+    ("postgres", 5432, "T"),
+    ("freeciv", 5556, "T"),
+    ("rptp", 5556, "T"),
+    ("amqps", 5671, "T"),
+    ("amqp", 5672, "TS"),
+    ("x11", 6000, "T"),
+    ("x11-0", 6000, "T"),
+    ("x11-1", 6001, "T"),
+    ("x11-2", 6002, "T"),
+    ("x11-3", 6003, "T"),
+    ("x11-4", 6004, "T"),
+    ("x11-5", 6005, "T"),
+    ("x11-6", 6006, "T"),
+    ("x11-7", 6007, "T"),
+    ("gnutella-svc", 6346, "TU"),
+    ("gnutella-rtr", 6347, "TU"),
+    ("redis", 6379, "T"),
+    ("sge-qmaster", 6444, "T"),
+    ("sge_qmaster", 6444, "T"),
+    ("sge-execd", 6445, "T"),
+    ("sge_execd", 6445, "T"),
+    ("mysql-proxy", 6446, "T"),
+    ("babel", 6696, "U"),
+    ("ircs-u", 6697, "T"),
+    ("bbs", 7000, "T"),
+    ("afs3-fileserver", 7000, "U"),
+    ("afs3-callback", 7001, "U"),
+    ("afs3-prserver", 7002, "U"),
+    ("afs3-vlserver", 7003, "U"),
+    ("afs3-kaserver", 7004, "U"),
+    ("afs3-volser", 7005, "U"),
+    ("afs3-bos", 7007, "U"),
+    ("afs3-update", 7008, "U"),
+    ("afs3-rmtsys", 7009, "U"),
+    ("font-service", 7100, "T"),
+    ("xfs", 7100, "T"),
+    ("http-alt", 8080, "T"),
+    ("webcache", 8080, "T"),
+    ("puppet", 8140, "T"),
+    ("bacula-dir", 9101, "T"),
+    ("bacula-fd", 9102, "T"),
+    ("bacula-sd", 9103, "T"),
+    ("xmms2", 9667, "T"),
+    ("nbd", 10809, "T"),
+    ("zabbix-agent", 10050, "T"),
+    ("zabbix-trapper", 10051, "T"),
+    ("amanda", 10080, "T"),
+    ("dicom", 11112, "T"),
+    ("hkp", 11371, "T"),
+    ("db-lsp", 17500, "T"),
+    ("dcap", 22125, "T"),
+    ("gsidcap", 22128, "T"),
+    ("wnn6", 22273, "T"),
+    ("kerberos4", 750, "TU"),
+    ("kerberos-iv", 750, "TU"),
+    ("kdc", 750, "TU"),
+    ("kerberos-master", 751, "TU"),
+    ("kerberos_master", 751, "U"),
+    ("passwd-server", 752, "U"),
+    ("passwd_server", 752, "U"),
+    ("krb-prop", 754, "T"),
+    ("krb_prop", 754, "T"),
+    ("krb5_prop", 754, "T"),
+    ("hprop", 754, "T"),
+    ("zephyr-srv", 2102, "U"),
+    ("zephyr-clt", 2103, "U"),
+    ("zephyr-hm", 2104, "U"),
+    ("iprop", 2121, "T"),
+    ("supfilesrv", 871, "T"),
+    ("supfiledbg", 1127, "T"),
+    ("poppassd", 106, "T"),
+    ("moira-db", 775, "T"),
+    ("moira_db", 775, "T"),
+    ("moira-update", 777, "T"),
+    ("moira_update", 777, "T"),
+    ("moira-ureg", 779, "U"),
+    ("moira_ureg", 779, "U"),
+    ("spamd", 783, "T"),
+    ("skkserv", 1178, "T"),
+    ("predict", 1210, "U"),
+    ("rmtcfg", 1236, "T"),
+    ("xtel", 1313, "T"),
+    ("xtelw", 1314, "T"),
+    ("zebrasrv", 2600, "T"),
+    ("zebra", 2601, "T"),
+    ("ripd", 2602, "T"),
+    ("ripngd", 2603, "T"),
+    ("ospfd", 2604, "T"),
+    ("bgpd", 2605, "T"),
+    ("ospf6d", 2606, "T"),
+    ("ospfapi", 2607, "T"),
+    ("isisd", 2608, "T"),
+    ("fax", 4557, "T"),
+    ("hylafax", 4559, "T"),
+    ("munin", 4949, "T"),
+    ("lrrd", 4949, "T"),
+    ("rplay", 5555, "U"),
+    ("nrpe", 5666, "T"),
+    ("nsca", 5667, "T"),
+    ("canna", 5680, "T"),
+    ("syslog-tls", 6514, "T"),
+    ("sane-port", 6566, "T"),
+    ("sane", 6566, "T"),
+    ("saned", 6566, "T"),
+    ("ircd", 6667, "T"),
+    ("zope-ftp", 8021, "T"),
+    ("tproxy", 8081, "T"),
+    ("omniorb", 8088, "T"),
+    ("clc-build-daemon", 8990, "T"),
+    ("xinetd", 9098, "T"),
+    ("git", 9418, "T"),
+    ("zope", 9673, "T"),
+    ("webmin", 10000, "T"),
+    ("kamanda", 10081, "T"),
+    ("amandaidx", 10082, "T"),
+    ("amidxtape", 10083, "T"),
+    ("sgi-cmsd", 17001, "U"),
+    ("sgi-crsd", 17002, "U"),
+    ("sgi-gcd", 17003, "U"),
+    ("sgi-cad", 17004, "T"),
+    ("binkp", 24554, "T"),
+    ("asp", 27374, "TU"),
+    ("csync2", 30865, "T"),
+    ("dircproxy", 57000, "T"),
+    ("tfido", 60177, "T"),
+    ("fido", 60179, "T"),
 ];
 
-/// Parses a port as iptables does (`xtables_parse_port`): a number 0-65535 in any C base, or
-/// a service name.
-pub fn parse_port(s: &str) -> Result<u16, String> {
+fn service_port(name: &str, proto: Option<u8>) -> Option<u16> {
+    let flag = match proto {
+        None => None,
+        Some(6) => Some('T'),
+        Some(17) => Some('U'),
+        Some(132) => Some('S'),
+        Some(_) => Some('?'),
+    };
+    SERVICES
+        .iter()
+        .find(|(n, _, f)| *n == name && flag.is_none_or(|c| f.contains(c)))
+        .map(|(_, p, _)| *p)
+}
+
+/// Parses a port as libxt_tcp, libxt_sctp and libxt_multiport do (`xtables_parse_port`): a
+/// number 0-65535 in any C base, or a service name defined for protocol `proto`.
+pub fn parse_port_for(s: &str, proto: Option<u8>) -> Result<u16, String> {
     if let Some(n) = parse_c_uint(s) {
         return u16::try_from(n).map_err(|_| format!("port {s:?} is out of range 0-65535"));
     }
-    SERVICES
-        .iter()
-        .find(|(n, _)| *n == s)
-        .map(|(_, p)| *p)
-        .ok_or_else(|| format!("invalid port/service {s:?} specified"))
+    service_port(s, proto).ok_or_else(|| format!("invalid port/service {s:?} specified"))
+}
+
+/// [`parse_port_for`] with TCP service names.
+pub fn parse_port(s: &str) -> Result<u16, String> {
+    parse_port_for(s, Some(6))
+}
+
+/// Parses a port the way libxt_udp and libxt_conntrack do: decimal only (`010` is 10,
+/// `0x50` is not a number), or a service name.
+pub fn parse_port_decimal(s: &str) -> Result<u16, String> {
+    let t = s.trim_start();
+    let t = t.strip_prefix('+').unwrap_or(t);
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return t
+            .parse::<u16>()
+            .map_err(|_| format!("port {s:?} is out of range 0-65535"));
+    }
+    service_port(s, None).ok_or_else(|| format!("port {s:?} does not resolve to anything"))
 }
 
 /// An inclusive port range.
@@ -582,16 +917,21 @@ impl PortRange {
         }
     }
 
-    /// Parses `p`, `a:b`, `:b`, `a:` (libxt_tcp `parse_tcp_ports`), refusing min > max.
-    pub fn parse_colon(s: &str) -> Result<PortRange, String> {
+    /// Parses `p`, `a:b`, `:b`, `a:` (libxt_tcp `parse_tcp_ports`), refusing min > max,
+    /// with service names of protocol `proto`.
+    pub fn parse_colon(s: &str, proto: Option<u8>) -> Result<PortRange, String> {
         match s.split_once(':') {
-            None => Ok(PortRange::single(parse_port(s)?)),
+            None => Ok(PortRange::single(parse_port_for(s, proto)?)),
             Some((a, b)) => {
-                let min = if a.is_empty() { 0 } else { parse_port(a)? };
+                let min = if a.is_empty() {
+                    0
+                } else {
+                    parse_port_for(a, proto)?
+                };
                 let max = if b.is_empty() {
                     u16::MAX
                 } else {
-                    parse_port(b)?
+                    parse_port_for(b, proto)?
                 };
                 if min > max {
                     return Err(format!("invalid portrange {s:?} (min > max)"));

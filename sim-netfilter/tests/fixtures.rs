@@ -176,8 +176,8 @@ fn every_golden_dump_round_trips() {
         }
         let text = fs::read_to_string(&p).unwrap();
         let mut rs = Ruleset::new();
-        for n in ["acct1", "ct_state_invalid_dropped_pkts"] {
-            rs.nfacct_add(n).unwrap();
+        for n in nfacct_objects() {
+            rs.nfacct_add(&n).unwrap();
         }
         rs.restore(
             &text,
@@ -196,8 +196,8 @@ fn every_golden_dump_round_trips() {
         let once = rs.save(&state, &opts);
         assert_same(&fname, &once, &text);
         let mut again = Ruleset::new();
-        for n in ["acct1", "ct_state_invalid_dropped_pkts"] {
-            again.nfacct_add(n).unwrap();
+        for n in nfacct_objects() {
+            again.nfacct_add(&n).unwrap();
         }
         again
             .restore(
@@ -210,4 +210,70 @@ fn every_golden_dump_round_trips() {
             .unwrap();
         assert_same(&fname, &again.save(&state, &opts), &once);
     }
+}
+
+/// All nfacct objects any fixture uses.
+fn nfacct_objects() -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir())
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            (p.extension()? == "nfacct").then(|| fs::read_to_string(p).ok())?
+        })
+        .flat_map(|t| t.lines().map(String::from).collect::<Vec<_>>())
+        .filter(|l| !l.is_empty())
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The base tables `fuzz/gen.py` puts each candidate rule into.
+fn fuzz_base(table: &str) -> String {
+    let (base, user): (&[&str], &[&str]) = match table {
+        "filter" => (&["INPUT", "FORWARD", "OUTPUT"], &["F1", "F2"]),
+        "nat" => (
+            &["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"],
+            &["NPRE", "NPOST", "N3"],
+        ),
+        "mangle" => (
+            &["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"],
+            &["M1"],
+        ),
+        _ => (&["PREROUTING", "OUTPUT"], &["R1"]),
+    };
+    let mut s = format!("*{table}\n");
+    for c in base {
+        s.push_str(&format!(":{c} ACCEPT [0:0]\n"));
+    }
+    for c in user {
+        s.push_str(&format!(":{c} - [0:0]\n"));
+    }
+    if table == "nat" {
+        s.push_str("-A PREROUTING -j NPRE\n-A OUTPUT -j NPRE\n-A POSTROUTING -j NPOST\n");
+    }
+    s
+}
+
+/// Rules the real iptables-restore refused (`fuzz/rejected.txt`, from `fuzz/gen.py`) are
+/// refused here too, with an error naming line 2 or the COMMIT line.
+#[test]
+fn rules_the_real_tool_refuses_are_refused() {
+    let text = fs::read_to_string(dir().join("fuzz/rejected.txt")).unwrap();
+    let mut n = 0;
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let (table, rule) = line.split_once('\t').unwrap();
+        let input = format!("{}{rule}\nCOMMIT\n", fuzz_base(table));
+        let mut rs = Ruleset::new();
+        for o in nfacct_objects() {
+            rs.nfacct_add(&o).unwrap();
+        }
+        let r = rs.restore(&input, &RestoreOptions::default());
+        assert!(
+            r.is_err(),
+            "accepted what iptables refuses: {table}: {rule}"
+        );
+        n += 1;
+    }
+    assert!(n > 100, "{n}");
 }
