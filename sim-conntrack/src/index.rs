@@ -84,7 +84,12 @@ impl Index {
     fn grow(&mut self) {
         let old = std::mem::replace(&mut self.slots, vec![EMPTY; 1 << (self.bits + 1)]);
         self.bits += 1;
-        for s in old {
+        // Start after an empty slot, so no cluster wraps across the start: keys with equal
+        // hashes keep their relative order (lookups find the first one).
+        let start = old.iter().position(|&s| s == EMPTY).unwrap_or(0);
+        let n = old.len();
+        for k in 1..=n {
+            let s = old[(start + k) % n];
             if s != EMPTY {
                 self.place(s);
             }

@@ -648,8 +648,11 @@ impl Conntrack {
                     return Err(ConfirmError::InsertFailed(handle.id));
                 }
                 let v = (slot as u32) << 1;
-                self.index.insert(ho, v);
+                // The reply key goes in first so that, as with the kernel's head insertion of
+                // the reply tuplehash after the original, a connection whose two tuples are
+                // equal (a packet to itself) is found in the reply direction.
                 self.index.insert(hr, v | 1);
+                self.index.insert(ho, v);
                 let e = &mut self.slab[slot];
                 let deadline = now.saturating_add(e.timeout.since_start());
                 e.timeout = deadline;

@@ -183,3 +183,28 @@ fn a_packet_dropped_before_confirm_leaves_nothing() {
     assert!(ct.drain_events().is_empty());
     assert_eq!(ct.next_expiry(), None);
 }
+
+#[test]
+fn a_socket_sending_to_itself_is_its_own_reply() {
+    // Measured: the second datagram 127.0.0.1:5000 -> 127.0.0.1:5000 clears [UNREPLIED],
+    // because the kernel's hash chain holds the reply tuple ahead of the original.
+    let mut ct = table(Sysctls::default());
+    let r = Rules::default();
+    passed(send(
+        &mut ct,
+        t(0),
+        udp("127.0.0.1:5000", "127.0.0.1:5000"),
+        &r,
+    ));
+    assert!(lines(&ct, t(100))[0].contains("[UNREPLIED]"));
+    passed(send(
+        &mut ct,
+        t(100),
+        udp("127.0.0.1:5000", "127.0.0.1:5000"),
+        &r,
+    ));
+    assert_eq!(
+        lines(&ct, t(200)),
+        ["udp      17 29 src=127.0.0.1 dst=127.0.0.1 sport=5000 dport=5000 src=127.0.0.1 dst=127.0.0.1 sport=5000 dport=5000 mark=0 use=1"]
+    );
+}
