@@ -745,7 +745,8 @@ pub struct ServerSaw {
 /// A frame captured on `lo` (Ethernet header with zero MACs, as lo has).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Frame {
-    /// When it was read.
+    /// When the kernel queued it on `lo` (its `SO_TIMESTAMPNS` stamp, on the events' clock:
+    /// wall time since the driver started), or when it was read if no stamp came with it.
     pub at_ms: f64,
     /// The bytes.
     pub bytes: Vec<u8>,

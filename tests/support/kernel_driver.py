@@ -19,6 +19,7 @@ import json
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -162,10 +163,21 @@ def sentinel_handshake():
 FRAMES = []
 
 
+# SO_TIMESTAMPNS (asm-generic and x86; the socket module does not name it): the kernel stamps
+# each frame when it is queued on lo, so a frame's time does not depend on when this thread
+# gets to read it.
+SO_TIMESTAMPNS = 35
+TIMESPEC = struct.Struct("@ll")
+
+
 class Capture:
     def __init__(self):
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
         self.sock.bind(("lo", 0))
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            pass
         self.sock.settimeout(0.05)
         self.running = True
         self.thread = threading.Thread(target=self.loop, daemon=True)
@@ -174,7 +186,7 @@ class Capture:
     def loop(self):
         while self.running:
             try:
-                data, addr = self.sock.recvfrom(262144)
+                data, anc, _, addr = self.sock.recvmsg(262144, 64)
             except socket.timeout:
                 continue
             except OSError:
@@ -182,7 +194,13 @@ class Capture:
             # On lo every packet is seen leaving and arriving; keep the arrival, as libpcap does.
             if addr[2] == socket.PACKET_OUTGOING:
                 continue
-            FRAMES.append({"at_ms": now_ms(), "hex": data.hex()})
+            at = now_ms()
+            for level, kind, value in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC.size:
+                    sec, nsec = TIMESPEC.unpack_from(value)
+                    # The same clock as the events: wall time since the driver started.
+                    at = round((sec + nsec / 1e9 - W0) * 1000.0, 3)
+            FRAMES.append({"at_ms": at, "hex": data.hex()})
 
     def stop(self):
         time.sleep(0.05)
