@@ -534,11 +534,6 @@ fn texts(ps: &[Packet]) -> Vec<String> {
 /// nat counters show one packet (the flow's first) with the same bytes, and the frames on
 /// `lo` are the same packets.
 #[test]
-#[ignore = "nfsim differs: a packet looped back through lo is tracked again at PREROUTING \
-            (Netns::output builds the looped-back Flight with handle: None); the kernel keeps the \
-            skb's entry (nf_conntrack_in: a packet that already has one is ignored), so nfsim \
-            adds a second entry for the NAT'd tuple with a remapped port, and the nat \
-            PREROUTING chain counts the looped-back first packets"]
 fn udp_through_output_dnat_matches_the_kernel() {
     let Some(lab) = kernel::lab_or_skip("udp_through_output_dnat_matches_the_kernel") else {
         return;
@@ -621,11 +616,6 @@ fn udp_through_output_dnat_matches_the_kernel() {
 /// (SYN_SENT, SYN_RECV, ESTABLISHED [ASSURED], FIN_WAIT, CLOSE_WAIT, LAST_ACK, TIME_WAIT; the
 /// refused SYN's NEW) are identical; the nat counters match.
 #[test]
-#[ignore = "nfsim differs: a packet looped back through lo is tracked again at PREROUTING \
-            (Netns::output builds the looped-back Flight with handle: None); the kernel keeps the \
-            skb's entry (nf_conntrack_in: a packet that already has one is ignored), so nfsim \
-            adds a second entry for the NAT'd tuple with a remapped port, and the nat \
-            PREROUTING chain counts the looped-back first packets"]
 fn tcp_through_dnat_matches_the_kernel() {
     let Some(lab) = kernel::lab_or_skip("tcp_through_dnat_matches_the_kernel") else {
         return;
@@ -734,11 +724,6 @@ fn hide_remapped_port(e: &mut CtEntry, was: u16, side: &str) {
 /// `nf_nat_alloc_null_binding` must be unique too); nfsim must too, to some other port ≥ 1024
 /// (the port itself is random on the kernel, so it is not compared).
 #[test]
-#[ignore = "nfsim differs: a packet looped back through lo is tracked again at PREROUTING \
-            (Netns::output builds the looped-back Flight with handle: None); the kernel keeps the \
-            skb's entry (nf_conntrack_in: a packet that already has one is ignored), so nfsim \
-            adds a second entry for the NAT'd tuple with a remapped port, and the nat \
-            PREROUTING chain counts the looped-back first packets"]
 fn snat_and_implicit_port_remap_match_the_kernel() {
     let Some(lab) = kernel::lab_or_skip("snat_and_implicit_port_remap_match_the_kernel") else {
         return;
@@ -850,9 +835,6 @@ fn snat_and_implicit_port_remap_match_the_kernel() {
 /// dropped: `sendto` fails with EPERM and no entry is left. (On a node, where other devices
 /// have global addresses, `inet_select_addr` falls back to the first of those instead.)
 #[test]
-#[ignore = "nfsim differs: MASQUERADE out of lo picks lo's 127.0.0.1 (RoutingTable::select_source \
-            has no address scopes); the kernel skips scope-host addresses and, finding none, \
-            drops the packet (\"lo ate my IP address\")"]
 fn masquerade_out_of_lo_matches_the_kernel() {
     let Some(lab) = kernel::lab_or_skip("masquerade_out_of_lo_matches_the_kernel") else {
         return;
@@ -904,11 +886,6 @@ fn masquerade_out_of_lo_matches_the_kernel() {
 /// loopback pass (PREROUTING, INPUT) none. nfsim's packets have the kernel's lengths (UDP:
 /// the lab's payloads; TCP: the captured segments), so the byte counts compare exactly.
 #[test]
-#[ignore = "nfsim differs: a packet looped back through lo is tracked again at PREROUTING \
-            (Netns::output builds the looped-back Flight with handle: None); the kernel keeps the \
-            skb's entry (nf_conntrack_in: a packet that already has one is ignored), so nfsim \
-            adds a second entry for the NAT'd tuple with a remapped port, and the nat \
-            PREROUTING chain counts the looped-back first packets"]
 fn nat_counters_match_the_kernel() {
     let Some(lab) = kernel::lab_or_skip("nat_counters_match_the_kernel") else {
         return;
@@ -1055,9 +1032,6 @@ fn reject_matches_the_kernel() {
 /// The ICMP error the kernel sends quotes the whole offending datagram (`icmp_send` copies up
 /// to 576 bytes of it), so its length is 20 + 8 + the datagram's.
 #[test]
-#[ignore = "nfsim differs: Packet::icmp_error gives REJECT's ICMP error the length of a quote of \
-            the IP header + 8 bytes (56 bytes); the kernel's quotes the whole datagram (up to \
-            576 bytes in all), so filter byte counters of the ICMP differ"]
 fn reject_byte_counters_match_the_kernel() {
     let Some(lab) = kernel::lab_or_skip("reject_byte_counters_match_the_kernel") else {
         return;

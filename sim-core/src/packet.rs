@@ -435,8 +435,9 @@ impl Packet {
         )
     }
 
-    /// The ICMP error `icmp_type`/`code` that `router` sends back about `about`.
-    /// For IPv4 the quoted part is the offending IP header plus 8 bytes, as RFC 792 says.
+    /// The ICMP error `icmp_type`/`code` that `router` sends back about `about`. It quotes
+    /// as much of `about` as Linux does: up to a 576-byte error for IPv4 (`__icmp_send`), up
+    /// to 1280 bytes for IPv6 (`icmp6_send`).
     pub fn icmp_error(router: IpAddr, about: &Packet, icmp_type: u8, code: u8) -> Packet {
         let inner = InnerHeader {
             src: about.src,
@@ -465,8 +466,15 @@ impl Packet {
             },
             8,
         );
-        let quoted: u16 = if about.src.is_ipv4() { 20 + 8 } else { 40 + 8 };
-        p.len = if about.src.is_ipv4() { 20 } else { 40 } + 8 + quoted;
+        // __icmp_send quotes as much of the offending datagram as fits in 576 bytes;
+        // icmp6_send as much as fits in the IPv6 minimum MTU of 1280.
+        let (hdr, limit): (u16, u16) = if about.src.is_ipv4() {
+            (20, 576)
+        } else {
+            (40, 1280)
+        };
+        let quoted = about.len.min(limit - hdr - 8);
+        p.len = hdr + 8 + quoted;
         p
     }
 

@@ -762,9 +762,12 @@ impl Netns {
                 let Some(Egress::Transmit { packet, .. }) = f.out.pop() else {
                     return fate;
                 };
+                // The looped-back packet keeps its conntrack reference (skb->_nfct), so
+                // PREROUTING does not track it again (nf_conntrack_in: "Previously seen
+                // (loopback or untracked)? Ignore.").
                 let mut back = Flight {
                     pkt: packet,
-                    handle: None,
+                    handle: f.handle,
                     untracked: f.untracked,
                     local_origin: false,
                     trace: f.trace.take(),
@@ -813,6 +816,10 @@ impl Netns {
 
     /// "Conntrack in" at PREROUTING/OUTPUT. Returns a fate when conntrack drops the packet.
     fn conntrack_in(&mut self, now: SimTime, f: &mut Flight) -> Option<Fate> {
+        if f.handle.is_some() {
+            // Already tracked: a packet looped back through lo.
+            return None;
+        }
         if f.untracked {
             Self::step(f, |_| Step::Conntrack {
                 state: "UNTRACKED".into(),

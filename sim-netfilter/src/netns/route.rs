@@ -357,22 +357,32 @@ impl RoutingTable {
     }
 
     /// The source address the kernel picks on `dev` for traffic to `next_hop`
-    /// (`inet_select_addr`): the first address of the interface's family whose subnet holds
-    /// the next hop, else its first (primary) address of that family.
+    /// (`inet_select_addr(dev, dst, RT_SCOPE_UNIVERSE)`): on `dev`, the first address of the
+    /// family whose subnet holds the next hop, else its first; addresses of host scope (all of
+    /// 127.0.0.0/8 and ::1, as iproute2 adds them) never count. If `dev` has none, the first
+    /// such address of any other interface, in the order they were added; else `None` (and
+    /// MASQUERADE drops the packet: "lo ate my IP address").
     pub fn select_source(&self, dev: IfName, next_hop: IpAddr) -> Option<IpAddr> {
-        let iface = self.ifaces.iter().find(|i| i.name == dev)?;
-        let same_family = iface
-            .addrs
+        let usable = |a: &IpAddr| a.is_ipv4() == next_hop.is_ipv4() && !a.is_loopback();
+        if let Some(iface) = self.ifaces.iter().find(|i| i.name == dev) {
+            let same_family = iface.addrs.iter().filter(|(a, _)| usable(a));
+            let found = same_family
+                .clone()
+                .find(|&&(a, l)| {
+                    Prefix::new(a, l)
+                        .map(|p| p.contains(next_hop))
+                        .unwrap_or(false)
+                })
+                .or_else(|| same_family.clone().next())
+                .map(|&(a, _)| a);
+            if found.is_some() {
+                return found;
+            }
+        }
+        self.ifaces
             .iter()
-            .filter(|(a, _)| a.is_ipv4() == next_hop.is_ipv4());
-        same_family
-            .clone()
-            .find(|&&(a, l)| {
-                Prefix::new(a, l)
-                    .map(|p| p.contains(next_hop))
-                    .unwrap_or(false)
-            })
-            .or_else(|| same_family.clone().next())
+            .flat_map(|i| i.addrs.iter())
+            .find(|(a, _)| usable(a))
             .map(|&(a, _)| a)
     }
 
