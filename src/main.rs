@@ -1,9 +1,10 @@
-//! The `nfsim` command: run scenarios, show a node's rules or conntrack table at an instant.
+//! The `nfsim` command: run scenarios, show a node's rules or conntrack table at an instant,
+//! normalise a rules file, explain one packet (`trace`), replay a capture (`replay`).
 //!
 //! Flags are parsed by clap into [`Cli`], then resolved into library calls; errors are
 //! reported with `anyhow` and exit code 2, failed expectations with exit code 1.
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use nfsim::cluster::sim::{RunOptions, RunResult, Simulation};
 use nfsim::scenario::{load_file, Scenario};
@@ -27,9 +28,9 @@ enum Cmd {
     Rules(RulesArgs),
     /// Print a node's `conntrack -L` at an instant.
     Conntrack(ConntrackArgs),
-    /// Explain one packet rule by rule (needs sim-netfilter's tracer).
+    /// Explain one packet rule by rule, through every hook, to its verdict.
     Trace(TraceArgs),
-    /// Push a pcap capture through a ruleset (needs sim-netfilter's Netns).
+    /// Push a pcap capture through a ruleset, packet by packet.
     Replay(ReplayArgs),
 }
 
@@ -78,6 +79,12 @@ enum RulesSub {
     Normalize {
         /// The rules file.
         file: String,
+        /// Keep counters, as `iptables-restore -c` and `iptables-save -c`.
+        #[arg(short, long)]
+        counters: bool,
+        /// Create this nfacct object before loading, as `nfacct add NAME` (repeatable).
+        #[arg(long, value_name = "NAME")]
+        nfacct: Vec<String>,
     },
 }
 
@@ -93,24 +100,50 @@ struct ConntrackArgs {
     at: SimDuration,
 }
 
+/// The node a packet is explained on (`nfsim trace`, `nfsim replay`).
 #[derive(Args, Debug)]
-struct TraceArgs {
-    /// The rules (iptables-save or restore text).
-    #[arg(long)]
-    rules: String,
-    /// The node's address.
-    #[arg(long)]
-    node_addr: Option<String>,
-    /// The node's pod CIDR.
+struct NodeArgs {
+    /// The node's address on eth0; the default route goes via the subnet's first address.
+    #[arg(long, default_value_t = nfsim::explain::DEFAULT_NODE_ADDR.to_string())]
+    node_addr: String,
+    /// The prefix length of eth0's subnet.
+    #[arg(long, default_value_t = nfsim::explain::DEFAULT_NODE_PREFIX)]
+    node_prefix: u8,
+    /// The pod CIDR, directly connected through the bridge cni0 (which holds its first
+    /// address); packets from it enter on cni0. Without it, everything enters on eth0.
     #[arg(long)]
     pod_cidr: Option<String>,
-    /// The packet, as `udp 10.244.2.9:40000 -> 10.96.0.10:53`.
+    /// The seed of the node's random streams (statistic draws, NAT port offsets).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+impl NodeArgs {
+    fn spec(&self) -> Result<nfsim::explain::NodeSpec> {
+        Ok(nfsim::explain::NodeSpec::parse(
+            &self.node_addr,
+            self.node_prefix,
+            self.pod_cidr.as_deref(),
+            self.seed,
+        )?)
+    }
+}
+
+#[derive(Args, Debug)]
+struct TraceArgs {
+    /// The rules (iptables-save or iptables-restore text, loaded as `--noflush`).
+    #[arg(long)]
+    rules: String,
+    #[command(flatten)]
+    node: NodeArgs,
+    /// The packet, as `udp 10.244.2.9:40000 -> 10.96.0.10:53` (tcp takes flags, default SYN).
     #[arg(long)]
     packet: String,
-    /// The packet comes from a local process (OUTPUT) rather than a pod (PREROUTING).
+    /// The packet comes from a process of the node (OUTPUT) rather than from a pod or the
+    /// network (PREROUTING).
     #[arg(long)]
     local: bool,
-    /// Follow every statistic branch.
+    /// Follow every statistic branch and list each outcome with its exact probability.
     #[arg(long)]
     all_branches: bool,
     /// JSON output.
@@ -120,10 +153,18 @@ struct TraceArgs {
 
 #[derive(Args, Debug)]
 struct ReplayArgs {
-    /// The rules.
+    /// The rules (iptables-save or iptables-restore text, loaded as `--noflush`).
     #[arg(long)]
     rules: String,
-    /// The capture.
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Print each packet's trace.
+    #[arg(long)]
+    trace: bool,
+    /// Write what left the node to this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pcap_out: Option<String>,
+    /// The capture (pcap or pcapng).
     capture: String,
 }
 
@@ -294,9 +335,18 @@ fn render_run(
 }
 
 fn cmd_rules(a: RulesArgs) -> Result<ExitCode> {
-    if let Some(RulesSub::Normalize { file }) = a.sub {
-        let _ = std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?;
-        bail!("`nfsim rules normalize` needs sim-netfilter's iptables-restore parser, which is not wired yet");
+    if let Some(RulesSub::Normalize {
+        file,
+        counters,
+        nfacct,
+    }) = a.sub
+    {
+        let text = nfsim::explain::read_text(&file)?;
+        print!(
+            "{}",
+            nfsim::explain::normalize(&text, &file, counters, &nfacct)?
+        );
+        return Ok(ExitCode::SUCCESS);
     }
     let file = a.file.ok_or_else(|| {
         anyhow!("usage: nfsim rules FILE --node N [--at T] | nfsim rules normalize RULES.txt")
@@ -327,22 +377,54 @@ fn cmd_conntrack(a: ConntrackArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn cmd_trace(a: TraceArgs) -> Result<ExitCode> {
+    use nfsim::explain::{read_text, trace, TraceOptions};
+    let node = a.node.spec()?;
+    let packet: sim_core::Packet = a
+        .packet
+        .parse()
+        .map_err(nfsim::explain::ExplainError::from)?;
+    let rules = read_text(&a.rules)?;
+    let base = node.build(&rules, &a.rules)?;
+    let opts = TraceOptions {
+        local: a.local,
+        all_branches: a.all_branches,
+    };
+    let report = trace(&node, &base, packet, &opts)?;
+    if a.json {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_replay(a: ReplayArgs) -> Result<ExitCode> {
+    use nfsim::explain::{read_text, replay, ReplayOptions};
+    use sim_core::pcap::{read_file, ReadOptions};
+    let node = a.node.spec()?;
+    let rules = read_text(&a.rules)?;
+    let base = node.build(&rules, &a.rules)?;
+    let capture = read_file(&a.capture, &ReadOptions::default())?;
+    let opts = ReplayOptions {
+        trace: a.trace,
+        pcap_out: a.pcap_out.clone(),
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    replay(&node, base, &capture, &a.capture, &opts, &mut out)?;
+    out.flush().context("writing the output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Rules(a) => cmd_rules(a),
         Cmd::Conntrack(a) => cmd_conntrack(a),
-        Cmd::Trace(t) => Err(anyhow!(
-            "`nfsim trace` needs sim-netfilter's rule tracer, which is not wired yet (packet {:?}, rules {})",
-            t.packet,
-            t.rules
-        )),
-        Cmd::Replay(r) => Err(anyhow!(
-            "`nfsim replay` needs sim-netfilter's Netns, which is not wired yet ({} through {})",
-            r.capture,
-            r.rules
-        )),
+        Cmd::Trace(a) => cmd_trace(a),
+        Cmd::Replay(a) => cmd_replay(a),
     };
     match r {
         Ok(c) => c,

@@ -1,1 +1,0 @@
-//! Explaining packets: `nfsim trace` (in progress).

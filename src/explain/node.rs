@@ -1,0 +1,246 @@
+//! The node a packet is explained on.
+//!
+//! Built from `--node-addr A [--node-prefix N] [--pod-cidr C] [--seed S]`:
+//!
+//! - `eth0` holds `A/N` (default `172.18.0.2/24`, a kind node's address), with its connected
+//!   route, and the default route goes via the first host address of that subnet (the second
+//!   when the node itself has the first), as on a node behind a router.
+//! - With a pod CIDR `C`, the node has a bridge `cni0` holding the first host address of `C`
+//!   with `C`'s prefix length, as the `bridge` CNI plugin sets it up: `C` is directly connected
+//!   through `cni0`, so traffic to any pod in `C` is forwarded out of `cni0`, and traffic from a
+//!   pod in `C` is received on `cni0` (a routed packet from a bridged veth is seen by netfilter
+//!   on the bridge). Without `--pod-cidr` there is no pod side: everything arrives on `eth0`.
+//! - Where a packet enters ([`NodeSpec::ingress_for`]): `--local` sends it from a process of the
+//!   node (OUTPUT); otherwise a source inside the pod CIDR arrives on `cni0`, any other source
+//!   on `eth0` (PREROUTING).
+//!
+//! The ruleset is loaded as `iptables-restore --noflush` into the empty namespace, the way
+//! kube-proxy loads its payloads.
+
+use super::ExplainError;
+use sim_core::{IfName, Packet};
+use sim_netfilter::netns::{Ingress, Netns, NetnsConfig, Prefix};
+use std::net::{IpAddr, Ipv4Addr};
+
+/// The node's uplink.
+pub const ETH0: &str = "eth0";
+/// The node's pod bridge.
+pub const CNI0: &str = "cni0";
+/// `--node-addr` when not given: a kind node's address.
+pub const DEFAULT_NODE_ADDR: Ipv4Addr = Ipv4Addr::new(172, 18, 0, 2);
+/// `--node-prefix` when not given.
+pub const DEFAULT_NODE_PREFIX: u8 = 24;
+
+/// The node: its address and subnet, its pod CIDR, and the seed of its random streams.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// The namespace's name (in random-stream labels).
+    pub name: String,
+    /// `eth0`'s address.
+    pub addr: Ipv4Addr,
+    /// `eth0`'s prefix length.
+    pub prefix_len: u8,
+    /// The pod CIDR behind `cni0`, if any.
+    pub pod_cidr: Option<Prefix>,
+    /// The seed of the namespace's random streams (statistic draws, NAT port offsets).
+    pub seed: u64,
+}
+
+fn ifname(s: &str) -> IfName {
+    IfName::new(s).unwrap_or_else(|_| unreachable!("{s:?} is a valid interface name"))
+}
+
+fn v4(p: &Prefix) -> Ipv4Addr {
+    match p.addr() {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+    }
+}
+
+impl NodeSpec {
+    /// A node from the flags' text: `addr` (IPv4), `prefix_len` (8–30), `pod_cidr`
+    /// (`10.244.0.0/16`, prefix 8–30, not overlapping the node's subnet).
+    pub fn parse(
+        addr: &str,
+        prefix_len: u8,
+        pod_cidr: Option<&str>,
+        seed: u64,
+    ) -> Result<NodeSpec, ExplainError> {
+        let addr: Ipv4Addr = addr.parse().map_err(|_| ExplainError::BadFlag {
+            flag: "--node-addr",
+            value: addr.to_string(),
+            expected: "an IPv4 address such as 172.18.0.2 (iptables rules are IPv4)".into(),
+        })?;
+        if !(8..=30).contains(&prefix_len) {
+            return Err(ExplainError::BadFlag {
+                flag: "--node-prefix",
+                value: prefix_len.to_string(),
+                expected: "a prefix length from 8 to 30 (the subnet needs room for a gateway)"
+                    .into(),
+            });
+        }
+        let subnet = Prefix::new(IpAddr::V4(addr), prefix_len)
+            .unwrap_or_else(|_| unreachable!("prefix length checked"));
+        if IpAddr::V4(addr) == subnet.addr() || addr == broadcast(&subnet) {
+            return Err(ExplainError::BadFlag {
+                flag: "--node-addr",
+                value: format!("{addr}/{prefix_len}"),
+                expected: "a host address, not the subnet's network or broadcast address".into(),
+            });
+        }
+        let pod_cidr = match pod_cidr {
+            None => None,
+            Some(text) => {
+                let bad = |why: &str| ExplainError::BadFlag {
+                    flag: "--pod-cidr",
+                    value: text.to_string(),
+                    expected: why.to_string(),
+                };
+                if !text.contains('/') {
+                    return Err(bad("an IPv4 prefix such as 10.244.0.0/16"));
+                }
+                let p: Prefix = text
+                    .parse()
+                    .map_err(|_| bad("an IPv4 prefix such as 10.244.0.0/16"))?;
+                if !p.addr().is_ipv4() {
+                    return Err(bad("an IPv4 prefix (iptables rules are IPv4)"));
+                }
+                if !(8..=30).contains(&p.prefix_len()) {
+                    return Err(bad("a prefix length from 8 to 30"));
+                }
+                if p.contains(subnet.addr()) || subnet.contains(p.addr()) {
+                    return Err(bad(&format!(
+                        "a range that does not overlap the node's subnet {subnet}"
+                    )));
+                }
+                Some(p)
+            }
+        };
+        Ok(NodeSpec {
+            name: "node".to_string(),
+            addr,
+            prefix_len,
+            pod_cidr,
+            seed,
+        })
+    }
+
+    /// The default gateway: the subnet's first host address, or its second when that is the
+    /// node's own.
+    pub fn gateway(&self) -> Ipv4Addr {
+        let net = u32::from(self.addr) & (u32::MAX << (32 - u32::from(self.prefix_len)));
+        let first = Ipv4Addr::from(net + 1);
+        if first == self.addr {
+            Ipv4Addr::from(net + 2)
+        } else {
+            first
+        }
+    }
+
+    /// `cni0`'s address: the pod CIDR's first host address.
+    pub fn bridge_addr(&self) -> Option<Ipv4Addr> {
+        self.pod_cidr
+            .as_ref()
+            .map(|p| Ipv4Addr::from(u32::from(v4(p)) + 1))
+    }
+
+    /// The namespace with interfaces and routes, and `rules` (from `file`) restored into it.
+    pub fn build(&self, rules: &str, file: &str) -> Result<Netns, ExplainError> {
+        let mut ns = Netns::new(NetnsConfig::new(&self.name, self.seed));
+        let err = |e| ExplainError::netns(file, e);
+        ns.add_interface(ifname(ETH0), &[(IpAddr::V4(self.addr), self.prefix_len)])
+            .map_err(err)?;
+        if let (Some(p), Some(a)) = (self.pod_cidr, self.bridge_addr()) {
+            ns.add_interface(ifname(CNI0), &[(IpAddr::V4(a), p.prefix_len())])
+                .map_err(err)?;
+        }
+        ns.add_route(
+            Prefix::default_for(true),
+            Some(IpAddr::V4(self.gateway())),
+            ifname(ETH0),
+        )
+        .map_err(err)?;
+        ns.restore(rules, true).map_err(err)?;
+        Ok(ns)
+    }
+
+    /// Where `pkt` enters: OUTPUT with `local`, `cni0` for a source in the pod CIDR, `eth0`
+    /// otherwise; with why, for people.
+    pub fn ingress_for(&self, pkt: &Packet, local: bool) -> (Ingress, String) {
+        if local {
+            return (
+                Ingress::Local,
+                "sent by a process of the node (--local): OUTPUT".into(),
+            );
+        }
+        match self.pod_cidr {
+            Some(p) if p.contains(pkt.src) => (
+                Ingress::Interface(ifname(CNI0)),
+                format!(
+                    "received on {CNI0}: source {} is in the pod CIDR {p}",
+                    pkt.src
+                ),
+            ),
+            Some(p) => (
+                Ingress::Interface(ifname(ETH0)),
+                format!(
+                    "received on {ETH0}: source {} is outside the pod CIDR {p}",
+                    pkt.src
+                ),
+            ),
+            None => (
+                Ingress::Interface(ifname(ETH0)),
+                format!("received on {ETH0} (no --pod-cidr, so no pod side)"),
+            ),
+        }
+    }
+
+    /// The interfaces and routes, one line each, as `ip addr`/`ip route` would say them.
+    pub fn describe(&self, ns: &Netns) -> (Vec<String>, Vec<String>) {
+        let ifaces = ns
+            .routing()
+            .interfaces()
+            .iter()
+            .map(|i| {
+                let addrs: Vec<String> = i.addrs.iter().map(|(a, l)| format!("{a}/{l}")).collect();
+                format!("{} {}", i.name, addrs.join(" "))
+            })
+            .collect();
+        let routes = ns
+            .routing()
+            .routes()
+            .iter()
+            .map(|r| r.to_string())
+            .collect();
+        (ifaces, routes)
+    }
+}
+
+fn broadcast(p: &Prefix) -> Ipv4Addr {
+    let host_bits = 32 - u32::from(p.prefix_len());
+    Ipv4Addr::from(u32::from(v4(p)) | ((1u64 << host_bits) - 1) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_checked_and_the_gateway_avoids_the_node() {
+        let n = NodeSpec::parse("172.18.0.2", 24, Some("10.244.0.0/16"), 1).unwrap();
+        assert_eq!(n.gateway(), Ipv4Addr::new(172, 18, 0, 1));
+        assert_eq!(n.bridge_addr(), Some(Ipv4Addr::new(10, 244, 0, 1)));
+        let n = NodeSpec::parse("192.168.1.1", 24, None, 1).unwrap();
+        assert_eq!(n.gateway(), Ipv4Addr::new(192, 168, 1, 2));
+        for (a, l, c) in [
+            ("fe80::1", 24, None),
+            ("172.18.0.2", 31, None),
+            ("172.18.0.0", 24, None),
+            ("172.18.0.2", 24, Some("10.244.0.0")),
+            ("172.18.0.2", 24, Some("172.18.0.0/16")),
+            ("172.18.0.2", 24, Some("fd00::/64")),
+        ] {
+            assert!(NodeSpec::parse(a, l, c, 1).is_err(), "{a}/{l} {c:?}");
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! `nfsim replay`: a capture pushed through the node's ruleset, packet by packet.
+//!
+//! Each record enters the node at its capture time (counted from the first record, see
+//! [`sim_core::pcap::Timestamps::RelativeToFirst`]); conntrack entries expire in between as
+//! they would. Where a packet enters: a source address of the node itself (its `eth0` or
+//! `cni0` address, or loopback) is sent by a local process (OUTPUT), since the kernel drops a
+//! received packet claiming a local source; a source in the pod CIDR is received on `cni0`;
+//! anything else on `eth0` (see [`super::NodeSpec`]). The capture is best taken on one
+//! interface: `tcpdump -i any` records a forwarded packet twice (in and out), and both would be
+//! replayed. A record whose time goes backwards is processed at the previous record's time.
+
+use super::{ExplainError, NodeSpec};
+use sim_core::pcap::{Capture, PcapWriter, WriteLink};
+use sim_core::{Packet, SimTime};
+use sim_netfilter::netns::{Egress, Fate, Ingress, Netns};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::IpAddr;
+
+/// What `nfsim replay` does besides one line per packet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// Print each packet's trace after its line.
+    pub trace: bool,
+    /// Write every packet that left the node (transmitted, kernel answers included) to this
+    /// pcap file (raw IP, nanosecond timestamps, at the input's epoch times).
+    pub pcap_out: Option<String>,
+}
+
+/// What a replay did, counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplaySummary {
+    /// IP packets replayed.
+    pub packets: usize,
+    /// Frames in the capture that were not IP (skipped).
+    pub skipped: usize,
+    /// Transmitted on an interface.
+    pub transmitted: usize,
+    /// Delivered to a local socket.
+    pub delivered: usize,
+    /// Dropped, by cause.
+    pub dropped: BTreeMap<String, usize>,
+    /// Rejected (with an answer generated), by table and hook.
+    pub rejected: BTreeMap<String, usize>,
+    /// Packets whose addresses or ports NAT changed.
+    pub translated: usize,
+    /// Packets that left the node (what `pcap_out` holds).
+    pub left: usize,
+    /// Records processed at an earlier record's time because their timestamp went backwards.
+    pub reordered: usize,
+    /// Conntrack entries at the end.
+    pub conntrack_entries: usize,
+    /// The last record's time.
+    pub end: SimTime,
+}
+
+fn secs(t: SimTime) -> String {
+    let ns = t.as_nanos();
+    format!("{}.{:06}", ns / 1_000_000_000, (ns % 1_000_000_000) / 1_000)
+}
+
+fn ingress_for(node: &NodeSpec, ns: &Netns, pkt: &Packet) -> (Ingress, String) {
+    let own = |a: IpAddr| ns.routing().is_local(a) || a.is_loopback();
+    if own(pkt.src) {
+        return (Ingress::Local, "local".to_string());
+    }
+    let (ingress, _) = node.ingress_for(pkt, false);
+    let name = match ingress {
+        Ingress::Local => "local".to_string(),
+        Ingress::Interface(d) => d.to_string(),
+    };
+    (ingress, name)
+}
+
+/// Replays `capture` (read from `file`) through `base`, writing one line per packet (and traces
+/// with [`ReplayOptions::trace`]) and then the summary to `out`.
+pub fn replay(
+    node: &NodeSpec,
+    base: Netns,
+    capture: &Capture,
+    file: &str,
+    opts: &ReplayOptions,
+    out: &mut dyn Write,
+) -> Result<ReplaySummary, ExplainError> {
+    let mut ns = base;
+    let mut sum = ReplaySummary {
+        skipped: capture.skipped.len(),
+        ..ReplaySummary::default()
+    };
+    let mut writer = match &opts.pcap_out {
+        Some(path) => {
+            let f = std::fs::File::create(path).map_err(|e| ExplainError::PcapWrite {
+                file: path.clone(),
+                source: sim_core::pcap::PcapWriteError::Io(e),
+            })?;
+            let w = PcapWriter::with_start(
+                std::io::BufWriter::new(f),
+                WriteLink::RawIp,
+                capture.first_epoch_ns,
+            )
+            .map_err(|source| ExplainError::PcapWrite {
+                file: path.clone(),
+                source,
+            })?;
+            Some((path.clone(), w))
+        }
+        None => None,
+    };
+    let w =
+        |out: &mut dyn Write, s: &str| out.write_all(s.as_bytes()).map_err(ExplainError::Output);
+    w(
+        out,
+        &format!("replaying {file}: {} packets\n", capture.records.len()),
+    )?;
+    let mut now = SimTime::ZERO;
+    for rec in &capture.records {
+        if rec.time < now {
+            sum.reordered += 1;
+        } else {
+            now = rec.time;
+        }
+        ns.handle_timeout(now);
+        let (ingress, from) = ingress_for(node, &ns, &rec.packet);
+        let r = if opts.trace {
+            ns.process_traced(now, rec.packet, ingress)
+        } else {
+            ns.process(now, rec.packet, ingress)
+        };
+        sum.packets += 1;
+        let result = match (&r.fate, r.out.first()) {
+            (Fate::Transmitted, Some(Egress::Transmit { dev, packet, .. })) => {
+                sum.transmitted += 1;
+                format!("transmitted on {dev}: {packet}")
+            }
+            (Fate::Delivered, Some(Egress::LocalDeliver { packet })) => {
+                sum.delivered += 1;
+                format!("delivered locally: {packet}")
+            }
+            (Fate::Transmitted, _) => {
+                sum.transmitted += 1;
+                "transmitted".to_string()
+            }
+            (Fate::Delivered, _) => {
+                sum.delivered += 1;
+                "delivered locally".to_string()
+            }
+            (Fate::Dropped(c), _) => {
+                *sum.dropped.entry(c.to_string()).or_default() += 1;
+                format!("dropped: {c}")
+            }
+            (Fate::Rejected { table, hook }, _) => {
+                *sum.rejected.entry(format!("{table} {hook}")).or_default() += 1;
+                format!("rejected by {table} {hook}")
+            }
+        };
+        let survived = matches!(r.fate, Fate::Transmitted | Fate::Delivered);
+        let translated = survived
+            && r.out.first().is_some_and(|e| {
+                let p = match e {
+                    Egress::Transmit { packet, .. } | Egress::LocalDeliver { packet } => packet,
+                };
+                p.src != rec.packet.src
+                    || p.dst != rec.packet.dst
+                    || p.sport() != rec.packet.sport()
+                    || p.dport() != rec.packet.dport()
+            });
+        if translated {
+            sum.translated += 1;
+        }
+        let mut line = format!(
+            "{:>5} {:>12} {:<5} {}  =>  {}{}",
+            rec.frame,
+            secs(now),
+            from,
+            rec.packet,
+            result,
+            if translated { "  [NAT]" } else { "" }
+        );
+        // After the packet itself (if it survived) come the packets the kernel generated.
+        for e in r.out.iter().skip(usize::from(survived)) {
+            if let Egress::Transmit { dev, packet, .. } = e {
+                line.push_str(&format!("  (kernel answer on {dev}: {packet})"));
+            }
+        }
+        line.push('\n');
+        w(out, &line)?;
+        if let Some(t) = &r.trace {
+            for l in t.to_string().lines() {
+                w(out, &format!("        {l}\n"))?;
+            }
+        }
+        for e in &r.out {
+            if let Egress::Transmit { packet, .. } = e {
+                sum.left += 1;
+                if let Some((path, wr)) = writer.as_mut() {
+                    wr.write_packet(now, packet)
+                        .map_err(|source| ExplainError::PcapWrite {
+                            file: path.clone(),
+                            source,
+                        })?;
+                }
+            }
+        }
+    }
+    if let Some((path, wr)) = writer {
+        wr.into_inner()
+            .flush()
+            .map_err(|e| ExplainError::PcapWrite {
+                file: path,
+                source: sim_core::pcap::PcapWriteError::Io(e),
+            })?;
+    }
+    sum.end = now;
+    sum.conntrack_entries = ns.conntrack().len();
+    w(out, &sum.text(opts.pcap_out.as_deref()))?;
+    Ok(sum)
+}
+
+impl ReplaySummary {
+    /// The summary block `nfsim replay` prints last.
+    pub fn text(&self, pcap_out: Option<&str>) -> String {
+        let mut s = String::from("\nsummary\n");
+        s.push_str(&format!("  packets        {}\n", self.packets));
+        if self.skipped > 0 {
+            s.push_str(&format!("  not IP         {} (skipped)\n", self.skipped));
+        }
+        s.push_str(&format!("  transmitted    {}\n", self.transmitted));
+        s.push_str(&format!("  delivered      {}\n", self.delivered));
+        let dropped: usize = self.dropped.values().sum();
+        s.push_str(&format!("  dropped        {dropped}\n"));
+        for (why, n) in &self.dropped {
+            s.push_str(&format!("    {n:>5}  {why}\n"));
+        }
+        let rejected: usize = self.rejected.values().sum();
+        s.push_str(&format!("  rejected       {rejected}\n"));
+        for (by, n) in &self.rejected {
+            s.push_str(&format!("    {n:>5}  by {by}\n"));
+        }
+        s.push_str(&format!("  NAT'd          {}\n", self.translated));
+        s.push_str(&format!(
+            "  left the node  {}{}\n",
+            self.left,
+            pcap_out
+                .map(|p| format!(" (written to {p})"))
+                .unwrap_or_default()
+        ));
+        if self.reordered > 0 {
+            s.push_str(&format!(
+                "  out of order   {} (processed at the previous record's time)\n",
+                self.reordered
+            ));
+        }
+        s.push_str(&format!(
+            "  conntrack      {} entries at {}\n",
+            self.conntrack_entries,
+            secs(self.end)
+        ));
+        s
+    }
+}

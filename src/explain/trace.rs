@@ -1,0 +1,676 @@
+//! `nfsim trace`: one new packet through the node, rule by rule.
+
+use super::branches::{self, BranchReport};
+use super::{ExplainError, NodeSpec};
+use serde::Serialize;
+use sim_conntrack::Manip;
+use sim_core::{Packet, SimTime};
+use sim_netfilter::netns::{Egress, Fate, Ingress, Netns, ProcessResult, Step};
+use sim_netfilter::{Hook, StatDraw, Table, Target, TraceEvent};
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+/// What to trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TraceOptions {
+    /// The packet comes from a process of the node (OUTPUT) rather than from outside.
+    pub local: bool,
+    /// Follow every `statistic` branch (see [`super::branches`]).
+    pub all_branches: bool,
+}
+
+/// How a packet's journey ended, and what it looked like at the end. Two branches with equal
+/// outcomes are the same outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Outcome {
+    /// `transmitted`, `delivered`, `dropped` or `rejected`.
+    pub verdict: String,
+    /// The trace's last line: where it went or why it stopped, with the packet as it left.
+    pub detail: String,
+    /// The packet as it left the node or reached the local socket (`None` if it did not).
+    pub final_packet: Option<String>,
+    /// The interface it left by (transmitted only).
+    pub interface: Option<String>,
+    /// The next hop (transmitted only).
+    pub next_hop: Option<String>,
+    /// `original -> translated` destination, when DNAT (or REDIRECT) changed it.
+    pub dnat: Option<String>,
+    /// `original -> translated` source, when SNAT or MASQUERADE changed it.
+    pub snat: Option<String>,
+    /// Whether POSTROUTING masqueraded it (a MASQUERADE rule set up the source binding).
+    pub masqueraded: bool,
+}
+
+/// One step of the trace, for JSON: `kind` says which, the other fields depend on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StepJson {
+    /// A hook starts.
+    Hook {
+        /// `PREROUTING`, …
+        hook: String,
+    },
+    /// What conntrack made of the packet.
+    Conntrack {
+        /// `NEW`, `ESTABLISHED`, `INVALID (…)`, …
+        state: String,
+        /// The entry as `conntrack -L` prints it.
+        entry: Option<String>,
+    },
+    /// A table's built-in chain starts.
+    Enter {
+        /// Table.
+        table: String,
+        /// Hook.
+        hook: String,
+        /// The packet as the table sees it.
+        packet: String,
+        /// The ctstate rules see.
+        ct: String,
+    },
+    /// Nothing evaluated in this table at this hook.
+    Skip {
+        /// Table.
+        table: String,
+        /// Hook.
+        hook: String,
+        /// Why.
+        reason: String,
+    },
+    /// A rule was evaluated.
+    Rule {
+        /// Table.
+        table: String,
+        /// Chain.
+        chain: String,
+        /// 1-based rule number in the chain.
+        num: usize,
+        /// Whether all its matches matched.
+        matched: bool,
+        /// Its `statistic` draws.
+        draws: Vec<DrawJson>,
+        /// The rule as iptables-save prints it, without `-A CHAIN`.
+        spec: String,
+    },
+    /// Back from a user chain.
+    Return {
+        /// Table.
+        table: String,
+        /// The chain left.
+        from: String,
+        /// The chain resumed.
+        to: String,
+    },
+    /// A built-in chain's policy applied.
+    Policy {
+        /// Table.
+        table: String,
+        /// Chain.
+        chain: String,
+        /// `ACCEPT` or `DROP`.
+        policy: String,
+    },
+    /// A LOG target fired.
+    Log {
+        /// `--log-prefix`.
+        prefix: String,
+        /// `--log-level`.
+        level: u8,
+    },
+    /// A TRACE target fired.
+    TraceTarget,
+    /// The packet mark changed.
+    Mark {
+        /// Old mark.
+        from: u32,
+        /// New mark.
+        to: u32,
+    },
+    /// The conntrack mark changed.
+    CtMark {
+        /// Old mark.
+        from: u32,
+        /// New mark.
+        to: u32,
+    },
+    /// A table's verdict.
+    Verdict {
+        /// Table.
+        table: String,
+        /// Hook.
+        hook: String,
+        /// `ACCEPT`, `DROP`, with NAT requests.
+        verdict: String,
+    },
+    /// A NAT binding was set up for the connection.
+    NatSetup {
+        /// Hook.
+        hook: String,
+        /// `SNAT` or `DNAT`.
+        manip: String,
+        /// What the rules asked for, or the null binding.
+        what: String,
+        /// The entry's reply tuple afterwards.
+        reply: String,
+    },
+    /// The packet was rewritten from its conntrack entry.
+    Rewrite {
+        /// Hook.
+        hook: String,
+        /// Before.
+        before: String,
+        /// After.
+        after: String,
+    },
+    /// The routing decision.
+    Route {
+        /// What was decided.
+        decision: String,
+    },
+    /// The entry was confirmed.
+    Confirm {
+        /// The entry as `conntrack -L` prints it.
+        entry: String,
+    },
+    /// How it ended (or, after the first, a packet the kernel generated).
+    Fate {
+        /// The text.
+        text: String,
+    },
+}
+
+/// A `statistic` draw, for JSON.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum DrawJson {
+    /// `--mode random`: matched when `draw < threshold`.
+    Random {
+        /// The 31-bit draw.
+        draw: u32,
+        /// `round(p × 2^31)`.
+        threshold: u32,
+    },
+    /// `--mode nth`.
+    Nth {
+        /// This packet's index modulo `every`.
+        index: u32,
+        /// `--every`.
+        every: u32,
+        /// `--packet`.
+        packet: u32,
+    },
+}
+
+/// Everything `nfsim trace` reports about one packet.
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceReport {
+    /// The packet as given.
+    pub packet: String,
+    /// Where it entered: `eth0`, `cni0` or `local`.
+    pub ingress: String,
+    /// Why it entered there.
+    pub ingress_reason: String,
+    /// The seed of the namespace's random streams.
+    pub seed: u64,
+    /// The node's interfaces (`eth0 172.18.0.2/24`).
+    pub interfaces: Vec<String>,
+    /// The node's routes (`default via 172.18.0.1 dev eth0`).
+    pub routes: Vec<String>,
+    /// Every step, in order.
+    pub steps: Vec<StepJson>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Its conntrack entry afterwards, as `conntrack -L` prints it.
+    pub conntrack: Option<String>,
+    /// Every reachable outcome of the statistic matches (with `--all-branches`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branches: Option<BranchReport>,
+    /// The trace as text.
+    #[serde(skip)]
+    trace_text: String,
+}
+
+/// One run of a packet through a namespace, analysed.
+pub(crate) struct Run {
+    pub result: ProcessResult,
+    pub outcome: Outcome,
+    /// The rules with a `--mode random` statistic draw, in evaluation order (repeats kept).
+    pub stat_rules: Vec<RuleRef>,
+}
+
+/// A rule by table, chain and 1-based number.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct RuleRef {
+    pub table: Table,
+    pub chain: String,
+    pub num: usize,
+}
+
+/// Pushes `pkt` through `ns` at time zero with a trace, and analyses what happened.
+pub(crate) fn run_once(ns: &mut Netns, pkt: Packet, ingress: Ingress) -> Run {
+    let result = ns.process_traced(SimTime::ZERO, pkt, ingress);
+    let steps = result
+        .trace
+        .as_ref()
+        .map(|t| t.steps.as_slice())
+        .unwrap_or(&[]);
+    let outcome = outcome_of(ns, &pkt, &result, steps);
+    let stat_rules = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Rules(TraceEvent::Rule {
+                table,
+                chain,
+                num,
+                draws,
+                ..
+            }) if draws.iter().any(|d| matches!(d, StatDraw::Random { .. })) => Some(RuleRef {
+                table: *table,
+                chain: chain.clone(),
+                num: *num,
+            }),
+            _ => None,
+        })
+        .collect();
+    Run {
+        result,
+        outcome,
+        stat_rules,
+    }
+}
+
+fn endpoint(a: IpAddr, port: Option<u16>) -> String {
+    match (a, port) {
+        (IpAddr::V6(v), Some(p)) => format!("[{v}]:{p}"),
+        (a, Some(p)) => format!("{a}:{p}"),
+        (a, None) => a.to_string(),
+    }
+}
+
+fn outcome_of(ns: &Netns, original: &Packet, r: &ProcessResult, steps: &[Step]) -> Outcome {
+    let detail = steps
+        .iter()
+        .find_map(|s| match s {
+            Step::Fate(t) => Some(t.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let verdict = match r.fate {
+        Fate::Transmitted => "transmitted",
+        Fate::Delivered => "delivered",
+        Fate::Dropped(_) => "dropped",
+        Fate::Rejected { .. } => "rejected",
+    };
+    let (final_pkt, interface, next_hop) = match (&r.fate, r.out.first()) {
+        (
+            Fate::Transmitted,
+            Some(Egress::Transmit {
+                dev,
+                next_hop,
+                packet,
+            }),
+        ) => (
+            Some(*packet),
+            Some(dev.to_string()),
+            Some(next_hop.to_string()),
+        ),
+        (Fate::Delivered, Some(Egress::LocalDeliver { packet })) => (Some(*packet), None, None),
+        _ => (None, None, None),
+    };
+    let (dnat, snat) = match final_pkt {
+        Some(p) => {
+            let d = (p.dst != original.dst || p.dport() != original.dport()).then(|| {
+                format!(
+                    "{} -> {}",
+                    endpoint(original.dst, original.dport()),
+                    endpoint(p.dst, p.dport())
+                )
+            });
+            let s = (p.src != original.src || p.sport() != original.sport()).then(|| {
+                format!(
+                    "{} -> {}",
+                    endpoint(original.src, original.sport()),
+                    endpoint(p.src, p.sport())
+                )
+            });
+            (d, s)
+        }
+        None => (None, None),
+    };
+    Outcome {
+        verdict: verdict.to_string(),
+        detail,
+        final_packet: final_pkt.map(|p| p.to_string()),
+        interface,
+        next_hop,
+        dnat,
+        snat,
+        masqueraded: masqueraded(ns, steps),
+    }
+}
+
+/// Whether a MASQUERADE rule in nat POSTROUTING set up the connection's source binding: the
+/// rule that matched last in that walk has a MASQUERADE target, and a source binding followed.
+fn masqueraded(ns: &Netns, steps: &[Step]) -> bool {
+    let mut at: Option<(Table, Hook)> = None;
+    let mut masq_rule = false;
+    for s in steps {
+        match s {
+            // Packets the kernel generated for this one (after the first fate) do not count.
+            Step::Fate(_) => break,
+            Step::Rules(TraceEvent::Enter { table, hook, .. }) => at = Some((*table, *hook)),
+            Step::Rules(TraceEvent::Rule {
+                table,
+                chain,
+                num,
+                matched: true,
+                ..
+            }) if at == Some((Table::Nat, Hook::PostRouting)) => {
+                let target = ns
+                    .ruleset()
+                    .rules(*table, chain)
+                    .and_then(|rs| rs.get(num.wrapping_sub(1)))
+                    .map(|r| &r.target);
+                if let Some(t) = target {
+                    if t.is_terminal_nat() {
+                        masq_rule = matches!(t, Target::Masquerade(_));
+                    }
+                }
+            }
+            Step::NatSetup {
+                hook: Hook::PostRouting,
+                manip: Manip::Src,
+                ..
+            } => return masq_rule,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Targets that end the nat table's walk with a mapping.
+trait TerminalNat {
+    fn is_terminal_nat(&self) -> bool;
+}
+
+impl TerminalNat for Target {
+    fn is_terminal_nat(&self) -> bool {
+        matches!(
+            self,
+            Target::Masquerade(_)
+                | Target::Snat(_)
+                | Target::Dnat(_)
+                | Target::Redirect(_)
+                | Target::Accept
+        )
+    }
+}
+
+fn step_json(s: &Step) -> StepJson {
+    let t = |t: &Table| t.name().to_string();
+    let h = |h: &Hook| h.chain_name().to_string();
+    match s {
+        Step::Hook(hook) => StepJson::Hook { hook: h(hook) },
+        Step::Conntrack { state, entry } => StepJson::Conntrack {
+            state: state.clone(),
+            entry: entry.clone(),
+        },
+        Step::Rules(e) => match e {
+            TraceEvent::Enter {
+                table,
+                hook,
+                packet,
+                ct,
+            } => StepJson::Enter {
+                table: t(table),
+                hook: h(hook),
+                packet: packet.clone(),
+                ct: ct.clone(),
+            },
+            TraceEvent::Skip {
+                table,
+                hook,
+                reason,
+            } => StepJson::Skip {
+                table: t(table),
+                hook: h(hook),
+                reason: reason.clone(),
+            },
+            TraceEvent::Rule {
+                table,
+                chain,
+                num,
+                matched,
+                draws,
+                spec,
+            } => StepJson::Rule {
+                table: t(table),
+                chain: chain.clone(),
+                num: *num,
+                matched: *matched,
+                draws: draws
+                    .iter()
+                    .map(|d| match *d {
+                        StatDraw::Random { draw, threshold } => {
+                            DrawJson::Random { draw, threshold }
+                        }
+                        StatDraw::Nth {
+                            index,
+                            every,
+                            packet,
+                        } => DrawJson::Nth {
+                            index,
+                            every,
+                            packet,
+                        },
+                    })
+                    .collect(),
+                spec: spec.clone(),
+            },
+            TraceEvent::Return { table, from, to } => StepJson::Return {
+                table: t(table),
+                from: from.clone(),
+                to: to.clone(),
+            },
+            TraceEvent::Policy {
+                table,
+                chain,
+                policy,
+            } => StepJson::Policy {
+                table: t(table),
+                chain: chain.clone(),
+                policy: policy.name().to_string(),
+            },
+            TraceEvent::Log { prefix, level } => StepJson::Log {
+                prefix: prefix.clone(),
+                level: *level,
+            },
+            TraceEvent::TraceTarget => StepJson::TraceTarget,
+            TraceEvent::Mark { from, to } => StepJson::Mark {
+                from: *from,
+                to: *to,
+            },
+            TraceEvent::CtMark { from, to } => StepJson::CtMark {
+                from: *from,
+                to: *to,
+            },
+            TraceEvent::Verdict {
+                table,
+                hook,
+                verdict,
+            } => StepJson::Verdict {
+                table: t(table),
+                hook: h(hook),
+                verdict: verdict.clone(),
+            },
+        },
+        Step::NatSetup {
+            hook,
+            manip,
+            what,
+            reply,
+        } => StepJson::NatSetup {
+            hook: h(hook),
+            manip: match manip {
+                Manip::Src => "SNAT",
+                Manip::Dst => "DNAT",
+            }
+            .to_string(),
+            what: what.clone(),
+            reply: reply.clone(),
+        },
+        Step::Rewrite {
+            hook,
+            before,
+            after,
+        } => StepJson::Rewrite {
+            hook: h(hook),
+            before: before.clone(),
+            after: after.clone(),
+        },
+        Step::Route(r) => StepJson::Route {
+            decision: r.clone(),
+        },
+        Step::Confirm(e) => StepJson::Confirm { entry: e.clone() },
+        Step::Fate(f) => StepJson::Fate { text: f.clone() },
+    }
+}
+
+/// Traces `pkt` through a copy of `base` (the node's namespace, rules loaded) and, with
+/// [`TraceOptions::all_branches`], follows every statistic branch.
+///
+/// With `local`, the packet's source must be an address of the node: a process can only send
+/// from its own addresses (`bind` fails with `EADDRNOTAVAIL` otherwise).
+pub fn trace(
+    node: &NodeSpec,
+    base: &Netns,
+    pkt: Packet,
+    opts: &TraceOptions,
+) -> Result<TraceReport, ExplainError> {
+    if opts.local && !(base.routing().is_local(pkt.src) || pkt.src.is_loopback()) {
+        let (ifaces, _) = node.describe(base);
+        return Err(ExplainError::BadFlag {
+            flag: "--local",
+            value: pkt.to_string(),
+            expected: format!(
+                "a source address of the node (a process can only send from its own addresses; the node has {})",
+                ifaces.join(", ")
+            ),
+        });
+    }
+    let (ingress, reason) = node.ingress_for(&pkt, opts.local);
+    let mut ns = base.clone();
+    let run = run_once(&mut ns, pkt, ingress);
+    let steps: &[Step] = run
+        .result
+        .trace
+        .as_ref()
+        .map(|t| t.steps.as_slice())
+        .unwrap_or(&[]);
+    let (interfaces, routes) = node.describe(base);
+    let branches = if opts.all_branches {
+        Some(branches::explore(base, pkt, ingress)?)
+    } else {
+        None
+    };
+    Ok(TraceReport {
+        packet: pkt.to_string(),
+        ingress: match ingress {
+            Ingress::Local => "local".to_string(),
+            Ingress::Interface(d) => d.to_string(),
+        },
+        ingress_reason: reason,
+        seed: node.seed,
+        interfaces,
+        routes,
+        steps: steps.iter().map(step_json).collect(),
+        outcome: run.outcome.clone(),
+        conntrack: run
+            .result
+            .entry
+            .as_ref()
+            .map(|e| e.list_line(SimTime::ZERO).to_string()),
+        branches,
+        trace_text: run
+            .result
+            .trace
+            .as_ref()
+            .map(|t| t.to_string())
+            .unwrap_or_default(),
+    })
+}
+
+impl Outcome {
+    /// `DNAT 10.96.0.10:53 -> 10.244.1.7:53; masqueraded 10.244.2.9:40000 -> 10.244.0.1:…`.
+    pub fn nat_summary(&self) -> String {
+        let mut parts = Vec::new();
+        match &self.dnat {
+            Some(d) => parts.push(format!("DNAT {d}")),
+            None => parts.push("no DNAT".to_string()),
+        }
+        match (&self.snat, self.masqueraded) {
+            (Some(s), true) => parts.push(format!("masqueraded {s}")),
+            (None, true) => parts.push("masqueraded (source unchanged)".to_string()),
+            (Some(s), false) => parts.push(format!("source NAT {s}, not masqueraded")),
+            (None, false) => parts.push("not masqueraded".to_string()),
+        }
+        parts.join("; ")
+    }
+}
+
+impl TraceReport {
+    /// The report for people.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "packet:  {}", self.packet);
+        let _ = writeln!(s, "node:    {}", self.interfaces.join(", "));
+        let _ = writeln!(s, "routes:  {}", self.routes.join("; "));
+        let _ = writeln!(s, "enters:  {}", self.ingress_reason);
+        let _ = writeln!(s, "seed:    {}", self.seed);
+        s.push('\n');
+        s.push_str(&self.trace_text);
+        s.push('\n');
+        let o = &self.outcome;
+        let _ = writeln!(s, "verdict:      {}", o.verdict);
+        let _ = writeln!(s, "fate:         {}", o.detail);
+        let _ = writeln!(
+            s,
+            "final tuple:  {}",
+            o.final_packet
+                .as_deref()
+                .unwrap_or("(none: the packet did not leave)")
+        );
+        if let (Some(i), Some(n)) = (&o.interface, &o.next_hop) {
+            let _ = writeln!(s, "leaves by:    {i} to {n}");
+        }
+        let _ = writeln!(s, "DNAT:         {}", o.dnat.as_deref().unwrap_or("none"));
+        let _ = writeln!(
+            s,
+            "masqueraded:  {}",
+            match (o.masqueraded, &o.snat) {
+                (true, Some(sn)) => format!("yes, {sn}"),
+                (true, None) => "yes (source unchanged)".to_string(),
+                (false, Some(sn)) => format!("no (source NAT {sn})"),
+                (false, None) => "no".to_string(),
+            }
+        );
+        let _ = writeln!(
+            s,
+            "conntrack:    {}",
+            self.conntrack.as_deref().unwrap_or("(no entry)")
+        );
+        if let Some(b) = &self.branches {
+            s.push('\n');
+            s.push_str(&b.text());
+        }
+        s
+    }
+
+    /// The report as one JSON object (stable field names; see the field docs).
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| {
+            // Serialising plain strings and numbers cannot fail; say so if it ever does.
+            format!("{{\"error\": {:?}}}", e.to_string())
+        })
+    }
+}

@@ -1,0 +1,346 @@
+//! `nfsim trace` on the kube-proxy fixture (tests/fixtures/cli/kube-proxy.rules): kube-dns
+//! 10.96.0.10:53/udp with three endpoints, kubernetes 10.96.0.1:443 with one, a service
+//! without endpoints; the node is 172.18.0.2/24 with pod CIDR 10.244.0.0/16 behind cni0.
+
+use serde_json::Value;
+use std::process::Command;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const RULES: &str = "tests/fixtures/cli/kube-proxy.rules";
+const ENDPOINTS: [&str; 3] = ["10.244.1.7:53", "10.244.1.8:53", "10.244.2.5:53"];
+
+fn nfsim(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nfsim"))
+        .args(args)
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// `nfsim trace --json` of `packet` with `extra` flags, parsed.
+fn trace_json(packet: &str, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "trace",
+        "--rules",
+        RULES,
+        "--node-addr",
+        "172.18.0.2",
+        "--pod-cidr",
+        "10.244.0.0/16",
+        "--packet",
+        packet,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let (code, out, err) = nfsim(&args);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn steps_of<'a>(v: &'a Value, kind: &str) -> Vec<&'a Value> {
+    v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == kind)
+        .collect()
+}
+
+#[test]
+fn a_pod_query_to_the_cluster_ip_is_dnatted_to_one_endpoint_and_not_masqueraded() {
+    let v = trace_json("udp 10.244.2.9:40000 -> 10.96.0.10:53", &[]);
+    assert_eq!(v["ingress"], "cni0");
+    let o = &v["outcome"];
+    assert_eq!(o["verdict"], "transmitted");
+    assert_eq!(o["interface"], "cni0");
+    let dnat = o["dnat"].as_str().unwrap();
+    let ep = dnat.strip_prefix("10.96.0.10:53 -> ").unwrap();
+    assert!(ENDPOINTS.contains(&ep), "{dnat}");
+    assert_eq!(
+        o["final_packet"].as_str().unwrap(),
+        format!("udp 10.244.2.9:40000 -> {ep}")
+    );
+    assert_eq!(o["masqueraded"], false);
+    assert!(o["snat"].is_null());
+
+    // Every hook on the way, in the kernel's order, and the rules with their numbers.
+    let hooks: Vec<&str> = steps_of(&v, "hook")
+        .iter()
+        .map(|s| s["hook"].as_str().unwrap())
+        .collect();
+    assert_eq!(hooks, ["PREROUTING", "FORWARD", "POSTROUTING"]);
+    let rules = steps_of(&v, "rule");
+    let svc: Vec<&&Value> = rules
+        .iter()
+        .filter(|r| r["table"] == "nat" && r["chain"] == "KUBE-SVC-TCOU7JCQXEZGVUNU")
+        .collect();
+    assert_eq!(svc[0]["num"], 1);
+    assert_eq!(
+        svc[0]["matched"], false,
+        "pod traffic is not marked for masquerade"
+    );
+    let draw = &svc[1]["draws"][0];
+    assert_eq!(draw["mode"], "random");
+    assert_eq!(draw["threshold"], 715_827_883);
+    assert_eq!(
+        svc[1]["matched"],
+        draw["draw"].as_u64().unwrap() < 715_827_883,
+        "the rule matched exactly when the draw was below the threshold"
+    );
+    let setup = steps_of(&v, "nat_setup");
+    assert_eq!(setup[0]["manip"], "DNAT");
+    assert_eq!(setup[0]["hook"], "PREROUTING");
+    let route = steps_of(&v, "route");
+    assert!(route[0]["decision"]
+        .as_str()
+        .unwrap()
+        .contains("dev cni0: FORWARD"));
+    assert!(v["conntrack"]
+        .as_str()
+        .unwrap()
+        .contains("src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 [UNREPLIED]"));
+}
+
+/// (numerator, denominator) of a probability object, exactly.
+fn frac(p: &Value) -> (u128, u128) {
+    (
+        p["numerator"].as_str().unwrap().parse().unwrap(),
+        p["denominator"].as_str().unwrap().parse().unwrap(),
+    )
+}
+
+#[test]
+fn all_branches_lists_each_endpoint_with_its_exact_probability_summing_to_one() {
+    let v = trace_json("udp 10.244.2.9:40000 -> 10.96.0.10:53", &["--all-branches"]);
+    let b = &v["branches"];
+    let outs = b["outcomes"].as_array().unwrap();
+    assert_eq!(outs.len(), 3, "{b:#}");
+    let mut eps: Vec<&str> = outs
+        .iter()
+        .map(|o| {
+            o["outcome"]["dnat"]
+                .as_str()
+                .unwrap()
+                .strip_prefix("10.96.0.10:53 -> ")
+                .unwrap()
+        })
+        .collect();
+    eps.sort();
+    assert_eq!(eps, ENDPOINTS);
+    // The kernel's quantized probabilities: round(0.3333333333 × 2^31) / 2^31 for the first
+    // endpoint, half of the rest for each of the others.
+    let fracs: Vec<&str> = outs
+        .iter()
+        .map(|o| o["probability"]["fraction"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fracs,
+        [
+            "715827883/2147483648",
+            "1431655765/4294967296",
+            "1431655765/4294967296"
+        ]
+    );
+    // Exactly 1 in total, each within the quantization error of 1/3.
+    let (mut num, den) = (0u128, 1u128 << 32);
+    for o in outs {
+        let (n, d) = frac(&o["probability"]);
+        num += n * (den / d);
+        let x: f64 = o["probability"]["decimal"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((x - 1.0 / 3.0).abs() < 1e-9, "{x}");
+    }
+    assert_eq!(num, den);
+    assert_eq!(b["sums_to_one"], true);
+    assert_eq!(b["total"]["fraction"], "1");
+    assert_eq!(b["statistic_rules"], 2);
+    // The paths: the first endpoint on rule 2 matching; the last on rules 2 and 3 failing.
+    let first_path = &outs[0]["paths"][0];
+    assert_eq!(first_path.as_array().unwrap().len(), 1);
+    assert_eq!(first_path[0]["rule"], 2);
+    assert_eq!(first_path[0]["matched"], true);
+
+    // The text form says the same.
+    let (code, text, _) = nfsim(&[
+        "trace",
+        "--rules",
+        RULES,
+        "--pod-cidr",
+        "10.244.0.0/16",
+        "--packet",
+        "udp 10.244.2.9:40000 -> 10.96.0.10:53",
+        "--all-branches",
+    ]);
+    assert_eq!(code, 0);
+    assert!(text.contains("all branches: 3 outcomes"), "{text}");
+    assert!(
+        text.contains("[1] p = 715827883/2147483648 ≈ 0.333333333489"),
+        "{text}"
+    );
+    assert!(text.contains("total: 1 (exactly 1)"), "{text}");
+}
+
+#[test]
+fn a_packet_from_outside_the_pod_cidr_is_marked_and_masqueraded() {
+    let v = trace_json("udp 172.18.0.5:40000 -> 10.96.0.10:53", &["--all-branches"]);
+    assert_eq!(v["ingress"], "eth0");
+    let o = &v["outcome"];
+    assert_eq!(o["masqueraded"], true);
+    let fin = o["final_packet"].as_str().unwrap();
+    assert!(
+        fin.starts_with("udp 10.244.0.1:"),
+        "source is cni0's address: {fin}"
+    );
+    assert!(o["snat"]
+        .as_str()
+        .unwrap()
+        .starts_with("172.18.0.5:40000 -> 10.244.0.1:"));
+    let marks = steps_of(&v, "mark");
+    assert_eq!(marks[0]["to"], 0x4000, "KUBE-MARK-MASQ set the bit");
+    let masq = steps_of(&v, "nat_setup")
+        .into_iter()
+        .find(|s| s["hook"] == "POSTROUTING")
+        .unwrap();
+    assert!(masq["what"].as_str().unwrap().starts_with("MASQUERADE"));
+    // Masqueraded whichever endpoint it goes to.
+    let outs = v["branches"]["outcomes"].as_array().unwrap();
+    assert_eq!(outs.len(), 3);
+    assert!(outs.iter().all(|o| o["outcome"]["masqueraded"] == true));
+
+    let (_, text, _) = nfsim(&[
+        "trace",
+        "--rules",
+        RULES,
+        "--pod-cidr",
+        "10.244.0.0/16",
+        "--packet",
+        "udp 172.18.0.5:40000 -> 10.96.0.10:53",
+    ]);
+    assert!(
+        text.contains("masqueraded:  yes, 172.18.0.5:40000 -> 10.244.0.1:"),
+        "{text}"
+    );
+    assert!(text.contains("MASQUERADE --random-fully"), "{text}");
+}
+
+#[test]
+fn a_service_with_one_endpoint_has_one_outcome_of_probability_one() {
+    let v = trace_json("tcp 10.244.2.9:40000 -> 10.96.0.1:443", &["--all-branches"]);
+    let outs = v["branches"]["outcomes"].as_array().unwrap();
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0]["probability"]["fraction"], "1");
+    assert_eq!(outs[0]["outcome"]["interface"], "eth0");
+    assert_eq!(
+        outs[0]["outcome"]["final_packet"],
+        "tcp 10.244.2.9:40000 -> 172.18.0.3:6443 SYN"
+    );
+    assert_eq!(v["branches"]["runs"], 1);
+}
+
+#[test]
+fn a_local_connection_to_a_service_without_endpoints_is_rejected_at_output() {
+    let v = trace_json("tcp 172.18.0.2:40000 -> 10.96.200.1:80", &["--local"]);
+    assert_eq!(v["ingress"], "local");
+    assert_eq!(v["outcome"]["verdict"], "rejected");
+    assert_eq!(v["outcome"]["detail"], "rejected by filter OUTPUT");
+    assert!(v["outcome"]["final_packet"].is_null());
+    let hooks: Vec<&str> = steps_of(&v, "hook")
+        .iter()
+        .map(|s| s["hook"].as_str().unwrap())
+        .collect();
+    assert_eq!(hooks[0], "OUTPUT");
+}
+
+#[test]
+fn same_seed_same_output_and_seeds_choose_endpoints() {
+    let run = |seed: &str| {
+        nfsim(&[
+            "trace",
+            "--rules",
+            RULES,
+            "--pod-cidr",
+            "10.244.0.0/16",
+            "--seed",
+            seed,
+            "--packet",
+            "udp 10.244.2.9:40000 -> 10.96.0.10:53",
+        ])
+        .1
+    };
+    assert_eq!(run("7"), run("7"));
+    let chosen: std::collections::BTreeSet<String> = (1..=12)
+        .map(|s| {
+            let out = run(&s.to_string());
+            out.lines()
+                .find(|l| l.starts_with("DNAT:"))
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(chosen.len() >= 2, "twelve seeds all chose {chosen:?}");
+}
+
+#[test]
+fn bad_input_gives_a_located_error_and_a_nonzero_exit() {
+    let (code, out, err) = nfsim(&[
+        "trace",
+        "--rules",
+        "tests/fixtures/cli/malformed.rules",
+        "--packet",
+        "udp 10.244.2.9:40000 -> 10.96.0.10:53",
+    ]);
+    assert_eq!(code, 2);
+    assert!(out.is_empty());
+    assert!(
+        err.contains("tests/fixtures/cli/malformed.rules:4: bad value \"fifty-three\" for --dport"),
+        "{err}"
+    );
+
+    let (code, _, err) = nfsim(&["trace", "--rules", RULES, "--packet", "udp 10.244.2.9 -> x"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--packet"), "{err}");
+
+    let (code, _, err) = nfsim(&[
+        "trace",
+        "--rules",
+        RULES,
+        "--local",
+        "--packet",
+        "udp 10.244.2.9:40000 -> 10.96.0.10:53",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("a source address of the node"), "{err}");
+
+    let (code, _, err) = nfsim(&[
+        "trace",
+        "--rules",
+        RULES,
+        "--pod-cidr",
+        "172.18.0.0/16",
+        "--packet",
+        "udp 10.244.2.9:40000 -> 10.96.0.10:53",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--pod-cidr"), "{err}");
+
+    let (code, _, err) = nfsim(&[
+        "trace",
+        "--rules",
+        "tests/fixtures/cli/no-such-file",
+        "--packet",
+        "udp 10.244.2.9:40000 -> 10.96.0.10:53",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("cannot read tests/fixtures/cli/no-such-file"),
+        "{err}"
+    );
+}
