@@ -10,7 +10,7 @@
 //! takes `now: SimTime`, and outputs (events) are drained by the caller. Its doc comment
 //! says in which order the hook pipeline calls what. Modules, bottom up:
 //!
-//! - [`tuple`]: [`Tuple`] (`struct nf_conntrack_tuple`), [`Dir`], ICMP type inversion.
+//! - [`tuple`](mod@tuple): [`Tuple`] (`struct nf_conntrack_tuple`), [`Dir`], ICMP type inversion.
 //! - [`config`]: [`Sysctls`], settable by the real `net.netfilter.nf_conntrack_*` names.
 //! - [`entry`]: [`Status`] bits, [`TcpState`], [`CtEntry`] snapshots and their `-L` lines.
 //! - [`table`]: [`Conntrack`] itself: lookup, allocation and early drop, confirm, expiry.
