@@ -29,8 +29,18 @@ enum Cmd {
     /// Print a node's `conntrack -L` at an instant.
     Conntrack(ConntrackArgs),
     /// Explain one packet rule by rule, through every hook, to its verdict.
+    ///
+    /// The node: eth0 with --node-addr/--node-prefix and a default route via the subnet's
+    /// first address; with --pod-cidr, a bridge cni0 holding the CIDR's first address. The
+    /// packet enters on cni0 if its source is in the pod CIDR, else on eth0, or takes OUTPUT
+    /// with --local. --all-branches forces each statistic rule met both ways and lists every
+    /// outcome with its exact probability (the kernel's round(p × 2^31) / 2^31).
     Trace(TraceArgs),
     /// Push a pcap capture through a ruleset, packet by packet.
+    ///
+    /// The node is built as for `nfsim trace`. Each packet enters at its capture time
+    /// (relative to the first): a source address of the node itself takes OUTPUT, a source in
+    /// the pod CIDR enters on cni0, any other on eth0.
     Replay(ReplayArgs),
 }
 

@@ -39,12 +39,15 @@ use sim_netfilter::{RestoreError, RestoreErrorKind};
 #[derive(Debug, thiserror::Error)]
 pub enum ExplainError {
     /// The rules file did not load: `FILE:LINE: what was wrong`, the line and a caret.
-    #[error("{}", rules_error_text(.file, .error))]
+    #[error("{}", rules_error_text(.file, .error, *.into_netns))]
     Rules {
         /// The rules file as named on the command line.
         file: String,
         /// The restore error, with its line number.
         error: Box<RestoreError>,
+        /// Whether it was loaded into a node's namespace (`trace`, `replay`) rather than by
+        /// `rules normalize`: the way out of some errors differs.
+        into_netns: bool,
     },
     /// A file could not be read or is not text.
     #[error("cannot read {file}: {source}")]
@@ -95,16 +98,21 @@ pub enum ExplainError {
 }
 
 /// `FILE:LINE: what`, then the offending line with a caret, as the restore error prints it.
-fn rules_error_text(file: &str, e: &RestoreError) -> String {
+fn rules_error_text(file: &str, e: &RestoreError, into_netns: bool) -> String {
     // RestoreError's Display is "line N: what\n  text\n  caret"; keep all but its prefix.
     let full = e.to_string();
     let rest = full.split_once('\n').map(|(_, r)| r).unwrap_or("");
     let what = match &e.kind {
         // The library's hint names its API; say what a command-line user can do.
+        RestoreErrorKind::NoSuchNfacct(n) if into_netns => format!(
+            "nfacct object {n:?} does not exist (on a node kube-proxy creates it with `nfacct add \
+             {n}` before it restores; nfsim trace and replay cannot create nfacct objects yet. \
+             Without a quota the match always matches, so deleting `-m nfacct --nfacct-name {n}` \
+             from the file changes no packet's way)"
+        ),
         RestoreErrorKind::NoSuchNfacct(n) => format!(
             "nfacct object {n:?} does not exist (iptables-restore fails the same way; on a node \
-             kube-proxy creates it with `nfacct add {n}` first: `nfsim rules normalize` takes \
-             --nfacct {n} to do the same)"
+             kube-proxy creates it with `nfacct add {n}` first: --nfacct {n} does the same)"
         ),
         k => k.to_string(),
     };
@@ -121,6 +129,7 @@ impl ExplainError {
         ExplainError::Rules {
             file: file.to_string(),
             error: Box::new(e),
+            into_netns: false,
         }
     }
 
@@ -129,6 +138,7 @@ impl ExplainError {
             NetnsError::Restore(r) => ExplainError::Rules {
                 file: file.to_string(),
                 error: r,
+                into_netns: true,
             },
             other => ExplainError::Netns(other.to_string()),
         }
