@@ -359,3 +359,44 @@ fn bad_input_gives_a_located_error_and_a_nonzero_exit() {
         "{err}"
     );
 }
+
+#[test]
+fn all_branches_handles_inverted_random_and_leaves_nth_deterministic() {
+    // nth: the first packet a fresh rule sees has index 0, so it always matches; the inverted
+    // random match matches with 1 − 0.25. Both together drop the packet in FORWARD.
+    let rules = "\
+*mangle
+:PREROUTING ACCEPT [0:0]
+-A PREROUTING -m statistic --mode nth --every 2 --packet 0 -j MARK --set-xmark 0x1/0x1
+-A PREROUTING -m statistic --mode random ! --probability 0.25 -j MARK --set-xmark 0x2/0x2
+COMMIT
+*filter
+:FORWARD ACCEPT [0:0]
+-A FORWARD -m mark --mark 0x3 -j DROP
+COMMIT
+";
+    let file = std::env::temp_dir().join(format!("nfsim-cli-trace-{}.rules", std::process::id()));
+    std::fs::write(&file, rules).unwrap();
+    let (code, out, err) = nfsim(&[
+        "trace",
+        "--rules",
+        file.to_str().unwrap(),
+        "--packet",
+        "udp 192.0.2.1:1000 -> 198.51.100.1:53",
+        "--all-branches",
+        "--json",
+    ]);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let b = &v["branches"];
+    assert_eq!(b["statistic_rules"], 1, "nth is not branched: {b:#}");
+    let outs = b["outcomes"].as_array().unwrap();
+    assert_eq!(outs.len(), 2);
+    assert_eq!(outs[0]["outcome"]["verdict"], "dropped");
+    assert_eq!(outs[0]["probability"]["fraction"], "3/4");
+    assert_eq!(outs[0]["paths"][0][0]["matched"], true);
+    assert_eq!(outs[1]["outcome"]["verdict"], "transmitted");
+    assert_eq!(outs[1]["probability"]["fraction"], "1/4");
+    assert_eq!(b["sums_to_one"], true);
+}
