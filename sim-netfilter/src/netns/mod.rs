@@ -504,6 +504,12 @@ impl Netns {
         Ok(self.ruleset.command(table, args)?)
     }
 
+    /// `nfacct add NAME`: creates an accounting object that `-m nfacct --nfacct-name NAME`
+    /// rules can then use (kube-proxy ≥ 1.29 creates its counters before it restores rules).
+    pub fn nfacct_add(&mut self, name: &str) -> Result<(), crate::ruleset::NfacctError> {
+        self.ruleset.nfacct_add(name)
+    }
+
     /// `iptables-save` output, without the dated comment lines (`counters` as `-c`).
     pub fn save(&self, counters: bool) -> String {
         self.ruleset.save(
