@@ -16,8 +16,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use sim_core::packet::icmp;
 use sim_core::{Packet, SimRng, SimTime, TcpFlags, L4};
 
+use crate::compile::{CMatch, CRule, CTarget, Program, DST_INV, PROTO_INV, SLOW_IP, SRC_INV};
 use crate::fmt::{rule_spec, target_spec};
-use crate::index::Key;
+use crate::index::{Key, Lookup};
 use crate::rule::*;
 use crate::ruleset::{Chain, Ruleset, TableData};
 use crate::state::{RecentEntry, RulesetState, RECENT_MAX_ENTRIES};
@@ -427,7 +428,11 @@ impl Ruleset {
                 ct: ctx.ct.describe(),
             });
         }
-        let v = self.walk(td, table, hook, ctx, state, trace.as_deref_mut());
+        let v = if trace.is_none() && self.indexing {
+            self.walk_fast(td, hook, ctx, state)
+        } else {
+            self.walk(td, table, hook, ctx, state, trace.as_deref_mut())
+        };
         if let Some(t) = trace {
             t.push(TraceEvent::Verdict {
                 table,
@@ -451,7 +456,7 @@ impl Ruleset {
             IpAddr::V4(v) => u32::from(v),
             IpAddr::V6(_) => 0,
         };
-        let mut pk = Pkt {
+        let pk = Pkt {
             src: ip4(ctx.packet.src),
             dst: ip4(ctx.packet.dst),
             proto: ctx.packet.protocol(),
@@ -464,7 +469,8 @@ impl Ruleset {
             proto: pk.proto,
             dport: d,
         });
-        let use_index = self.indexing && trace.is_none();
+        // The reference walk: in order, no index (the fast walk is `walk_fast`).
+        let use_index = false;
         let mut out = Verdict::accept();
         let base = td.builtin[hook as usize].unwrap_or_default();
         let mut stack = [(0u32, 0u32); MAX_DEPTH];
@@ -494,27 +500,35 @@ impl Ruleset {
                     }
                 }
             }
+            let mut known = false;
             if use_index {
                 if let Some(ix) = &chain.index {
-                    if let Some(next) = ix.skip(pos, key) {
-                        if next != pos {
-                            pos = next;
+                    match ix.lookup(pos, key) {
+                        Lookup::Outside => {}
+                        Lookup::Past(end) => {
+                            pos = end;
                             continue;
+                        }
+                        Lookup::Match(at) => {
+                            pos = at;
+                            known = true;
                         }
                     }
                 }
             }
             let rule = &chain.rules[pos];
             let mut draws = Vec::new();
-            let matched = rule_matches(
-                self,
-                rule,
-                hook,
-                ctx,
-                &pk,
-                state,
-                trace.is_some().then_some(&mut draws),
-            );
+            // A rule the index found matches by construction: its only tests are its key.
+            let matched = known
+                || rule_matches(
+                    self,
+                    rule,
+                    hook,
+                    ctx,
+                    &pk,
+                    state,
+                    trace.is_some().then_some(&mut draws),
+                );
             if let Some(t) = trace.as_deref_mut() {
                 t.push(TraceEvent::Rule {
                     table,
@@ -570,95 +584,13 @@ impl Ruleset {
                     chain = td.chain(chain_id);
                     pos = 0;
                 }
-                Target::Reject(w) => {
-                    out.action = Action::Reject(*w);
-                    return out;
-                }
-                Target::Dnat(r) => {
-                    out.nat = Some(NatRequest::Dnat(r.clone()));
-                    return out;
-                }
-                Target::Snat(r) => {
-                    out.nat = Some(NatRequest::Snat(r.clone()));
-                    return out;
-                }
-                Target::Masquerade(p) => {
-                    out.nat = Some(NatRequest::Masquerade(p.clone()));
-                    return out;
-                }
-                Target::Redirect(p) => {
-                    out.nat = Some(NatRequest::Redirect(p.clone()));
-                    return out;
-                }
-                Target::Mark { value, mask } => {
-                    let from = ctx.packet.mark;
-                    ctx.packet.mark = (from & !mask) ^ value;
-                    if let Some(t) = trace.as_deref_mut() {
-                        t.push(TraceEvent::Mark {
-                            from,
-                            to: ctx.packet.mark,
-                        });
-                    }
-                    pos += 1;
-                }
-                Target::Connmark(op) => {
-                    // xt_connmark connmark_tg_shift: nothing without a tracked entry.
-                    if let CtState::Tracked(ci) = &mut ctx.ct {
-                        let (old_ct, old_mark) = (ci.mark, ctx.packet.mark);
-                        match *op {
-                            ConnmarkOp::Set { value, mask } => ci.mark = (ci.mark & !mask) ^ value,
-                            ConnmarkOp::Save { nfmask, ctmask } => {
-                                ci.mark = (ci.mark & !ctmask) ^ (ctx.packet.mark & nfmask)
-                            }
-                            ConnmarkOp::Restore { nfmask, ctmask } => {
-                                ctx.packet.mark = (ctx.packet.mark & !nfmask) ^ (ci.mark & ctmask)
-                            }
-                        }
-                        if ci.mark != old_ct {
-                            out.ct_mark = Some(ci.mark);
-                        }
-                        if let Some(t) = trace.as_deref_mut() {
-                            if ci.mark != old_ct {
-                                t.push(TraceEvent::CtMark {
-                                    from: old_ct,
-                                    to: ci.mark,
-                                });
-                            }
-                            if ctx.packet.mark != old_mark {
-                                t.push(TraceEvent::Mark {
-                                    from: old_mark,
-                                    to: ctx.packet.mark,
-                                });
-                            }
-                        }
-                    }
-                    pos += 1;
-                }
-                Target::Ct { notrack, .. } => {
-                    if *notrack {
-                        out.notrack = true;
-                        ctx.ct = CtState::Untracked;
-                    }
-                    pos += 1;
-                }
-                Target::Log(l) => {
-                    if let Some(t) = trace.as_deref_mut() {
-                        t.push(TraceEvent::Log {
-                            prefix: l.prefix.clone(),
-                            level: l.level,
-                        });
-                    }
-                    pos += 1;
-                }
-                Target::Trace => {
-                    if let Some(t) = trace.as_deref_mut() {
-                        t.push(TraceEvent::TraceTarget);
+                other => {
+                    if effect(other, ctx, &mut out, trace.as_deref_mut()) {
+                        return out;
                     }
                     pos += 1;
                 }
             }
-            // The packet's ports never change during one table walk, but keep `pk` honest.
-            pk.len = u64::from(ctx.packet.len);
         }
     }
 
@@ -1035,4 +967,330 @@ fn update_after(
 /// `target_spec` re-exported for the trace of matched rules' targets.
 pub fn describe_target(t: &Target) -> String {
     target_spec(t)
+}
+
+/// Runs a target that is not a verdict or a jump: REJECT and the NAT targets end the walk
+/// (returns true); MARK, CONNMARK, CT, LOG and TRACE change the context and continue.
+fn effect(
+    target: &Target,
+    ctx: &mut EvalCtx<'_>,
+    out: &mut Verdict,
+    trace: Option<&mut Trace>,
+) -> bool {
+    match target {
+        Target::Reject(w) => {
+            out.action = Action::Reject(*w);
+            true
+        }
+        Target::Dnat(r) => {
+            out.nat = Some(NatRequest::Dnat(r.clone()));
+            true
+        }
+        Target::Snat(r) => {
+            out.nat = Some(NatRequest::Snat(r.clone()));
+            true
+        }
+        Target::Masquerade(p) => {
+            out.nat = Some(NatRequest::Masquerade(p.clone()));
+            true
+        }
+        Target::Redirect(p) => {
+            out.nat = Some(NatRequest::Redirect(p.clone()));
+            true
+        }
+        Target::Mark { value, mask } => {
+            let from = ctx.packet.mark;
+            ctx.packet.mark = (from & !mask) ^ value;
+            if let Some(t) = trace {
+                t.push(TraceEvent::Mark {
+                    from,
+                    to: ctx.packet.mark,
+                });
+            }
+            false
+        }
+        Target::Connmark(op) => {
+            // xt_connmark connmark_tg_shift: nothing without a tracked entry.
+            if let CtState::Tracked(ci) = &mut ctx.ct {
+                let (old_ct, old_mark) = (ci.mark, ctx.packet.mark);
+                match *op {
+                    ConnmarkOp::Set { value, mask } => ci.mark = (ci.mark & !mask) ^ value,
+                    ConnmarkOp::Save { nfmask, ctmask } => {
+                        ci.mark = (ci.mark & !ctmask) ^ (ctx.packet.mark & nfmask)
+                    }
+                    ConnmarkOp::Restore { nfmask, ctmask } => {
+                        ctx.packet.mark = (ctx.packet.mark & !nfmask) ^ (ci.mark & ctmask)
+                    }
+                }
+                if ci.mark != old_ct {
+                    out.ct_mark = Some(ci.mark);
+                }
+                if let Some(t) = trace {
+                    if ci.mark != old_ct {
+                        t.push(TraceEvent::CtMark {
+                            from: old_ct,
+                            to: ci.mark,
+                        });
+                    }
+                    if ctx.packet.mark != old_mark {
+                        t.push(TraceEvent::Mark {
+                            from: old_mark,
+                            to: ctx.packet.mark,
+                        });
+                    }
+                }
+            }
+            false
+        }
+        Target::Ct { notrack, .. } => {
+            if *notrack {
+                out.notrack = true;
+                ctx.ct = CtState::Untracked;
+            }
+            false
+        }
+        Target::Log(l) => {
+            if let Some(t) = trace {
+                t.push(TraceEvent::Log {
+                    prefix: l.prefix.clone(),
+                    level: l.level,
+                });
+            }
+            false
+        }
+        Target::Trace => {
+            if let Some(t) = trace {
+                t.push(TraceEvent::TraceTarget);
+            }
+            false
+        }
+        // Verdicts and jumps are the walkers' business.
+        Target::None
+        | Target::Accept
+        | Target::Drop
+        | Target::Return
+        | Target::Jump(_)
+        | Target::Goto(_) => false,
+    }
+}
+
+/// The IP part checks the compiled form leaves to the original rule (interfaces, fragments).
+#[inline]
+fn slow_ip_ok(ip: &IpMatch, ctx: &EvalCtx<'_>) -> bool {
+    if let Some(p) = &ip.iif {
+        let name = ctx.packet.iif.as_ref().map(|i| i.as_str()).unwrap_or("");
+        if p.matches(name) == ip.iif_inv {
+            return false;
+        }
+    }
+    if let Some(p) = &ip.oif {
+        let name = ctx.packet.oif.as_ref().map(|i| i.as_str()).unwrap_or("");
+        if p.matches(name) == ip.oif_inv {
+            return false;
+        }
+    }
+    ip.frag != Some(false)
+}
+
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn fast_matches(
+    rs: &Ruleset,
+    td: &TableData,
+    prog: &Program,
+    cr: &CRule,
+    hook: Hook,
+    ctx: &mut EvalCtx<'_>,
+    pk: &Pkt,
+    state: &mut RulesetState,
+) -> bool {
+    if ((pk.src ^ cr.src) & cr.smask == 0) == (cr.flags & SRC_INV != 0) {
+        return false;
+    }
+    if ((pk.dst ^ cr.dst) & cr.dmask == 0) == (cr.flags & DST_INV != 0) {
+        return false;
+    }
+    if cr.proto != 0 && (pk.proto == cr.proto) == (cr.flags & PROTO_INV != 0) {
+        return false;
+    }
+    if cr.flags & SLOW_IP != 0 && !slow_ip_ok(&td.chain(cr.chain).rules[cr.pos as usize].ip, ctx) {
+        return false;
+    }
+    let ms =
+        &prog.matches[cr.match_start as usize..cr.match_start as usize + usize::from(cr.nmatch)];
+    for m in ms {
+        let ok = match *m {
+            CMatch::Ports {
+                kind,
+                sport,
+                dport,
+                sinv,
+                dinv,
+                flags,
+            } => {
+                if kind == 2 && !matches!(ctx.packet.l4, L4::Sctp { .. }) {
+                    return false;
+                }
+                if !ports_ok(&sport, sinv, &dport, dinv, pk) {
+                    return false;
+                }
+                match flags {
+                    Some((mask, cmp, inv)) => match ctx.packet.l4 {
+                        L4::Tcp { flags, .. } => ((flags.0 & mask) == cmp) != inv,
+                        _ => false,
+                    },
+                    None => true,
+                }
+            }
+            CMatch::Mark { value, mask, inv } => ((ctx.packet.mark & mask) == value) != inv,
+            CMatch::State { mask, inv } => (mask & ctx.ct.state_bits() != 0) != inv,
+            CMatch::Random { threshold, inv } => {
+                ((ctx.rng.next_u32() & 0x7fff_ffff) < threshold) != inv
+            }
+            CMatch::Slow { idx } => {
+                let rule = &td.chain(cr.chain).rules[cr.pos as usize];
+                match_one(
+                    rs,
+                    &rule.matches[usize::from(idx)],
+                    hook,
+                    ctx,
+                    pk,
+                    state,
+                    None,
+                )
+            }
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+impl Ruleset {
+    /// The compiled, indexed walk: same results as `walk` (see `compile.rs`).
+    fn walk_fast(
+        &self,
+        td: &TableData,
+        hook: Hook,
+        ctx: &mut EvalCtx<'_>,
+        state: &mut RulesetState,
+    ) -> Verdict {
+        let prog = &*td.program;
+        let ip4 = |a: IpAddr| match a {
+            IpAddr::V4(v) => u32::from(v),
+            IpAddr::V6(_) => 0,
+        };
+        let pk = Pkt {
+            src: ip4(ctx.packet.src),
+            dst: ip4(ctx.packet.dst),
+            proto: ctx.packet.protocol(),
+            sport: ctx.packet.sport(),
+            dport: ctx.packet.dport(),
+            len: u64::from(ctx.packet.len),
+        };
+        let key = pk.dport.map(|d| Key {
+            dst: Some(pk.dst),
+            proto: pk.proto,
+            dport: d,
+        });
+        let mut out = Verdict::accept();
+        let base = td.builtin[hook as usize].unwrap_or_default();
+        let mut stack = [(0u32, 0u32); MAX_DEPTH];
+        let mut sp = 0usize;
+        let mut chain = base;
+        let mut start = prog.start[base as usize] as usize;
+        let mut end = prog.end[base as usize] as usize;
+        let mut pos = start;
+        loop {
+            if pos >= end {
+                match sp.checked_sub(1) {
+                    None => return self.policy(td, base, Table::Filter, state, &pk, out, None),
+                    Some(top) => {
+                        sp = top;
+                        let (c, p) = stack[top];
+                        chain = c;
+                        start = prog.start[c as usize] as usize;
+                        end = prog.end[c as usize] as usize;
+                        pos = p as usize;
+                        continue;
+                    }
+                }
+            }
+            let mut known = false;
+            if prog.indexed[chain as usize] {
+                if let Some(ix) = &td.chain(chain).index {
+                    match ix.lookup(pos - start, key) {
+                        Lookup::Outside => {}
+                        Lookup::Past(e) => {
+                            pos = start + e;
+                            continue;
+                        }
+                        Lookup::Match(at) => {
+                            pos = start + at;
+                            known = true;
+                        }
+                    }
+                }
+            }
+            let cr = &prog.rules[pos];
+            if !known && !fast_matches(self, td, prog, cr, hook, ctx, &pk, state) {
+                pos += 1;
+                continue;
+            }
+            let s = state.slot_lazy(
+                Bind {
+                    idx: cr.slot_idx,
+                    uid: cr.slot_uid,
+                },
+                || td.chain(cr.chain).rules[cr.pos as usize].initial_counters,
+            );
+            s.packets += 1;
+            s.bytes += pk.len;
+            match cr.target {
+                CTarget::None => pos += 1,
+                CTarget::Accept => return out,
+                CTarget::Drop => {
+                    out.action = Action::Drop;
+                    return out;
+                }
+                CTarget::Return => match sp.checked_sub(1) {
+                    None => return self.policy(td, base, Table::Filter, state, &pk, out, None),
+                    Some(top) => {
+                        sp = top;
+                        let (c, p) = stack[top];
+                        chain = c;
+                        start = prog.start[c as usize] as usize;
+                        end = prog.end[c as usize] as usize;
+                        pos = p as usize;
+                    }
+                },
+                CTarget::Jump(c) | CTarget::Goto(c) => {
+                    if matches!(cr.target, CTarget::Jump(_)) {
+                        if sp >= MAX_DEPTH {
+                            out.action = Action::Drop;
+                            return out;
+                        }
+                        stack[sp] = (chain, (pos + 1) as u32);
+                        sp += 1;
+                    }
+                    chain = c;
+                    start = prog.start[c as usize] as usize;
+                    end = prog.end[c as usize] as usize;
+                    pos = start;
+                }
+                CTarget::Mark { value, mask } => {
+                    ctx.packet.mark = (ctx.packet.mark & !mask) ^ value;
+                    pos += 1;
+                }
+                CTarget::Other => {
+                    let rule = &td.chain(cr.chain).rules[cr.pos as usize];
+                    if effect(&rule.target, ctx, &mut out, None) {
+                        return out;
+                    }
+                    pos += 1;
+                }
+            }
+        }
+    }
 }

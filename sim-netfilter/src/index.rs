@@ -72,19 +72,32 @@ impl Hasher for KeyHasher {
     }
 }
 
-type KeyMap = FastMap<Key, Positions>;
+type KeyMap = FastMap<Key, u32>;
 
-/// Positions of the rules with one key, ascending; almost always a single one.
-#[derive(Clone, Debug)]
-pub(crate) enum Positions {
-    One(u32),
-    Many(Vec<u32>),
-}
+/// A map value with this bit set is an index into the run's `many` lists (keys shared by
+/// several rules); otherwise it is the only rule position with that key.
+const MANY: u32 = 1 << 31;
 
 #[derive(Clone, Debug)]
 struct Run {
     end: u32,
     map: KeyMap,
+    /// Ascending positions of keys used by more than one rule.
+    many: Vec<Vec<u32>>,
+    /// Whether some rule of the run has no destination (then two lookups are needed).
+    has_any_dst: bool,
+}
+
+/// Where evaluation goes from a position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// The position is not in an indexed run: evaluate normally.
+    Outside,
+    /// No rule of the run from here on can match: continue at this position (the run's end).
+    Past(usize),
+    /// The rule at this position is the first one from here on that matches: all its tests
+    /// hold (they are exactly its key), run its target.
+    Match(usize),
 }
 
 /// The index of one chain.
@@ -168,25 +181,33 @@ impl ChainIndex {
                 continue;
             }
             let mut map = KeyMap::default();
+            let mut many: Vec<Vec<u32>> = Vec::new();
+            let mut has_any_dst = false;
             for (pos, k) in keys.iter().enumerate().take(i).skip(start) {
-                if let Some(k) = k {
-                    let pos = pos as u32;
-                    let slot = map.entry(*k).or_insert(Positions::Many(Vec::new()));
-                    *slot = match std::mem::replace(slot, Positions::Many(Vec::new())) {
-                        Positions::Many(v) if v.is_empty() => Positions::One(pos),
-                        Positions::One(first) => Positions::Many(vec![first, pos]),
-                        Positions::Many(mut v) => {
-                            v.push(pos);
-                            Positions::Many(v)
-                        }
-                    };
+                let Some(k) = k else { continue };
+                has_any_dst |= k.dst.is_none();
+                let pos = pos as u32;
+                match map.get(k).copied() {
+                    None => {
+                        map.insert(*k, pos);
+                    }
+                    Some(v) if v & MANY != 0 => many[(v & !MANY) as usize].push(pos),
+                    Some(first) => {
+                        many.push(vec![first, pos]);
+                        map.insert(*k, MANY | (many.len() - 1) as u32);
+                    }
                 }
             }
             let run_id = idx.runs.len() as u32;
             for r in &mut idx.run_of[start..i] {
                 *r = run_id;
             }
-            idx.runs.push(Run { end: i as u32, map });
+            idx.runs.push(Run {
+                end: i as u32,
+                map,
+                many,
+                has_any_dst,
+            });
         }
         if idx.runs.is_empty() {
             None
@@ -195,31 +216,42 @@ impl ChainIndex {
         }
     }
 
-    /// If `pos` is inside an indexed run: the first position ≥ `pos` in the run whose rule can
-    /// match a packet with `key` (`None` for a packet without ports), or the run's end.
+    /// Where to go from `pos` for a packet with `key` (`None` for a packet without ports):
+    /// in an indexed run, straight to the first rule at or after `pos` that matches, or past
+    /// the run.
     #[inline]
-    pub(crate) fn skip(&self, pos: usize, key: Option<Key>) -> Option<usize> {
-        let run = *self.run_of.get(pos)?;
+    pub(crate) fn lookup(&self, pos: usize, key: Option<Key>) -> Lookup {
+        let Some(&run) = self.run_of.get(pos) else {
+            return Lookup::Outside;
+        };
         if run == NO_RUN {
-            return None;
+            return Lookup::Outside;
         }
         let run = &self.runs[run as usize];
         let Some(key) = key else {
-            return Some(run.end as usize);
+            return Lookup::Past(run.end as usize);
         };
         let p = pos as u32;
         let first_at_or_after = |k: &Key| -> u32 {
             match run.map.get(k) {
-                Some(Positions::One(x)) if *x >= p => *x,
-                Some(Positions::One(_)) | None => run.end,
-                Some(Positions::Many(v)) => {
+                None => run.end,
+                Some(&v) if v & MANY != 0 => {
+                    let v = &run.many[(v & !MANY) as usize];
                     let i = v.partition_point(|&x| x < p);
                     v.get(i).copied().unwrap_or(run.end)
                 }
+                Some(&x) if x >= p => x,
+                Some(_) => run.end,
             }
         };
-        let exact = first_at_or_after(&key);
-        let any = first_at_or_after(&Key { dst: None, ..key });
-        Some(exact.min(any) as usize)
+        let mut at = first_at_or_after(&key);
+        if run.has_any_dst {
+            at = at.min(first_at_or_after(&Key { dst: None, ..key }));
+        }
+        if at >= run.end {
+            Lookup::Past(run.end as usize)
+        } else {
+            Lookup::Match(at as usize)
+        }
     }
 }

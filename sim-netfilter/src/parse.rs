@@ -1026,7 +1026,7 @@ impl MatchBuilder {
                     // libxt_tcp and libxt_sctp refuse min > max; libxt_udp takes it (and the
                     // rule then never matches).
                     let r = if self.kind == MKind::Udp {
-                        parse_ct_ports(&opt, a)?
+                        parse_ct_ports(opt, a)?
                     } else {
                         PortRange::parse_colon(
                             a,
@@ -1049,8 +1049,8 @@ impl MatchBuilder {
                     self.tcp.flags = Some(if def.id == 2 {
                         (0x17, 0x02, inv)
                     } else {
-                        let mask = parse_tcp_flag_list(&opt, a)?;
-                        let comp = parse_tcp_flag_list(&opt, args.get(1).copied().unwrap_or(""))?;
+                        let mask = parse_tcp_flag_list(opt, a)?;
+                        let comp = parse_tcp_flag_list(opt, args.get(1).copied().unwrap_or(""))?;
                         (mask, comp, inv)
                     });
                 }
@@ -1082,7 +1082,7 @@ impl MatchBuilder {
                 let mut slots = 0;
                 for item in a.split(',') {
                     let r = PortRange::parse_colon(item, Some(ip.proto))
-                        .map_err(|_| bad(&opt, a, "ports or low:high ranges, comma-separated"))?;
+                        .map_err(|_| bad(opt, a, "ports or low:high ranges, comma-separated"))?;
                     slots += if item.contains(':') { 2 } else { 1 };
                     ports.push(if item.contains(':') {
                         r
@@ -1091,7 +1091,7 @@ impl MatchBuilder {
                     });
                 }
                 if slots > 15 {
-                    return Err(bad(&opt, a, "at most 15 ports (a range counts as two)"));
+                    return Err(bad(opt, a, "at most 15 ports (a range counts as two)"));
                 }
                 let kind = match def.id {
                     0 => MultiportKind::Source,
@@ -1105,7 +1105,7 @@ impl MatchBuilder {
                     self.stat_mode = Some(match a {
                         "random" => 0,
                         "nth" => 1,
-                        _ => return Err(bad(&opt, a, "random or nth")),
+                        _ => return Err(bad(opt, a, "random or nth")),
                     })
                 }
                 1 => {
@@ -1113,22 +1113,22 @@ impl MatchBuilder {
                         .parse()
                         .ok()
                         .filter(|p: &f64| (0.0..=1.0).contains(p))
-                        .ok_or_else(|| bad(&opt, a, "a probability between 0 and 1"))?;
+                        .ok_or_else(|| bad(opt, a, "a probability between 0 and 1"))?;
                     self.stat_prob = Some(quantize_probability(p));
                     self.stat_inv |= inv;
                 }
                 2 => {
-                    let v = parse_u32(&opt, a)?;
+                    let v = parse_u32(opt, a)?;
                     if v == 0 {
-                        return Err(bad(&opt, a, "an integer 1-4294967295"));
+                        return Err(bad(opt, a, "an integer 1-4294967295"));
                     }
                     self.stat_every = Some(v);
                     self.stat_inv |= inv;
                 }
-                _ => self.stat_packet = Some(parse_u32(&opt, a)?),
+                _ => self.stat_packet = Some(parse_u32(opt, a)?),
             },
             MKind::Mark => {
-                let (value, mask) = parse_markmask(&opt, a)?;
+                let (value, mask) = parse_markmask(opt, a)?;
                 self.mark = Some(MarkMatch {
                     value,
                     mask: mask.unwrap_or(u32::MAX),
@@ -1139,25 +1139,25 @@ impl MatchBuilder {
                 self.ct.state = Some((parse_state_list("--state", a, false)?, inv));
             }
             MKind::Conntrack => match def.id {
-                0 => self.ct.state = Some((parse_state_list(&opt, a, true)?, inv)),
+                0 => self.ct.state = Some((parse_state_list(opt, a, true)?, inv)),
                 1 => {
-                    let p = parse_protocol(a).map_err(|e| bad(&opt, a, e))?;
+                    let p = parse_protocol(a).map_err(|e| bad(opt, a, e))?;
                     self.ct.proto = Some((p, inv));
                 }
-                2 => self.ct.orig_src = Some((parse_ct_addr(&opt, a)?, inv)),
-                3 => self.ct.orig_dst = Some((parse_ct_addr(&opt, a)?, inv)),
-                4 => self.ct.repl_src = Some((parse_ct_addr(&opt, a)?, inv)),
-                5 => self.ct.repl_dst = Some((parse_ct_addr(&opt, a)?, inv)),
-                6 => self.ct.orig_src_port = Some((parse_ct_ports(&opt, a)?, inv)),
-                7 => self.ct.orig_dst_port = Some((parse_ct_ports(&opt, a)?, inv)),
-                8 => self.ct.repl_src_port = Some((parse_ct_ports(&opt, a)?, inv)),
-                9 => self.ct.repl_dst_port = Some((parse_ct_ports(&opt, a)?, inv)),
+                2 => self.ct.orig_src = Some((parse_ct_addr(opt, a)?, inv)),
+                3 => self.ct.orig_dst = Some((parse_ct_addr(opt, a)?, inv)),
+                4 => self.ct.repl_src = Some((parse_ct_addr(opt, a)?, inv)),
+                5 => self.ct.repl_dst = Some((parse_ct_addr(opt, a)?, inv)),
+                6 => self.ct.orig_src_port = Some((parse_ct_ports(opt, a)?, inv)),
+                7 => self.ct.orig_dst_port = Some((parse_ct_ports(opt, a)?, inv)),
+                8 => self.ct.repl_src_port = Some((parse_ct_ports(opt, a)?, inv)),
+                9 => self.ct.repl_dst_port = Some((parse_ct_ports(opt, a)?, inv)),
                 10 => self.ct.status = Some((parse_status_list(a)?, inv)),
                 11 => {
                     let (lo, hi) = match a.split_once(':') {
-                        Some((lo, hi)) => (parse_u32(&opt, lo)?, parse_u32(&opt, hi)?),
+                        Some((lo, hi)) => (parse_u32(opt, lo)?, parse_u32(opt, hi)?),
                         None => {
-                            let v = parse_u32(&opt, a)?;
+                            let v = parse_u32(opt, a)?;
                             (v, v)
                         }
                     };
@@ -1169,13 +1169,13 @@ impl MatchBuilder {
                     } else if a.eq_ignore_ascii_case("REPLY") {
                         CtDirection::Reply
                     } else {
-                        return Err(bad(&opt, a, "ORIGINAL or REPLY"));
+                        return Err(bad(opt, a, "ORIGINAL or REPLY"));
                     })
                 }
             },
             MKind::Addrtype => match def.id {
-                0 => self.addrtype.src = Some((parse_addrtype_list(&opt, a)?, inv)),
-                1 => self.addrtype.dst = Some((parse_addrtype_list(&opt, a)?, inv)),
+                0 => self.addrtype.src = Some((parse_addrtype_list(opt, a)?, inv)),
+                1 => self.addrtype.dst = Some((parse_addrtype_list(opt, a)?, inv)),
                 2 | 3 => {
                     if self.addrtype.limit.is_some() {
                         return Err(invalid(
@@ -1207,24 +1207,24 @@ impl MatchBuilder {
                     self.recent.inv = inv;
                 }
                 4 => {
-                    let v = parse_u32(&opt, a)?;
+                    let v = parse_u32(opt, a)?;
                     if v == 0 {
-                        return Err(bad(&opt, a, "an integer 1-4294967295"));
+                        return Err(bad(opt, a, "an integer 1-4294967295"));
                     }
                     self.recent.seconds = v;
                 }
                 5 => self.recent.reap = true,
                 6 => {
-                    let v = parse_u32(&opt, a)?;
+                    let v = parse_u32(opt, a)?;
                     if v == 0 {
-                        return Err(bad(&opt, a, "an integer 1-4294967295"));
+                        return Err(bad(opt, a, "an integer 1-4294967295"));
                     }
                     self.recent.hitcount = v;
                 }
                 7 => self.recent.rttl = true,
                 8 => {
                     if a.is_empty() || a.len() >= 200 {
-                        return Err(bad(&opt, a, "a name of 1-199 bytes"));
+                        return Err(bad(opt, a, "a name of 1-199 bytes"));
                     }
                     self.recent.name = a.to_string();
                 }
@@ -1232,12 +1232,12 @@ impl MatchBuilder {
                 10 => self.recent.rdest = true,
                 _ => {
                     self.recent.mask =
-                        parse_ipv4(a).ok_or_else(|| bad(&opt, a, "a dotted netmask"))?;
+                        parse_ipv4(a).ok_or_else(|| bad(opt, a, "a dotted netmask"))?;
                 }
             },
             MKind::Nfacct => {
                 if a.is_empty() || a.len() > 31 {
-                    return Err(bad(&opt, a, "an nfacct object name of 1-31 bytes"));
+                    return Err(bad(opt, a, "an nfacct object name of 1-31 bytes"));
                 }
                 self.nfacct = Some(a.to_string());
             }
@@ -1462,12 +1462,12 @@ impl TargetBuilder {
         match self.kind {
             TKind::Reject => {
                 self.reject = RejectWith::parse(a).ok_or_else(|| {
-                    bad(&opt, a, "icmp-net-unreachable, icmp-host-unreachable, icmp-port-unreachable, icmp-proto-unreachable, icmp-net-prohibited, icmp-host-prohibited, icmp-admin-prohibited or tcp-reset")
+                    bad(opt, a, "icmp-net-unreachable, icmp-host-unreachable, icmp-port-unreachable, icmp-proto-unreachable, icmp-net-prohibited, icmp-host-prohibited, icmp-admin-prohibited or tcp-reset")
                 })?;
             }
             TKind::Dnat | TKind::Snat => match def.id {
                 0 => {
-                    let r = parse_nat_range(&opt, a, ports_ok)?;
+                    let r = parse_nat_range(opt, a, ports_ok)?;
                     self.nat.addrs = r.addrs;
                     self.nat.ports = r.ports;
                     self.nat.base_port = r.base_port;
@@ -1484,7 +1484,7 @@ impl TargetBuilder {
                             "Need TCP, UDP, SCTP or DCCP with port specification (give -p tcp, udp, sctp or dccp)",
                         ));
                     }
-                    self.portnat.ports = Some(parse_to_ports(&opt, a)?);
+                    self.portnat.ports = Some(parse_to_ports(opt, a)?);
                 }
                 1 => self.portnat.random = true,
                 _ => self.portnat.random_fully = true,
@@ -1497,19 +1497,19 @@ impl TargetBuilder {
                 }
                 self.mark = Some(match def.id {
                     0 => {
-                        let (v, m) = parse_markmask(&opt, a)?;
+                        let (v, m) = parse_markmask(opt, a)?;
                         (v, m.unwrap_or(u32::MAX))
                     }
                     1 => {
-                        let (v, m) = parse_markmask(&opt, a)?;
+                        let (v, m) = parse_markmask(opt, a)?;
                         (v, v | m.unwrap_or(u32::MAX))
                     }
-                    2 => (0, !parse_u32(&opt, a)?),
+                    2 => (0, !parse_u32(opt, a)?),
                     3 => {
-                        let b = parse_u32(&opt, a)?;
+                        let b = parse_u32(opt, a)?;
                         (b, b)
                     }
-                    _ => (parse_u32(&opt, a)?, 0),
+                    _ => (parse_u32(opt, a)?, 0),
                 });
             }
             TKind::Connmark => {
@@ -1527,35 +1527,35 @@ impl TargetBuilder {
                 }
                 match def.id {
                     0 => {
-                        let (v, m) = parse_markmask(&opt, a)?;
+                        let (v, m) = parse_markmask(opt, a)?;
                         self.ctmark = v;
                         self.ctmask = m.unwrap_or(u32::MAX);
                     }
                     3 => {
                         self.ctmark = 0;
-                        self.ctmask = !parse_u32(&opt, a)?;
+                        self.ctmask = !parse_u32(opt, a)?;
                     }
                     4 => {
-                        let b = parse_u32(&opt, a)?;
+                        let b = parse_u32(opt, a)?;
                         self.ctmark = b;
                         self.ctmask = b;
                     }
                     5 => {
-                        self.ctmark = parse_u32(&opt, a)?;
+                        self.ctmark = parse_u32(opt, a)?;
                         self.ctmask = 0;
                     }
                     6 => {
-                        let (v, m) = parse_markmask(&opt, a)?;
+                        let (v, m) = parse_markmask(opt, a)?;
                         self.ctmark = v;
                         self.ctmask = v | m.unwrap_or(u32::MAX);
                     }
                     7 => {
-                        let m = parse_u32(&opt, a)?;
+                        let m = parse_u32(opt, a)?;
                         self.nfmask = m;
                         self.ctmask = m;
                     }
-                    8 => self.nfmask = parse_u32(&opt, a)?,
-                    9 => self.ctmask = parse_u32(&opt, a)?,
+                    8 => self.nfmask = parse_u32(opt, a)?,
+                    9 => self.ctmask = parse_u32(opt, a)?,
                     _ => {}
                 }
             }
@@ -1570,7 +1570,7 @@ impl TargetBuilder {
                         return Err(bad(opt, a, "a non-empty prefix"));
                     }
                     if a.contains('\n') {
-                        return Err(bad(&opt, a, "a prefix without newlines"));
+                        return Err(bad(opt, a, "a prefix without newlines"));
                     }
                     self.log.prefix = truncate_bytes(a, 29);
                 }

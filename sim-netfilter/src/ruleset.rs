@@ -19,6 +19,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use crate::compile::{compile, Program};
 use crate::error::{RestoreError, RestoreErrorKind, RuleErrorKind};
 use crate::fmt as pr;
 use crate::index::{ChainIndex, FastMap, KeyHasher};
@@ -89,6 +90,8 @@ pub(crate) struct TableData {
     pub builtin: [Option<u32>; 5],
     /// Number of rules jumping or going to each chain name.
     pub refs: FastMap<String, u32>,
+    /// The compiled form evaluation uses (rebuilt at every commit).
+    pub program: Arc<Program>,
     free_ids: Vec<u32>,
 }
 
@@ -99,6 +102,7 @@ impl TableData {
             by_name: FastMap::default(),
             builtin: [None; 5],
             refs: FastMap::default(),
+            program: Arc::new(Program::default()),
             free_ids: Vec::new(),
         };
         for &h in table.hooks() {
@@ -1071,6 +1075,14 @@ impl Ruleset {
             let e = &mut self.nfacct.entries[i];
             e.refs = (e.refs + d).max(0);
         }
+        let mut prog = compile(&b.work);
+        prog.indexed = b
+            .work
+            .chains
+            .iter()
+            .map(|c| c.as_ref().is_some_and(|c| c.index.is_some()))
+            .collect();
+        b.work.program = Arc::new(prog);
         self.tables[ti] = Some(b.work);
         Ok(())
     }
@@ -1162,7 +1174,7 @@ impl Ruleset {
         let Some(td) = &self.tables[table.index()] else {
             // iptables-nft lists the built-in chains of a table it creates on demand.
             let tmp = TableData::new(table);
-            return Ok(list_table(&tmp, table, state, chain, opts, &mut out).map(|_| out)?);
+            return list_table(&tmp, table, state, chain, opts, &mut out).map(|_| out);
         };
         list_table(td, table, state, chain, opts, &mut out)?;
         Ok(out)

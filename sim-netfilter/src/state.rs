@@ -88,6 +88,26 @@ impl RulesetState {
         s
     }
 
+    #[inline]
+    pub(crate) fn slot_lazy(&mut self, b: Bind, init: impl FnOnce() -> Counters) -> &mut SlotState {
+        let i = b.idx as usize;
+        if i >= self.slots.len() {
+            let n = (i + 1).max(self.slots.len() * 2).max(64);
+            self.slots.resize(n, SlotState::default());
+        }
+        let s = &mut self.slots[i];
+        if s.uid != b.uid {
+            let c = init();
+            *s = SlotState {
+                uid: b.uid,
+                packets: c.packets,
+                bytes: c.bytes,
+                nth: 0,
+            };
+        }
+        s
+    }
+
     pub(crate) fn peek(&self, b: Bind, init: Counters) -> Counters {
         match self.slots.get(b.idx as usize) {
             Some(s) if s.uid == b.uid && b.uid != 0 => Counters {

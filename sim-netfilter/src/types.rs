@@ -265,8 +265,7 @@ pub fn parse_ipv4(s: &str) -> Option<Ipv4Addr> {
         return None;
     }
     let mut parts = [0u8; 4];
-    let mut n = 0;
-    for p in s.split('.') {
+    for (n, p) in s.split('.').enumerate() {
         if n == 4 || p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
@@ -275,7 +274,6 @@ pub fn parse_ipv4(s: &str) -> Option<Ipv4Addr> {
             return None;
         }
         parts[n] = v as u8;
-        n += 1;
     }
     Some(Ipv4Addr::from(parts))
 }

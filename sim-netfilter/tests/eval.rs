@@ -88,14 +88,30 @@ fn run(
     let addrs = LocalAddrs::new()
         .add("eth0", Ipv4Addr::new(172, 18, 0, 2), 16)
         .clone();
+    // The fast (compiled, indexed) walk must agree with the traced reference walk.
+    let mut fast_state = state.clone();
+    let mut fast_rng = rng.clone();
+    let mut fctx = EvalCtx::new(pkt, &addrs, now, &mut fast_rng);
+    fctx.ct = ct;
+    let fast = rs.run_hook(table, hook, &mut fctx, &mut fast_state, None);
+    let (fast_pkt, fast_ct) = (fctx.packet, fctx.ct);
     let mut ctx = EvalCtx::new(pkt, &addrs, now, rng);
     ctx.ct = ct;
     let mut trace = Trace::new();
     let verdict = rs.run_hook(table, hook, &mut ctx, state, Some(&mut trace));
+    let (packet, ct) = (ctx.packet, ctx.ct);
+    assert_eq!(fast, verdict, "fast and reference walks disagree on {pkt}");
+    assert_eq!((fast_pkt, fast_ct), (packet, ct));
+    let with_c = SaveOptions {
+        counters: true,
+        ..SaveOptions::default()
+    };
+    assert_eq!(rs.save(&fast_state, &with_c), rs.save(state, &with_c));
+    assert_eq!(fast_rng.next_u64(), rng.clone().next_u64());
     Run {
         verdict,
-        packet: ctx.packet,
-        ct: ctx.ct,
+        packet,
+        ct,
         trace,
     }
 }

@@ -71,10 +71,16 @@ fn random_ruleset(seed: u64) -> String {
             8 => format!(
                 "-A BIG -s 10.244.0.0/16{dst} -p {proto} -m {proto} --dport {port}{target}\n"
             ),
-            _ => match r.below(3) {
+            _ => match r.below(9) {
                 0 => format!("-A BIG -m statistic --mode random --probability 0.3{target}\n"),
                 1 => format!("-A BIG -p {proto} -m {proto} ! --dport {port}{target}\n"),
-                _ => format!("-A BIG -m mark --mark 0x10/0x10{target}\n"),
+                2 => format!("-A BIG -i eth+ ! -o lo -m mark --mark 0x10/0x10{target}\n"),
+                3 => format!("-A BIG -p {proto} -m multiport --dports 53,80:90{target}\n"),
+                4 => format!("-A BIG -p icmp -m icmp --icmp-type echo-request{target}\n"),
+                5 => format!("-A BIG -m addrtype --dst-type LOCAL{target}\n"),
+                6 => format!("-A BIG -m recent --name R --rcheck --seconds 1{target}\n-A BIG -m recent --name R --set\n"),
+                7 => "-A BIG -m conntrack --ctstate NEW --ctorigdst 10.96.0.0/12 -j CONNMARK --set-xmark 0x5/0xff\n".to_string(),
+                _ => format!("-A BIG ! -s 10.244.0.0/16 -j LOG --log-prefix x\n-A BIG -m statistic --mode nth --every 2 --packet 1{target}\n"),
             },
         };
         nat.push_str(&line);
@@ -131,6 +137,12 @@ fn random_packet(r: &mut SimRng) -> Packet {
         ),
     };
     p.mark = *pick(r, &[0u32, 0, 0, 0x7, 0x10]);
+    const IIFS: [&str; 3] = ["eth0", "lo", "veth1"];
+    const OIFS: [&str; 2] = ["eth0", "lo"];
+    let iif = pick::<&str>(r, &IIFS);
+    let oif = pick::<&str>(r, &OIFS);
+    p.iif = Some(sim_core::IfName::new(iif).unwrap());
+    p.oif = Some(sim_core::IfName::new(oif).unwrap());
     p
 }
 
@@ -177,16 +189,18 @@ fn check(seed: u64) {
                 mark: 0,
                 expires_secs: 30,
             });
-            let now = SimTime::from_millis(i);
+            let now = SimTime::from_millis(i * 300);
             let mut c1 = EvalCtx::new(pkt, &addrs, now, &mut g1);
             c1.ct = ct;
             let v1 = indexed.run_hook(table, hook, &mut c1, &mut s1, None);
             let m1 = c1.packet.mark;
             let mut c2 = EvalCtx::new(pkt, &addrs, now, &mut g2);
             c2.ct = ct;
+            let ct1 = c1.ct;
             let v2 = plain.run_hook(table, hook, &mut c2, &mut s2, None);
             assert_eq!(v1, v2, "seed {seed} packet {i} {pkt} {table} {hook}");
             assert_eq!(m1, c2.packet.mark, "seed {seed} packet {i}");
+            assert_eq!(ct1, c2.ct, "seed {seed} packet {i}");
             // The traced walk (always in order) agrees too.
             if i % 50 == 0 {
                 let mut g3 = g2.clone();

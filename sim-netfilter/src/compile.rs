@@ -1,0 +1,227 @@
+//! A compact, contiguous form of a table for fast evaluation.
+//!
+//! After every commit each table is flattened into a [`Program`]: all its chains' rules in
+//! one array of small [`CRule`]s (addresses as masks, flags as bits, the common matches
+//! inline in a second array, jumps as array positions), so following a packet through
+//! `KUBE-SERVICES → KUBE-SVC-… → KUBE-SEP-…` touches a few adjacent cache lines instead of
+//! chasing chain, rule and match allocations. Anything uncommon (interfaces, fragments,
+//! conntrack beyond `--ctstate`, addrtype, recent, nfacct, multiport, icmp, NAT and the other
+//! non-trivial targets) points back at the original rule and is evaluated by the same code as
+//! the reference walk. The reference walk (`Ruleset::set_indexing(false)`, and every traced
+//! walk) never uses this; a property test checks both agree.
+
+use crate::rule::*;
+use crate::ruleset::TableData;
+use crate::types::PortRange;
+
+pub(crate) const SRC_INV: u16 = 1 << 0;
+pub(crate) const DST_INV: u16 = 1 << 1;
+pub(crate) const PROTO_INV: u16 = 1 << 2;
+/// Interfaces or fragment flag: check the original rule's IP part.
+pub(crate) const SLOW_IP: u16 = 1 << 3;
+
+/// The target of a compiled rule.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CTarget {
+    None,
+    Accept,
+    Drop,
+    Return,
+    /// Jump to the chain with this id.
+    Jump(u32),
+    /// Goto the chain with this id.
+    Goto(u32),
+    Mark {
+        value: u32,
+        mask: u32,
+    },
+    /// Anything else: run the original rule's target.
+    Other,
+}
+
+/// A compiled match.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CMatch {
+    /// tcp (0), udp (1) or sctp (2) ports, and tcp flags.
+    Ports {
+        kind: u8,
+        sport: PortRange,
+        dport: PortRange,
+        sinv: bool,
+        dinv: bool,
+        flags: Option<(u8, u8, bool)>,
+    },
+    Mark {
+        value: u32,
+        mask: u32,
+        inv: bool,
+    },
+    /// conntrack/state with only a state test.
+    State {
+        mask: u16,
+        inv: bool,
+    },
+    Random {
+        threshold: u32,
+        inv: bool,
+    },
+    /// Anything else: the original rule's match number `idx`.
+    Slow {
+        idx: u16,
+    },
+}
+
+/// A compiled rule.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CRule {
+    pub src: u32,
+    pub smask: u32,
+    pub dst: u32,
+    pub dmask: u32,
+    pub slot_uid: u64,
+    pub slot_idx: u32,
+    pub match_start: u32,
+    pub nmatch: u16,
+    pub flags: u16,
+    pub proto: u8,
+    pub target: CTarget,
+    /// The original rule: chain id and position.
+    pub chain: u32,
+    pub pos: u32,
+}
+
+/// A table in compiled form.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Program {
+    pub rules: Vec<CRule>,
+    pub matches: Vec<CMatch>,
+    /// By chain id: first rule and one past the last (both 0 for a freed id).
+    pub start: Vec<u32>,
+    pub end: Vec<u32>,
+    /// By chain id: whether the chain has a first-match index.
+    pub indexed: Vec<bool>,
+}
+
+fn compile_match(m: &Match, idx: usize) -> Option<CMatch> {
+    Some(match m {
+        Match::Comment(_) => return None,
+        Match::Tcp(t) => CMatch::Ports {
+            kind: 0,
+            sport: t.sport,
+            dport: t.dport,
+            sinv: t.sport_inv,
+            dinv: t.dport_inv,
+            flags: t.flags,
+        },
+        Match::Udp(p) | Match::Sctp(p) => CMatch::Ports {
+            kind: if matches!(m, Match::Udp(_)) { 1 } else { 2 },
+            sport: p.sport,
+            dport: p.dport,
+            sinv: p.sport_inv,
+            dinv: p.dport_inv,
+            flags: None,
+        },
+        Match::Mark(mk) => CMatch::Mark {
+            value: mk.value,
+            mask: mk.mask,
+            inv: mk.inv,
+        },
+        Match::Conntrack(c)
+            if c.proto.is_none()
+                && c.orig_src.is_none()
+                && c.orig_dst.is_none()
+                && c.repl_src.is_none()
+                && c.repl_dst.is_none()
+                && c.orig_src_port.is_none()
+                && c.orig_dst_port.is_none()
+                && c.repl_src_port.is_none()
+                && c.repl_dst_port.is_none()
+                && c.status.is_none()
+                && c.expires.is_none()
+                && c.dir.is_none()
+                && c.state.is_some() =>
+        {
+            let (mask, inv) = c.state.unwrap_or_default();
+            CMatch::State { mask, inv }
+        }
+        Match::Statistic(StatisticMatch {
+            mode: StatisticMode::Random { probability },
+            inv,
+            ..
+        }) => CMatch::Random {
+            threshold: *probability,
+            inv: *inv,
+        },
+        _ => CMatch::Slow { idx: idx as u16 },
+    })
+}
+
+/// Flattens `td` (whose jumps are resolved).
+pub(crate) fn compile(td: &TableData) -> Program {
+    let n = td.chains.len();
+    let mut p = Program {
+        rules: Vec::new(),
+        matches: Vec::new(),
+        start: vec![0; n],
+        end: vec![0; n],
+        indexed: vec![false; n],
+    };
+    for (id, c) in td.chains.iter().enumerate() {
+        let Some(c) = c else { continue };
+        p.start[id] = p.rules.len() as u32;
+        for (pos, r) in c.rules.iter().enumerate() {
+            let ip = &r.ip;
+            let mut flags = 0;
+            if ip.src_inv {
+                flags |= SRC_INV;
+            }
+            if ip.dst_inv {
+                flags |= DST_INV;
+            }
+            if ip.proto_inv {
+                flags |= PROTO_INV;
+            }
+            if ip.iif.is_some() || ip.oif.is_some() || ip.frag.is_some() {
+                flags |= SLOW_IP;
+            }
+            let match_start = p.matches.len() as u32;
+            for (i, m) in r.matches.iter().enumerate() {
+                if let Some(cm) = compile_match(m, i) {
+                    p.matches.push(cm);
+                }
+            }
+            let target = match &r.target {
+                Target::None => CTarget::None,
+                Target::Accept => CTarget::Accept,
+                Target::Drop => CTarget::Drop,
+                Target::Return => CTarget::Return,
+                Target::Jump(c) => CTarget::Jump(c.id.idx),
+                Target::Goto(c) => CTarget::Goto(c.id.idx),
+                Target::Mark { value, mask } => CTarget::Mark {
+                    value: *value,
+                    mask: *mask,
+                },
+                _ => CTarget::Other,
+            };
+            let (src, smask) = ip.src.map(|n| (n.addr, n.mask)).unwrap_or((0, 0));
+            let (dst, dmask) = ip.dst.map(|n| (n.addr, n.mask)).unwrap_or((0, 0));
+            p.rules.push(CRule {
+                src,
+                smask,
+                dst,
+                dmask,
+                slot_uid: r.slot.uid,
+                slot_idx: r.slot.idx,
+                match_start,
+                nmatch: (p.matches.len() as u32 - match_start) as u16,
+                flags,
+                proto: ip.proto,
+                target,
+                chain: id as u32,
+                pos: pos as u32,
+            });
+        }
+        p.end[id] = p.rules.len() as u32;
+    }
+    p
+}
