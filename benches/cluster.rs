@@ -28,12 +28,13 @@ fn big_scenario(nodes: usize, services: usize, endpoints: usize, clients: usize)
     }
     s.push_str("pods:\n");
     let per_node = endpoints.div_ceil(nodes).max(1) + clients.div_ceil(nodes);
-    assert!(per_node < 250, "too many pods per node for a /24");
+    assert!(per_node < 253, "too many pods per node for a /24");
     let mut slot = vec![0usize; nodes];
     let mut place = |i: usize| {
         let n = i % nodes;
+        // .1 is the node's own address on its pod veths.
         slot[n] += 1;
-        (n, format!("10.{}.{}.{}", 100 + n / 250, n % 250, slot[n]))
+        (n, format!("10.{}.{}.{}", 100 + n / 250, n % 250, slot[n] + 1))
     };
     for e in 0..endpoints {
         let (n, ip) = place(e);

@@ -2,10 +2,12 @@
 //! the control plane, and the driver that runs them all on one event queue.
 //!
 //! - [`apps`]: servers and clients as sans-IO state machines.
-//! - [`kernel`]: the adapter to a node's network namespace (currently a test double).
+//! - [`control`]: pod lifecycle and the EndpointSlice controller.
+//! - [`proxy`]: kube-proxy on the nodes, applied to their network namespaces.
+//! - [`sim`]: the driver: each node a `sim_netfilter::netns::Netns`, the network between
+//!   them, expectations and outputs.
 
 pub mod apps;
 pub mod control;
-pub mod kernel;
 pub mod proxy;
 pub mod sim;

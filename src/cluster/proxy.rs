@@ -1,390 +1,319 @@
-//! One kube-proxy per node: what it has seen of Services and EndpointSlices, when it syncs,
-//! what it writes (the kubeproxy module's renderer), and the stale-UDP conntrack cleanup it
-//! runs after a sync.
+//! kube-proxy on the nodes: the kubeproxy module's [`KubeProxy`] (rendering, sync timing,
+//! cleanup), its output applied to each node's [`Netns`] as kube-proxy applies it, and its
+//! conntrack cleanup run against the nodes' real tables.
 //!
-//! The rendering is `kubeproxy::render_sync`. Two parts are **stand-ins** until the kubeproxy
-//! module publishes them, clearly so and replaced then: the sync rate limiter
-//! ([`SyncTimer`], a token bucket of `minSyncPeriod` with burst 2, as kube-proxy's
-//! `BoundedFrequencyRunner`), and the per-release cleanup ([`stand_in_cleanup`],
-//! KUBE_PROXY.md §6).
+//! A sync is applied as kube-proxy does it (`syncProxyRules`): on a full sync the jump rules
+//! first, each as `EnsureChain` (`iptables -N` unless the chain exists) and
+//! `EnsureRule(Prepend)` (`iptables -C`, then `iptables -I` when missing), then the payload
+//! with `iptables-restore --noflush`. The outcome goes back to kube-proxy
+//! ([`KubeProxy::complete_sync`]), which then runs its cleanup strategy through
+//! [`ConntrackOps`] on the node's table.
+//!
+//! # Shared instances
+//!
+//! Every kube-proxy of a cluster receives the same objects at the same instants and has the
+//! same timing, so nodes whose configuration renders identical rules sync at the same
+//! instants and write the same text. [`ProxyGroup`] runs one [`KubeProxy`] for such a set of
+//! nodes and applies its output to each of them; the cleanup runs once against all their
+//! tables together ([`NodesConntrack`]: a list spans every table, a delete is applied to
+//! every table), which deletes on each node exactly what that node's own kube-proxy would
+//! (the filters a strategy derives from an entry select only entries that are stale for the
+//! same reason on any node). Rules are identical when the configurations differ only in node
+//! name and address and no Service reads either: no `internalTrafficPolicy: Local`, no
+//! `externalTrafficPolicy: Local`, no `loadBalancerSourceRanges` ([`rules_are_node_independent`]).
+//! A user-supplied cleanup ([`CleanupFactory`]) always gets one kube-proxy per node.
 
-use super::kernel::{CtFilter, Kernel, ServiceBackend, ServiceMap};
-use crate::k8s::{Cidr, EndpointSlice, Protocol, Service};
+use crate::k8s::Service;
+use crate::kubeproxy::ct_adapter::to_filter;
+use crate::kubeproxy::model::service_ports;
 use crate::kubeproxy::{
-    categorize_endpoints, render_sync, LocalDetector, ProxierConfig, ProxyState, SyncScope,
+    CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry, CtFilter, CtTuple, JumpRule, KubeProxy,
+    Latest, NoCleanup, ProxierConfig, SyncOutput, Table as KpTable, V131, V132, V133,
 };
 use crate::scenario::model::Release;
-use sim_core::packet::{IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP};
-use sim_core::{SimDuration, SimTime};
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use sim_conntrack::Conntrack;
+use sim_core::SimTime;
+use sim_netfilter::netns::Netns;
+use sim_netfilter::{rule_spec, Table};
 
-/// A full resync happens at most this often (kube-proxy's `fullSyncPeriod`, 1 h).
-pub const FULL_SYNC_PERIOD: SimDuration = SimDuration::from_secs(3600);
+/// Makes the cleanup strategy of one node's kube-proxy; called once per node with the node's
+/// name, in scenario order. See [`crate::cluster::sim::RunOptions::cleanup`].
+pub type CleanupFactory = Box<dyn FnMut(&str) -> Box<dyn ConntrackCleanup>>;
 
-/// Rate limiting of syncs: at most `burst` syncs at once, refilled one per `min_sync_period`
-/// (STAND-IN for the kubeproxy module's SyncRunner).
-#[derive(Debug, Clone)]
-pub struct SyncTimer {
-    min_sync_period: SimDuration,
-    burst: u32,
-    tokens: u32,
-    last_refill: SimTime,
-}
-
-impl SyncTimer {
-    /// A full bucket.
-    pub fn new(min_sync_period: SimDuration) -> SyncTimer {
-        SyncTimer {
-            min_sync_period,
-            burst: 2,
-            tokens: 2,
-            last_refill: SimTime::ZERO,
-        }
-    }
-    fn refill(&mut self, now: SimTime) {
-        if self.min_sync_period.is_zero() {
-            self.tokens = self.burst;
-            return;
-        }
-        let elapsed = now.saturating_since(self.last_refill).as_nanos();
-        let n = elapsed / self.min_sync_period.as_nanos();
-        if n > 0 {
-            self.tokens = (self.tokens as u64 + n).min(self.burst as u64) as u32;
-            self.last_refill += self.min_sync_period.saturating_mul(n);
-        }
-        if self.tokens == self.burst {
-            self.last_refill = now;
-        }
-    }
-    /// The earliest instant at or after `now` a sync may run.
-    pub fn next_allowed(&mut self, now: SimTime) -> SimTime {
-        self.refill(now);
-        if self.tokens > 0 {
-            now
-        } else {
-            self.last_refill + self.min_sync_period
-        }
-    }
-    /// Takes a token for a sync at `now` (which must be allowed).
-    pub fn take(&mut self, now: SimTime) {
-        self.refill(now);
-        self.tokens = self.tokens.saturating_sub(1);
+/// The cleanup strategy a scenario's `kubeProxy.release` selects (KUBE_PROXY.md §6).
+pub fn release_cleanup(release: Release) -> Box<dyn ConntrackCleanup> {
+    match release {
+        Release::None => Box::new(NoCleanup),
+        Release::V131 => Box::new(V131 { serving_fix: false }),
+        Release::V131Fixed => Box::new(V131 { serving_fix: true }),
+        Release::V132 => Box::new(V132::default()),
+        Release::V133 => Box::new(V133::default()),
+        Release::Latest => Box::new(Latest::default()),
     }
 }
 
-/// What one sync did, for the timeline.
-#[derive(Debug, Clone)]
-pub struct SyncReport {
-    /// Whether it was a full sync.
-    pub full: bool,
-    /// Services whose rules changed.
-    pub changed: BTreeSet<(String, String)>,
-    /// nat rules written.
-    pub nat_rules: usize,
-    /// filter rules written.
-    pub filter_rules: usize,
-    /// Conntrack entries deleted by the cleanup (their `-L` lines).
-    pub deleted: Vec<String>,
-    /// An error applying the rules, if any.
+/// Whether no Service makes kube-proxy's rules depend on which node renders them (see the
+/// module documentation).
+pub fn rules_are_node_independent(services: &[Service]) -> bool {
+    services.iter().flat_map(service_ports).all(|p| {
+        !p.internal_policy_local
+            && !p.external_policy_local
+            && p.load_balancer_source_ranges.is_empty()
+            && p.health_check_node_port.is_none()
+    })
+}
+
+/// Whether two configurations render the same rules for node-independent Services: equal
+/// but for the node's name and address.
+pub fn same_rendering(a: &ProxierConfig, b: &ProxierConfig) -> bool {
+    let mut b = b.clone();
+    b.node_name.clone_from(&a.node_name);
+    b.node_ip = a.node_ip;
+    *a == b
+}
+
+fn table(t: KpTable) -> Table {
+    match t {
+        KpTable::Filter => Table::Filter,
+        KpTable::Nat => Table::Nat,
+    }
+}
+
+/// Installs one jump rule as kube-proxy's `EnsureChain` + `EnsureRule(Prepend)` do: creates
+/// the target chain if it is missing (`iptables -N`), then inserts the rule at the top of the
+/// built-in chain unless an identical rule is already there (`iptables -C`, which compares
+/// the rule's specification; here its iptables-save form).
+pub fn ensure_jump_rule(ns: &mut Netns, j: &JumpRule) -> Result<(), String> {
+    let t = table(j.table);
+    if ns.ruleset().chain(t, j.target).is_none() {
+        ns.iptables(t, &format!("-N {}", j.target))
+            .map_err(|e| format!("iptables -t {} -N {}: {e}", j.table.name(), j.target))?;
+    }
+    let spec = j.rule_text();
+    let present = ns
+        .ruleset()
+        .rules(t, j.chain)
+        .is_some_and(|rules| rules.iter().any(|r| rule_spec(r) == spec));
+    if !present {
+        ns.iptables(t, &format!("-I {} {spec}", j.chain))
+            .map_err(|e| format!("{}: {e}", j.command()))?;
+    }
+    Ok(())
+}
+
+/// Applies one sync to a node: the jump rules (full syncs), then `iptables-restore
+/// --noflush` of the payload. On error, what the restore would have changed is left
+/// unchanged (the restore is atomic), as with the real tool.
+pub fn apply_sync(ns: &mut Netns, out: &SyncOutput) -> Result<(), String> {
+    for j in &out.jump_rules {
+        ensure_jump_rule(ns, j)?;
+    }
+    ns.restore(&out.restore, true)
+        .map(|_| ())
+        .map_err(|e| format!("iptables-restore --noflush: {e}"))
+}
+
+/// The number of rules (`-A` lines) a payload writes into the nat table.
+pub fn nat_rules_written(restore: &str) -> usize {
+    let mut in_nat = false;
+    let mut n = 0;
+    for line in restore.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            in_nat = t.trim() == "nat";
+        } else if in_nat && line.starts_with("-A ") {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// An entry a cleanup deleted on one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deleted {
+    /// Which deletion request of the [`CleanupReport`] deleted it (its index).
+    pub request: usize,
+    /// The node (index).
+    pub node: usize,
+    /// The entry's `conntrack -L` line as it was.
+    pub line: String,
+}
+
+/// [`ConntrackOps`] over the tables of one or more nodes at one instant: `list` returns every
+/// table's live entries (node by node, each in its dump order), `delete` deletes what matches
+/// in every table (with the `[DESTROY] … [USERSPACE]` events `conntrack -D` causes) and
+/// records each deleted entry.
+pub struct NodesConntrack<'a> {
+    tables: Vec<(usize, &'a mut Conntrack)>,
+    now: SimTime,
+    requests: usize,
+    /// The entries deleted so far.
+    pub deleted: Vec<Deleted>,
+}
+
+impl<'a> NodesConntrack<'a> {
+    /// The tables of the nodes given as (node index, table), at `now`.
+    pub fn new(tables: Vec<(usize, &'a mut Conntrack)>, now: SimTime) -> NodesConntrack<'a> {
+        NodesConntrack {
+            tables,
+            now,
+            requests: 0,
+            deleted: Vec::new(),
+        }
+    }
+}
+
+fn kp_entry(e: &sim_conntrack::CtEntry) -> CtEntry {
+    let t = |t: &sim_conntrack::Tuple| CtTuple {
+        src: t.src,
+        dst: t.dst,
+        sport: t.sport,
+        dport: t.dport,
+    };
+    CtEntry {
+        proto: e.proto(),
+        orig: t(&e.orig),
+        reply: t(&e.reply),
+    }
+}
+
+impl ConntrackOps for NodesConntrack<'_> {
+    fn list(&mut self, filter: &CtFilter) -> Vec<CtEntry> {
+        let f = to_filter(filter);
+        let mut out = Vec::new();
+        for (_, t) in &self.tables {
+            out.extend(t.list(self.now, &f).iter().map(kp_entry));
+        }
+        out
+    }
+
+    fn delete(&mut self, filter: &CtFilter) -> usize {
+        let f = to_filter(filter);
+        let request = self.requests;
+        self.requests += 1;
+        let mut n = 0;
+        for (node, t) in &mut self.tables {
+            for e in t.delete(self.now, &f) {
+                n += 1;
+                self.deleted.push(Deleted {
+                    request,
+                    node: *node,
+                    line: e.list_line(self.now).to_string(),
+                });
+            }
+        }
+        n
+    }
+}
+
+/// One kube-proxy instance and the nodes it writes to (one node, or several whose rules are
+/// identical; see the module documentation).
+pub struct ProxyGroup {
+    /// The kube-proxy.
+    pub proxy: KubeProxy,
+    /// The nodes (indices, ascending).
+    pub nodes: Vec<usize>,
+    /// The instant a wake-up is queued for, if any.
+    pub wake: Option<SimTime>,
+}
+
+/// What one sync did on one node, for the timeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSync {
+    /// The node (index).
+    pub node: usize,
+    /// Whether applying the sync failed there, and why.
     pub error: Option<String>,
 }
 
-/// One node's kube-proxy.
-#[derive(Debug, Clone)]
-pub struct NodeProxy {
-    cfg: ProxierConfig,
-    release: Release,
-    services: Vec<Service>,
-    slices: Vec<EndpointSlice>,
-    applied: Option<ProxyState>,
-    existing_nat_chains: BTreeSet<String>,
-    last_full: Option<SimTime>,
-    /// Rate limiter.
-    pub timer: SyncTimer,
-    /// A sync is scheduled at this instant.
-    pub pending: Option<SimTime>,
+/// What one sync of a [`ProxyGroup`] did.
+#[derive(Clone, Debug)]
+pub struct SyncResult {
+    /// kube-proxy's output.
+    pub output: SyncOutput,
+    /// Per node, in group order.
+    pub nodes: Vec<NodeSync>,
+    /// The cleanup's report (empty after a failed sync).
+    pub cleanup: CleanupReport,
+    /// The entries the cleanup deleted.
+    pub deleted: Vec<Deleted>,
 }
 
-fn proto_num(p: Protocol) -> u8 {
-    match p {
-        Protocol::TCP => IPPROTO_TCP,
-        Protocol::UDP => IPPROTO_UDP,
-        Protocol::SCTP => IPPROTO_SCTP,
-    }
-}
-
-impl NodeProxy {
-    /// kube-proxy on node `node_name` (address `node_ip`, pod CIDR `pod_cidr`).
-    pub fn new(
-        node_name: &str,
-        node_ip: IpAddr,
-        pod_cidr: Cidr,
-        cluster_cidr: Option<Cidr>,
-        masquerade_all: bool,
-        release: Release,
-        min_sync_period: SimDuration,
-    ) -> NodeProxy {
-        let mut cfg = ProxierConfig::new(node_name, node_ip, pod_cidr);
-        cfg.local_detector = LocalDetector::ClusterCidr(cluster_cidr.unwrap_or(pod_cidr));
-        cfg.masquerade_all = masquerade_all;
-        NodeProxy {
-            cfg,
-            release,
-            services: Vec::new(),
-            slices: Vec::new(),
-            applied: None,
-            existing_nat_chains: BTreeSet::new(),
-            last_full: None,
-            timer: SyncTimer::new(min_sync_period),
-            pending: None,
-        }
-    }
-
-    /// The watch delivered new objects.
-    pub fn observe(&mut self, services: &[Service], slices: &[EndpointSlice]) {
-        self.services = services.to_vec();
-        self.slices = slices.to_vec();
-    }
-
-    /// The state it would render now.
-    pub fn desired_state(&self) -> ProxyState {
-        ProxyState::build(&self.cfg.node_name, &self.services, &self.slices)
-    }
-
-    /// Whether what it has seen differs from what it applied.
-    pub fn has_changes(&self) -> bool {
-        self.applied.as_ref() != Some(&self.desired_state())
-    }
-
-    /// The test double kernel's service map for `state` (see `kernel`).
-    fn service_map(&self, state: &ProxyState) -> ServiceMap {
-        let mut m = ServiceMap::new();
-        for (spn, info) in &state.services {
-            let cat = categorize_endpoints(state.endpoints_of(spn), info);
-            let eps = if info.internal_policy_local {
-                &cat.local
-            } else {
-                &cat.cluster
-            };
-            let backends: Vec<ServiceBackend> = eps
-                .iter()
-                .map(|e| ServiceBackend {
-                    ip: e.ip,
-                    port: e.port,
-                })
-                .collect();
-            let p = proto_num(info.protocol);
-            for ip in info.frontend_ips() {
-                m.insert((p, ip, info.port), backends.clone());
+impl ProxyGroup {
+    /// Runs the sync due at `now`, if any: applies it to every node of the group
+    /// (`netns(i)` gives node i's namespace), reports the outcome to kube-proxy, and runs the
+    /// cleanup against the nodes' tables.
+    pub fn on_timeout(
+        &mut self,
+        now: SimTime,
+        mut nodes: Vec<(usize, &mut Netns)>,
+    ) -> Option<SyncResult> {
+        let output = self.proxy.on_timeout(now)?;
+        let mut per_node = Vec::with_capacity(nodes.len());
+        let mut failed = None;
+        for (i, ns) in nodes.iter_mut() {
+            let r = apply_sync(ns, &output);
+            if let Err(e) = &r {
+                failed.get_or_insert_with(|| e.clone());
             }
-            if let Some(np) = info.node_port {
-                m.insert((p, self.cfg.node_ip, np), backends.clone());
-            }
+            per_node.push(NodeSync {
+                node: *i,
+                error: r.err(),
+            });
         }
-        m
-    }
-
-    /// Runs one sync at `now`: renders, restores, then runs the cleanup.
-    pub fn sync(&mut self, now: SimTime, kernel: &mut Kernel) -> SyncReport {
-        self.timer.take(now);
-        self.pending = None;
-        let state = self.desired_state();
-        let full = self.applied.is_none()
-            || self
-                .last_full
-                .is_none_or(|t| now.saturating_since(t) >= FULL_SYNC_PERIOD);
-        let empty = ProxyState::default();
-        let old = self.applied.clone().unwrap_or(empty);
-        let changed = state.changed_services(&old);
-        let rendered = render_sync(
-            &self.cfg,
-            &state,
-            &SyncScope {
-                full,
-                changed: Some(&changed),
-                existing_nat_chains: Some(&self.existing_nat_chains),
-            },
+        let mut ct = NodesConntrack::new(
+            nodes
+                .into_iter()
+                .map(|(i, ns)| (i, ns.conntrack_mut()))
+                .collect(),
+            now,
         );
-        let mut report = SyncReport {
-            full,
-            changed: changed.clone(),
-            nat_rules: rendered.nat_rules,
-            filter_rules: rendered.filter_rules,
-            deleted: Vec::new(),
-            error: None,
+        let outcome = match failed {
+            None => Ok(()),
+            Some(e) => Err(e),
         };
-        let map = self.service_map(&state);
-        if let Err(e) = kernel.restore(&rendered.restore, true, &map) {
-            // kube-proxy retries a failed restore at the next sync with a full resync.
-            report.error = Some(e);
-            self.last_full = None;
-            return report;
-        }
-        if full {
-            self.last_full = Some(now);
-        }
-        self.existing_nat_chains = rendered.active_nat_chains.clone();
-        report.deleted = stand_in_cleanup(self.release, now, &old, &state, &changed, kernel);
-        self.applied = Some(state);
-        report
-    }
-}
-
-/// Serving endpoint (ip, port) pairs per service port, and the service ports.
-fn serving(
-    state: &ProxyState,
-) -> BTreeMap<crate::kubeproxy::ServicePortName, BTreeSet<(IpAddr, u16)>> {
-    state
-        .endpoints
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                v.iter()
-                    .filter(|e| e.serving)
-                    .map(|e| (e.ip, e.port))
-                    .collect(),
-            )
+        let cleanup = self.proxy.complete_sync(now, outcome, &mut ct);
+        Some(SyncResult {
+            output,
+            nodes: per_node,
+            cleanup,
+            deleted: ct.deleted,
         })
-        .collect()
-}
-
-/// STAND-IN for the kubeproxy module's `ConntrackCleanup` strategies (KUBE_PROXY.md §6): what
-/// each release deletes after a sync that went from `old` to `new`. Returns the deleted
-/// entries' `conntrack -L` lines.
-pub fn stand_in_cleanup(
-    release: Release,
-    now: SimTime,
-    old: &ProxyState,
-    new: &ProxyState,
-    changed: &BTreeSet<(String, String)>,
-    kernel: &mut Kernel,
-) -> Vec<String> {
-    let mut deleted = Vec::new();
-    let mut del = |kernel: &mut Kernel, f: CtFilter, port: Option<u16>| {
-        let f = match port {
-            Some(p) => f.with_orig_dport(p),
-            None => f,
-        };
-        for e in kernel.ct_delete(now, &f) {
-            deleted.push(e.line);
-        }
-    };
-    match release {
-        Release::None => {}
-        Release::V131 | Release::V131Fixed => {
-            let (old_s, new_s) = (serving(old), serving(new));
-            for (spn, info) in &old.services {
-                if info.protocol != Protocol::UDP {
-                    continue;
-                }
-                let before = old.endpoints_of(spn);
-                let after = new.endpoints_of(spn);
-                for ep in before {
-                    let gone = !after.iter().any(|e| e.ip == ep.ip && e.port == ep.port);
-                    let stopped = release == Release::V131Fixed
-                        && old_s
-                            .get(spn)
-                            .is_some_and(|s| s.contains(&(ep.ip, ep.port)))
-                        && !new_s
-                            .get(spn)
-                            .is_some_and(|s| s.contains(&(ep.ip, ep.port)))
-                        && !gone;
-                    if gone || stopped {
-                        for ip in info.frontend_ips() {
-                            del(
-                                kernel,
-                                CtFilter::orig_dst_reply_src(IPPROTO_UDP, ip, ep.ip),
-                                None,
-                            );
-                        }
-                    }
-                }
-            }
-            for (spn, info) in &new.services {
-                if info.protocol == Protocol::UDP
-                    && old.endpoints_of(spn).is_empty()
-                    && !new.endpoints_of(spn).is_empty()
-                {
-                    for ip in info.frontend_ips() {
-                        let mut f = CtFilter::proto(IPPROTO_UDP);
-                        f = f.with_orig_dst(ip);
-                        del(kernel, f, None);
-                    }
-                }
-            }
-        }
-        Release::V132 | Release::V133 | Release::Latest => {
-            if release == Release::Latest
-                && !new
-                    .services
-                    .iter()
-                    .any(|(spn, i)| i.protocol == Protocol::UDP && changed.contains(&spn.service()))
-            {
-                return deleted;
-            }
-            let srv = serving(new);
-            // service IP (and port, from v1.33) → serving endpoint IPs (ip:port, latest).
-            let entries = kernel.ct_list(now, &CtFilter::proto(IPPROTO_UDP));
-            let mut doomed: BTreeSet<(IpAddr, IpAddr, Option<u16>)> = BTreeSet::new();
-            for e in &entries {
-                let (dst, dport, rsrc, rsport) =
-                    (e.orig.dst, e.orig.dport, e.reply.src, e.reply.sport);
-                let mut is_service_ip = false;
-                let mut ok = false;
-                let mut any_serving = false;
-                for (spn, info) in &new.services {
-                    if info.protocol != Protocol::UDP || !info.frontend_ips().contains(&dst) {
-                        continue;
-                    }
-                    if release != Release::V132 && info.port != dport {
-                        continue;
-                    }
-                    is_service_ip = true;
-                    let set = srv.get(spn).cloned().unwrap_or_default();
-                    any_serving |= !set.is_empty();
-                    ok |= match release {
-                        Release::Latest => set.contains(&(rsrc, rsport)),
-                        _ => set.iter().any(|(ip, _)| *ip == rsrc),
-                    };
-                }
-                if !is_service_ip || ok {
-                    continue;
-                }
-                if release == Release::V133 && !any_serving {
-                    continue;
-                }
-                let port = (release != Release::V132).then_some(dport);
-                doomed.insert((dst, rsrc, port));
-            }
-            for (dst, rsrc, port) in doomed {
-                del(
-                    kernel,
-                    CtFilter::orig_dst_reply_src(IPPROTO_UDP, dst, rsrc),
-                    port,
-                );
-            }
-        }
     }
-    deleted
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kubeproxy::jump_rules;
+    use sim_netfilter::netns::NetnsConfig;
 
     #[test]
-    fn sync_timer_allows_a_burst_of_two_then_one_per_period() {
-        let mut t = SyncTimer::new(SimDuration::from_secs(1));
-        let t0 = SimTime::from_secs(10);
-        assert_eq!(t.next_allowed(t0), t0);
-        t.take(t0);
-        assert_eq!(t.next_allowed(t0), t0);
-        t.take(t0);
-        assert_eq!(t.next_allowed(t0), t0 + SimDuration::from_secs(1));
-        let t1 = t0 + SimDuration::from_secs(1);
-        t.take(t1);
-        assert_eq!(t.next_allowed(t1), t1 + SimDuration::from_secs(1));
+    fn jump_rules_are_ensured_once_and_kept_on_top() {
+        let mut ns = Netns::new(NetnsConfig::new("n", 1));
+        for j in jump_rules() {
+            ensure_jump_rule(&mut ns, &j).unwrap();
+        }
+        let once = ns.save(false);
+        // A second full sync finds every rule in place (`iptables -C`) and adds nothing.
+        for j in jump_rules() {
+            ensure_jump_rule(&mut ns, &j).unwrap();
+        }
+        assert_eq!(ns.save(false), once);
+        assert!(
+            once.contains(
+                "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES"
+            ),
+            "{once}"
+        );
+        assert!(once.contains(":KUBE-FIREWALL - [0:0]"), "{once}");
+        let filter_input: Vec<&str> = once.lines().filter(|l| l.starts_with("-A INPUT")).collect();
+        // Prepended in list order: the last one ensured is first.
+        assert_eq!(filter_input.first(), Some(&"-A INPUT -j KUBE-FIREWALL"));
+    }
+
+    #[test]
+    fn nat_rules_are_counted_in_the_nat_table_only() {
+        let text = "*filter\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j ACCEPT\nCOMMIT\n*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j RETURN\n-A KUBE-SERVICES -j RETURN\nCOMMIT\n";
+        assert_eq!(nat_rules_written(text), 2);
     }
 }

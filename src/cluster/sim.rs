@@ -1,12 +1,28 @@
 //! The simulation driver: one event queue for the whole cluster.
 //!
-//! Topology: every node has `eth0` with its address on a flat network (one-way `latency` per
-//! link), a veth per local pod with a /32 route, the other nodes' pod CIDRs routed via their
-//! node address, and a default route out of `eth0`. A pod's packets enter its node's
-//! PREROUTING from its veth; a node process's packets take OUTPUT; hosts outside the cluster
-//! send straight onto the network, which delivers to the owner of the destination (a node's
-//! address or pod CIDR, or a host). A packet towards an address nobody owns (a deleted pod's
-//! IP) is dropped silently.
+//! Every node is a [`Netns`] (sim-netfilter's hook pipeline with its conntrack table):
+//!
+//! - `eth0` holds the node's address on the node network, a flat network with a one-way
+//!   `latency` per link; its prefix is the longest one (at most /24) holding every node
+//!   address, so the nodes are directly connected to each other ([`node_network_len`]);
+//! - one veth per local pod, holding the pod CIDR's first address as a /32 (as the `ptp` CNI
+//!   plugin of kindnet sets the host side up), with a /32 route to the pod's IP;
+//! - a route to each other node's pod CIDR via that node's address, and a route on `eth0` to
+//!   each host outside the cluster.
+//!
+//! There is no default route: everything the simulation has an address for is routed, and
+//! a packet to anything else, a gone pod's IP included, finds no route and is dropped by the
+//! node's routing decision (the kernel's `ip_route_input` failing). A pod's packets enter its
+//! node with [`Ingress::Interface`] on its veth (PREROUTING); a node process's packets take
+//! OUTPUT ([`Ingress::Local`]); what a node transmits on `eth0` reaches the machine owning
+//! the next hop after the link latency, what it transmits on a veth reaches that pod. Hosts
+//! outside the cluster send straight onto the network, which routes each pod CIDR to its node.
+//! Forwarded packets lose one TTL per node (`ip_forward`'s decrement, which the namespace
+//! itself does not model).
+//!
+//! kube-proxy is the kubeproxy module's [`crate::kubeproxy::KubeProxy`], one per node or one
+//! per set of nodes with identical rules ([`ProxyGroup`]); its syncs are applied to the
+//! nodes' namespaces and its cleanup runs against their conntrack tables.
 //!
 //! Use: [`Simulation::new`], then [`Simulation::run_until`] (repeatedly, if you want to look
 //! at the state at several instants), then [`Simulation::finish`] for the results.
@@ -16,12 +32,17 @@ use super::apps::{
     TcpClient, TcpClientConfig, TcpServer, UdpClient, UdpClientConfig, UdpServer,
 };
 use super::control::{derive_slices, Phase, PodState};
-use super::kernel::{parse_ct_filter, CtEventKind, Egress, Ingress, Kernel, KernelError};
-use super::proxy::NodeProxy;
+use super::proxy::{
+    nat_rules_written, release_cleanup, rules_are_node_independent, same_rendering, CleanupFactory,
+    ProxyGroup, SyncResult,
+};
 use crate::k8s::EndpointSlice;
+use crate::kubeproxy::{KubeProxy, LocalDetector, ProxierConfig, SyncKind, SyncTiming};
 use crate::scenario::model::*;
 use serde::Serialize;
+use sim_conntrack::{EventKind, Filter, Status, Sysctls};
 use sim_core::{EventQueue, IfName, Packet, SimDuration, SimRng, SimTime, L4};
+use sim_netfilter::netns::{Egress, Fate, Ingress, Netns, NetnsConfig, Prefix};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
@@ -56,10 +77,25 @@ enum Ev {
         what: PodTimer,
     },
     SliceSync,
-    ProxyWatch(usize),
-    ProxySync(usize),
-    ProxyPeriodic(usize),
+    /// kube-proxy instances see a batch of EndpointSlice changes.
+    Watch(usize),
+    /// A kube-proxy instance's timer.
+    ProxyTimer(usize),
     Recreate(usize),
+}
+
+/// EndpointSlice changes delivered to every kube-proxy at once.
+#[derive(Debug, Clone, Default)]
+struct WatchBatch {
+    upserts: Vec<EndpointSlice>,
+    deletes: Vec<(String, String)>,
+}
+
+/// Who has an address on the node network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Node(usize),
+    Host(usize),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -166,8 +202,7 @@ struct ClientRt {
 
 struct NodeRt {
     def: NodeDef,
-    kernel: Kernel,
-    proxy: NodeProxy,
+    netns: Netns,
     stack: Stack,
     veths: BTreeMap<IfName, String>,
     ct_wake: Option<SimTime>,
@@ -314,12 +349,34 @@ pub enum What {
         /// nat rules written.
         nat_rules: usize,
     },
+    /// Applying a kube-proxy sync to a node failed (kube-proxy retries with a full sync).
+    SyncFailed {
+        /// Node.
+        node: String,
+        /// The error.
+        error: String,
+    },
     /// A conntrack entry deleted by kube-proxy's cleanup.
     CleanupDelete {
         /// Node.
         node: String,
-        /// The deleted entry.
+        /// The deleted entry's `conntrack -L` line.
         line: String,
+        /// Why the cleanup deleted it, in kube-proxy's terms.
+        reason: String,
+    },
+    /// A client's packet (or an answer to it) was dropped or rejected by a node.
+    Dropped {
+        /// Client.
+        client: String,
+        /// Query or connection number.
+        query: u32,
+        /// Node.
+        node: String,
+        /// The packet.
+        packet: String,
+        /// Why (`no route to host`, `dropped by filter FORWARD`, …).
+        reason: String,
     },
     /// An expectation was checked.
     Expectation {
@@ -408,9 +465,19 @@ impl TimelineEvent {
                     format!(", changed: {}", changed.join(" "))
                 }
             ),
-            What::CleanupDelete { node, line } => {
-                format!("kube-proxy {node}: cleanup deleted {line}")
+            What::SyncFailed { node, error } => {
+                format!("kube-proxy {node}: sync FAILED: {error}")
             }
+            What::CleanupDelete { node, line, reason } => {
+                format!("kube-proxy {node}: cleanup deleted {line} ({reason})")
+            }
+            What::Dropped {
+                client,
+                query,
+                node,
+                packet,
+                reason,
+            } => format!("{client}: #{query} {reason} on {node}: {packet}"),
             What::Expectation {
                 name,
                 passed,
@@ -463,16 +530,71 @@ pub struct RunOptions {
     pub progress: Option<Box<dyn FnMut(SimTime, SimTime)>>,
 }
 
+/// Builds a [`Simulation`] with options beyond [`RunOptions`]:
+///
+/// ```no_run
+/// use nfsim::cluster::sim::{RunOptions, Simulation};
+/// use nfsim::kubeproxy::V132;
+/// # let scenario = nfsim::scenario::load_file("scenarios/stale-dns-udp.yaml").unwrap();
+/// let sim = Simulation::builder(scenario)
+///     .options(RunOptions::default())
+///     .cleanup(|_node| Box::new(V132::default()))
+///     .build()
+///     .unwrap();
+/// let result = sim.finish().unwrap();
+/// ```
+pub struct SimulationBuilder {
+    sc: Scenario,
+    opts: RunOptions,
+    cleanup: Option<CleanupFactory>,
+    one_kube_proxy_per_node: bool,
+}
+
+impl SimulationBuilder {
+    /// Timeline, conntrack events and progress options.
+    pub fn options(mut self, opts: RunOptions) -> SimulationBuilder {
+        self.opts = opts;
+        self
+    }
+
+    /// Plugs a stale-conntrack cleanup strategy of your own into every node's kube-proxy,
+    /// instead of the one the scenario's `kubeProxy.release` selects: `make(node_name)` is
+    /// called once per node, in scenario order, and the strategy it returns runs after each
+    /// successful sync of that node's kube-proxy, with the service and endpoint maps before
+    /// and after the sync and the node's conntrack table behind
+    /// [`crate::kubeproxy::ConntrackOps`] (list, delete by filter).
+    pub fn cleanup(
+        mut self,
+        make: impl FnMut(&str) -> Box<dyn crate::kubeproxy::ConntrackCleanup> + 'static,
+    ) -> SimulationBuilder {
+        self.cleanup = Some(Box::new(make));
+        self
+    }
+
+    /// Runs one kube-proxy per node even where several nodes' rules are identical (by
+    /// default such nodes share one instance, with the same results; see [`super::proxy`]).
+    pub fn one_kube_proxy_per_node(mut self, on: bool) -> SimulationBuilder {
+        self.one_kube_proxy_per_node = on;
+        self
+    }
+
+    /// Builds the cluster at time 0.
+    pub fn build(self) -> Result<Simulation, SimError> {
+        Simulation::build(self)
+    }
+}
+
 /// Why a run stopped with an error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SimError {
-    /// A node's kernel refused its configuration.
-    #[error("node {node}: {source}")]
-    Kernel {
+    /// A node's network namespace refused its configuration (a sysctl, an interface, a
+    /// route).
+    #[error("node {node}: {message}")]
+    Netns {
         /// Node.
         node: String,
-        /// Error.
-        source: KernelError,
+        /// What was refused.
+        message: String,
     },
     /// [`MAX_EVENTS_PER_RUN`] was reached.
     #[error("more than {MAX_EVENTS_PER_RUN} events: the scenario runs away (MAX_EVENTS_PER_RUN)")]
@@ -489,6 +611,9 @@ pub struct Simulation {
     end: SimTime,
     queue: EventQueue<Ev>,
     nodes: Vec<NodeRt>,
+    owners: BTreeMap<IpAddr, Owner>,
+    groups: Vec<ProxyGroup>,
+    watches: Vec<Option<WatchBatch>>,
     hosts: Vec<(HostDef, Stack)>,
     pods: BTreeMap<String, PodRt>,
     clients: Vec<ClientRt>,
@@ -510,61 +635,129 @@ fn eth0() -> IfName {
     IfName::new("eth0").unwrap_or_else(|_| unreachable!("constant name"))
 }
 
-fn prefix_of(c: &crate::k8s::Cidr) -> (IpAddr, u8) {
-    (c.addr(), c.prefix_len())
+fn cidr_prefix(c: &crate::k8s::Cidr) -> Prefix {
+    Prefix::new(c.addr(), c.prefix_len())
+        .unwrap_or_else(|_| unreachable!("a parsed CIDR has a valid length"))
 }
 
-fn host_prefix(ip: IpAddr) -> (IpAddr, u8) {
-    (ip, if ip.is_ipv4() { 32 } else { 128 })
+/// The prefix length of the node network: the longest prefix, at most /24 (/64 for IPv6),
+/// that holds every node address of the same family as `addr`.
+pub fn node_network_len(addr: IpAddr, nodes: &[NodeDef]) -> u8 {
+    let (cap, width) = if addr.is_ipv4() { (24, 32) } else { (64, 128) };
+    let bits = |a: IpAddr| -> u128 {
+        match a {
+            IpAddr::V4(v) => u128::from(u32::from(v)) << 96,
+            IpAddr::V6(v) => u128::from(v),
+        }
+    };
+    let mut len = cap;
+    for n in nodes {
+        if n.address.is_ipv4() == addr.is_ipv4() {
+            let common = (bits(n.address) ^ bits(addr)).leading_zeros().min(width) as u8;
+            len = len.min(common);
+        }
+    }
+    len
 }
 
-fn default_route(ip: IpAddr) -> (IpAddr, u8) {
-    if ip.is_ipv4() {
-        (IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0)
-    } else {
-        (IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), 0)
+/// The node-side address of pod veths: the pod CIDR's first address (`10.244.1.1`).
+pub fn pod_gateway(c: &crate::k8s::Cidr) -> IpAddr {
+    match c.addr() {
+        IpAddr::V4(a) => IpAddr::V4((u32::from(a).wrapping_add(1)).into()),
+        IpAddr::V6(a) => IpAddr::V6((u128::from(a).wrapping_add(1)).into()),
     }
 }
 
+/// Builds node `i`'s namespace: sysctls, `eth0`, and the routes to the other nodes' pod
+/// CIDRs and to the hosts (see the module documentation).
+fn node_netns(sc: &Scenario, i: usize) -> Result<Netns, SimError> {
+    let n = &sc.nodes[i];
+    let err = |message: String| SimError::Netns {
+        node: n.name.clone(),
+        message,
+    };
+    let mut sysctls = Sysctls::default();
+    for (k, v) in &n.sysctls {
+        sysctls
+            .set(k, &v.to_string())
+            .map_err(|e| err(e.to_string()))?;
+    }
+    let mut ns = Netns::new(NetnsConfig {
+        name: n.name.clone(),
+        seed: sc.seed,
+        sysctls,
+    });
+    let len = node_network_len(n.address, &sc.nodes);
+    ns.add_interface(eth0(), &[(n.address, len)])
+        .map_err(|e| err(e.to_string()))?;
+    let net = Prefix::new(n.address, len).map_err(|e| err(e.to_string()))?;
+    for (j, m) in sc.nodes.iter().enumerate() {
+        if i != j && m.address.is_ipv4() == m.pod_cidr.addr().is_ipv4() {
+            ns.add_route(cidr_prefix(&m.pod_cidr), Some(m.address), eth0())
+                .map_err(|e| err(e.to_string()))?;
+        }
+    }
+    for h in &sc.hosts {
+        if !net.contains(h.address) {
+            ns.add_route(Prefix::host(h.address), None, eth0())
+                .map_err(|e| err(e.to_string()))?;
+        }
+    }
+    Ok(ns)
+}
+
+/// kube-proxy's configuration for node `i`.
+fn proxier_config(sc: &Scenario, i: usize) -> ProxierConfig {
+    let n = &sc.nodes[i];
+    let mut cfg = ProxierConfig::new(&n.name, n.address, n.pod_cidr);
+    cfg.local_detector =
+        LocalDetector::ClusterCidr(sc.kube_proxy.cluster_cidr.unwrap_or(n.pod_cidr));
+    cfg.masquerade_all = sc.kube_proxy.masquerade_all;
+    // kube-proxy leaves out its INVALID drop rule when conntrack is liberal.
+    cfg.conntrack_tcp_be_liberal =
+        n.sysctls.get("net.netfilter.nf_conntrack_tcp_be_liberal") == Some(&1);
+    cfg
+}
+
 impl Simulation {
-    /// Builds the cluster at time 0: nodes and their kernels, pods, hosts, clients, the first
-    /// EndpointSlices, and kube-proxy's first sync on every node.
+    /// Builds the cluster at time 0: nodes and their namespaces, pods, hosts, clients, the
+    /// first EndpointSlices, and kube-proxy (whose first sync on every node is due at 0).
     pub fn new(sc: Scenario, opts: RunOptions) -> Result<Simulation, SimError> {
+        Simulation::builder(sc).options(opts).build()
+    }
+
+    /// A builder, for the options [`Simulation::new`] does not take.
+    pub fn builder(sc: Scenario) -> SimulationBuilder {
+        SimulationBuilder {
+            sc,
+            opts: RunOptions::default(),
+            cleanup: None,
+            one_kube_proxy_per_node: false,
+        }
+    }
+
+    fn build(b: SimulationBuilder) -> Result<Simulation, SimError> {
+        let SimulationBuilder {
+            sc,
+            opts,
+            mut cleanup,
+            one_kube_proxy_per_node,
+        } = b;
         let seed = sc.seed;
         let mut nodes = Vec::new();
+        let mut owners = BTreeMap::new();
         for (i, n) in sc.nodes.iter().enumerate() {
-            let mut kernel =
-                Kernel::new(&n.name, seed, &n.sysctls).map_err(|e| SimError::Kernel {
-                    node: n.name.clone(),
-                    source: e,
-                })?;
-            kernel.add_interface(
-                eth0(),
-                &[(n.address, if n.address.is_ipv4() { 24 } else { 64 })],
-            );
-            for (j, m) in sc.nodes.iter().enumerate() {
-                if i != j {
-                    kernel.add_route(prefix_of(&m.pod_cidr), Some(m.address), eth0());
-                }
-            }
-            kernel.add_route(default_route(n.address), None, eth0());
-            let proxy = NodeProxy::new(
-                &n.name,
-                n.address,
-                n.pod_cidr,
-                sc.kube_proxy.cluster_cidr,
-                sc.kube_proxy.masquerade_all,
-                sc.kube_proxy.release,
-                sc.kube_proxy.min_sync_period,
-            );
+            owners.insert(n.address, Owner::Node(i));
             nodes.push(NodeRt {
                 stack: Stack::build(&n.apps, seed, &format!("node/{}", n.name)),
                 def: n.clone(),
-                kernel,
-                proxy,
+                netns: node_netns(&sc, i)?,
                 veths: BTreeMap::new(),
                 ct_wake: None,
             });
+        }
+        for (i, h) in sc.hosts.iter().enumerate() {
+            owners.insert(h.address, Owner::Host(i));
         }
         let hosts = sc
             .hosts
@@ -584,11 +777,45 @@ impl Simulation {
             .map(|(i, e)| (e.at.unwrap_or(end), i))
             .collect();
         checks.sort();
+        // kube-proxy: one instance per node, or per set of nodes with identical rules.
+        let timing = SyncTiming {
+            min_sync_period: sc.kube_proxy.min_sync_period,
+            sync_period: sc.kube_proxy.sync_period,
+            ..SyncTiming::default()
+        };
+        let share = cleanup.is_none()
+            && !one_kube_proxy_per_node
+            && rules_are_node_independent(&sc.services);
+        let mut groups: Vec<ProxyGroup> = Vec::new();
+        for i in 0..sc.nodes.len() {
+            let cfg = proxier_config(&sc, i);
+            if share {
+                if let Some(g) = groups
+                    .iter_mut()
+                    .find(|g| same_rendering(g.proxy.config(), &cfg))
+                {
+                    g.nodes.push(i);
+                    continue;
+                }
+            }
+            let strategy = match cleanup.as_mut() {
+                Some(make) => make(&sc.nodes[i].name),
+                None => release_cleanup(sc.kube_proxy.release),
+            };
+            groups.push(ProxyGroup {
+                proxy: KubeProxy::new(cfg, timing, strategy, SimTime::ZERO),
+                nodes: vec![i],
+                wake: None,
+            });
+        }
         let mut sim = Simulation {
             now: SimTime::ZERO,
             end,
             queue: EventQueue::new(),
             nodes,
+            owners,
+            groups,
+            watches: Vec::new(),
             hosts,
             pods: BTreeMap::new(),
             clients: Vec::new(),
@@ -607,7 +834,7 @@ impl Simulation {
             sc,
         };
         for p in sim.sc.pods.clone() {
-            sim.add_pod(p, false);
+            sim.add_pod(p, false)?;
         }
         for (i, c) in sim.sc.clients.clone().into_iter().enumerate() {
             sim.add_client(i, c);
@@ -615,20 +842,20 @@ impl Simulation {
         for (i, e) in sim.sc.events.iter().enumerate() {
             sim.queue.push(e.at, Ev::Action(i));
         }
-        // Initial slices, seen by every kube-proxy at once; the first sync at time 0.
+        // Initial objects, seen by every kube-proxy before its first sync at time 0.
         sim.slices = match &sim.sc.endpoint_slices {
             Some(s) => s.clone(),
             None => derive_slices(&sim.sc.services, sim.pods.values().map(|p| &p.state)),
         };
-        for i in 0..sim.nodes.len() {
-            let (svcs, slices) = (sim.sc.services.clone(), sim.slices.clone());
-            sim.nodes[i].proxy.observe(&svcs, &slices);
-            sim.queue.push(SimTime::ZERO, Ev::ProxySync(i));
-            sim.nodes[i].proxy.pending = Some(SimTime::ZERO);
-            sim.queue.push(
-                SimTime::ZERO + sim.sc.kube_proxy.sync_period,
-                Ev::ProxyPeriodic(i),
-            );
+        for g in 0..sim.groups.len() {
+            let kp = &mut sim.groups[g].proxy;
+            for s in &sim.sc.services {
+                kp.upsert_service(SimTime::ZERO, s.clone());
+            }
+            for s in &sim.slices {
+                kp.upsert_endpoint_slice(SimTime::ZERO, s.clone());
+            }
+            sim.arm_proxy(g);
         }
         Ok(sim)
     }
@@ -653,15 +880,28 @@ impl Simulation {
         }
     }
 
-    fn add_pod(&mut self, def: PodDef, announce: bool) {
+    /// Creates a pod: its veth on the node (holding the pod CIDR's first address) with a /32
+    /// route to the pod's IP, and its servers.
+    fn add_pod(&mut self, def: PodDef, announce: bool) -> Result<(), SimError> {
         let key = def.key();
         let node = def.node;
         self.veth_counter += 1;
-        let veth =
-            IfName::new(&format!("veth{:08x}", self.veth_counter)).unwrap_or_else(|_| eth0());
+        // Linux names are at most 15 bytes: "veth" and 8 hex digits.
+        let veth = IfName::new(&format!("veth{:08x}", self.veth_counter & 0xffff_ffff))
+            .unwrap_or_else(|_| unreachable!("12 bytes"));
         let n = &mut self.nodes[node];
-        n.kernel.add_interface(veth, &[]);
-        n.kernel.add_route(host_prefix(def.ip), None, veth);
+        let err = |e: sim_netfilter::netns::NetnsError| SimError::Netns {
+            node: n.def.name.clone(),
+            message: format!("pod {key}: {e}"),
+        };
+        let gw = pod_gateway(&n.def.pod_cidr);
+        let host_len = if gw.is_ipv4() { 32 } else { 128 };
+        n.netns
+            .add_interface(veth, &[(gw, host_len)])
+            .map_err(err)?;
+        n.netns
+            .add_route(Prefix::host(def.ip), None, veth)
+            .map_err(err)?;
         n.veths.insert(veth, key.clone());
         let stack = Stack::build(
             &def.apps,
@@ -716,6 +956,7 @@ impl Simulation {
         if announce {
             self.pod_changed();
         }
+        Ok(())
     }
 
     fn add_client(&mut self, index: usize, def: ClientDef) {
@@ -806,10 +1047,21 @@ impl Simulation {
 
     fn arm_ct(&mut self, n: usize) {
         let node = &mut self.nodes[n];
-        if let Some(t) = node.kernel.poll_timeout() {
+        if let Some(t) = node.netns.poll_timeout() {
             if node.ct_wake.is_none_or(|w| t < w || w < self.now) {
                 node.ct_wake = Some(t);
                 self.queue.push(t.max(self.now), Ev::CtWake(n));
+            }
+        }
+    }
+
+    fn arm_proxy(&mut self, g: usize) {
+        let now = self.now;
+        let grp = &mut self.groups[g];
+        if let Some(t) = grp.proxy.poll_timeout() {
+            if grp.wake.is_none_or(|w| t < w || w < now) {
+                grp.wake = Some(t);
+                self.queue.push(t.max(now), Ev::ProxyTimer(g));
             }
         }
     }
@@ -831,30 +1083,57 @@ impl Simulation {
                 Machine::Node(n) => {
                     self.queue.push(self.now, Ev::Deliver(Dest::NodeOut(*n), p));
                 }
-                Machine::Host(_) => self.network(p.dst, p, None),
+                Machine::Host(_) => {
+                    // The network's own routes: a pod CIDR goes to its node.
+                    let next_hop = if self.owners.contains_key(&p.dst) {
+                        p.dst
+                    } else {
+                        self.nodes
+                            .iter()
+                            .find(|n| n.def.pod_cidr.contains(p.dst))
+                            .map_or(p.dst, |n| n.def.address)
+                    };
+                    self.network(next_hop, p);
+                }
             }
         }
     }
 
-    /// The flat network: delivers to the owner of `next_hop` after the link latency.
-    fn network(&mut self, next_hop: IpAddr, p: Packet, from_node: Option<usize>) {
+    /// The node network: delivers to the machine owning `next_hop` after the link latency;
+    /// an address nobody has swallows the packet.
+    fn network(&mut self, next_hop: IpAddr, p: Packet) {
         let at = self.now + self.sc.latency;
-        if let Some(n) = self.nodes.iter().position(|n| n.def.address == next_hop) {
-            self.queue.push(at, Ev::Deliver(Dest::NodeIn(n, eth0()), p));
-        } else if let Some(h) = self.hosts.iter().position(|h| h.0.address == next_hop) {
-            self.queue.push(at, Ev::Deliver(Dest::Host(h), p));
-        } else if let Some(n) = self
-            .nodes
-            .iter()
-            .position(|n| n.def.pod_cidr.contains(next_hop))
-        {
-            // The network routes pod CIDRs to their nodes; a node that sends out a packet for
-            // its own pod CIDR has no pod with that IP: it is dropped.
-            if from_node != Some(n) {
-                self.queue.push(at, Ev::Deliver(Dest::NodeIn(n, eth0()), p));
+        let dest = match self.owners.get(&next_hop) {
+            Some(Owner::Node(n)) => Dest::NodeIn(*n, eth0()),
+            Some(Owner::Host(h)) => Dest::Host(*h),
+            None => return,
+        };
+        self.queue.push(at, Ev::Deliver(dest, p));
+    }
+
+    /// Runs a packet through node `n`'s namespace and sends on what comes out.
+    fn node_kernel(&mut self, n: usize, p: Packet, from: Ingress) {
+        let sent = self.client_tag(&p, true).map(|t| (p, t));
+        let r = self.nodes[n].netns.process(self.now, p, from);
+        self.after_kernel(n);
+        if self.opts.record_timeline {
+            let reason = match &r.fate {
+                Fate::Dropped(c) => Some(c.to_string()),
+                Fate::Rejected { table, hook } => Some(format!("rejected by {table} {hook}")),
+                Fate::Transmitted | Fate::Delivered => None,
+            };
+            if let (Some(reason), Some(t)) = (reason, self.client_tag(&p, false)) {
+                let what = What::Dropped {
+                    client: self.clients[t.client as usize].def.name.clone(),
+                    query: t.seq,
+                    node: self.nodes[n].def.name.clone(),
+                    packet: p.to_string(),
+                    reason,
+                };
+                self.log(what);
             }
         }
-        // Nobody owns it: dropped.
+        self.node_egress(n, r.out, sent);
     }
 
     fn node_egress(&mut self, n: usize, out: Vec<Egress>, sent: Option<(Packet, Tag)>) {
@@ -881,7 +1160,8 @@ impl Simulation {
                             packet.ttl -= 1;
                         }
                         packet.iif = None;
-                        self.network(next_hop, packet, Some(n));
+                        packet.oif = None;
+                        self.network(next_hop, packet);
                     } else if let Some(k) = self.nodes[n].veths.get(&dev).cloned() {
                         self.queue.push(self.now, Ev::Deliver(Dest::Pod(k), packet));
                     }
@@ -920,20 +1200,8 @@ impl Simulation {
 
     fn deliver(&mut self, dest: Dest, p: Packet) {
         match dest {
-            Dest::NodeIn(n, dev) => {
-                let tag = self.client_tag(&p, true);
-                let out = self.nodes[n]
-                    .kernel
-                    .process(self.now, p, Ingress::Interface(dev));
-                self.after_kernel(n);
-                self.node_egress(n, out, tag.map(|t| (p, t)));
-            }
-            Dest::NodeOut(n) => {
-                let tag = self.client_tag(&p, true);
-                let out = self.nodes[n].kernel.process(self.now, p, Ingress::Local);
-                self.after_kernel(n);
-                self.node_egress(n, out, tag.map(|t| (p, t)));
-            }
+            Dest::NodeIn(n, dev) => self.node_kernel(n, p, Ingress::Interface(dev)),
+            Dest::NodeOut(n) => self.node_kernel(n, p, Ingress::Local),
             Dest::NodeStack(n) => self.deliver_to_stack(Machine::Node(n), p),
             Dest::Host(h) => self.deliver_to_stack(Machine::Host(h), p),
             Dest::Pod(k) => {
@@ -967,15 +1235,21 @@ impl Simulation {
         (!outbound || c.ip == p.src).then_some(t)
     }
 
+    /// Moves node `n`'s conntrack events to the timeline and re-arms its expiry timer.
     fn after_kernel(&mut self, n: usize) {
-        let evs = self.nodes[n].kernel.drain_conntrack_events();
+        let evs = self.nodes[n].netns.drain_conntrack_events();
         if self.opts.record_timeline && self.opts.conntrack_events {
             let node = self.nodes[n].def.name.clone();
             for e in evs {
+                let event = match e.kind {
+                    EventKind::New => "NEW",
+                    EventKind::Update => "UPDATE",
+                    EventKind::Destroy => "DESTROY",
+                };
                 self.log(What::Conntrack {
                     node: node.clone(),
-                    event: e.kind.to_string(),
-                    line: e.line,
+                    event: event.to_string(),
+                    line: e.to_string(),
                 });
             }
         }
@@ -1172,7 +1446,7 @@ impl Simulation {
         let def = p.state.def.clone();
         let veth = p.veth;
         let n = &mut self.nodes[def.node];
-        n.kernel.del_route(host_prefix(def.ip));
+        n.netns.remove_route(Prefix::host(def.ip));
         n.veths.remove(&veth);
         self.log(What::Pod {
             pod: key.to_string(),
@@ -1182,15 +1456,15 @@ impl Simulation {
         Some(def)
     }
 
-    fn action(&mut self, i: usize) {
+    fn action(&mut self, i: usize) -> Result<(), SimError> {
         let action = self.sc.events[i].action.clone();
         match action {
             Action::OomKill { pod, restart_after } => {
                 let Some(p) = self.pods.get_mut(&pod) else {
-                    return;
+                    return Ok(());
                 };
                 if !p.state.has_network() {
-                    return;
+                    return Ok(());
                 }
                 p.state.process_alive = false;
                 p.state.generation += 1;
@@ -1219,10 +1493,10 @@ impl Simulation {
                 recreate,
             } => {
                 let Some(p) = self.pods.get_mut(&pod) else {
-                    return;
+                    return Ok(());
                 };
                 if p.state.phase != Phase::Running {
-                    return;
+                    return Ok(());
                 }
                 let grace = grace_period.unwrap_or(p.state.def.grace_period);
                 let until = self.now + grace;
@@ -1244,10 +1518,10 @@ impl Simulation {
                     self.queue.push(at, Ev::Recreate(self.recreates.len() - 1));
                 }
             }
-            Action::CreatePod(def) => self.add_pod(*def, true),
+            Action::CreatePod(def) => self.add_pod(*def, true)?,
             Action::Readiness { pod, ready } => {
                 let Some(p) = self.pods.get_mut(&pod) else {
-                    return;
+                    return Ok(());
                 };
                 p.state.probe_ok = ready;
                 let delay = if ready {
@@ -1265,6 +1539,7 @@ impl Simulation {
                 self.pod_timer(&pod, delay, PodTimer::SetReady(ready));
             }
         }
+        Ok(())
     }
 }
 
@@ -1320,13 +1595,13 @@ impl Simulation {
                     p(self.now, self.end);
                 }
             }
-            self.handle(ev.event);
+            self.handle(ev.event)?;
         }
         self.now = self.now.max(limit);
         Ok(())
     }
 
-    fn handle(&mut self, ev: Ev) {
+    fn handle(&mut self, ev: Ev) -> Result<(), SimError> {
         match ev {
             Ev::Deliver(d, p) => self.deliver(d, p),
             Ev::ServerWake(m) => {
@@ -1370,13 +1645,13 @@ impl Simulation {
                 if self.nodes[n].ct_wake.is_some_and(|w| w <= self.now) {
                     self.nodes[n].ct_wake = None;
                 }
-                self.nodes[n].kernel.handle_timeout(self.now);
+                self.nodes[n].netns.handle_timeout(self.now);
                 self.after_kernel(n);
             }
-            Ev::Action(i) => self.action(i),
+            Ev::Action(i) => self.action(i)?,
             Ev::Recreate(i) => {
                 let def = self.recreates[i].clone();
-                self.add_pod(def, true);
+                self.add_pod(def, true)?;
             }
             Ev::PodTimer {
                 pod,
@@ -1388,7 +1663,7 @@ impl Simulation {
                     .get(&pod)
                     .is_none_or(|p| p.state.generation != generation)
                 {
-                    return;
+                    return Ok(());
                 }
                 match what {
                     PodTimer::SetReady(r) => {
@@ -1400,10 +1675,10 @@ impl Simulation {
                     }
                     PodTimer::Restart => {
                         let Some(p) = self.pods.get_mut(&pod) else {
-                            return;
+                            return Ok(());
                         };
                         if p.state.phase == Phase::Gone {
-                            return;
+                            return Ok(());
                         }
                         p.state.process_alive = true;
                         p.state.generation += 1;
@@ -1472,75 +1747,118 @@ impl Simulation {
                             },
                         });
                     }
+                    // What kube-proxy's informer will deliver: changed and removed slices.
+                    let key =
+                        |s: &EndpointSlice| (s.metadata.namespace.clone(), s.metadata.name.clone());
+                    let old: BTreeMap<(String, String), &EndpointSlice> =
+                        self.slices.iter().map(|s| (key(s), s)).collect();
+                    let new_keys: BTreeSet<(String, String)> = new.iter().map(key).collect();
+                    let batch = WatchBatch {
+                        upserts: new
+                            .iter()
+                            .filter(|s| old.get(&key(s)) != Some(s))
+                            .cloned()
+                            .collect(),
+                        deletes: old
+                            .keys()
+                            .filter(|k| !new_keys.contains(*k))
+                            .cloned()
+                            .collect(),
+                    };
                     self.slices = new;
-                    for n in 0..self.nodes.len() {
-                        self.queue.push(
-                            self.now + self.sc.control_plane.watch_delay,
-                            Ev::ProxyWatch(n),
-                        );
+                    self.watches.push(Some(batch));
+                    self.queue.push(
+                        self.now + self.sc.control_plane.watch_delay,
+                        Ev::Watch(self.watches.len() - 1),
+                    );
+                }
+            }
+            Ev::Watch(i) => {
+                let Some(batch) = self.watches.get_mut(i).and_then(Option::take) else {
+                    return Ok(());
+                };
+                let now = self.now;
+                for g in 0..self.groups.len() {
+                    let kp = &mut self.groups[g].proxy;
+                    for s in &batch.upserts {
+                        kp.upsert_endpoint_slice(now, s.clone());
                     }
+                    for (ns, name) in &batch.deletes {
+                        kp.delete_endpoint_slice(now, ns, name);
+                    }
+                    self.arm_proxy(g);
                 }
             }
-            Ev::ProxyWatch(n) => {
-                let (svcs, slices) = (&self.sc.services, &self.slices);
-                self.nodes[n].proxy.observe(svcs, slices);
-                self.request_sync(n);
-            }
-            Ev::ProxySync(n) => {
-                if self.nodes[n].proxy.pending != Some(self.now) {
-                    return;
+            Ev::ProxyTimer(g) => {
+                if self.groups[g].wake.is_some_and(|w| w <= self.now) {
+                    self.groups[g].wake = None;
                 }
-                self.do_sync(n);
-            }
-            Ev::ProxyPeriodic(n) => {
-                // syncPeriod: a sync runs even without changes (it is where retries and the
-                // reconciler's periodic pass happen).
-                if self.nodes[n].proxy.pending.is_none() {
-                    self.do_sync(n);
-                }
-                self.queue.push(
-                    self.now + self.sc.kube_proxy.sync_period,
-                    Ev::ProxyPeriodic(n),
-                );
+                self.proxy_timer(g);
+                self.arm_proxy(g);
             }
         }
+        Ok(())
     }
 
-    fn request_sync(&mut self, n: usize) {
-        let p = &mut self.nodes[n].proxy;
-        if p.pending.is_some() || !p.has_changes() {
-            return;
-        }
-        let at = p.timer.next_allowed(self.now);
-        p.pending = Some(at);
-        self.queue.push(at, Ev::ProxySync(n));
-    }
-
-    fn do_sync(&mut self, n: usize) {
+    /// Runs kube-proxy instance `g`'s sync if one is due, on every node it serves.
+    fn proxy_timer(&mut self, g: usize) {
         let now = self.now;
-        let node = &mut self.nodes[n];
-        let report = node.proxy.sync(now, &mut node.kernel);
-        let name = node.def.name.clone();
-        if !report.changed.is_empty() || report.full {
+        let Simulation { groups, nodes, .. } = self;
+        let grp = &mut groups[g];
+        let members: Vec<(usize, &mut Netns)> = nodes
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| grp.nodes.contains(i))
+            .map(|(i, n)| (i, &mut n.netns))
+            .collect();
+        let Some(result) = grp.on_timeout(now, members) else {
+            return;
+        };
+        let served = grp.nodes.clone();
+        if self.opts.record_timeline {
+            self.log_sync(&result);
+        }
+        for n in served {
+            self.after_kernel(n);
+        }
+    }
+
+    fn log_sync(&mut self, r: &SyncResult) {
+        let changed: Vec<String> = r
+            .output
+            .changed_services
+            .iter()
+            .map(|(a, b)| format!("{a}/{b}"))
+            .collect();
+        let nat_rules = nat_rules_written(&r.output.restore);
+        for ns in &r.nodes {
+            let node = self.nodes[ns.node].def.name.clone();
             self.log(What::Sync {
-                node: name.clone(),
-                full: report.full,
-                changed: report
-                    .changed
-                    .iter()
-                    .map(|(a, b)| format!("{a}/{b}"))
-                    .collect(),
-                nat_rules: report.nat_rules,
+                node: node.clone(),
+                full: r.output.kind == SyncKind::Full,
+                changed: changed.clone(),
+                nat_rules,
             });
+            if let Some(e) = &ns.error {
+                self.log(What::SyncFailed {
+                    node,
+                    error: e.clone(),
+                });
+            }
         }
-        for line in report.deleted {
+        for d in &r.deleted {
+            let reason = r
+                .cleanup
+                .deletions
+                .get(d.request)
+                .map(|x| x.reason.clone())
+                .unwrap_or_default();
             self.log(What::CleanupDelete {
-                node: name.clone(),
-                line,
+                node: self.nodes[d.node].def.name.clone(),
+                line: d.line.clone(),
+                reason,
             });
         }
-        self.after_kernel(n);
-        // Changes that arrived while this sync was pending are in the state it rendered.
     }
 
     fn pod_ips(&self, key: &str) -> BTreeSet<IpAddr> {
@@ -1627,51 +1945,53 @@ impl Simulation {
                 timeout,
                 state,
             } => {
-                let f = parse_ct_filter(filter).unwrap_or_default();
-                let entries = self.nodes[*node].kernel.ct_list(now, &f);
+                // The filter was checked when the scenario was loaded.
+                let (entries, bad) = match Filter::parse(filter) {
+                    Ok(f) => (self.nodes[*node].netns.conntrack().list(now, &f), None),
+                    Err(e) => (Vec::new(), Some(format!("bad conntrack filter: {e}"))),
+                };
                 cmp("entries", Some(*count), entries.len() as u64);
+                problems.extend(bad);
                 let ips = endpoint.as_ref().map(|e| self.ep_ips(e));
                 for e in &entries {
+                    let line = e.list_line(now).to_string();
                     if let Some(ips) = &ips {
                         if !ips.contains(&e.reply.src) {
                             problems.push(format!(
-                                "entry goes to {}, expected {}: {}",
+                                "entry goes to {}, expected {}: {line}",
                                 e.reply.src,
                                 endpoint.as_ref().map(|e| e.to_string()).unwrap_or_default(),
-                                e.line
                             ));
                         }
                     }
                     if let Some(a) = assured {
-                        if e.assured != *a {
+                        let is = e.status.contains(Status::ASSURED);
+                        if is != *a {
                             problems.push(format!(
-                                "entry {} [ASSURED], expected {}: {}",
-                                if e.assured { "is" } else { "is not" },
+                                "entry {} [ASSURED], expected {}: {line}",
+                                if is { "is" } else { "is not" },
                                 if *a { "assured" } else { "not assured" },
-                                e.line
                             ));
                         }
                     }
                     if let Some(t) = timeout {
-                        if !t.accepts(e.timeout_secs) {
-                            problems.push(format!(
-                                "entry has {} s left, expected {t}: {}",
-                                e.timeout_secs, e.line
-                            ));
+                        let left = e.expiry.secs_left(now);
+                        if !t.accepts(left) {
+                            problems.push(format!("entry has {left} s left, expected {t}: {line}"));
                         }
                     }
                     if let Some(s) = state {
-                        if e.tcp_state != Some(s.as_str()) {
+                        let st = e.tcp_state.map(|t| t.name());
+                        if st != Some(s.as_str()) {
                             problems.push(format!(
-                                "entry state {}, expected {s}: {}",
-                                e.tcp_state.unwrap_or("-"),
-                                e.line
+                                "entry state {}, expected {s}: {line}",
+                                st.unwrap_or("-"),
                             ));
                         }
                     }
                 }
                 if let Some(e) = entries.first() {
-                    seen.push(format!("first: {}", e.line));
+                    seen.push(format!("first: {}", e.list_line(now)));
                 }
             }
             Check::Endpoint {
@@ -1734,22 +2054,34 @@ impl Simulation {
 
     /// `conntrack -L` of a node now (stdout lines).
     pub fn conntrack_dump(&mut self, node: usize) -> String {
-        let now = self.now;
-        self.nodes[node].kernel.ct_dump(now)
+        self.nodes[node]
+            .netns
+            .conntrack()
+            .dump(self.now, &Filter::all())
     }
 
     /// The number of entries [`Simulation::conntrack_dump`] would show.
     pub fn conntrack_count(&mut self, node: usize) -> usize {
-        let now = self.now;
         self.nodes[node]
-            .kernel
-            .ct_list(now, &Default::default())
+            .netns
+            .conntrack()
+            .list(self.now, &Filter::all())
             .len()
     }
 
-    /// `iptables-save` of a node now.
+    /// `iptables-save` of a node now (without the dated comment lines).
     pub fn rules(&self, node: usize) -> String {
-        self.nodes[node].kernel.save()
+        self.nodes[node].netns.save(false)
+    }
+
+    /// A node's network namespace: its interfaces and routes, rules and conntrack table.
+    pub fn netns(&self, node: usize) -> &Netns {
+        &self.nodes[node].netns
+    }
+
+    /// How many kube-proxy instances run (one per node, or fewer where nodes share one).
+    pub fn kube_proxy_instances(&self) -> usize {
+        self.groups.len()
     }
 
     /// Node names, in scenario order.
@@ -1867,9 +2199,4 @@ pub fn schedule(start: SimTime, stop: SimTime, interval: SimDuration) -> ClientS
         jitter: SimDuration::ZERO,
         count: None,
     }
-}
-
-#[allow(dead_code)]
-fn _assert_kinds(k: CtEventKind) -> bool {
-    k == CtEventKind::New
 }

@@ -48,29 +48,8 @@ impl fmt::Display for ScenarioError {
     }
 }
 
-/// The known conntrack sysctls (`net.netfilter.` prefix), as in the kernel's
-/// nf_conntrack_standalone.c `nf_ct_sysctl_table` and nf_conntrack_proto_*.c.
-pub const KNOWN_SYSCTLS: &[&str] = &[
-    "net.netfilter.nf_conntrack_max",
-    "net.netfilter.nf_conntrack_buckets",
-    "net.netfilter.nf_conntrack_tcp_loose",
-    "net.netfilter.nf_conntrack_tcp_be_liberal",
-    "net.netfilter.nf_conntrack_tcp_max_retrans",
-    "net.netfilter.nf_conntrack_tcp_timeout_syn_sent",
-    "net.netfilter.nf_conntrack_tcp_timeout_syn_recv",
-    "net.netfilter.nf_conntrack_tcp_timeout_established",
-    "net.netfilter.nf_conntrack_tcp_timeout_fin_wait",
-    "net.netfilter.nf_conntrack_tcp_timeout_close_wait",
-    "net.netfilter.nf_conntrack_tcp_timeout_last_ack",
-    "net.netfilter.nf_conntrack_tcp_timeout_time_wait",
-    "net.netfilter.nf_conntrack_tcp_timeout_close",
-    "net.netfilter.nf_conntrack_tcp_timeout_max_retrans",
-    "net.netfilter.nf_conntrack_tcp_timeout_unacknowledged",
-    "net.netfilter.nf_conntrack_udp_timeout",
-    "net.netfilter.nf_conntrack_udp_timeout_stream",
-    "net.netfilter.nf_conntrack_icmp_timeout",
-    "net.netfilter.nf_conntrack_generic_timeout",
-];
+/// The prefix of the conntrack sysctls' full names.
+const SYSCTL_PREFIX: &str = "net.netfilter.";
 
 struct Ctx<'a> {
     file: &'a str,
@@ -129,6 +108,8 @@ fn opt_dur(d: Option<SimDuration>, default: SimDuration) -> SimDuration {
     d.unwrap_or(default)
 }
 
+/// Checks conntrack sysctls (full `net.netfilter.nf_conntrack_*` names) as the kernel would
+/// take them: known names, values in range.
 fn check_sysctls(
     ctx: &Ctx,
     src: &BTreeMap<String, Spanned<u64>>,
@@ -136,36 +117,68 @@ fn check_sysctls(
     at: Location,
 ) -> Result<(), ScenarioError> {
     for (k, v) in src {
-        if !KNOWN_SYSCTLS.contains(&k.as_str()) {
-            let short = k.rsplit('.').next().unwrap_or(k);
+        // The key has no span of its own; point at its value, or at the mapping.
+        let loc = if v.referenced.line() > 0 {
+            v.referenced
+        } else {
+            at
+        };
+        let Some(short) = k
+            .strip_prefix(SYSCTL_PREFIX)
+            .filter(|s| sim_conntrack::Sysctls::names().any(|n| n == *s))
+        else {
+            let last = k.rsplit('.').next().unwrap_or(k);
             // Suggest the known name sharing the longest prefix of its last segment.
             let common = |n: &str| {
-                let last = n.rsplit('.').next().unwrap_or(n);
-                last.bytes()
-                    .zip(short.bytes())
+                n.bytes()
+                    .zip(last.bytes())
                     .take_while(|(a, b)| a == b)
                     .count()
             };
-            let hint = KNOWN_SYSCTLS
-                .iter()
+            let hint = sim_conntrack::Sysctls::names()
                 .max_by_key(|n| (common(n), std::cmp::Reverse(n.len())))
                 .filter(|n| common(n) >= 12)
-                .map(|n| format!(" (did you mean {n}?)"))
+                .map(|n| format!(" (did you mean {SYSCTL_PREFIX}{n}?)"))
                 .unwrap_or_default();
-            // The key has no span of its own; point at its value, or at the mapping.
-            let loc = if v.referenced.line() > 0 {
-                v.referenced
-            } else {
-                at
-            };
             return Err(ctx.at(
                 loc,
                 format!(
                     "unknown sysctl {k:?}{hint}: expected a conntrack sysctl such as net.netfilter.nf_conntrack_udp_timeout"
                 ),
             ));
-        }
+        };
+        sim_conntrack::Sysctls::default()
+            .set(short, &v.value.to_string())
+            .map_err(|e| ctx.at(loc, e.to_string()))?;
         into.insert(k.clone(), v.value);
+    }
+    Ok(())
+}
+
+/// A pod IP must lie in its node's pod CIDR and be neither the CIDR's network address nor
+/// its first address, which the node holds on its pod veths (the pods' gateway).
+fn check_pod_ip(ctx: &Ctx, ip: &Spanned<IpAddr>, node: &NodeDef) -> Result<(), ScenarioError> {
+    let cidr = node.pod_cidr;
+    if !cidr.contains(ip.value) {
+        return Err(ctx.err(
+            ip,
+            format!(
+                "pod IP {} is outside node {}'s pod CIDR {cidr}: expected an address in {cidr}",
+                ip.value, node.name
+            ),
+        ));
+    }
+    let gw = crate::cluster::sim::pod_gateway(&cidr);
+    if ip.value == cidr.addr() || ip.value == gw {
+        return Err(ctx.err(
+            ip,
+            format!(
+                "pod IP {} is {} of node {}'s pod CIDR {cidr}: expected another address in {cidr} ({gw} is the node's own address on its pod veths)",
+                ip.value,
+                if ip.value == gw { "the first address" } else { "the network address" },
+                node.name
+            ),
+        ));
     }
     Ok(())
 }
@@ -232,16 +245,7 @@ fn pod_def(ctx: &Ctx, pc: &PodCheck, p: &Spanned<PodDoc>) -> Result<PodDef, Scen
             ),
         )
     })?;
-    let cidr = pc.nodes[node].pod_cidr;
-    if !cidr.contains(d.ip.value) {
-        return Err(ctx.err(
-            &d.ip,
-            format!(
-                "pod IP {} is outside node {}'s pod CIDR {cidr}: expected an address in {cidr}",
-                d.ip.value, d.node.value
-            ),
-        ));
-    }
+    check_pod_ip(ctx, &d.ip, &pc.nodes[node])?;
     let probe = d.readiness_probe.clone().unwrap_or(ProbeDoc {
         period_seconds: None,
         failure_threshold: None,
@@ -766,15 +770,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                     };
                     let ip = match (&r.ip, old) {
                         (Some(ip), _) => {
-                            if !nodes[node].pod_cidr.contains(ip.value) {
-                                return Err(ctx.err(
-                                    ip,
-                                    format!(
-                                        "pod IP {} is outside node {}'s pod CIDR {}",
-                                        ip.value, nodes[node].name, nodes[node].pod_cidr
-                                    ),
-                                ));
-                            }
+                            check_pod_ip(ctx, ip, &nodes[node])?;
                             ip.value
                         }
                         (None, Some(o)) => o.ip,
@@ -890,8 +886,15 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                 .map(|f| f.value.clone())
                 .unwrap_or_default();
             if let Some(f) = &c.filter {
-                crate::cluster::kernel::parse_ct_filter(&f.value)
-                    .map_err(|e| ctx.err(f, format!("bad conntrack filter: {e}")))?;
+                sim_conntrack::Filter::parse(&f.value).map_err(|e| {
+                    let hint = match e {
+                        sim_conntrack::FilterError::UnknownOption { .. } => {
+                            ": expected conntrack -L filter options such as -p udp --orig-dst 10.96.0.10 --reply-src 10.244.1.7"
+                        }
+                        _ => "",
+                    };
+                    ctx.err(f, format!("bad conntrack filter: {e}{hint}"))
+                })?;
             }
             let count = match (c.count, c.exists) {
                 (Some(n), None) => n,
