@@ -871,6 +871,13 @@ impl Netns {
         table: Table,
         hook: Hook,
     ) -> TableOutcome {
+        // A table without a chain at this hook (or an IPv6 packet, which iptables does not
+        // see) accepts at once; only a trace wants to say so.
+        if f.trace.is_none()
+            && (!f.pkt.is_ipv4() || self.ruleset.builtin_chain(table, hook).is_none())
+        {
+            return TableOutcome::Continue;
+        }
         let ct = ct_state_of(&self.conntrack, f.handle, f.untracked);
         let addr_types = AddrTypes(&self.routes);
         let mut rule_trace = f.trace.as_ref().map(|_| Trace::new());
