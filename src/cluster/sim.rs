@@ -7,18 +7,21 @@
 //!   address, so the nodes are directly connected to each other ([`node_network_len`]);
 //! - one veth per local pod, holding the pod CIDR's first address as a /32 (as the `ptp` CNI
 //!   plugin of kindnet sets the host side up), with a /32 route to the pod's IP;
-//! - a route to each other node's pod CIDR via that node's address, and a route on `eth0` to
-//!   each host outside the cluster.
+//! - a route to each other node's pod CIDR via that node's address;
+//! - a default route via the network's router, the first free address of the node network
+//!   ([`router_address`]), like a kind node's route via the docker bridge. Hosts outside the
+//!   cluster are reached through it, and so are Service IPs: a node process's socket needs a
+//!   route to the cluster IP before OUTPUT's DNAT rewrites it.
 //!
-//! There is no default route: everything the simulation has an address for is routed, and
-//! a packet to anything else, a gone pod's IP included, finds no route and is dropped by the
-//! node's routing decision (the kernel's `ip_route_input` failing). A pod's packets enter its
-//! node with [`Ingress::Interface`] on its veth (PREROUTING); a node process's packets take
-//! OUTPUT ([`Ingress::Local`]); what a node transmits on `eth0` reaches the machine owning
-//! the next hop after the link latency, what it transmits on a veth reaches that pod. Hosts
-//! outside the cluster send straight onto the network, which routes each pod CIDR to its node.
-//! Forwarded packets lose one TTL per node (`ip_forward`'s decrement, which the namespace
-//! itself does not model).
+//! A pod's packets enter its node with [`Ingress::Interface`] on its veth (PREROUTING); a
+//! node process's packets take OUTPUT ([`Ingress::Local`]); what a node transmits on `eth0`
+//! reaches the machine owning the next hop after the link latency, what it transmits on a
+//! veth reaches that pod. The router delivers to node and host addresses and routes each pod
+//! CIDR to its node, except back to the node the packet came from: a packet for a gone pod's
+//! IP finds no /32 on its node, goes out by the default route and is dropped by the router,
+//! as a kind node's packet is lost upstream. Hosts send everything to the router. Forwarded
+//! packets lose one TTL per node (`ip_forward`'s decrement, which the namespace itself does
+//! not model).
 //!
 //! kube-proxy is the kubeproxy module's [`crate::kubeproxy::KubeProxy`], one per node or one
 //! per set of nodes with identical rules ([`ProxyGroup`]); its syncs are applied to the
@@ -96,6 +99,8 @@ struct WatchBatch {
 enum Owner {
     Node(usize),
     Host(usize),
+    /// The network's router (every node's default gateway).
+    Router,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -668,8 +673,34 @@ pub fn pod_gateway(c: &crate::k8s::Cidr) -> IpAddr {
     }
 }
 
-/// Builds node `i`'s namespace: sysctls, `eth0`, and the routes to the other nodes' pod
-/// CIDRs and to the hosts (see the module documentation).
+/// The router's address on the node network of `addr`: the network's first address that no
+/// node or host has (`None` when every address is taken).
+pub fn router_address(addr: IpAddr, sc: &Scenario) -> Option<IpAddr> {
+    let len = node_network_len(addr, &sc.nodes);
+    let net = Prefix::new(addr, len).ok()?;
+    let taken: BTreeSet<IpAddr> = sc
+        .nodes
+        .iter()
+        .map(|n| n.address)
+        .chain(sc.hosts.iter().map(|h| h.address))
+        .collect();
+    let width = if addr.is_ipv4() { 32 } else { 128 };
+    let size: u128 = if width - u32::from(len) >= 127 {
+        u128::MAX
+    } else {
+        1u128 << (width - u32::from(len))
+    };
+    // Skip the network address; stop before the broadcast address (IPv4).
+    (1..size.saturating_sub(1).min(1 << 16))
+        .map(|k| match net.addr() {
+            IpAddr::V4(a) => IpAddr::V4((u32::from(a).wrapping_add(k as u32)).into()),
+            IpAddr::V6(a) => IpAddr::V6((u128::from(a).wrapping_add(k)).into()),
+        })
+        .find(|a| !taken.contains(a))
+}
+
+/// Builds node `i`'s namespace: sysctls, `eth0`, the routes to the other nodes' pod CIDRs
+/// and the default route (see the module documentation).
 fn node_netns(sc: &Scenario, i: usize) -> Result<Netns, SimError> {
     let n = &sc.nodes[i];
     let err = |message: String| SimError::Netns {
@@ -690,19 +721,20 @@ fn node_netns(sc: &Scenario, i: usize) -> Result<Netns, SimError> {
     let len = node_network_len(n.address, &sc.nodes);
     ns.add_interface(eth0(), &[(n.address, len)])
         .map_err(|e| err(e.to_string()))?;
-    let net = Prefix::new(n.address, len).map_err(|e| err(e.to_string()))?;
     for (j, m) in sc.nodes.iter().enumerate() {
         if i != j && m.address.is_ipv4() == m.pod_cidr.addr().is_ipv4() {
             ns.add_route(cidr_prefix(&m.pod_cidr), Some(m.address), eth0())
                 .map_err(|e| err(e.to_string()))?;
         }
     }
-    for h in &sc.hosts {
-        if !net.contains(h.address) {
-            ns.add_route(Prefix::host(h.address), None, eth0())
-                .map_err(|e| err(e.to_string()))?;
-        }
-    }
+    // Without a free address for the router, the default route is on-link: the next hop is
+    // the destination itself.
+    ns.add_route(
+        Prefix::default_for(n.address.is_ipv4()),
+        router_address(n.address, sc),
+        eth0(),
+    )
+    .map_err(|e| err(e.to_string()))?;
     Ok(ns)
 }
 
@@ -758,6 +790,11 @@ impl Simulation {
         }
         for (i, h) in sc.hosts.iter().enumerate() {
             owners.insert(h.address, Owner::Host(i));
+        }
+        for n in &sc.nodes {
+            if let Some(r) = router_address(n.address, &sc) {
+                owners.entry(r).or_insert(Owner::Router);
+            }
         }
         let hosts = sc
             .hosts
@@ -1083,32 +1120,62 @@ impl Simulation {
                 Machine::Node(n) => {
                     self.queue.push(self.now, Ev::Deliver(Dest::NodeOut(*n), p));
                 }
-                Machine::Host(_) => {
-                    // The network's own routes: a pod CIDR goes to its node.
-                    let next_hop = if self.owners.contains_key(&p.dst) {
-                        p.dst
-                    } else {
-                        self.nodes
-                            .iter()
-                            .find(|n| n.def.pod_cidr.contains(p.dst))
-                            .map_or(p.dst, |n| n.def.address)
-                    };
-                    self.network(next_hop, p);
-                }
+                // A host's default route: the router.
+                Machine::Host(_) => self.router(p, None),
             }
         }
     }
 
     /// The node network: delivers to the machine owning `next_hop` after the link latency;
-    /// an address nobody has swallows the packet.
-    fn network(&mut self, next_hop: IpAddr, p: Packet) {
-        let at = self.now + self.sc.latency;
+    /// an address nobody has swallows the packet. `from` is the sending node.
+    fn network(&mut self, next_hop: IpAddr, p: Packet, from: Option<usize>) {
         let dest = match self.owners.get(&next_hop) {
             Some(Owner::Node(n)) => Dest::NodeIn(*n, eth0()),
             Some(Owner::Host(h)) => Dest::Host(*h),
-            None => return,
+            Some(Owner::Router) => return self.router(p, from),
+            None => return self.network_drop(&p, format!("nobody has {next_hop}")),
         };
-        self.queue.push(at, Ev::Deliver(dest, p));
+        self.queue
+            .push(self.now + self.sc.latency, Ev::Deliver(dest, p));
+    }
+
+    /// The network's router: node and host addresses, and each pod CIDR via its node, except
+    /// back to the node the packet came from.
+    fn router(&mut self, p: Packet, from: Option<usize>) {
+        let dest = match self.owners.get(&p.dst) {
+            Some(Owner::Node(n)) => Some(Dest::NodeIn(*n, eth0())),
+            Some(Owner::Host(h)) => Some(Dest::Host(*h)),
+            Some(Owner::Router) => None,
+            None => self
+                .nodes
+                .iter()
+                .position(|n| n.def.pod_cidr.contains(p.dst))
+                .filter(|&n| Some(n) != from)
+                .map(|n| Dest::NodeIn(n, eth0())),
+        };
+        match dest {
+            Some(d) => {
+                self.queue
+                    .push(self.now + self.sc.latency, Ev::Deliver(d, p));
+            }
+            None => self.network_drop(&p, format!("no route to {}", p.dst)),
+        }
+    }
+
+    fn network_drop(&mut self, p: &Packet, reason: String) {
+        if !self.opts.record_timeline {
+            return;
+        }
+        if let Some(t) = self.client_tag(p, false) {
+            let what = What::Dropped {
+                client: self.clients[t.client as usize].def.name.clone(),
+                query: t.seq,
+                node: "the network's router".into(),
+                packet: p.to_string(),
+                reason: format!("dropped: {reason}"),
+            };
+            self.log(what);
+        }
     }
 
     /// Runs a packet through node `n`'s namespace and sends on what comes out.
@@ -1161,7 +1228,7 @@ impl Simulation {
                         }
                         packet.iif = None;
                         packet.oif = None;
-                        self.network(next_hop, packet);
+                        self.network(next_hop, packet, Some(n));
                     } else if let Some(k) = self.nodes[n].veths.get(&dev).cloned() {
                         self.queue.push(self.now, Ev::Deliver(Dest::Pod(k), packet));
                     }

@@ -1,0 +1,281 @@
+//! The scenarios run on the real stack: nodes are sim-netfilter namespaces holding the rules
+//! kube-proxy wrote, and kube-proxy's cleanup is pluggable from the library API.
+
+use nfsim::cluster::sim::{RunOptions, RunResult, Simulation};
+use nfsim::kubeproxy::{
+    CleanupInput, CleanupReport, ConntrackCleanup, ConntrackOps, CtFilter, ServicePortName,
+};
+use nfsim::scenario::model::Release;
+use nfsim::scenario::{load_file, Scenario};
+use sim_conntrack::Filter;
+use sim_core::SimTime;
+use sim_netfilter::netns::{Netns, NetnsConfig, RouteDecision};
+use std::cell::RefCell;
+use std::net::IpAddr;
+use std::rc::Rc;
+
+fn scenario(name: &str) -> Scenario {
+    load_file(&format!("{}/scenarios/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+fn timeline() -> RunOptions {
+    RunOptions {
+        record_timeline: true,
+        conntrack_events: true,
+        progress: None,
+    }
+}
+
+fn lines(r: &RunResult) -> Vec<String> {
+    r.timeline.iter().map(|e| e.line()).collect()
+}
+
+fn failed(r: &RunResult) -> Vec<String> {
+    r.results
+        .iter()
+        .filter(|x| !x.passed)
+        .map(|x| x.name.clone())
+        .collect()
+}
+
+/// A cleanup of our own: after every sync that changed a UDP service's endpoints, delete each
+/// UDP entry to a service IP whose reply source is not one of that service's serving
+/// endpoints. Records what it was called with.
+struct DeleteUnserved {
+    node: String,
+    log: Rc<RefCell<Vec<String>>>,
+}
+
+impl ConntrackCleanup for DeleteUnserved {
+    fn name(&self) -> String {
+        "delete-unserved".into()
+    }
+    fn after_sync(
+        &mut self,
+        now: SimTime,
+        input: &CleanupInput<'_>,
+        ct: &mut dyn ConntrackOps,
+    ) -> CleanupReport {
+        let mut report = CleanupReport {
+            ran: true,
+            ..CleanupReport::default()
+        };
+        let entries = ct.list(&CtFilter::udp());
+        report.listed = entries.len();
+        self.log.borrow_mut().push(format!(
+            "{} {} listed {} udp={}",
+            self.node,
+            now.hms(),
+            entries.len(),
+            input.udp_endpoints_changed()
+        ));
+        for e in entries {
+            let serving = input.after.services.iter().find_map(|(spn, svc)| {
+                (svc.cluster_ip == e.orig.dst && svc.port == e.orig.dport).then(|| {
+                    let spn: &ServicePortName = spn;
+                    input
+                        .after
+                        .endpoints_of(spn)
+                        .iter()
+                        .any(|ep| ep.serving && ep.ip == e.reply.src)
+                })
+            });
+            if serving == Some(false) {
+                let n = ct.delete(&CtFilter::exact(&e));
+                self.log
+                    .borrow_mut()
+                    .push(format!("{} deleted {n} to {}", self.node, e.reply.src));
+            }
+        }
+        report
+    }
+}
+
+#[test]
+fn a_cleanup_of_our_own_is_called_per_node_with_the_state_and_the_real_table() {
+    // The incident under v1.31 (which misses the event) with our cleanup instead.
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let made = Rc::new(RefCell::new(Vec::new()));
+    let (l, m) = (log.clone(), made.clone());
+    let sim = Simulation::builder(scenario("stale-dns-udp.yaml"))
+        .options(timeline())
+        .cleanup(move |node| {
+            m.borrow_mut().push(node.to_string());
+            Box::new(DeleteUnserved {
+                node: node.to_string(),
+                log: l.clone(),
+            })
+        })
+        .build()
+        .unwrap();
+    assert_eq!(sim.kube_proxy_instances(), 2, "one kube-proxy per node");
+    let r = sim.finish().unwrap();
+    assert_eq!(*made.borrow(), ["node-1", "node-2"]);
+    let log = log.borrow().clone();
+    // Each node's kube-proxy ran it after its first sync and after the endpoint change.
+    for node in ["node-1", "node-2"] {
+        assert!(
+            log.iter()
+                .any(|l| l.starts_with(&format!("{node} 00:00:00"))),
+            "{log:?}"
+        );
+        assert!(
+            log.iter()
+                .any(|l| l.starts_with(&format!("{node} 00:05:02.100")) && l.ends_with("udp=true")),
+            "{log:?}"
+        );
+    }
+    // Only node-2 holds the sidecar's DNAT'd entry; our cleanup deleted it there.
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.contains("deleted"))
+            .collect::<Vec<_>>(),
+        ["node-2 deleted 1 to 10.244.1.5"]
+    );
+    let tl = lines(&r);
+    assert!(
+        tl.iter()
+            .any(|l| l.contains("kube-proxy node-2: cleanup deleted udp")
+                && l.contains("src=10.244.1.5")),
+        "the deletion is on the timeline"
+    );
+    // So the incident's expectations fail: the sidecar recovers on the healthy pod.
+    let f = failed(&r);
+    assert!(
+        f.iter()
+            .any(|n| n.contains("every query after the kill fails")),
+        "{f:?}"
+    );
+    assert!(
+        f.iter().any(|n| n.contains("healthy pod receives nothing")),
+        "{f:?}"
+    );
+}
+
+#[test]
+fn nodes_with_identical_rules_share_one_kube_proxy_with_the_same_results() {
+    for release in [Release::V131, Release::V132, Release::Latest] {
+        let mut sc = scenario("stale-dns-udp.yaml");
+        sc.kube_proxy.release = release;
+        // One cluster CIDR for every node: their rules no longer differ.
+        sc.kube_proxy.cluster_cidr = Some("10.244.0.0/16".parse().unwrap());
+        let shared = Simulation::builder(sc.clone())
+            .options(timeline())
+            .build()
+            .unwrap();
+        assert_eq!(shared.kube_proxy_instances(), 1);
+        let own = Simulation::builder(sc)
+            .options(timeline())
+            .one_kube_proxy_per_node(true)
+            .build()
+            .unwrap();
+        assert_eq!(own.kube_proxy_instances(), 2);
+        let (a, b) = (shared.finish().unwrap(), own.finish().unwrap());
+        assert_eq!(lines(&a), lines(&b), "{release}");
+        assert_eq!(a.results, b.results, "{release}");
+    }
+}
+
+#[test]
+fn rules_that_depend_on_the_node_are_never_shared() {
+    let mut sc = scenario("stale-dns-udp.yaml");
+    sc.kube_proxy.cluster_cidr = Some("10.244.0.0/16".parse().unwrap());
+    sc.services[0].spec.internal_traffic_policy = Some(nfsim::k8s::TrafficPolicy::Local);
+    let sim = Simulation::new(sc, RunOptions::default()).unwrap();
+    assert_eq!(sim.kube_proxy_instances(), 2);
+}
+
+#[test]
+fn nodes_hold_the_rules_kube_proxy_wrote_and_they_follow_the_endpoints() {
+    let mut sim = Simulation::new(scenario("stale-dns-udp.yaml"), RunOptions::default()).unwrap();
+    let n2 = sim.node_index("node-2").unwrap();
+    sim.run_until(SimTime::from_secs(60)).unwrap();
+    let before = sim.rules(n2);
+    assert!(
+        before.contains("-j DNAT --to-destination 10.244.1.5:53"),
+        "{before}"
+    );
+    assert!(
+        before.contains(
+            "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES"
+        ),
+        "{before}"
+    );
+    // Built-in chains' policy counters count real packets: node-2 forwarded the sidecar's
+    // first query (NEW; later ones are accepted by KUBE-FORWARD's RELATED,ESTABLISHED rule).
+    assert!(before.contains(":FORWARD ACCEPT [1:60]"), "{before}");
+    // The saved text is what iptables-save prints: it loads back to the same text (but for
+    // the counters, which a restore without --counters zeroes).
+    let zeroed = |t: &str| -> String {
+        t.lines()
+            .map(|l| match (l.starts_with(':'), l.rfind(" [")) {
+                (true, Some(i)) => format!("{} [0:0]\n", &l[..i]),
+                _ => format!("{l}\n"),
+            })
+            .collect()
+    };
+    let mut copy = Netns::new(NetnsConfig::new("copy", 1));
+    copy.restore(&before, false).unwrap();
+    assert_eq!(copy.save(false), zeroed(&before));
+    // After the kill (5m), the endpoint change (5m02s) and the sync, coredns-a's SEP chain
+    // is gone and only coredns-b is left; the conntrack entry is not (v1.31).
+    sim.run_until(SimTime::from_secs(6 * 60)).unwrap();
+    let after = sim.rules(n2);
+    assert!(!after.contains("10.244.1.5:53"), "{after}");
+    assert!(
+        after.contains("-j DNAT --to-destination 10.244.2.5:53"),
+        "{after}"
+    );
+    assert!(
+        sim.conntrack_dump(n2)
+            .contains("sport=40000 dport=53 src=10.244.1.5"),
+        "the stale entry survives the rule change"
+    );
+}
+
+#[test]
+fn pod_traffic_is_not_masqueraded_but_host_network_traffic_is() {
+    let snat = Filter::parse("-p udp --src-nat").unwrap();
+    let at = SimTime::from_secs(4 * 60);
+    let mut pod = Simulation::new(scenario("stale-dns-udp.yaml"), RunOptions::default()).unwrap();
+    pod.run_until(at).unwrap();
+    let n2 = pod.node_index("node-2").unwrap();
+    assert!(pod.netns(n2).conntrack().list(at, &snat).is_empty());
+    let mut host = Simulation::new(
+        scenario("stale-dns-udp-host-network.yaml"),
+        RunOptions::default(),
+    )
+    .unwrap();
+    host.run_until(at).unwrap();
+    let e = host.netns(n2).conntrack().list(at, &snat);
+    assert_eq!(e.len(), 1, "{}", host.conntrack_dump(n2));
+    let node_ip: IpAddr = "192.168.0.12".parse().unwrap();
+    assert_eq!(e[0].reply.dst, node_ip);
+    assert_ne!(e[0].reply.dport, 40000, "--random-fully draws the port");
+}
+
+#[test]
+fn a_gone_pod_is_unrouted_on_its_node_and_its_packets_are_lost() {
+    let mut sim =
+        Simulation::new(scenario("stale-dns-udp-recreated-new-ip.yaml"), timeline()).unwrap();
+    let n1 = sim.node_index("node-1").unwrap();
+    let old: IpAddr = "10.244.1.5".parse().unwrap();
+    let via_veth = |sim: &Simulation| match sim.netns(n1).routing().lookup(old) {
+        RouteDecision::Forward { dev, .. } => dev.as_str().starts_with("veth"),
+        _ => false,
+    };
+    sim.run_until(SimTime::from_secs(60)).unwrap();
+    assert!(via_veth(&sim), "the pod's /32 route");
+    sim.run_until(SimTime::from_secs(10 * 60)).unwrap();
+    assert!(
+        !via_veth(&sim),
+        "removed with the pod: only the default route is left"
+    );
+    let r = sim.finish().unwrap();
+    let tl = lines(&r);
+    assert!(
+        tl.iter()
+            .any(|l| l.contains("dropped: no route to 10.244.1.5")),
+        "{tl:#?}"
+    );
+}
