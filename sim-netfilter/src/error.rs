@@ -157,6 +157,9 @@ pub enum RestoreErrorKind {
     /// A jump loop reachable from a built-in chain.
     #[error("loop detected: chain {0:?} can reach itself")]
     Loop(String),
+    /// More than 15 nested jumps below a built-in chain (nf_tables' jump stack).
+    #[error("too many levels of nested chains below {0} (nf_tables allows 15 jumps deep)")]
+    TooDeep(String),
     /// A target or match used in a hook it does not support (e.g. DNAT in POSTROUTING).
     #[error("{what} cannot be used in chain {chain:?}: it is reached from hook {hook}, but {what} is only valid in {valid}")]
     WrongHook {

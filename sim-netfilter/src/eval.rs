@@ -17,7 +17,7 @@ use sim_core::packet::icmp;
 use sim_core::{Packet, SimRng, SimTime, TcpFlags, L4};
 
 use crate::compile::{CMatch, CRule, CTarget, Program, DST_INV, PROTO_INV, SLOW_IP, SRC_INV};
-use crate::fmt::{rule_spec, target_spec};
+use crate::fmt::rule_spec;
 use crate::index::{Key, Lookup};
 use crate::rule::*;
 use crate::ruleset::{Chain, Ruleset, TableData};
@@ -372,9 +372,8 @@ impl RejectWith {
     }
 }
 
-/// The jump stack limit (nf_tables' `NFT_JUMP_STACK_SIZE` is 16; loops are refused at
-/// commit, so this only guards against absurdly deep chains).
-const MAX_DEPTH: usize = 64;
+/// The jump stack: nf_tables' `NFT_JUMP_STACK_SIZE`; deeper rulesets are refused at commit.
+const MAX_DEPTH: usize = 16;
 
 struct Pkt {
     src: u32,
@@ -756,8 +755,12 @@ fn match_one(
                 // statistic_mt with the count libxt_statistic starts at (every-1)-packet:
                 // the i-th packet (0-based) reaching the match matches when i % every == packet.
                 let slot = state.slot(s.slot, Counters::default());
-                let index = slot.nth;
-                slot.nth = if index + 1 >= every { 0 } else { index + 1 };
+                let index = slot.packets as u32;
+                slot.packets = if index + 1 >= every {
+                    0
+                } else {
+                    u64::from(index + 1)
+                };
                 if let Some(d) = draws {
                     d.push(StatDraw::Nth {
                         index,
@@ -962,11 +965,6 @@ fn update_after(
         table.entries.push(e);
     }
     ret
-}
-
-/// `target_spec` re-exported for the trace of matched rules' targets.
-pub fn describe_target(t: &Target) -> String {
-    target_spec(t)
 }
 
 /// Runs a target that is not a verdict or a jump: REJECT and the NAT targets end the walk
@@ -1199,8 +1197,10 @@ impl Ruleset {
         let mut stack = [(0u32, 0u32); MAX_DEPTH];
         let mut sp = 0usize;
         let mut chain = base;
-        let mut start = prog.start[base as usize] as usize;
-        let mut end = prog.end[base as usize] as usize;
+        let span = prog.spans[base as usize];
+        let mut start = span.start as usize;
+        let mut end = span.end as usize;
+        let mut indexed = span.indexed;
         let mut pos = start;
         loop {
             if pos >= end {
@@ -1210,15 +1210,17 @@ impl Ruleset {
                         sp = top;
                         let (c, p) = stack[top];
                         chain = c;
-                        start = prog.start[c as usize] as usize;
-                        end = prog.end[c as usize] as usize;
+                        let span = prog.spans[c as usize];
+                        start = span.start as usize;
+                        end = span.end as usize;
+                        indexed = span.indexed;
                         pos = p as usize;
                         continue;
                     }
                 }
             }
             let mut known = false;
-            if prog.indexed[chain as usize] {
+            if indexed {
                 if let Some(ix) = &td.chain(chain).index {
                     match ix.lookup(pos - start, key) {
                         Lookup::Outside => {}
@@ -1260,8 +1262,10 @@ impl Ruleset {
                         sp = top;
                         let (c, p) = stack[top];
                         chain = c;
-                        start = prog.start[c as usize] as usize;
-                        end = prog.end[c as usize] as usize;
+                        let span = prog.spans[c as usize];
+                        start = span.start as usize;
+                        end = span.end as usize;
+                        indexed = span.indexed;
                         pos = p as usize;
                     }
                 },
@@ -1275,17 +1279,18 @@ impl Ruleset {
                         sp += 1;
                     }
                     chain = c;
-                    start = prog.start[c as usize] as usize;
-                    end = prog.end[c as usize] as usize;
+                    let span = prog.spans[c as usize];
+                    start = span.start as usize;
+                    end = span.end as usize;
+                    indexed = span.indexed;
                     pos = start;
                 }
                 CTarget::Mark { value, mask } => {
                     ctx.packet.mark = (ctx.packet.mark & !mask) ^ value;
                     pos += 1;
                 }
-                CTarget::Other => {
-                    let rule = &td.chain(cr.chain).rules[cr.pos as usize];
-                    if effect(&rule.target, ctx, &mut out, None) {
+                CTarget::Other(i) => {
+                    if effect(&prog.others[i as usize], ctx, &mut out, None) {
                         return out;
                     }
                     pos += 1;

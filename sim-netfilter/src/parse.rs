@@ -32,9 +32,17 @@ impl Token<'_> {
 
 /// Splits a line into words like iptables-restore (`add_param_to_argv`). Words without
 /// escapes borrow from the line.
+#[cfg(test)]
 pub(crate) fn tokenize(line: &str) -> Result<Vec<Token<'_>>, String> {
+    let mut out = Vec::new();
+    tokenize_into(line, &mut out)?;
+    Ok(out)
+}
+
+/// [`tokenize`] into a reused buffer (cleared first).
+pub(crate) fn tokenize_into<'a>(line: &'a str, out: &mut Vec<Token<'a>>) -> Result<(), String> {
+    out.clear();
     let bytes = line.as_bytes();
-    let mut out = Vec::with_capacity(24);
     let mut i = 0;
     let n = bytes.len();
     while i < n {
@@ -109,7 +117,7 @@ pub(crate) fn tokenize(line: &str) -> Result<Vec<Token<'_>>, String> {
         });
         i = k;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A parsed command line.
@@ -949,10 +957,10 @@ struct MatchBuilder {
     stat_packet: Option<u32>,
     stat_inv: bool,
     mark: Option<MarkMatch>,
-    ct: ConntrackMatch,
+    ct: Option<Box<ConntrackMatch>>,
     addrtype: AddrtypeMatch,
     comment: Option<String>,
-    recent: RecentMatch,
+    recent: Option<Box<RecentMatch>>,
     recent_cmd: Option<RecentCommand>,
     nfacct: Option<String>,
 }
@@ -978,17 +986,32 @@ impl MatchBuilder {
             stat_packet: None,
             stat_inv: false,
             mark: None,
-            ct: ConntrackMatch {
-                state_alias: kind == MKind::State,
-                ..ConntrackMatch::default()
-            },
+            ct: None,
             addrtype: AddrtypeMatch {
                 src: None,
                 dst: None,
                 limit: None,
             },
             comment: None,
-            recent: RecentMatch {
+            recent: None,
+            recent_cmd: None,
+            nfacct: None,
+        }
+    }
+
+    fn ct_mut(&mut self) -> &mut ConntrackMatch {
+        let alias = self.kind == MKind::State;
+        self.ct.get_or_insert_with(|| {
+            Box::new(ConntrackMatch {
+                state_alias: alias,
+                ..ConntrackMatch::default()
+            })
+        })
+    }
+
+    fn recent_mut(&mut self) -> &mut RecentMatch {
+        self.recent.get_or_insert_with(|| {
+            Box::new(RecentMatch {
                 name: String::new(),
                 command: RecentCommand::Check,
                 inv: false,
@@ -999,10 +1022,8 @@ impl MatchBuilder {
                 rdest: false,
                 mask: Ipv4Addr::BROADCAST,
                 table: Bind::default(),
-            },
-            recent_cmd: None,
-            nfacct: None,
-        }
+            })
+        })
     }
 
     fn apply(
@@ -1136,23 +1157,23 @@ impl MatchBuilder {
                 });
             }
             MKind::State => {
-                self.ct.state = Some((parse_state_list("--state", a, false)?, inv));
+                self.ct_mut().state = Some((parse_state_list("--state", a, false)?, inv));
             }
             MKind::Conntrack => match def.id {
-                0 => self.ct.state = Some((parse_state_list(opt, a, true)?, inv)),
+                0 => self.ct_mut().state = Some((parse_state_list(opt, a, true)?, inv)),
                 1 => {
                     let p = parse_protocol(a).map_err(|e| bad(opt, a, e))?;
-                    self.ct.proto = Some((p, inv));
+                    self.ct_mut().proto = Some((p, inv));
                 }
-                2 => self.ct.orig_src = Some((parse_ct_addr(opt, a)?, inv)),
-                3 => self.ct.orig_dst = Some((parse_ct_addr(opt, a)?, inv)),
-                4 => self.ct.repl_src = Some((parse_ct_addr(opt, a)?, inv)),
-                5 => self.ct.repl_dst = Some((parse_ct_addr(opt, a)?, inv)),
-                6 => self.ct.orig_src_port = Some((parse_ct_ports(opt, a)?, inv)),
-                7 => self.ct.orig_dst_port = Some((parse_ct_ports(opt, a)?, inv)),
-                8 => self.ct.repl_src_port = Some((parse_ct_ports(opt, a)?, inv)),
-                9 => self.ct.repl_dst_port = Some((parse_ct_ports(opt, a)?, inv)),
-                10 => self.ct.status = Some((parse_status_list(a)?, inv)),
+                2 => self.ct_mut().orig_src = Some((parse_ct_addr(opt, a)?, inv)),
+                3 => self.ct_mut().orig_dst = Some((parse_ct_addr(opt, a)?, inv)),
+                4 => self.ct_mut().repl_src = Some((parse_ct_addr(opt, a)?, inv)),
+                5 => self.ct_mut().repl_dst = Some((parse_ct_addr(opt, a)?, inv)),
+                6 => self.ct_mut().orig_src_port = Some((parse_ct_ports(opt, a)?, inv)),
+                7 => self.ct_mut().orig_dst_port = Some((parse_ct_ports(opt, a)?, inv)),
+                8 => self.ct_mut().repl_src_port = Some((parse_ct_ports(opt, a)?, inv)),
+                9 => self.ct_mut().repl_dst_port = Some((parse_ct_ports(opt, a)?, inv)),
+                10 => self.ct_mut().status = Some((parse_status_list(a)?, inv)),
                 11 => {
                     let (lo, hi) = match a.split_once(':') {
                         Some((lo, hi)) => (parse_u32(opt, lo)?, parse_u32(opt, hi)?),
@@ -1161,10 +1182,10 @@ impl MatchBuilder {
                             (v, v)
                         }
                     };
-                    self.ct.expires = Some((lo, hi, inv));
+                    self.ct_mut().expires = Some((lo, hi, inv));
                 }
                 _ => {
-                    self.ct.dir = Some(if a.eq_ignore_ascii_case("ORIGINAL") {
+                    self.ct_mut().dir = Some(if a.eq_ignore_ascii_case("ORIGINAL") {
                         CtDirection::Original
                     } else if a.eq_ignore_ascii_case("REPLY") {
                         CtDirection::Reply
@@ -1204,34 +1225,34 @@ impl MatchBuilder {
                         2 => RecentCommand::Update,
                         _ => RecentCommand::Remove,
                     });
-                    self.recent.inv = inv;
+                    self.recent_mut().inv = inv;
                 }
                 4 => {
                     let v = parse_u32(opt, a)?;
                     if v == 0 {
                         return Err(bad(opt, a, "an integer 1-4294967295"));
                     }
-                    self.recent.seconds = v;
+                    self.recent_mut().seconds = v;
                 }
-                5 => self.recent.reap = true,
+                5 => self.recent_mut().reap = true,
                 6 => {
                     let v = parse_u32(opt, a)?;
                     if v == 0 {
                         return Err(bad(opt, a, "an integer 1-4294967295"));
                     }
-                    self.recent.hitcount = v;
+                    self.recent_mut().hitcount = v;
                 }
-                7 => self.recent.rttl = true,
+                7 => self.recent_mut().rttl = true,
                 8 => {
                     if a.is_empty() || a.len() >= 200 {
                         return Err(bad(opt, a, "a name of 1-199 bytes"));
                     }
-                    self.recent.name = a.to_string();
+                    self.recent_mut().name = a.to_string();
                 }
-                9 => self.recent.rdest = false,
-                10 => self.recent.rdest = true,
+                9 => self.recent_mut().rdest = false,
+                10 => self.recent_mut().rdest = true,
                 _ => {
-                    self.recent.mask =
+                    self.recent_mut().mask =
                         parse_ipv4(a).ok_or_else(|| bad(opt, a, "a dotted netmask"))?;
                 }
             },
@@ -1245,7 +1266,7 @@ impl MatchBuilder {
         Ok(())
     }
 
-    fn finish(self, ip: &IpMatch) -> Result<Match, RuleErrorKind> {
+    fn finish(mut self, ip: &IpMatch) -> Result<Match, RuleErrorKind> {
         let proto_is = |p: u8| ip.proto == p && !ip.proto_inv;
         Ok(match self.kind {
             MKind::Tcp | MKind::Udp | MKind::Sctp => {
@@ -1353,16 +1374,17 @@ impl MatchBuilder {
                     .ok_or_else(|| invalid("mark: option \"--mark\" must be specified"))?,
             ),
             MKind::State => {
-                if self.ct.state.is_none() {
+                let ct = self.ct.unwrap_or_default();
+                if ct.state.is_none() {
                     return Err(invalid("state: option \"--state\" must be specified"));
                 }
-                Match::Conntrack(Box::new(self.ct))
+                Match::Conntrack(ct)
             }
             MKind::Conntrack => {
                 if self.seen == 0 {
                     return Err(invalid("conntrack: At least one option is required"));
                 }
-                Match::Conntrack(Box::new(self.ct))
+                Match::Conntrack(self.ct.unwrap_or_default())
             }
             MKind::Addrtype => {
                 if self.addrtype.src.is_none() && self.addrtype.dst.is_none() {
@@ -1377,7 +1399,15 @@ impl MatchBuilder {
                     .ok_or_else(|| invalid("comment: option \"--comment\" must be specified"))?,
             ),
             MKind::Recent => {
-                let mut r = self.recent;
+                let mut r = match self.recent.take() {
+                    Some(r) => r,
+                    None => {
+                        self.recent_mut();
+                        self.recent
+                            .take()
+                            .unwrap_or_else(|| unreachable!("just created"))
+                    }
+                };
                 if r.name.is_empty() {
                     r.name = "DEFAULT".into();
                 }
@@ -1398,7 +1428,7 @@ impl MatchBuilder {
                         "recent: option \"--reap\" also requires \"--seconds\"",
                     ));
                 }
-                Match::Recent(Box::new(r))
+                Match::Recent(r)
             }
             MKind::Nfacct => Match::Nfacct(NfacctMatch {
                 name: self
@@ -1867,14 +1897,18 @@ impl<'a> Parser<'a> {
                 Resolved::Core(_, n) => n,
                 Resolved::Match(_, d) | Resolved::Target(d) => d.args,
             };
-            let mut args: Vec<&str> = Vec::new();
+            // At most two arguments (--tcp-flags MASK COMP); no allocation per option.
+            let mut argv: [&str; 2] = ["", ""];
+            let mut argc = 0;
             if let Some(v) = inline {
-                args.push(v);
+                argv[0] = v;
+                argc = 1;
             }
-            while args.len() < usize::from(nargs) {
+            while argc < usize::from(nargs) {
                 match toks.get(i) {
                     Some(a) => {
-                        args.push(a.as_str());
+                        argv[argc] = a.as_str();
+                        argc += 1;
                         i += 1;
                     }
                     None => {
@@ -1882,10 +1916,11 @@ impl<'a> Parser<'a> {
                     }
                 }
             }
+            let args = &argv[..argc];
             let inv = invert.take().is_some();
             match resolved {
                 Resolved::Core(c, _) => {
-                    i = self.core(c, &args, inv, tok_i, i)?;
+                    i = self.core(c, args, inv, tok_i, i)?;
                 }
                 Resolved::Match(kind, def) => {
                     if inv && !def.inv {
@@ -2240,9 +2275,15 @@ impl<'a> Parser<'a> {
                         ));
                     }
                     if is_goto {
-                        Target::Goto(ChainRef::new(&name))
+                        Target::Goto(ChainRef {
+                            name,
+                            id: Bind::default(),
+                        })
                     } else {
-                        Target::Jump(ChainRef::new(&name))
+                        Target::Jump(ChainRef {
+                            name,
+                            id: Bind::default(),
+                        })
                     }
                 }
             },

@@ -475,15 +475,6 @@ pub struct ChainRef {
     pub(crate) id: Bind,
 }
 
-impl ChainRef {
-    pub(crate) fn new(name: &str) -> ChainRef {
-        ChainRef {
-            name: name.to_string(),
-            id: Bind::default(),
-        }
-    }
-}
-
 /// `--reject-with`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RejectWith {

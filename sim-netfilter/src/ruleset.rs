@@ -23,7 +23,7 @@ use crate::compile::{compile, Program};
 use crate::error::{RestoreError, RestoreErrorKind, RuleErrorKind};
 use crate::fmt as pr;
 use crate::index::{ChainIndex, FastMap, KeyHasher};
-use crate::parse::{parse_command, tokenize, Command};
+use crate::parse::{parse_command, tokenize_into, Command, Token};
 use crate::rule::*;
 use crate::state::RulesetState;
 use crate::types::*;
@@ -560,6 +560,7 @@ impl Ruleset {
         let mut report = RestoreReport::default();
         let mut block: Option<Block> = None;
         let mut last_line = 0;
+        let mut toks: Vec<Token<'_>> = Vec::with_capacity(32);
         let fail = |line: usize, text: &str, kind, span, report: &RestoreReport| RestoreError {
             line,
             text: text.to_string(),
@@ -632,7 +633,7 @@ impl Ruleset {
                     .map_err(|kind| fail(lineno, line, kind, None, &report))?;
                 continue;
             }
-            self.rule_line(b, line, lineno, opts)
+            self.rule_line(b, line, lineno, opts, &mut toks)
                 .map_err(|(kind, span)| fail(lineno, line, kind, span, &report))?;
         }
         if let Some(b) = block {
@@ -707,12 +708,13 @@ impl Ruleset {
         Ok(())
     }
 
-    fn rule_line(
+    fn rule_line<'a>(
         &mut self,
         b: &mut Block,
-        line: &str,
+        line: &'a str,
         lineno: usize,
         opts: &RestoreOptions,
+        toks: &mut Vec<Token<'a>>,
     ) -> Result<(), (RestoreErrorKind, Option<(usize, usize)>)> {
         let (prefix_counters, body, offset) = if line.starts_with('[') {
             let close = line
@@ -726,9 +728,10 @@ impl Ruleset {
         } else {
             (None, line, 0)
         };
-        let toks = tokenize(body)
+        tokenize_into(body, toks)
             .map_err(|e| (RestoreErrorKind::Rule(RuleErrorKind::Invalid(e)), None))?;
-        let cmd = parse_command(&toks, b.table).map_err(|e| {
+        let toks = &*toks;
+        let cmd = parse_command(toks, b.table).map_err(|e| {
             let span = e
                 .token
                 .and_then(|i| toks.get(i))
@@ -1075,14 +1078,7 @@ impl Ruleset {
             let e = &mut self.nfacct.entries[i];
             e.refs = (e.refs + d).max(0);
         }
-        let mut prog = compile(&b.work);
-        prog.indexed = b
-            .work
-            .chains
-            .iter()
-            .map(|c| c.as_ref().is_some_and(|c| c.index.is_some()))
-            .collect();
-        b.work.program = Arc::new(prog);
+        b.work.program = Arc::new(compile(&b.work));
         self.tables[ti] = Some(b.work);
         Ok(())
     }
@@ -1281,102 +1277,122 @@ fn hook_names(mask: u8) -> &'static str {
     }
 }
 
-/// Loop detection from the built-in chains, and per-hook validity of targets and matches
-/// (xt `.hooks` masks: DNAT/REDIRECT PRE|OUT, SNAT POST|IN, MASQUERADE POST; addrtype
-/// `--limit-iface-in` not in OUTPUT/POSTROUTING, `--limit-iface-out` not in PREROUTING/INPUT).
+/// Loop detection from the built-in chains, nesting depth, and per-hook validity of targets
+/// and matches (xt `.hooks` masks: DNAT/REDIRECT PRE|OUT, SNAT POST|IN, MASQUERADE POST,
+/// REJECT IN|FWD|OUT; addrtype `--limit-iface-in` not in OUTPUT/POSTROUTING,
+/// `--limit-iface-out` not in PREROUTING/INPUT). One pass over the rules builds the jump graph
+/// and the constraints; the graph walks are over chains only.
 fn validate(td: &TableData, table: Table) -> Result<(), RestoreErrorKind> {
     let n = td.chains.len();
+    let mut edges: Vec<Vec<u32>> = vec![Vec::new(); n];
+    // (chain, what, valid hooks, checked against the chain's own hook only)
+    let mut constraints: Vec<(u32, &'static str, u8, bool)> = Vec::new();
+    for (id, c) in td.chains.iter().enumerate() {
+        let Some(c) = c else { continue };
+        let e = &mut edges[id];
+        for r in &c.rules {
+            match &r.target {
+                Target::Jump(t) | Target::Goto(t) => e.push(t.id.idx),
+                Target::Dnat(_) => constraints.push((id as u32, "DNAT", PRE | OUT, false)),
+                Target::Redirect(_) => constraints.push((id as u32, "REDIRECT", PRE | OUT, false)),
+                Target::Snat(_) => constraints.push((id as u32, "SNAT", POST | IN, false)),
+                Target::Masquerade(_) => constraints.push((id as u32, "MASQUERADE", POST, false)),
+                Target::Reject(_) => constraints.push((id as u32, "REJECT", IN | FWD | OUT, false)),
+                _ => {}
+            }
+            // Match hook checks run in checkentry, which nf_tables' compat layer only gives a
+            // hook mask for rules directly in a base chain.
+            if c.hook.is_some() {
+                for m in &r.matches {
+                    if let Match::Addrtype(a) = m {
+                        match a.limit {
+                            Some(LimitIface::In) => constraints.push((
+                                id as u32,
+                                "addrtype --limit-iface-in",
+                                PRE | IN | FWD,
+                                true,
+                            )),
+                            Some(LimitIface::Out) => constraints.push((
+                                id as u32,
+                                "addrtype --limit-iface-out",
+                                OUT | FWD | POST,
+                                true,
+                            )),
+                            None => {}
+                        }
+                    }
+                }
+            }
+        }
+        e.sort_unstable();
+        e.dedup();
+    }
     let mut mask = vec![0u8; n];
+    let mut height: Vec<Option<u32>> = vec![None; n];
     for &h in table.hooks() {
         let Some(root) = td.builtin[h as usize] else {
             continue;
         };
-        // Iterative DFS with an explicit path to find cycles.
+        // Iterative DFS with the current path marked, to find cycles.
         let mut state = vec![0u8; n]; // 0 new, 1 on path, 2 done
         let mut stack: Vec<(u32, usize)> = vec![(root, 0)];
         state[root as usize] = 1;
         mask[root as usize] |= h.bit();
         while let Some(&mut (cid, ref mut pos)) = stack.last_mut() {
-            let c = td.chain(cid);
-            let mut next = None;
-            while *pos < c.rules.len() {
-                let r = &c.rules[*pos];
-                *pos += 1;
-                if let Target::Jump(t) | Target::Goto(t) = &r.target {
-                    next = Some(t.id.idx);
-                    break;
-                }
-            }
+            let next = edges[cid as usize].get(*pos).copied();
+            *pos += 1;
             match next {
                 Some(t) => {
                     let ts = t as usize;
                     if state[ts] == 1 {
                         return Err(RestoreErrorKind::Loop(td.chain(t).name.clone()));
                     }
-                    let fresh = state[ts] == 0 || mask[ts] & h.bit() == 0;
                     mask[ts] |= h.bit();
-                    if fresh {
+                    if state[ts] == 0 {
                         state[ts] = 1;
                         stack.push((t, 0));
                     }
                 }
                 None => {
+                    // All children are done: this chain's height is known.
+                    let hgt = edges[cid as usize]
+                        .iter()
+                        .map(|&t| height[t as usize].unwrap_or(0) + 1)
+                        .max()
+                        .unwrap_or(0);
+                    height[cid as usize] = Some(hgt);
                     state[cid as usize] = 2;
                     stack.pop();
                 }
             }
         }
-    }
-    for (id, c) in td.chains.iter().enumerate() {
-        let Some(c) = c else { continue };
-        let m = mask[id];
-        if m == 0 {
-            continue;
+        // nf_tables refuses more than 15 nested jumps/gotos below a base chain
+        // (NFT_JUMP_STACK_SIZE, "Too many links"); measured with iptables-restore 1.8.9.
+        if height[root as usize].unwrap_or(0) > 15 {
+            return Err(RestoreErrorKind::TooDeep(h.chain_name().to_string()));
         }
-        let hook_of = |bad: u8| -> &'static str {
-            Hook::ALL
-                .iter()
-                .find(|h| bad & h.bit() != 0)
-                .map(|h| h.chain_name())
-                .unwrap_or("?")
+    }
+    let hook_of = |bad: u8| -> &'static str {
+        Hook::ALL
+            .iter()
+            .find(|h| bad & h.bit() != 0)
+            .map(|h| h.chain_name())
+            .unwrap_or("?")
+    };
+    for (cid, what, valid, own_only) in constraints {
+        let c = td.chain(cid);
+        let m = if own_only {
+            c.hook.map(|h| h.bit()).unwrap_or(0)
+        } else {
+            mask[cid as usize]
         };
-        for r in &c.rules {
-            let (what, valid): (&'static str, u8) = match &r.target {
-                Target::Dnat(_) => ("DNAT", PRE | OUT),
-                Target::Redirect(_) => ("REDIRECT", PRE | OUT),
-                Target::Snat(_) => ("SNAT", POST | IN),
-                Target::Masquerade(_) => ("MASQUERADE", POST),
-                Target::Reject(_) => ("REJECT", IN | FWD | OUT),
-                _ => ("", 0xff),
-            };
-            if m & !valid != 0 {
-                return Err(RestoreErrorKind::WrongHook {
-                    what,
-                    chain: c.name.clone(),
-                    hook: hook_of(m & !valid),
-                    valid: hook_names(valid),
-                });
-            }
-            // Match hook checks run in checkentry, which nf_tables' compat layer only gives a
-            // hook mask for rules directly in a base chain.
-            let own = c.hook.map(|h| h.bit()).unwrap_or(0);
-            for mt in r.matches.iter().filter(|_| own != 0) {
-                if let Match::Addrtype(a) = mt {
-                    let (what, valid) = match a.limit {
-                        Some(LimitIface::In) => ("addrtype --limit-iface-in", PRE | IN | FWD),
-                        Some(LimitIface::Out) => ("addrtype --limit-iface-out", OUT | FWD | POST),
-                        None => continue,
-                    };
-                    if own & !valid != 0 {
-                        return Err(RestoreErrorKind::WrongHook {
-                            what,
-                            chain: c.name.clone(),
-                            hook: hook_of(own & !valid),
-                            valid: hook_names(valid),
-                        });
-                    }
-                }
-            }
+        if m & !valid != 0 {
+            return Err(RestoreErrorKind::WrongHook {
+                what,
+                chain: c.name.clone(),
+                hook: hook_of(m & !valid),
+                valid: hook_names(valid),
+            });
         }
     }
     Ok(())

@@ -20,9 +20,9 @@ use crate::types::{Counters, Hook, Table};
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct SlotState {
     pub uid: u64,
+    /// Packets (for the slot of a `statistic --mode nth` match: its counter).
     pub packets: u64,
     pub bytes: u64,
-    pub nth: u32,
 }
 
 /// One address of a `recent` table (kernel `struct recent_entry`).
@@ -82,7 +82,6 @@ impl RulesetState {
                 uid: b.uid,
                 packets: init.packets,
                 bytes: init.bytes,
-                nth: 0,
             };
         }
         s
@@ -102,7 +101,6 @@ impl RulesetState {
                 uid: b.uid,
                 packets: c.packets,
                 bytes: c.bytes,
-                nth: 0,
             };
         }
         s

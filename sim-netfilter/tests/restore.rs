@@ -477,3 +477,28 @@ Chain U (1 references)
     ));
     assert!(one.contains("\n2     100K 9999K ACCEPT"), "{one}");
 }
+
+#[test]
+fn chains_nested_more_than_fifteen_deep_are_refused() {
+    // iptables-restore 1.8.9 takes INPUT -> C1 -> ... -> C15 and refuses C16
+    // ("RULE_APPEND failed (Too many links)").
+    let nested = |n: usize| {
+        let mut t = String::from("*filter\n:INPUT ACCEPT [0:0]\n");
+        for i in 1..=n {
+            t.push_str(&format!(":C{i} - [0:0]\n"));
+        }
+        t.push_str("-A INPUT -j C1\n");
+        for i in 1..n {
+            t.push_str(&format!("-A C{i} -j C{}\n", i + 1));
+        }
+        t.push_str("COMMIT\n");
+        t
+    };
+    Ruleset::new()
+        .restore(&nested(15), &RestoreOptions::default())
+        .unwrap();
+    let e = Ruleset::new()
+        .restore(&nested(16), &RestoreOptions::default())
+        .unwrap_err();
+    assert_eq!(e.kind, RestoreErrorKind::TooDeep("INPUT".into()));
+}
