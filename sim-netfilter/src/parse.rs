@@ -1935,7 +1935,7 @@ impl<'a> Parser<'a> {
                         .ok_or_else(|| {
                             err_at(RuleErrorKind::UnknownOption(shown.clone()), tok_i)
                         })?;
-                    m.apply(&def, &args, inv, ip)
+                    m.apply(&def, args, inv, ip)
                         .map_err(|k| err_at(k, tok_i))?;
                 }
                 Resolved::Target(def) => {
@@ -1944,7 +1944,7 @@ impl<'a> Parser<'a> {
                     }
                     let ports_ok = self.ports_ok();
                     if let Some(tb) = self.target.as_mut() {
-                        tb.apply(&def, &args, ports_ok)
+                        tb.apply(&def, args, ports_ok)
                             .map_err(|k| err_at(k, tok_i))?;
                     }
                 }
