@@ -1163,6 +1163,11 @@ impl MatchBuilder {
                 0 => self.ct_mut().state = Some((parse_state_list(opt, a, true)?, inv)),
                 1 => {
                     let p = parse_protocol(a).map_err(|e| bad(opt, a, e))?;
+                    // libxt_conntrack tests XT_INV_PROTO (0x40) in the conntrack invert flags,
+                    // where 0x40 is --ctstatus: `! --ctstatus X --ctproto 0` is refused.
+                    if p == 0 && self.ct.as_ref().and_then(|c| c.status).is_some_and(|s| s.1) {
+                        return Err(invalid("conntrack: rule would never match protocol"));
+                    }
                     self.ct_mut().proto = Some((p, inv));
                 }
                 2 => self.ct_mut().orig_src = Some((parse_ct_addr(opt, a)?, inv)),
@@ -1289,7 +1294,27 @@ impl MatchBuilder {
                         name.to_ascii_uppercase()
                     )));
                 }
-                let t = self.tcp;
+                let mut t = self.tcp;
+                if self.kind != MKind::Sctp {
+                    // iptables-nft turns `! --dport 0:N` into the native `dport > N`, which
+                    // reads back (and prints) as `--dport N+1:65535`.
+                    for (r, inv) in [
+                        (&mut t.sport, &mut t.sport_inv),
+                        (&mut t.dport, &mut t.dport_inv),
+                    ] {
+                        if *inv && r.min == 0 && r.max != 0 {
+                            *r = if r.max == u16::MAX {
+                                PortRange::ALL
+                            } else {
+                                PortRange {
+                                    min: r.max + 1,
+                                    max: u16::MAX,
+                                }
+                            };
+                            *inv = false;
+                        }
+                    }
+                }
                 match self.kind {
                     MKind::Tcp => Match::Tcp(t),
                     MKind::Udp => Match::Udp(PortsMatch {
@@ -1826,8 +1851,11 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Whether a NAT target may name ports: libxt_NAT's `portok` (tcp, udp, sctp, dccp and
+    /// icmp, whose id is NATed like a port), which looks at the `-p` value only, not at its
+    /// inversion.
     fn ports_ok(&self) -> bool {
-        !self.ip.proto_inv && matches!(self.ip.proto, 6 | 17 | 132 | 33)
+        matches!(self.ip.proto, 6 | 17 | 132 | 33 | 1)
     }
 
     fn set_command(&mut self, c: Core, i: usize) -> Result<(), RuleError> {
@@ -1935,8 +1963,7 @@ impl<'a> Parser<'a> {
                         .ok_or_else(|| {
                             err_at(RuleErrorKind::UnknownOption(shown.clone()), tok_i)
                         })?;
-                    m.apply(&def, args, inv, ip)
-                        .map_err(|k| err_at(k, tok_i))?;
+                    m.apply(&def, args, inv, ip).map_err(|k| err_at(k, tok_i))?;
                 }
                 Resolved::Target(def) => {
                     if inv {

@@ -255,11 +255,18 @@ fn fuzz_base(table: &str) -> String {
     s
 }
 
-/// Rules the real iptables-restore refused (`fuzz/rejected.txt`, from `fuzz/gen.py`) are
+/// Rules the real iptables-restore refused (`fuzz/rejected*.txt`, from `fuzz/gen.py`) are
 /// refused here too, with an error naming line 2 or the COMMIT line.
 #[test]
 fn rules_the_real_tool_refuses_are_refused() {
-    let text = fs::read_to_string(dir().join("fuzz/rejected.txt")).unwrap();
+    let mut text = String::new();
+    for e in fs::read_dir(dir().join("fuzz")).unwrap() {
+        let p = e.unwrap().path();
+        let f = p.file_name().unwrap().to_str().unwrap();
+        if f.starts_with("rejected") && f.ends_with(".txt") {
+            text.push_str(&fs::read_to_string(&p).unwrap());
+        }
+    }
     let mut n = 0;
     for line in text.lines().filter(|l| !l.is_empty()) {
         let (table, rule) = line.split_once('\t').unwrap();
