@@ -16,7 +16,10 @@ fn env(name: &str, default: usize) -> usize {
 /// A scenario text with `nodes` nodes, `services` UDP Services, `endpoints` pods spread over
 /// them and `clients` per-query-port clients querying a Service every 30 s.
 fn big_scenario(nodes: usize, services: usize, endpoints: usize, clients: usize) -> String {
-    let mut s = String::from("name: big\nduration: 1h\nnodes:\n");
+    // One cluster CIDR holding every pod CIDR, as kind and kubeadm configure kube-proxy.
+    let mut s = String::from(
+        "name: big\nduration: 1h\nkubeProxy: {clusterCIDR: 10.100.0.0/14}\nnodes:\n",
+    );
     for n in 0..nodes {
         s.push_str(&format!(
             "  - {{name: n{n}, address: 192.168.{}.{}, podCIDR: 10.{}.{}.0/24}}\n",

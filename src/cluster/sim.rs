@@ -61,8 +61,8 @@ enum Dest {
     NodeOut(usize),
     /// To a node's own sockets (after INPUT).
     NodeStack(usize),
-    /// To a pod (by key), through its veth.
-    Pod(String),
+    /// To a pod (by index), through its veth.
+    Pod(usize),
     /// To a host.
     Host(usize),
 }
@@ -75,7 +75,7 @@ enum Ev {
     CtWake(usize),
     Action(usize),
     PodTimer {
-        pod: String,
+        pod: usize,
         generation: u64,
         what: PodTimer,
     },
@@ -115,7 +115,8 @@ enum PodTimer {
 enum Machine {
     Node(usize),
     Host(usize),
-    Pod(String),
+    /// A pod, by index.
+    Pod(usize),
 }
 
 #[derive(Debug, Clone)]
@@ -209,11 +210,14 @@ struct NodeRt {
     def: NodeDef,
     netns: Netns,
     stack: Stack,
-    veths: BTreeMap<IfName, String>,
+    /// Pod veths → pod index.
+    veths: BTreeMap<IfName, usize>,
     ct_wake: Option<SimTime>,
 }
 
 struct PodRt {
+    /// `namespace/name`.
+    key: String,
     state: PodState,
     stack: Stack,
     veth: IfName,
@@ -517,7 +521,7 @@ pub struct ExpectResult {
 #[derive(Debug, Clone)]
 struct Hit {
     at: SimTime,
-    pod: String,
+    pod: usize,
     ip: IpAddr,
     client: usize,
     src: SocketAddr,
@@ -620,7 +624,9 @@ pub struct Simulation {
     groups: Vec<ProxyGroup>,
     watches: Vec<Option<WatchBatch>>,
     hosts: Vec<(HostDef, Stack)>,
-    pods: BTreeMap<String, PodRt>,
+    /// Pods by index (a recreated pod keeps its index); `pod_ids` maps keys to indices.
+    pods: Vec<PodRt>,
+    pod_ids: BTreeMap<String, usize>,
     clients: Vec<ClientRt>,
     clients_by_ip: BTreeMap<IpAddr, Vec<usize>>,
     slices: Vec<EndpointSlice>,
@@ -854,7 +860,8 @@ impl Simulation {
             groups,
             watches: Vec::new(),
             hosts,
-            pods: BTreeMap::new(),
+            pods: Vec::new(),
+            pod_ids: BTreeMap::new(),
             clients: Vec::new(),
             clients_by_ip: BTreeMap::new(),
             slices: Vec::new(),
@@ -882,7 +889,7 @@ impl Simulation {
         // Initial objects, seen by every kube-proxy before its first sync at time 0.
         sim.slices = match &sim.sc.endpoint_slices {
             Some(s) => s.clone(),
-            None => derive_slices(&sim.sc.services, sim.pods.values().map(|p| &p.state)),
+            None => derive_slices(&sim.sc.services, sim.pods.iter().map(|p| &p.state)),
         };
         for g in 0..sim.groups.len() {
             let kp = &mut sim.groups[g].proxy;
@@ -939,24 +946,21 @@ impl Simulation {
         n.netns
             .add_route(Prefix::host(def.ip), None, veth)
             .map_err(err)?;
-        n.veths.insert(veth, key.clone());
+        let id = match self.pod_ids.get(&key) {
+            Some(&id) => id,
+            None => self.pods.len(),
+        };
+        n.veths.insert(veth, id);
         let stack = Stack::build(
             &def.apps,
             self.sc.seed,
             &format!("pod/{key}/{}", self.veth_counter),
         );
         let node_name = n.def.name.clone();
-        let mut ips = self
-            .pods
-            .get(&key)
-            .map(|p| p.ips.clone())
-            .unwrap_or_default();
+        let old = self.pods.get(id);
+        let mut ips = old.map(|p| p.ips.clone()).unwrap_or_default();
         ips.insert(def.ip);
-        let generation = self
-            .pods
-            .get(&key)
-            .map(|p| p.state.generation + 1)
-            .unwrap_or(0);
+        let generation = old.map(|p| p.state.generation + 1).unwrap_or(0);
         let ready = def.ready;
         let mut state = PodState::new(def.clone(), &node_name);
         state.generation = generation;
@@ -974,22 +978,26 @@ impl Simulation {
                 self.queue.push(
                     at,
                     Ev::PodTimer {
-                        pod: key.clone(),
+                        pod: id,
                         generation,
                         what: PodTimer::SetReady(true),
                     },
                 );
             }
         }
-        self.pods.insert(
-            key,
-            PodRt {
-                state,
-                stack,
-                veth,
-                ips,
-            },
-        );
+        let rt = PodRt {
+            key: key.clone(),
+            state,
+            stack,
+            veth,
+            ips,
+        };
+        if id == self.pods.len() {
+            self.pods.push(rt);
+            self.pod_ids.insert(key, id);
+        } else {
+            self.pods[id] = rt;
+        }
         if announce {
             self.pod_changed();
         }
@@ -998,10 +1006,10 @@ impl Simulation {
 
     fn add_client(&mut self, index: usize, def: ClientDef) {
         let (machine, ip) = match &def.placement {
-            Placement::Pod(k) => (
-                Machine::Pod(k.clone()),
-                self.pods.get(k).map(|p| p.state.def.ip),
-            ),
+            Placement::Pod(k) => match self.pod_ids.get(k) {
+                Some(&id) => (Machine::Pod(id), Some(self.pods[id].state.def.ip)),
+                None => return,
+            },
             Placement::Host(h) => (Machine::Host(*h), Some(self.hosts[*h].0.address)),
             Placement::Node(n) => (Machine::Node(*n), Some(self.nodes[*n].def.address)),
         };
@@ -1067,7 +1075,7 @@ impl Simulation {
         match m {
             Machine::Node(i) => Some(&mut self.nodes[*i].stack),
             Machine::Host(i) => Some(&mut self.hosts[*i].1),
-            Machine::Pod(k) => self.pods.get_mut(k).map(|p| &mut p.stack),
+            Machine::Pod(id) => self.pods.get_mut(*id).map(|p| &mut p.stack),
         }
     }
 
@@ -1107,8 +1115,8 @@ impl Simulation {
     fn send_from(&mut self, m: &Machine, packets: Vec<Packet>) {
         for p in packets {
             match m {
-                Machine::Pod(k) => {
-                    if let Some(pod) = self.pods.get(k) {
+                Machine::Pod(id) => {
+                    if let Some(pod) = self.pods.get(*id) {
                         if pod.state.has_network() {
                             self.queue.push(
                                 self.now,
@@ -1229,8 +1237,9 @@ impl Simulation {
                         packet.iif = None;
                         packet.oif = None;
                         self.network(next_hop, packet, Some(n));
-                    } else if let Some(k) = self.nodes[n].veths.get(&dev).cloned() {
-                        self.queue.push(self.now, Ev::Deliver(Dest::Pod(k), packet));
+                    } else if let Some(&id) = self.nodes[n].veths.get(&dev) {
+                        self.queue
+                            .push(self.now, Ev::Deliver(Dest::Pod(id), packet));
                     }
                 }
             }
@@ -1272,16 +1281,16 @@ impl Simulation {
             Dest::NodeStack(n) => self.deliver_to_stack(Machine::Node(n), p),
             Dest::Host(h) => self.deliver_to_stack(Machine::Host(h), p),
             Dest::Pod(k) => {
-                let Some(pod) = self.pods.get(&k) else { return };
+                let Some(pod) = self.pods.get(k) else { return };
                 if !pod.state.has_network() || pod.state.def.ip != p.dst {
                     return;
                 }
                 if let Some(t) = self.client_tag(&p, false) {
-                    if self.clients[t.client as usize].machine != Machine::Pod(k.clone()) {
+                    if self.clients[t.client as usize].machine != Machine::Pod(k) {
                         if let (Some(sport), L4::Udp { .. } | L4::Tcp { .. }) = (p.sport(), p.l4) {
                             self.hits.push(Hit {
                                 at: self.now,
-                                pod: k.clone(),
+                                pod: k,
                                 ip: p.dst,
                                 client: t.client as usize,
                                 src: SocketAddr::new(p.src, sport),
@@ -1339,7 +1348,7 @@ impl Simulation {
             }
         );
         let alive = match &m {
-            Machine::Pod(k) => self.pods.get(k).is_some_and(|p| p.state.process_alive),
+            Machine::Pod(id) => self.pods.get(*id).is_some_and(|p| p.state.process_alive),
             _ => true,
         };
         let mut out = Outbox::new();
@@ -1386,8 +1395,12 @@ impl Simulation {
 
     fn client_output(&mut self, i: usize, out: Outbox) {
         let m = self.clients[i].machine.clone();
-        let name = self.clients[i].def.name.clone();
-        for (_, e) in out.events {
+        let (name, events) = if self.opts.record_timeline {
+            (self.clients[i].def.name.clone(), out.events)
+        } else {
+            (String::new(), Vec::new())
+        };
+        for (_, e) in events {
             let what = match e {
                 AppEvent::QuerySent {
                     query,
@@ -1469,30 +1482,27 @@ impl Simulation {
         );
     }
 
-    fn pod_timer(&mut self, key: &str, after: SimDuration, what: PodTimer) {
-        if let Some(p) = self.pods.get(key) {
-            let generation = p.state.generation;
-            self.queue.push(
-                self.now + after,
-                Ev::PodTimer {
-                    pod: key.to_string(),
-                    generation,
-                    what,
-                },
-            );
-        }
+    fn pod_timer(&mut self, id: usize, after: SimDuration, what: PodTimer) {
+        let generation = self.pods[id].state.generation;
+        self.queue.push(
+            self.now + after,
+            Ev::PodTimer {
+                pod: id,
+                generation,
+                what,
+            },
+        );
     }
 
-    fn set_ready(&mut self, key: &str, ready: bool) {
-        let Some(p) = self.pods.get_mut(key) else {
-            return;
-        };
+    fn set_ready(&mut self, id: usize, ready: bool) {
+        let p = &mut self.pods[id];
         if p.state.ready == ready || p.state.phase == Phase::Gone {
             return;
         }
         p.state.ready = ready;
+        let key = p.key.clone();
         self.log(What::Pod {
-            pod: key.to_string(),
+            pod: key,
             change: if ready {
                 "Ready".into()
             } else {
@@ -1502,8 +1512,8 @@ impl Simulation {
         self.pod_changed();
     }
 
-    fn pod_gone(&mut self, key: &str) -> Option<PodDef> {
-        let p = self.pods.get_mut(key)?;
+    fn pod_gone(&mut self, id: usize) -> Option<PodDef> {
+        let p = &mut self.pods[id];
         if p.state.phase == Phase::Gone {
             return None;
         }
@@ -1512,11 +1522,12 @@ impl Simulation {
         p.stack = Stack::default();
         let def = p.state.def.clone();
         let veth = p.veth;
+        let key = p.key.clone();
         let n = &mut self.nodes[def.node];
         n.netns.remove_route(Prefix::host(def.ip));
         n.veths.remove(&veth);
         self.log(What::Pod {
-            pod: key.to_string(),
+            pod: key,
             change: format!("gone; IP {} no longer routed", def.ip),
         });
         self.pod_changed();
@@ -1527,9 +1538,10 @@ impl Simulation {
         let action = self.sc.events[i].action.clone();
         match action {
             Action::OomKill { pod, restart_after } => {
-                let Some(p) = self.pods.get_mut(&pod) else {
+                let Some(&id) = self.pod_ids.get(&pod) else {
                     return Ok(());
                 };
+                let p = &mut self.pods[id];
                 if !p.state.has_network() {
                     return Ok(());
                 }
@@ -1546,12 +1558,12 @@ impl Simulation {
                     },
                 });
                 self.pod_timer(
-                    &pod,
+                    id,
                     super::control::CONTAINER_EXIT_DETECTION,
                     PodTimer::SetReady(false),
                 );
                 if let Some(d) = restart_after {
-                    self.pod_timer(&pod, d, PodTimer::Restart);
+                    self.pod_timer(id, d, PodTimer::Restart);
                 }
             }
             Action::DeletePod {
@@ -1559,9 +1571,10 @@ impl Simulation {
                 grace_period,
                 recreate,
             } => {
-                let Some(p) = self.pods.get_mut(&pod) else {
+                let Some(&id) = self.pod_ids.get(&pod) else {
                     return Ok(());
                 };
+                let p = &mut self.pods[id];
                 if p.state.phase != Phase::Running {
                     return Ok(());
                 }
@@ -1574,9 +1587,9 @@ impl Simulation {
                     change: format!("deleted; terminating with grace period {grace}"),
                 });
                 self.pod_changed();
-                self.pod_timer(&pod, grace, PodTimer::Gone);
+                self.pod_timer(id, grace, PodTimer::Gone);
                 if let Some(r) = recreate {
-                    let mut def = self.pods[&pod].state.def.clone();
+                    let mut def = self.pods[id].state.def.clone();
                     def.ip = r.ip;
                     def.node = r.node;
                     def.ready = false;
@@ -1587,9 +1600,10 @@ impl Simulation {
             }
             Action::CreatePod(def) => self.add_pod(*def, true)?,
             Action::Readiness { pod, ready } => {
-                let Some(p) = self.pods.get_mut(&pod) else {
+                let Some(&id) = self.pod_ids.get(&pod) else {
                     return Ok(());
                 };
+                let p = &mut self.pods[id];
                 p.state.probe_ok = ready;
                 let delay = if ready {
                     p.state.def.probe.success_delay()
@@ -1603,7 +1617,7 @@ impl Simulation {
                         if ready { "succeeds" } else { "fails" }
                     ),
                 });
-                self.pod_timer(&pod, delay, PodTimer::SetReady(ready));
+                self.pod_timer(id, delay, PodTimer::SetReady(ready));
             }
         }
         Ok(())
@@ -1727,45 +1741,42 @@ impl Simulation {
             } => {
                 if self
                     .pods
-                    .get(&pod)
+                    .get(pod)
                     .is_none_or(|p| p.state.generation != generation)
                 {
                     return Ok(());
                 }
                 match what {
                     PodTimer::SetReady(r) => {
-                        let ok = self
-                            .pods
-                            .get(&pod)
-                            .is_some_and(|p| p.state.process_alive && p.state.probe_ok);
-                        self.set_ready(&pod, r && ok);
+                        let p = &self.pods[pod];
+                        let ok = p.state.process_alive && p.state.probe_ok;
+                        self.set_ready(pod, r && ok);
                     }
                     PodTimer::Restart => {
-                        let Some(p) = self.pods.get_mut(&pod) else {
-                            return Ok(());
-                        };
+                        let p = &mut self.pods[pod];
                         if p.state.phase == Phase::Gone {
                             return Ok(());
                         }
                         p.state.process_alive = true;
                         p.state.generation += 1;
-                        let label = format!("pod/{pod}/restart{}", p.state.generation);
+                        let label = format!("pod/{}/restart{}", p.key, p.state.generation);
                         p.stack = Stack::build(&p.state.def.apps, self.sc.seed, &label);
                         let delay = p.state.def.probe.success_delay();
+                        let key = p.key.clone();
                         self.log(What::Pod {
-                            pod: pod.clone(),
+                            pod: key,
                             change: format!("container restarted in place (same IP); Ready after the probe passes in {delay}"),
                         });
-                        self.pod_timer(&pod, delay, PodTimer::SetReady(true));
+                        self.pod_timer(pod, delay, PodTimer::SetReady(true));
                     }
                     PodTimer::Gone => {
-                        self.pod_gone(&pod);
+                        self.pod_gone(pod);
                     }
                 }
             }
             Ev::SliceSync => {
                 self.slice_sync_pending = false;
-                let new = derive_slices(&self.sc.services, self.pods.values().map(|p| &p.state));
+                let new = derive_slices(&self.sc.services, self.pods.iter().map(|p| &p.state));
                 if new != self.slices {
                     for s in &new {
                         if self.slices.iter().any(|o| o == s) {
@@ -1929,9 +1940,9 @@ impl Simulation {
     }
 
     fn pod_ips(&self, key: &str) -> BTreeSet<IpAddr> {
-        self.pods
+        self.pod_ids
             .get(key)
-            .map(|p| p.ips.clone())
+            .map(|&id| self.pods[id].ips.clone())
             .unwrap_or_default()
     }
 
@@ -2071,15 +2082,16 @@ impl Simulation {
             } => {
                 let to = to.unwrap_or(now).min(now + SimDuration::from_nanos(1));
                 let ips = self.ep_ips(endpoint);
-                let key = match endpoint {
-                    EndpointRef::Pod(k) => Some(k.clone()),
+                // A pod (by index, if it exists), or an address.
+                let pod = match endpoint {
+                    EndpointRef::Pod(k) => Some(self.pod_ids.get(k).copied()),
                     EndpointRef::Ip(_) => None,
                 };
                 let hits: Vec<&Hit> = self
                     .hits
                     .iter()
                     .filter(|h| h.at >= *from && h.at < to)
-                    .filter(|h| key.as_ref().map_or(ips.contains(&h.ip), |k| &h.pod == k))
+                    .filter(|h| pod.map_or(ips.contains(&h.ip), |id| id == Some(h.pod)))
                     .filter(|h| client.is_none_or(|c| h.client == c))
                     .collect();
                 let nflows = hits
@@ -2205,24 +2217,31 @@ impl Simulation {
             ));
         }
         // Per endpoint: packets and flows received, by client.
-        let mut per: BTreeMap<(String, IpAddr), EndpointTally> = BTreeMap::new();
+        let mut per: BTreeMap<(usize, IpAddr), EndpointTally> = BTreeMap::new();
         for h in &self.hits {
-            let e = per.entry((h.pod.clone(), h.ip)).or_default();
+            let e = per.entry((h.pod, h.ip)).or_default();
             e.0 += 1;
             e.1.insert((h.src, h.proto));
             *e.2.entry(h.client).or_default() += 1;
         }
         if !self.pods.is_empty() {
-            let pw = self.pods.keys().map(|k| k.len()).max().unwrap_or(8).max(8);
+            let pw = self
+                .pod_ids
+                .keys()
+                .map(|k| k.len())
+                .max()
+                .unwrap_or(8)
+                .max(8);
             s.push('\n');
             s.push_str(&format!(
                 "{:<pw$}  {:<15} {:>8} {:>6}  {}\n",
                 "endpoint", "ip", "packets", "flows", "from"
             ));
-            for (key, pod) in &self.pods {
+            for (key, &id) in &self.pod_ids {
+                let pod = &self.pods[id];
                 let mut any = false;
                 for ip in &pod.ips {
-                    let Some((pk, fl, by)) = per.get(&(key.clone(), *ip)) else {
+                    let Some((pk, fl, by)) = per.get(&(id, *ip)) else {
                         continue;
                     };
                     any = true;
