@@ -72,7 +72,7 @@ fn bench(c: &mut Criterion) {
                 let p = flows[i % flows.len()];
                 i += 1;
                 if i % 4096 == 0 {
-                    now = now + sim_core::SimDuration::from_millis(1);
+                    now += sim_core::SimDuration::from_millis(1);
                 }
                 black_box(n.process(now, p, eth0))
             })
