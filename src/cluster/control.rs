@@ -99,18 +99,43 @@ fn selects(svc: &Service, pod: &PodDef) -> bool {
 /// are left out), one slice per Service with a selector, named `<service>-nfsim`.
 pub fn derive_slices<'a>(
     services: &[Service],
-    pods: impl Iterator<Item = &'a PodState> + Clone,
+    pods: impl Iterator<Item = &'a PodState>,
 ) -> Vec<EndpointSlice> {
+    // Pods by (namespace, label, value), so that each Service looks only at the pods
+    // carrying the rarest of its selector's pairs.
+    let pods: Vec<&PodState> = pods.filter(|p| p.has_network()).collect();
+    let mut by_label: BTreeMap<(&str, &str, &str), Vec<usize>> = BTreeMap::new();
+    for (i, p) in pods.iter().enumerate() {
+        for (k, v) in &p.def.labels {
+            by_label
+                .entry((p.def.namespace.as_str(), k.as_str(), v.as_str()))
+                .or_default()
+                .push(i);
+        }
+    }
     let mut out = Vec::new();
     for svc in services {
         if svc.spec.selector.is_empty() || svc.ipv4_cluster_ip().is_none() {
             continue;
         }
+        let ns = svc.metadata.namespace.as_str();
+        let candidates: &[usize] = svc
+            .spec
+            .selector
+            .iter()
+            .map(|(k, v)| {
+                by_label
+                    .get(&(ns, k.as_str(), v.as_str()))
+                    .map_or(&[][..], Vec::as_slice)
+            })
+            .min_by_key(|c| c.len())
+            .unwrap_or(&[]);
         let mut endpoints = Vec::new();
         let mut ports: Option<Vec<EndpointPort>> = None;
-        let mut sorted: Vec<&PodState> = pods
-            .clone()
-            .filter(|p| p.has_network() && selects(svc, &p.def))
+        let mut sorted: Vec<&PodState> = candidates
+            .iter()
+            .map(|&i| pods[i])
+            .filter(|p| selects(svc, &p.def))
             .collect();
         sorted.sort_by_key(|p| p.def.key());
         for p in sorted {
@@ -163,3 +188,88 @@ pub fn derive_slices<'a>(
 
 /// All pods, by `namespace/name`.
 pub type Pods = BTreeMap<String, PodState>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::{parse_objects, K8sObject};
+    use crate::scenario::model::Probe;
+
+    fn pod(ns: &str, name: &str, labels: &[(&str, &str)], ip: &str) -> PodState {
+        PodState::new(
+            PodDef {
+                name: name.into(),
+                namespace: ns.into(),
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                node: 0,
+                ip: ip.parse().unwrap(),
+                ports: BTreeMap::new(),
+                ready: true,
+                probe: Probe::DEFAULT,
+                grace_period: SimDuration::from_secs(30),
+                apps: Vec::new(),
+            },
+            "node-1",
+        )
+    }
+
+    #[test]
+    fn slices_hold_the_pods_matching_every_selector_pair_in_the_namespace() {
+        let svc = match parse_objects(
+            "kind: Service\nmetadata: {name: web, namespace: prod}\nspec: {clusterIP: 10.96.0.5, selector: {app: web, tier: front}, ports: [{port: 80}]}\n",
+        )
+        .unwrap()
+        .remove(0)
+        {
+            K8sObject::Service(s) => s,
+            other => panic!("{other:?}"),
+        };
+        let mut gone = pod(
+            "prod",
+            "gone",
+            &[("app", "web"), ("tier", "front")],
+            "10.0.0.9",
+        );
+        gone.phase = Phase::Gone;
+        let pods = [
+            pod(
+                "prod",
+                "b",
+                &[("app", "web"), ("tier", "front")],
+                "10.0.0.3",
+            ),
+            pod(
+                "prod",
+                "a",
+                &[("tier", "front"), ("app", "web"), ("x", "y")],
+                "10.0.0.2",
+            ),
+            pod(
+                "prod",
+                "back",
+                &[("app", "web"), ("tier", "back")],
+                "10.0.0.4",
+            ),
+            pod(
+                "dev",
+                "other-ns",
+                &[("app", "web"), ("tier", "front")],
+                "10.0.0.5",
+            ),
+            gone,
+        ];
+        let slices = derive_slices(&[svc], pods.iter());
+        assert_eq!(slices.len(), 1);
+        let ips: Vec<String> = slices[0]
+            .endpoints
+            .iter()
+            .map(|e| e.addresses[0].to_string())
+            .collect();
+        // Sorted by pod key; wrong tier, other namespace and gone pods left out.
+        assert_eq!(ips, ["10.0.0.2", "10.0.0.3"]);
+        assert_eq!(slices[0].metadata.name, "web-nfsim");
+    }
+}

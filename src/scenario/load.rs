@@ -271,23 +271,38 @@ fn pod_def(ctx: &Ctx, pc: &PodCheck, p: &Spanned<PodDoc>) -> Result<PodDef, Scen
 }
 
 /// Resolves a pod reference (`NAME` or `NAMESPACE/NAME`) against known pod keys.
-fn resolve_pod(
-    ctx: &Ctx,
-    known: &BTreeSet<String>,
-    r: &Spanned<String>,
-) -> Result<String, ScenarioError> {
+/// Pod keys (`namespace/name`), and the keys of each bare name.
+#[derive(Clone, Debug, Default)]
+struct PodKeys {
+    keys: BTreeSet<String>,
+    by_name: BTreeMap<String, Vec<String>>,
+}
+
+impl PodKeys {
+    /// Adds a key; false if it was there already.
+    fn insert(&mut self, key: String) -> bool {
+        if !self.keys.insert(key.clone()) {
+            return false;
+        }
+        let name = key.rsplit('/').next().unwrap_or(&key).to_string();
+        self.by_name.entry(name).or_default().push(key);
+        true
+    }
+    fn contains(&self, key: &str) -> bool {
+        self.keys.contains(key)
+    }
+}
+
+fn resolve_pod(ctx: &Ctx, known: &PodKeys, r: &Spanned<String>) -> Result<String, ScenarioError> {
     let v = &r.value;
     if v.contains('/') {
         if known.contains(v) {
             return Ok(v.clone());
         }
     } else {
-        let hits: Vec<&String> = known
-            .iter()
-            .filter(|k| k.rsplit('/').next() == Some(v.as_str()))
-            .collect();
-        match hits.as_slice() {
-            [one] => return Ok((*one).clone()),
+        let hits: &[String] = known.by_name.get(v).map_or(&[], Vec::as_slice);
+        match hits {
+            [one] => return Ok(one.clone()),
             [] => {}
             many => {
                 return Err(ctx.err(
@@ -296,6 +311,8 @@ fn resolve_pod(
                         "pod name {v:?} is ambiguous: write NAMESPACE/NAME, one of {}",
                         many.iter()
                             .map(|s| s.as_str())
+                            .collect::<BTreeSet<_>>()
+                            .into_iter()
                             .collect::<Vec<_>>()
                             .join(", ")
                     ),
@@ -307,10 +324,10 @@ fn resolve_pod(
         r,
         format!(
             "unknown pod {v:?}: expected one of {}",
-            if known.is_empty() {
+            if known.keys.is_empty() {
                 "(no pods defined)".to_string()
             } else {
-                known.iter().cloned().collect::<Vec<_>>().join(", ")
+                known.keys.iter().cloned().collect::<Vec<_>>().join(", ")
             }
         ),
     ))
@@ -516,7 +533,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         nodes: &nodes,
     };
     let mut pods = Vec::new();
-    let mut pod_keys = BTreeSet::new();
+    let mut pod_keys = PodKeys::default();
     let mut pod_ips: BTreeMap<IpAddr, String> = BTreeMap::new();
     for p in &doc.pods {
         let def = pod_def(ctx, &pc, p)?;
