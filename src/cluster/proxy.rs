@@ -239,13 +239,15 @@ pub struct SyncResult {
 }
 
 impl ProxyGroup {
-    /// Runs the sync due at `now`, if any: applies it to every node of the group
-    /// (`netns(i)` gives node i's namespace), reports the outcome to kube-proxy, and runs the
-    /// cleanup against the nodes' tables.
+    /// Runs the sync due at `now`, if any: applies it to every node of the group (`nodes`:
+    /// each node's index and namespace), reports the outcome to kube-proxy, and runs the
+    /// cleanup against the nodes' tables. `tick` is called after each node (a big ruleset
+    /// takes a while to load into many nodes: it lets a caller show progress).
     pub fn on_timeout(
         &mut self,
         now: SimTime,
         mut nodes: Vec<(usize, &mut Netns)>,
+        tick: &mut dyn FnMut(),
     ) -> Option<SyncResult> {
         let output = self.proxy.on_timeout(now)?;
         let mut per_node = Vec::with_capacity(nodes.len());
@@ -259,6 +261,7 @@ impl ProxyGroup {
                 node: *i,
                 error: r.err(),
             });
+            tick();
         }
         let mut ct = NodesConntrack::new(
             nodes

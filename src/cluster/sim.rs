@@ -1880,8 +1880,13 @@ impl Simulation {
 
     /// Runs kube-proxy instance `g`'s sync if one is due, on every node it serves.
     fn proxy_timer(&mut self, g: usize) {
-        let now = self.now;
-        let Simulation { groups, nodes, .. } = self;
+        let (now, end) = (self.now, self.end);
+        let Simulation {
+            groups,
+            nodes,
+            opts,
+            ..
+        } = self;
         let grp = &mut groups[g];
         let members: Vec<(usize, &mut Netns)> = nodes
             .iter_mut()
@@ -1889,7 +1894,12 @@ impl Simulation {
             .filter(|(i, _)| grp.nodes.contains(i))
             .map(|(i, n)| (i, &mut n.netns))
             .collect();
-        let Some(result) = grp.on_timeout(now, members) else {
+        let mut tick = || {
+            if let Some(p) = opts.progress.as_mut() {
+                p(now, end);
+            }
+        };
+        let Some(result) = grp.on_timeout(now, members, &mut tick) else {
             return;
         };
         let served = grp.nodes.clone();
