@@ -279,3 +279,64 @@ fn a_gone_pod_is_unrouted_on_its_node_and_its_packets_are_lost() {
         "{tl:#?}"
     );
 }
+
+/// A host outside the cluster querying a UDP NodePort on node-1 whose only endpoint runs on
+/// node-2, then node-2's own address on the same port.
+const NODEPORT: &str = "\
+name: nodeport
+duration: 2m
+nodes:
+  - {name: node-1, address: 172.18.0.2, podCIDR: 10.244.1.0/24}
+  - {name: node-2, address: 172.18.0.3, podCIDR: 10.244.2.0/24}
+hosts:
+  - {name: outside, address: 203.0.113.7}
+pods:
+  - name: dns
+    labels: {app: dns}
+    node: node-2
+    ip: 10.244.2.5
+    apps: [{udpServer: {port: 53}}]
+services:
+  - metadata: {name: dns}
+    spec:
+      type: NodePort
+      clusterIP: 10.96.0.53
+      selector: {app: dns}
+      ports: [{protocol: UDP, port: 53, nodePort: 30053}]
+clients:
+  - name: via-node-1
+    host: outside
+    udp: {target: 172.18.0.2:30053, interval: 10s, sourcePort: 5000, count: 3}
+  - name: via-node-2
+    host: outside
+    udp: {target: 172.18.0.3:30053, interval: 10s, sourcePort: 5001, start: 5s, count: 3}
+expectations:
+  - client: {name: via-node-1, sent: 3, answered: 3}
+  - client: {name: via-node-2, sent: 3, answered: 3}
+  - name: node-1 DNATs the NodePort to the pod and masquerades the source to its own address
+    at: 1m
+    conntrack:
+      node: node-1
+      filter: -p udp --orig-src 203.0.113.7 --orig-port-dst 30053 --dst-nat --src-nat --reply-dst 172.18.0.2
+      count: 1
+      endpoint: 10.244.2.5
+  - name: node-2 only forwards what node-1 sent (no NAT of its own)
+    at: 1m
+    conntrack:
+      node: node-2
+      filter: -p udp --orig-src 172.18.0.2 --orig-dst 10.244.2.5 --any-nat
+      exists: false
+  - name: traffic to node-2's own NodePort is masqueraded too (the endpoint is local, the source is not)
+    at: 1m
+    conntrack:
+      node: node-2
+      filter: -p udp --orig-src 203.0.113.7 --orig-port-dst 30053 --src-nat --reply-dst 10.244.2.1
+      count: 1
+";
+
+#[test]
+fn a_host_outside_reaches_a_node_port_through_dnat_and_masquerade() {
+    let sc = nfsim::scenario::load_str("nodeport.yaml", NODEPORT).unwrap();
+    let r = Simulation::new(sc, timeline()).unwrap().finish().unwrap();
+    assert!(r.passed(), "{:#?}\n{}", r.results, lines(&r).join("\n"));
+}
