@@ -37,7 +37,7 @@ use sim_netfilter::netns::Netns;
 use sim_netfilter::{rule_spec, Table};
 
 /// Makes the cleanup strategy of one node's kube-proxy; called once per node with the node's
-/// name, in scenario order. See [`crate::cluster::sim::RunOptions::cleanup`].
+/// name, in scenario order. See [`crate::cluster::sim::SimulationBuilder::cleanup`].
 pub type CleanupFactory = Box<dyn FnMut(&str) -> Box<dyn ConntrackCleanup>>;
 
 /// The cleanup strategy a scenario's `kubeProxy.release` selects (KUBE_PROXY.md §6).
