@@ -34,7 +34,8 @@ pub(crate) struct Key {
 #[derive(Default, Clone, Copy)]
 pub(crate) struct KeyHasher(u64);
 
-/// `HashMap` with [`KeyHasher`].
+/// `HashMap` with [`KeyHasher`], for lookups only: nothing iterates one into output (where the order would
+/// show, callers collect and sort first).
 pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
 
 impl Hasher for KeyHasher {

@@ -878,47 +878,20 @@ impl Netns {
         {
             return TableOutcome::Continue;
         }
-        let ct = ct_state_of(&self.conntrack, f.handle, f.untracked);
-        let addr_types = AddrTypes(&self.routes);
-        let mut rule_trace = f.trace.as_ref().map(|_| Trace::new());
-        let verdict = {
-            let mut ctx = EvalCtx {
-                packet: f.pkt,
-                ct,
-                addr_types: &addr_types,
-                now,
-                rng: &mut self.stat_rng,
-                local_origin: f.local_origin,
-            };
-            let v = self.ruleset.run_hook(
-                table,
-                hook,
-                &mut ctx,
-                &mut self.rules_state,
-                rule_trace.as_mut(),
-            );
-            f.pkt = ctx.packet;
-            v
-        };
-        if let (Some(t), Some(rt)) = (f.trace.as_mut(), rule_trace) {
-            t.steps.extend(rt.events.into_iter().map(Step::Rules));
-        }
+        let verdict = self.eval(now, f, table, hook);
         if verdict.notrack && table == Table::Raw {
             f.untracked = true;
-        }
-        if let (Some(m), Some(h)) = (verdict.ct_mark, f.handle) {
-            self.conntrack.set_mark(h.id, m);
         }
         match verdict.action {
             Action::Accept => TableOutcome::Continue,
             Action::Drop => TableOutcome::Stop(Fate::Dropped(DropCause::Rule { table, hook })),
             Action::Reject(with) => {
-                let src = self.routes.source_for(f.pkt.src).unwrap_or(f.pkt.dst);
-                // icmp_send answers from the packet's destination when it is ours.
+                // icmp_send answers from the packet's destination when it is ours, else from
+                // the address the route back to the sender would use.
                 let src = if self.routes.is_local(f.pkt.dst) {
                     f.pkt.dst
                 } else {
-                    src
+                    self.routes.source_for(f.pkt.src).unwrap_or(f.pkt.dst)
                 };
                 if let Some(answer) = with.response(&f.pkt, src) {
                     f.generated.push(answer);
@@ -926,6 +899,38 @@ impl Netns {
                 TableOutcome::Stop(Fate::Rejected { table, hook })
             }
         }
+    }
+
+    /// Evaluates `table` at `hook` for the packet in flight: builds the rules' view of it
+    /// (conntrack state, address types), keeps MARK's change to the packet and CONNMARK's to
+    /// the entry, and appends the rule trace.
+    fn eval(&mut self, now: SimTime, f: &mut Flight, table: Table, hook: Hook) -> crate::Verdict {
+        let ct = ct_state_of(&self.conntrack, f.handle, f.untracked);
+        let addr_types = AddrTypes(&self.routes);
+        let mut rule_trace = f.trace.as_ref().map(|_| Trace::new());
+        let mut ctx = EvalCtx {
+            packet: f.pkt,
+            ct,
+            addr_types: &addr_types,
+            now,
+            rng: &mut self.stat_rng,
+            local_origin: f.local_origin,
+        };
+        let verdict = self.ruleset.run_hook(
+            table,
+            hook,
+            &mut ctx,
+            &mut self.rules_state,
+            rule_trace.as_mut(),
+        );
+        f.pkt = ctx.packet;
+        if let (Some(t), Some(rt)) = (f.trace.as_mut(), rule_trace) {
+            t.steps.extend(rt.events.into_iter().map(Step::Rules));
+        }
+        if let (Some(m), Some(h)) = (verdict.ct_mark, f.handle) {
+            self.conntrack.set_mark(h.id, m);
+        }
+        verdict
     }
 
     /// The nat table at a DNAT-type hook (PREROUTING, OUTPUT) or INPUT, then the rewrite.
@@ -1014,44 +1019,12 @@ impl Netns {
         f: &mut Flight,
         hook: Hook,
     ) -> Result<Option<NatRequest>, Fate> {
-        let ct = ct_state_of(&self.conntrack, f.handle, f.untracked);
-        let addr_types = AddrTypes(&self.routes);
-        let mut rule_trace = f.trace.as_ref().map(|_| Trace::new());
-        let verdict = {
-            let mut ctx = EvalCtx {
-                packet: f.pkt,
-                ct,
-                addr_types: &addr_types,
-                now,
-                rng: &mut self.stat_rng,
-                local_origin: f.local_origin,
-            };
-            let v = self.ruleset.run_hook(
-                Table::Nat,
-                hook,
-                &mut ctx,
-                &mut self.rules_state,
-                rule_trace.as_mut(),
-            );
-            f.pkt = ctx.packet;
-            v
-        };
-        if let (Some(t), Some(rt)) = (f.trace.as_mut(), rule_trace) {
-            t.steps.extend(rt.events.into_iter().map(Step::Rules));
-        }
-        if let (Some(m), Some(h)) = (verdict.ct_mark, f.handle) {
-            self.conntrack.set_mark(h.id, m);
-        }
+        let table = Table::Nat;
+        let verdict = self.eval(now, f, table, hook);
         match verdict.action {
             Action::Accept => Ok(verdict.nat),
-            Action::Drop => Err(Fate::Dropped(DropCause::Rule {
-                table: Table::Nat,
-                hook,
-            })),
-            Action::Reject(_) => Err(Fate::Rejected {
-                table: Table::Nat,
-                hook,
-            }),
+            Action::Drop => Err(Fate::Dropped(DropCause::Rule { table, hook })),
+            Action::Reject(_) => Err(Fate::Rejected { table, hook }),
         }
     }
 
