@@ -340,3 +340,43 @@ fn a_host_outside_reaches_a_node_port_through_dnat_and_masquerade() {
     let r = Simulation::new(sc, timeline()).unwrap().finish().unwrap();
     assert!(r.passed(), "{:#?}\n{}", r.results, lines(&r).join("\n"));
 }
+
+/// A deleted pod keeps serving through its grace period (its endpoint is terminating but
+/// serving, so the v1.32 reconciler leaves the fixed-port flow on it); once it is gone and
+/// unrouted, the flow's entry is deleted and the sidecar moves to the other CoreDNS pod.
+#[test]
+fn a_terminating_pod_serves_until_its_grace_period_ends() {
+    let base = std::fs::read_to_string(format!(
+        "{}/scenarios/stale-dns-udp-v1.32.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let head = &base[..base.find("events:").unwrap()];
+    let text = format!(
+        "{head}events:
+  - at: 5m
+    deletePod: {{pod: coredns-a, gracePeriod: 60s}}
+expectations:
+  - name: during the grace period every query is answered
+    client: {{name: sidecar, from: 5m, to: 6m, sent: 2, answered: 2, failed: 0}}
+  - name: coredns-a answered them
+    endpoint: {{pod: coredns-a, client: sidecar, from: 5m, to: 6m, packets: 2}}
+  - name: after the grace period the sidecar is answered by coredns-b
+    client: {{name: sidecar, from: 7m, failed: 0}}
+  - name: nothing reaches coredns-a once it is gone
+    endpoint: {{pod: coredns-a, client: sidecar, from: 7m, packets: 0}}
+"
+    );
+    let sc = nfsim::scenario::load_str("grace.yaml", &text).unwrap();
+    let r = Simulation::new(sc, timeline()).unwrap().finish().unwrap();
+    assert!(
+        failed(&r).is_empty(),
+        "{:?}\n{}",
+        failed(&r),
+        lines(&r).join("\n")
+    );
+    assert!(
+        lines(&r).iter().any(|l| l.contains("grace period 1m")),
+        "the deletion is in the timeline"
+    );
+}
