@@ -68,7 +68,8 @@ pub use rule::{
     Rule, Target,
 };
 pub use ruleset::{
-    Chain, ListOptions, NfacctError, RestoreOptions, RestoreReport, Ruleset, SaveOptions,
+    Chain, Lineage, ListOptions, NfacctError, RestoreMemo, RestoreOptions, RestoreReport, Ruleset,
+    SaveOptions,
 };
 pub use state::{RecentEntryView, RulesetState};
 pub use trace::{StatDraw, Trace, TraceEvent};

@@ -19,6 +19,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use sha2::{Digest, Sha256};
+
 use crate::compile::{compile, Program};
 use crate::error::{RestoreError, RestoreErrorKind, RuleErrorKind};
 use crate::fmt as pr;
@@ -302,6 +304,131 @@ pub struct Ruleset {
     pub(crate) recent: Registry,
     pub(crate) nfacct: Registry,
     pub(crate) indexing: bool,
+    /// What this content was derived from: see [`Ruleset::lineage`].
+    lineage: Lineage,
+}
+
+/// A digest of the operations a [`Ruleset`] was built by, from [`Ruleset::new`] on.
+///
+/// Every change to a ruleset is a deterministic function of its content and the operation
+/// (a restore's text and options, an nfacct command, the indexing switch), so two rulesets
+/// with the same lineage have the same content: same chains, rules, counter slots and ids.
+/// Different lineages say nothing (the same rules can be reached in different ways).
+/// [`RestoreMemo`] relies on this to apply one payload to many identical rulesets once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lineage([u8; 32]);
+
+impl Lineage {
+    fn origin() -> Lineage {
+        Lineage(Sha256::digest(b"nfsim ruleset: empty").into())
+    }
+
+    fn then(self, op: &[u8], payload: &[u8]) -> Lineage {
+        let mut h = Sha256::new();
+        h.update(self.0);
+        h.update((op.len() as u64).to_le_bytes());
+        h.update(op);
+        h.update((payload.len() as u64).to_le_bytes());
+        h.update(payload);
+        Lineage(h.finalize().into())
+    }
+}
+
+/// The digest of a restore input (what [`Lineage`] records of it).
+fn text_digest(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+fn restore_op(opts: &RestoreOptions) -> [u8; 9] {
+    let mut op = *b"restore--";
+    op[7] = u8::from(opts.noflush);
+    op[8] = u8::from(opts.counters);
+    op
+}
+
+/// Applies the same `iptables-restore` input to many rulesets, doing the work once per
+/// distinct (ruleset, input): a node fleet whose kube-proxies write identical payloads to
+/// identical rulesets parses and compiles each payload once.
+///
+/// A restore's outcome depends only on the ruleset's content and the input (a restore never
+/// reads counters, the clock or any randomness: see [`crate::state`]). The memo keeps the
+/// last few outcomes keyed by the ruleset's [`Lineage`], the options and the input text;
+/// when a ruleset with that lineage gets that input again it becomes a clone of the stored
+/// outcome (chains are shared, not copied) and the stored report or error is returned.
+/// The result is the same as [`Ruleset::restore`] in every case, hit or miss.
+#[derive(Debug, Default)]
+pub struct RestoreMemo {
+    entries: Vec<MemoEntry>,
+    hits: u64,
+    misses: u64,
+}
+
+#[derive(Debug)]
+struct MemoEntry {
+    before: Lineage,
+    opts: RestoreOptions,
+    text: String,
+    digest: [u8; 32],
+    after: Ruleset,
+    result: Result<RestoreReport, RestoreError>,
+}
+
+/// How many outcomes a [`RestoreMemo`] keeps.
+const MEMO_ENTRIES: usize = 4;
+
+impl RestoreMemo {
+    /// An empty memo.
+    pub fn new() -> RestoreMemo {
+        RestoreMemo::default()
+    }
+
+    /// [`Ruleset::restore`] of `input` into `rs`, reusing a stored outcome when `rs` has the
+    /// lineage it was computed from.
+    pub fn restore(
+        &mut self,
+        rs: &mut Ruleset,
+        input: &str,
+        opts: &RestoreOptions,
+    ) -> Result<RestoreReport, RestoreError> {
+        if let Some(e) = self
+            .entries
+            .iter()
+            .find(|e| e.before == rs.lineage && e.opts == *opts && e.text == input)
+        {
+            self.hits += 1;
+            *rs = e.after.clone();
+            return e.result.clone();
+        }
+        self.misses += 1;
+        let digest = match self.entries.iter().find(|e| e.text == input) {
+            Some(e) => e.digest,
+            None => text_digest(input),
+        };
+        let before = rs.lineage;
+        let result = rs.restore_digested(input, opts, &digest);
+        if self.entries.len() == MEMO_ENTRIES {
+            self.entries.remove(0);
+        }
+        self.entries.push(MemoEntry {
+            before,
+            opts: *opts,
+            text: input.to_string(),
+            digest,
+            after: rs.clone(),
+            result: result.clone(),
+        });
+        result
+    }
+
+    /// Restores served from a stored outcome.
+    pub fn hits(&self) -> u64 {
+        self.hits
+    }
+
+    /// Restores that did the work.
+    pub fn misses(&self) -> u64 {
+        self.misses
+    }
 }
 
 impl Default for Ruleset {
@@ -387,7 +514,13 @@ impl Ruleset {
             recent: Registry::default(),
             nfacct: Registry::default(),
             indexing: true,
+            lineage: Lineage::origin(),
         }
+    }
+
+    /// What this content was derived from (see [`Lineage`]).
+    pub fn lineage(&self) -> Lineage {
+        self.lineage
     }
 
     /// A ruleset from iptables-save text (a full restore with counters).
@@ -406,6 +539,7 @@ impl Ruleset {
     /// Turns the first-match index on or off (on by default). Results are identical either
     /// way; off is plain in-order evaluation.
     pub fn set_indexing(&mut self, on: bool) {
+        self.lineage = self.lineage.then(b"indexing", &[u8::from(on)]);
         self.indexing = on;
     }
 
@@ -467,6 +601,7 @@ impl Ruleset {
         if name.is_empty() || name.len() > 31 {
             return Err(NfacctError::BadName(name.into()));
         }
+        self.lineage = self.lineage.then(b"nfacct add", name.as_bytes());
         let i = self.nfacct.get_or_add(name) as usize;
         let uid = self.next_uid;
         let e = &mut self.nfacct.entries[i];
@@ -481,6 +616,7 @@ impl Ruleset {
 
     /// `nfacct delete NAME`.
     pub fn nfacct_del(&mut self, name: &str) -> Result<(), NfacctError> {
+        self.lineage = self.lineage.then(b"nfacct delete", name.as_bytes());
         let i = match self.nfacct.by_name.get(name) {
             Some(&i) if self.nfacct.entries[i as usize].live => i as usize,
             _ => return Err(NfacctError::Missing(name.into())),
@@ -557,6 +693,19 @@ impl Ruleset {
         input: &str,
         opts: &RestoreOptions,
     ) -> Result<RestoreReport, RestoreError> {
+        self.restore_digested(input, opts, &text_digest(input))
+    }
+
+    /// [`Ruleset::restore`] with the input's digest already computed.
+    fn restore_digested(
+        &mut self,
+        input: &str,
+        opts: &RestoreOptions,
+        digest: &[u8; 32],
+    ) -> Result<RestoreReport, RestoreError> {
+        // Recorded whatever the outcome: a failed restore may still have committed earlier
+        // blocks, and the outcome is as deterministic as a success.
+        self.lineage = self.lineage.then(&restore_op(opts), digest);
         let mut report = RestoreReport::default();
         let mut block: Option<Block> = None;
         let mut last_line = 0;

@@ -34,7 +34,7 @@ pub use route::{Interface, Prefix, Route, RouteDecision, RouteError, RoutingTabl
 
 use crate::eval::{AddrTypeLookup, CtInfo, CtInfoKind, CtState, CtTuple, EvalCtx, NatRequest};
 use crate::rule::{AddrType, CtDirection, PortNat};
-use crate::ruleset::{RestoreOptions, RestoreReport, Ruleset, SaveOptions};
+use crate::ruleset::{RestoreMemo, RestoreOptions, RestoreReport, Ruleset, SaveOptions};
 use crate::state::RulesetState;
 use crate::trace::{Trace, TraceEvent};
 use crate::types::{Hook, Table};
@@ -491,6 +491,25 @@ impl Netns {
     /// Applies `iptables-restore` input (`noflush` as `--noflush`). On error nothing changes.
     pub fn restore(&mut self, text: &str, noflush: bool) -> Result<RestoreReport, NetnsError> {
         Ok(self.ruleset.restore(
+            text,
+            &RestoreOptions {
+                noflush,
+                counters: false,
+            },
+        )?)
+    }
+
+    /// [`Netns::restore`] through a [`RestoreMemo`] shared by many namespaces: when this
+    /// namespace's ruleset has the lineage of one the memo already applied `text` to, it takes
+    /// that outcome instead of parsing again (identical result; see [`RestoreMemo`]).
+    pub fn restore_shared(
+        &mut self,
+        text: &str,
+        noflush: bool,
+        memo: &mut RestoreMemo,
+    ) -> Result<RestoreReport, NetnsError> {
+        Ok(memo.restore(
+            &mut self.ruleset,
             text,
             &RestoreOptions {
                 noflush,
