@@ -159,17 +159,31 @@ fn nodes_with_identical_rules_share_one_kube_proxy_with_the_same_results() {
         sc.kube_proxy.release = release;
         // One cluster CIDR for every node: their rules no longer differ.
         sc.kube_proxy.cluster_cidr = Some("10.244.0.0/16".parse().unwrap());
-        let shared = Simulation::builder(sc.clone())
+        let mut shared = Simulation::builder(sc.clone())
             .options(timeline())
             .build()
             .unwrap();
         assert_eq!(shared.kube_proxy_instances(), 1);
-        let own = Simulation::builder(sc)
+        let mut own = Simulation::builder(sc)
             .options(timeline())
             .one_kube_proxy_per_node(true)
             .build()
             .unwrap();
         assert_eq!(own.kube_proxy_instances(), 2);
+        // The shared instance restores its payload once for both nodes (the second node
+        // takes the first one's outcome): each node still holds exactly the rules, and the
+        // counters, that its own restore gives.
+        for t in [10, 200, 1000] {
+            shared.run_until(SimTime::from_secs(t)).unwrap();
+            own.run_until(SimTime::from_secs(t)).unwrap();
+            for node in ["node-1", "node-2"] {
+                let (i, j) = (
+                    shared.node_index(node).unwrap(),
+                    own.node_index(node).unwrap(),
+                );
+                assert_eq!(shared.rules(i), own.rules(j), "{release} {node} at {t}s");
+            }
+        }
         let (a, b) = (shared.finish().unwrap(), own.finish().unwrap());
         assert_eq!(lines(&a), lines(&b), "{release}");
         assert_eq!(a.results, b.results, "{release}");

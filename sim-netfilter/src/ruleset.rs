@@ -374,7 +374,7 @@ struct MemoEntry {
 }
 
 /// How many outcomes a [`RestoreMemo`] keeps.
-const MEMO_ENTRIES: usize = 4;
+const MEMO_ENTRIES: usize = 2;
 
 impl RestoreMemo {
     /// An empty memo.

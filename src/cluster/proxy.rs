@@ -34,7 +34,7 @@ use crate::scenario::model::Release;
 use sim_conntrack::Conntrack;
 use sim_core::SimTime;
 use sim_netfilter::netns::Netns;
-use sim_netfilter::{rule_spec, Table};
+use sim_netfilter::{rule_spec, RestoreMemo, Table};
 
 /// Makes the cleanup strategy of one node's kube-proxy; called once per node with the node's
 /// name, in scenario order. See [`crate::cluster::sim::SimulationBuilder::cleanup`].
@@ -103,14 +103,23 @@ pub fn ensure_jump_rule(ns: &mut Netns, j: &JumpRule) -> Result<(), String> {
 
 /// Applies one sync to a node: the jump rules (full syncs), then `iptables-restore
 /// --noflush` of the payload. On error, what the restore would have changed is left
-/// unchanged (the restore is atomic), as with the real tool.
-pub fn apply_sync(ns: &mut Netns, out: &SyncOutput) -> Result<(), String> {
+/// unchanged (the restore is atomic), as with the real tool. With a `memo` shared by the
+/// nodes a sync is applied to, nodes whose rules are identical get the outcome of the first
+/// one's restore instead of parsing the payload again (same result: see [`RestoreMemo`]).
+pub fn apply_sync(
+    ns: &mut Netns,
+    out: &SyncOutput,
+    memo: Option<&mut RestoreMemo>,
+) -> Result<(), String> {
     for j in &out.jump_rules {
         ensure_jump_rule(ns, j)?;
     }
-    ns.restore(&out.restore, true)
-        .map(|_| ())
-        .map_err(|e| format!("iptables-restore --noflush: {e}"))
+    match memo {
+        Some(m) => ns.restore_shared(&out.restore, true, m),
+        None => ns.restore(&out.restore, true),
+    }
+    .map(|_| ())
+    .map_err(|e| format!("iptables-restore --noflush: {e}"))
 }
 
 /// The number of rules (`-A` lines) a payload writes into the nat table.
@@ -214,6 +223,9 @@ pub struct ProxyGroup {
     pub nodes: Vec<usize>,
     /// The instant a wake-up is queued for, if any.
     pub wake: Option<SimTime>,
+    /// Restores done for the group's nodes, reused by the other nodes (groups of more than
+    /// one node).
+    pub memo: RestoreMemo,
 }
 
 /// What one sync did on one node, for the timeline.
@@ -252,8 +264,9 @@ impl ProxyGroup {
         let output = self.proxy.on_timeout(now)?;
         let mut per_node = Vec::with_capacity(nodes.len());
         let mut failed = None;
+        let share = nodes.len() > 1;
         for (i, ns) in nodes.iter_mut() {
-            let r = apply_sync(ns, &output);
+            let r = apply_sync(ns, &output, share.then_some(&mut self.memo));
             if let Err(e) = &r {
                 failed.get_or_insert_with(|| e.clone());
             }

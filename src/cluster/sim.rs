@@ -46,6 +46,7 @@ use serde::Serialize;
 use sim_conntrack::{EventKind, Filter, Status, Sysctls};
 use sim_core::{EventQueue, IfName, Packet, SimDuration, SimRng, SimTime, L4};
 use sim_netfilter::netns::{Egress, Fate, Ingress, Netns, NetnsConfig, Prefix};
+use sim_netfilter::RestoreMemo;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
@@ -849,6 +850,7 @@ impl Simulation {
                 proxy: KubeProxy::new(cfg, timing, strategy, SimTime::ZERO),
                 nodes: vec![i],
                 wake: None,
+                memo: RestoreMemo::new(),
             });
         }
         let mut sim = Simulation {
