@@ -298,7 +298,9 @@ pub enum NfacctError {
 /// [`Ruleset::run_hook`] for evaluation.
 #[derive(Clone, Debug)]
 pub struct Ruleset {
-    pub(crate) tables: [Option<TableData>; 4],
+    /// Shared between clones (a [`RestoreMemo`] hands one outcome to many namespaces);
+    /// a restore builds a new table and swaps it in.
+    pub(crate) tables: [Option<Arc<TableData>>; 4],
     alloc: SlotAlloc,
     next_uid: u64,
     pub(crate) recent: Registry,
@@ -736,7 +738,7 @@ impl Ruleset {
                             &report,
                         )
                     })?;
-                    let existing = self.tables[table.index()].clone();
+                    let existing = self.tables[table.index()].as_deref().cloned();
                     let (work, flush) = match (opts.noflush, existing) {
                         (true, Some(t)) => (t, false),
                         _ => (TableData::new(table), !opts.noflush),
@@ -1228,7 +1230,7 @@ impl Ruleset {
             e.refs = (e.refs + d).max(0);
         }
         b.work.program = Arc::new(compile(&b.work));
-        self.tables[ti] = Some(b.work);
+        self.tables[ti] = Some(Arc::new(b.work));
         Ok(())
     }
 
