@@ -3,7 +3,9 @@
 
 use crate::entry::{CtEntry, EntryId, Status};
 use crate::table::{Conntrack, CtHandle, CtInfo, Life};
-use crate::tuple::{has_ports, inet_addr_words, is_icmp, jhash2, reciprocal_scale, Dir, Tuple};
+use crate::tuple::{
+    has_ports, inet_addr_words, is_icmp, jhash2, reciprocal_scale, Dir, Key, Tuple,
+};
 use sim_core::{IcmpBody, Packet, L4};
 use std::fmt;
 use std::net::IpAddr;
@@ -268,7 +270,7 @@ impl Conntrack {
         if e.status.contains(manip.done_bit()) {
             return Err(NatError::AlreadyInitialized { id, manip });
         }
-        let v4 = e.orig.src.is_ipv4();
+        let v4 = e.orig.tuple().src.is_ipv4();
         if let Some((a, b)) = range.addrs {
             if a.is_ipv4() != v4 || b.is_ipv4() != v4 {
                 return Err(NatError::FamilyMismatch {
@@ -278,15 +280,15 @@ impl Conntrack {
                 });
             }
         }
-        let reply = e.reply;
+        let reply = e.reply.tuple();
         let curr = invert_for_nat(&reply);
         let new = self.get_unique_tuple(&curr, range, manip, slot);
         let e = &mut self.slab[slot];
         if new != curr {
-            e.reply = invert_for_nat(&new);
+            e.reply = Key::from_tuple(&invert_for_nat(&new));
             e.status.insert(manip.nat_bit());
             if manip == Manip::Src {
-                let o = e.orig;
+                let o = e.orig.tuple();
                 self.bysource
                     .entry((o.proto, o.src, o.sport))
                     .or_default()
@@ -303,7 +305,7 @@ impl Conntrack {
     /// source port may still change if the reply tuple is already taken.
     pub fn nat_null_binding(&mut self, id: EntryId, manip: Manip) -> Result<CtEntry, NatError> {
         let slot = self.slot_of(id).ok_or(NatError::NoEntry(id))?;
-        let reply = self.slab[slot].reply;
+        let reply = self.slab[slot].reply.tuple();
         let ip = match manip {
             Manip::Src => reply.dst,
             Manip::Dst => reply.src,
@@ -330,7 +332,7 @@ impl Conntrack {
         if !e.status.contains(bit) {
             return false;
         }
-        let other = *e.tuple_at(dir.flip().index());
+        let other = e.key_at(dir.flip().index() as u32).tuple();
         let target = invert_for_nat(&other);
         if matches!(handle.ctinfo, CtInfo::Related | CtInfo::RelatedReply) {
             if let L4::Icmp {
@@ -430,9 +432,9 @@ impl Conntrack {
                 continue;
             };
             let e = &self.slab[slot];
-            let o = &e.orig;
+            let o = e.orig.tuple();
             if o.proto == t.proto && o.src == t.src && o.sport == t.sport {
-                let mut res = invert_for_nat(&e.reply);
+                let mut res = invert_for_nat(&e.reply.tuple());
                 res.dst = t.dst;
                 res.dport = t.dport;
                 if Self::in_range(&res, r) {

@@ -6,7 +6,7 @@ use crate::entry::{CtEntry, EntryId, Expiry, Status, TcpState};
 use crate::event::{CtEvent, DestroyCause, EventKind, Stats};
 use crate::filter::Filter;
 use crate::index::Index;
-use crate::tuple::{icmp_is_error, reciprocal_scale, Dir, HashSeed, Tuple};
+use crate::tuple::{icmp_is_error, reciprocal_scale, Dir, HashSeed, Key, Tuple};
 use sim_core::packet::IPPROTO_TCP;
 use sim_core::{IcmpBody, Packet, SimRng, SimTime, L4};
 use std::cmp::Reverse;
@@ -156,25 +156,26 @@ pub(crate) mod tf {
     pub const SIMULTANEOUS_OPEN: u8 = 0x40;
 }
 
-/// One slab slot. Laid out in two cache lines (`repr(C)`, 64-byte aligned): the first holds
-/// what an original-direction lookup and refresh touch (tuple, status, tracker state,
-/// timeout, UDP `stream_ts`), the second the reply tuple and the colder fields.
+/// One slab slot, laid out in two cache lines (`repr(C)`, 64-byte aligned). The first holds
+/// everything an original-direction lookup and refresh touch: the key compared, the id's
+/// generation, status, life, the deadline written, and the tracker state read (UDP
+/// `stream_ts` or the TCP state and flags, which share eight bytes: an entry has one
+/// protocol). The second holds the reply key and the colder fields.
 #[derive(Clone, Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Entry {
-    pub orig: Tuple,
-    pub status: Status,
-    pub tcp_state: u8,
-    pub tcp_flags: u8,
-    pub pending: u8,
-    pub life: Life,
+    pub orig: Key,
     /// Absolute deadline when confirmed; the timeout as nanoseconds while unconfirmed.
     pub timeout: SimTime,
-    /// UDP: `stream_ts`, creation + 2 s.
-    pub stream_ts: SimTime,
-    pub reply: Tuple,
-    pub mark: u32,
+    /// UDP: `stream_ts` (creation + 2 s) as little-endian nanoseconds. TCP: byte 0 is the
+    /// state, byte 1 the flags ([`tf`]). Zero when allocated.
+    pub proto_state: [u8; 8],
     pub gen: u32,
+    pub status: Status,
+    pub life: Life,
+    pub pending: u8,
+    pub reply: Key,
+    pub mark: u32,
     /// The deadline of this entry's live timer in the heap (`SimTime::MAX` = none). Always
     /// `<= timeout` while confirmed.
     pub armed: SimTime,
@@ -183,12 +184,45 @@ pub(crate) struct Entry {
 
 impl Entry {
     #[inline]
-    pub(crate) fn tuple_at(&self, dir: usize) -> &Tuple {
+    pub(crate) fn key_at(&self, dir: u32) -> &Key {
         if dir == 0 {
             &self.orig
         } else {
             &self.reply
         }
+    }
+
+    /// UDP: `stream_ts`.
+    #[inline]
+    pub(crate) fn stream_ts(&self) -> SimTime {
+        SimTime::from_nanos(u64::from_le_bytes(self.proto_state))
+    }
+
+    #[inline]
+    pub(crate) fn set_stream_ts(&mut self, t: SimTime) {
+        self.proto_state = t.as_nanos().to_le_bytes();
+    }
+
+    /// TCP: the state (`TcpState as u8`).
+    #[inline]
+    pub(crate) fn tcp_state(&self) -> u8 {
+        self.proto_state[0]
+    }
+
+    #[inline]
+    pub(crate) fn set_tcp_state(&mut self, s: u8) {
+        self.proto_state[0] = s;
+    }
+
+    /// TCP: the [`tf`] bits.
+    #[inline]
+    pub(crate) fn tcp_flags(&self) -> u8 {
+        self.proto_state[1]
+    }
+
+    #[inline]
+    pub(crate) fn tcp_flags_mut(&mut self) -> &mut u8 {
+        &mut self.proto_state[1]
     }
 }
 
@@ -342,10 +376,10 @@ impl Conntrack {
         let e = &self.slab[slot];
         CtEntry {
             id: self.id_of(slot),
-            orig: e.orig,
-            reply: e.reply,
+            orig: e.orig.tuple(),
+            reply: e.reply.tuple(),
             status: e.status,
-            tcp_state: (e.orig.proto == IPPROTO_TCP).then(|| TcpState::from_u8(e.tcp_state)),
+            tcp_state: (e.orig.proto() == IPPROTO_TCP).then(|| TcpState::from_u8(e.tcp_state())),
             mark: e.mark,
             expiry: match e.life {
                 Life::Unconfirmed => Expiry::AfterConfirm(e.timeout.since_start()),
@@ -392,17 +426,16 @@ impl Conntrack {
 
     #[inline]
     pub(crate) fn lookup(&self, t: &Tuple) -> Option<(usize, Dir)> {
-        let h = t.hash(&self.hseed);
-        self.lookup_hashed(h, t)
+        let k = Key::from_tuple(t);
+        self.lookup_key(k.hash(&self.hseed), &k)
     }
 
+    /// The slot and direction of the key `k` whose hash is `h`.
     #[inline]
-    fn lookup_hashed(&self, h: u32, t: &Tuple) -> Option<(usize, Dir)> {
+    fn lookup_key(&self, h: u32, k: &Key) -> Option<(usize, Dir)> {
         let slab = &self.slab;
         self.index
-            .find(h, |v| {
-                *slab[(v >> 1) as usize].tuple_at((v & 1) as usize) == *t
-            })
+            .find(h, |v| slab[(v >> 1) as usize].key_at(v & 1).same(k))
             .map(|v| {
                 let dir = if v & 1 == 0 {
                     Dir::Original
@@ -420,7 +453,7 @@ impl Conntrack {
     /// early drop and "table full" apply), then run the protocol tracker. ICMP errors that
     /// quote a known connection are RELATED to it and create nothing.
     pub fn conntrack_in(&mut self, now: SimTime, pkt: &Packet) -> CtVerdict {
-        self.expire(now);
+        self.expire_due(now);
         if let L4::Icmp {
             icmp_type, body, ..
         } = pkt.l4
@@ -429,18 +462,70 @@ impl Conntrack {
                 return self.icmp_error(now, pkt, body);
             }
         }
-        let tuple = Tuple::from_packet(pkt);
+        let key = Key::from_packet(pkt);
+        let h = key.hash(&self.hseed);
+        let found = self.lookup_key(h, &key);
+        // The common case, a packet of a known UDP flow, without leaving this function: the
+        // same tracker and bookkeeping as below, only inlined.
+        if let (Some((slot, dir)), L4::Udp { .. }) = (found, pkt.l4) {
+            let ctinfo = self.ctinfo_of(slot, dir);
+            crate::track::udp(self, now, slot, false);
+            return self.tracked(slot, dir, ctinfo);
+        }
+        self.conntrack_in_general(now, pkt, key, h, found)
+    }
+
+    /// The packet's `ctinfo` from its direction and the entry's status, before tracking.
+    #[inline(always)]
+    fn ctinfo_of(&self, slot: usize, dir: Dir) -> CtInfo {
+        if dir == Dir::Reply {
+            CtInfo::EstablishedReply
+        } else if self.slab[slot].status.contains(Status::SEEN_REPLY) {
+            CtInfo::Established
+        } else {
+            CtInfo::New
+        }
+    }
+
+    /// After an accepting tracker: a first reply-direction packet sets `SEEN_REPLY`
+    /// (`IPCT_REPLY`); the packet carries the entry.
+    #[inline(always)]
+    fn tracked(&mut self, slot: usize, dir: Dir, ctinfo: CtInfo) -> CtVerdict {
+        let e = &mut self.slab[slot];
+        if dir == Dir::Reply && !e.status.contains(Status::SEEN_REPLY) {
+            e.status.insert(Status::SEEN_REPLY);
+            e.pending |= ev::REPLY;
+        }
+        CtVerdict::Tracked(CtHandle {
+            id: EntryId {
+                slot: slot as u32,
+                gen: e.gen,
+            },
+            ctinfo,
+        })
+    }
+
+    /// [`Conntrack::conntrack_in`] for everything but a known UDP flow: allocation, the
+    /// other trackers, and their outcomes. `found` is the lookup of `key` (hash `h`).
+    #[inline(never)]
+    fn conntrack_in_general(
+        &mut self,
+        now: SimTime,
+        pkt: &Packet,
+        key: Key,
+        h: u32,
+        mut found: Option<(usize, Dir)>,
+    ) -> CtVerdict {
         let mut repeated = false;
         loop {
-            let h = tuple.hash(&self.hseed);
-            let (slot, dir, new) = match self.lookup_hashed(h, &tuple) {
+            let (slot, dir, new) = match found {
                 Some((slot, dir)) => (slot, dir, false),
                 None => {
-                    let Some(reply) = tuple.invert() else {
+                    let Some(reply) = Tuple::from_packet(pkt).invert() else {
                         self.stats.invalid += 1;
                         return CtVerdict::Invalid(InvalidReason::CannotInvert);
                     };
-                    match self.alloc(now, tuple, reply, h) {
+                    match self.alloc(now, key, Key::from_tuple(&reply), h) {
                         Some(slot) => (slot, Dir::Original, true),
                         None => {
                             self.stats.drop += 1;
@@ -449,13 +534,7 @@ impl Conntrack {
                     }
                 }
             };
-            let ctinfo = if dir == Dir::Reply {
-                CtInfo::EstablishedReply
-            } else if self.slab[slot].status.contains(Status::SEEN_REPLY) {
-                CtInfo::Established
-            } else {
-                CtInfo::New
-            };
+            let ctinfo = self.ctinfo_of(slot, dir);
             match crate::track::track(self, now, slot, dir, pkt, new) {
                 crate::track::Track::Accept => {}
                 crate::track::Track::Invalid(r) => {
@@ -472,21 +551,14 @@ impl Conntrack {
                     self.destroy(slot, now, DestroyCause::Killed, false);
                     if !repeated {
                         repeated = true;
+                        found = self.lookup_key(h, &key);
                         continue;
                     }
                     self.stats.invalid += 1;
                     return CtVerdict::Invalid(InvalidReason::TcpInvalidState);
                 }
             }
-            let e = &mut self.slab[slot];
-            if dir == Dir::Reply && !e.status.contains(Status::SEEN_REPLY) {
-                e.status.insert(Status::SEEN_REPLY);
-                e.pending |= ev::REPLY;
-            }
-            return CtVerdict::Tracked(CtHandle {
-                id: self.id_of(slot),
-                ctinfo,
-            });
+            return self.tracked(slot, dir, ctinfo);
         }
     }
 
@@ -535,7 +607,7 @@ impl Conntrack {
 
     /// `__nf_conntrack_alloc`: a new unconfirmed entry, after early drop if the table is
     /// full. `None` = table full.
-    fn alloc(&mut self, now: SimTime, orig: Tuple, reply: Tuple, hash: u32) -> Option<usize> {
+    fn alloc(&mut self, now: SimTime, orig: Key, reply: Key, hash: u32) -> Option<usize> {
         if self.cfg.max != 0 && self.count >= self.cfg.max && !self.early_drop(now, hash) {
             return None;
         }
@@ -547,13 +619,11 @@ impl Conntrack {
             reply,
             timeout: SimTime::ZERO,
             armed: SimTime::MAX,
-            stream_ts: SimTime::ZERO,
+            proto_state: [0; 8],
             seq,
             mark: 0,
             gen,
             status: Status::default(),
-            tcp_state: 0,
-            tcp_flags: 0,
             pending: 0,
             life: Life::Unconfirmed,
         };
@@ -603,23 +673,33 @@ impl Conntrack {
     }
 
     /// Sets an entry's timeout to `now + extra` (`nf_ct_refresh`): replaced, never max'd.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn refresh(&mut self, slot: usize, now: SimTime, extra: sim_core::SimDuration) {
         let e = &mut self.slab[slot];
-        match e.life {
-            Life::Unconfirmed => e.timeout = SimTime::from_nanos(extra.as_nanos()),
-            _ => {
-                let t = now.saturating_add(extra);
-                // armed <= timeout, so only a deadline moving earlier can need a new timer:
-                // the common refresh never reads the entry's second cache line.
-                let earlier = t < e.timeout;
-                e.timeout = t;
-                if earlier && t < e.armed && e.life == Life::Confirmed {
-                    e.armed = t;
-                    let gen = e.gen;
-                    self.timers.push(Reverse((t, slot as u32, gen)));
-                }
-            }
+        if e.life == Life::Unconfirmed {
+            e.timeout = SimTime::from_nanos(extra.as_nanos());
+            return;
+        }
+        let t = now.saturating_add(extra);
+        // The heap keeps the timer armed earlier (armed <= timeout) and `expire` re-arms it
+        // at the real deadline when it fires, so only a deadline moving earlier needs a new
+        // timer: the common refresh writes one field of the entry's first cache line.
+        let earlier = t < e.timeout;
+        e.timeout = t;
+        if earlier {
+            self.rearm_earlier(slot, t);
+        }
+    }
+
+    /// A confirmed entry's deadline moved earlier, to `t`: arm a timer there unless one is
+    /// armed sooner.
+    #[inline(never)]
+    fn rearm_earlier(&mut self, slot: usize, t: SimTime) {
+        let e = &mut self.slab[slot];
+        if t < e.armed && e.life == Life::Confirmed {
+            e.armed = t;
+            let gen = e.gen;
+            self.timers.push(Reverse((t, slot as u32, gen)));
         }
     }
 
@@ -629,7 +709,7 @@ impl Conntrack {
     /// the table (`[NEW]`) and its timeout starts; then the events this packet caused are
     /// delivered. A handle of an entry killed on the way (RST before reply) is released.
     pub fn confirm(&mut self, now: SimTime, handle: CtHandle) -> Result<(), ConfirmError> {
-        self.expire(now);
+        self.expire_due(now);
         let Some(slot) = self.slot_of(handle.id) else {
             return Err(ConfirmError::NoEntry(handle.id));
         };
@@ -642,7 +722,7 @@ impl Conntrack {
                 let (o, r) = (self.slab[slot].orig, self.slab[slot].reply);
                 let ho = o.hash(&self.hseed);
                 let hr = r.hash(&self.hseed);
-                if self.lookup_hashed(ho, &o).is_some() || self.lookup_hashed(hr, &r).is_some() {
+                if self.lookup_key(ho, &o).is_some() || self.lookup_key(hr, &r).is_some() {
                     self.stats.insert_failed += 1;
                     self.free_slot(slot);
                     return Err(ConfirmError::InsertFailed(handle.id));
@@ -755,6 +835,7 @@ impl Conntrack {
         self.count -= 1;
         self.free.push(slot as u32);
         if nat_src {
+            let o = o.tuple();
             let key = (o.proto, o.src, o.sport);
             if let Some(v) = self.bysource.get_mut(&key) {
                 v.retain(|x| *x != id);
@@ -766,6 +847,15 @@ impl Conntrack {
     }
 
     // ----- expiry --------------------------------------------------------------------------
+
+    /// [`Conntrack::expire`] when a timer is due, else nothing: one comparison with the
+    /// earliest timer, so a packet that expires nothing pays nothing more.
+    #[inline]
+    fn expire_due(&mut self, now: SimTime) {
+        if matches!(self.timers.peek(), Some(&Reverse((t, _, _))) if t <= now) {
+            self.expire(now);
+        }
+    }
 
     /// Reaps every entry whose timeout is ≤ `now`, in deadline order, each with a DESTROY
     /// event stamped with its exact expiry instant. O(log n) per timer.
@@ -887,7 +977,7 @@ impl Conntrack {
     }
 
     pub(crate) fn tcp_flags_mut(&mut self, slot: usize) -> &mut u8 {
-        &mut self.slab[slot].tcp_flags
+        self.slab[slot].tcp_flags_mut()
     }
 }
 

@@ -154,16 +154,17 @@ pub(crate) fn track(
 }
 
 /// `nf_conntrack_udp_packet`.
-fn udp(ct: &mut Conntrack, now: SimTime, slot: usize, new: bool) -> Track {
+#[inline(always)]
+pub(crate) fn udp(ct: &mut Conntrack, now: SimTime, slot: usize, new: bool) -> Track {
     if new {
-        ct.slab[slot].stream_ts = now.saturating_add(SimDuration::from_secs(2));
+        ct.slab[slot].set_stream_ts(now.saturating_add(SimDuration::from_secs(2)));
     }
     let e = &ct.slab[slot];
     if e.status.contains(Status::SEEN_REPLY) {
         let mut extra = ct.cfg.udp_timeout;
         let mut stream = false;
         // Still active after two seconds? (time_after: strictly later)
-        if now > e.stream_ts {
+        if now > e.stream_ts() {
             extra = ct.cfg.udp_timeout_stream;
             stream = !e.status.contains(Status::ASSURED);
         }
@@ -203,13 +204,13 @@ fn tcp(
             return Track::Invalid(InvalidReason::TcpCannotCreate);
         }
         let e = &mut ct.slab[slot];
-        e.tcp_state = NO;
-        e.tcp_flags = TcpIndex::None as u8;
+        e.set_tcp_state(NO);
+        *e.tcp_flags_mut() = TcpIndex::None as u8;
     }
     let e = &ct.slab[slot];
-    let old = e.tcp_state;
+    let old = e.tcp_state();
     let mut newst = TCP_CONNTRACKS[dir.index()][index as usize][usize::from(old)];
-    let fl = e.tcp_flags;
+    let fl = e.tcp_flags();
     let last_index = fl & tf::LAST_INDEX_MASK;
     let last_dir_reply = fl & tf::LAST_DIR_REPLY != 0;
     let close_init = fl & (tf::CLOSE_INIT_ORIG | tf::CLOSE_INIT_REPLY) != 0;
@@ -231,7 +232,7 @@ fn tcp(
         }
         SR if dir == Dir::Reply
             && index == TcpIndex::Ack
-            && ct.slab[slot].tcp_flags & tf::SIMULTANEOUS_OPEN != 0 =>
+            && ct.slab[slot].tcp_flags() & tf::SIMULTANEOUS_OPEN != 0 =>
         {
             newst = ES;
         }
@@ -262,7 +263,7 @@ fn tcp(
     };
     let unack = cfg.tcp_special(TcpTimeout::Unack);
     let e = &mut ct.slab[slot];
-    e.tcp_state = newst;
+    e.set_tcp_state(newst);
     if old != newst {
         e.pending |= ev::PROTOINFO;
     }

@@ -185,18 +185,83 @@ impl Tuple {
     pub fn icmp_id(&self) -> u16 {
         self.sport
     }
+}
+
+/// A tuple as the table stores, hashes and compares it: five machine words, equal exactly
+/// when the tuples are equal, so that a lookup compares keys with a few XORs instead of
+/// matching on address families.
+///
+/// Words 0–1 are the source address and 2–3 the destination (an IPv4 address is its value
+/// and the constant 4; an IPv6 one its low 64 bits and its high 64 bits XOR 6), word 4 holds
+/// `sport << 32 | dport << 16 | proto`, with bit 63 set for an IPv6 source and bit 62 for an
+/// IPv6 destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Key(pub(crate) [u64; 5]);
+
+const SRC_V6: u64 = 1 << 63;
+const DST_V6: u64 = 1 << 62;
+const PORTS_PROTO: u64 = (1 << 48) - 1;
+
+impl Key {
+    /// The key of a tuple.
+    #[inline]
+    pub(crate) fn from_tuple(t: &Tuple) -> Key {
+        let (s0, s1) = addr_words(t.src);
+        let (d0, d1) = addr_words(t.dst);
+        let fam =
+            if t.src.is_ipv6() { SRC_V6 } else { 0 } | if t.dst.is_ipv6() { DST_V6 } else { 0 };
+        let ports = (u64::from(t.sport) << 32) | (u64::from(t.dport) << 16) | u64::from(t.proto);
+        Key([s0, s1, d0, d1, ports | fam])
+    }
+
+    /// The key of a packet's tuple (`nf_ct_get_tuple`).
+    #[inline]
+    pub(crate) fn from_packet(p: &Packet) -> Key {
+        Key::from_tuple(&Tuple::from_packet(p))
+    }
+
+    /// The tuple back.
+    pub(crate) fn tuple(&self) -> Tuple {
+        let w = &self.0;
+        let addr = |lo: u64, hi: u64, v6: bool| {
+            if v6 {
+                IpAddr::V6(std::net::Ipv6Addr::from(
+                    (u128::from(hi ^ 0x6) << 64) | u128::from(lo),
+                ))
+            } else {
+                IpAddr::V4(std::net::Ipv4Addr::from(lo as u32))
+            }
+        };
+        Tuple {
+            src: addr(w[0], w[1], w[4] & SRC_V6 != 0),
+            dst: addr(w[2], w[3], w[4] & DST_V6 != 0),
+            sport: (w[4] >> 32) as u16,
+            dport: (w[4] >> 16) as u16,
+            proto: w[4] as u8,
+        }
+    }
+
+    /// The IP protocol number.
+    #[inline]
+    pub(crate) fn proto(&self) -> u8 {
+        self.0[4] as u8
+    }
+
+    /// Equality without branches: the common lookup compares one key and finds it equal.
+    #[inline]
+    pub(crate) fn same(&self, o: &Key) -> bool {
+        let (a, b) = (&self.0, &o.0);
+        ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4])) == 0
+    }
 
     /// The seeded hash of the tuple: decides its place in the index and its simulated
     /// `nf_conntrack_buckets` bucket.
     #[inline]
     pub(crate) fn hash(&self, seed: &HashSeed) -> u32 {
-        let (s0, s1) = addr_words(self.src);
-        let (d0, d1) = addr_words(self.dst);
-        let ports =
-            (u64::from(self.sport) << 32) | (u64::from(self.dport) << 16) | u64::from(self.proto);
-        let mut h = folded_mul(s0 ^ seed.k[0], s1 ^ seed.k[1]);
-        h = folded_mul(h ^ d0, d1 ^ seed.k[2]);
-        h = folded_mul(h ^ ports, seed.k[3]);
+        let w = &self.0;
+        let mut h = folded_mul(w[0] ^ seed.k[0], w[1] ^ seed.k[1]);
+        h = folded_mul(h ^ w[2], w[3] ^ seed.k[2]);
+        h = folded_mul(h ^ (w[4] & PORTS_PROTO), seed.k[3]);
         (h ^ (h >> 32)) as u32
     }
 }
@@ -402,6 +467,39 @@ mod tests {
     }
 
     #[test]
+    fn keys_round_trip_and_tell_families_apart() {
+        let v4: IpAddr = "10.1.2.3".parse().unwrap();
+        // The IPv6 address whose words would equal 10.1.2.3's without the family bits.
+        let v6: IpAddr = "0:0:0:2::a01:203".parse().unwrap();
+        let t = |src, dst, sport, dport, proto| Tuple {
+            src,
+            dst,
+            sport,
+            dport,
+            proto,
+        };
+        let all = [
+            t(v4, v4, 1, 2, 17),
+            t(v4, v6, 1, 2, 17),
+            t(v6, v4, 1, 2, 17),
+            t(v6, v6, 1, 2, 17),
+            t(v4, v4, 2, 1, 17),
+            t(v4, v4, 1, 2, 6),
+            t(v4, v4, 65535, 65535, 255),
+        ];
+        for a in &all {
+            assert_eq!(Key::from_tuple(a).tuple(), *a);
+            for b in &all {
+                assert_eq!(
+                    Key::from_tuple(a).same(&Key::from_tuple(b)),
+                    a == b,
+                    "{a} {b}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn reciprocal_scale_covers_range() {
         assert_eq!(reciprocal_scale(0, 10), 0);
         assert_eq!(reciprocal_scale(u32::MAX, 10), 9);
@@ -432,7 +530,7 @@ mod hash_quality {
                 proto: 17,
             };
             for tt in [t, t.swapped()] {
-                let mut pos = (tt.hash(&seed) >> (32 - bits)) as usize;
+                let mut pos = (Key::from_tuple(&tt).hash(&seed) >> (32 - bits)) as usize;
                 while occ[pos] {
                     pos = (pos + 1) & ((1 << bits) - 1);
                     total += 1;
