@@ -65,7 +65,7 @@ fn the_incident_expectations_fail_under_a_release_with_the_reconciler() {
         assert!(
             failed
                 .iter()
-                .any(|n| n.contains("every query after the kill fails")),
+                .any(|n| n.contains("every query after the kill times out")),
             "{rel}: {failed:?}"
         );
         assert!(

@@ -143,7 +143,7 @@ fn a_cleanup_of_our_own_is_called_per_node_with_the_state_and_the_real_table() {
     let f = failed(&r);
     assert!(
         f.iter()
-            .any(|n| n.contains("every query after the kill fails")),
+            .any(|n| n.contains("every query after the kill times out")),
         "{f:?}"
     );
     assert!(

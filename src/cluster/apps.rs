@@ -97,6 +97,15 @@ pub enum AppEvent {
         /// The ICMP destination-unreachable code.
         code: u8,
     },
+    /// An ICMP error about a query reached an unconnected socket, which is not told of it.
+    IcmpIgnored {
+        /// Query number.
+        query: u32,
+        /// The ICMP destination-unreachable code.
+        code: u8,
+        /// Who sent the error.
+        from: IpAddr,
+    },
     /// A TCP connection attempt started (SYN sent).
     TcpConnecting {
         /// Connection number.
@@ -638,14 +647,21 @@ pub struct UdpClientConfig {
     pub timeout: SimDuration,
     /// How many times a query is re-sent after a timeout or an ICMP error (same port).
     pub retries: u8,
+    /// Whether the query socket is connected. The kernel tells a UDP socket of an ICMP
+    /// error only when it is connected (`__udp4_lib_err`: without `IP_RECVERR`, an error is
+    /// dropped unless it is a hard error and `sk_state == TCP_ESTABLISHED`): glibc's and Go's
+    /// resolvers connect and see `ECONNREFUSED` at once; a `sendto` on an unconnected
+    /// socket (musl's resolver, many proxies) never hears of it and the try times out.
+    pub connected: bool,
 }
 
 /// A UDP query client (a DNS stub resolver or sidecar): one query per interval, each with a
 /// timeout and retries.
 ///
-/// Retries reuse the query's socket and port, as glibc's resolver does. A query socket is
-/// connected, so an ICMP port unreachable about it ends the try at once (`ECONNREFUSED`); a
-/// retry follows at once if any is left. A per-query port is drawn uniformly from
+/// Retries reuse the query's socket and port, as glibc's resolver does. On a connected socket
+/// (the default) an ICMP port unreachable about it ends the try at once (`ECONNREFUSED`) and a
+/// retry follows at once if any is left; an unconnected one ignores it
+/// ([`UdpClientConfig::connected`]). A per-query port is drawn uniformly from
 /// 32768–60999 (Linux `ip_local_port_range`), skipping ports this host has in use.
 #[derive(Debug, Clone)]
 pub struct UdpClient {
@@ -906,6 +922,17 @@ impl UdpClient {
                     .iter()
                     .find(|(_, i)| i.port == inner.sport)
                     .map(|(k, _)| *k);
+                if let (Some(seq), false) = (seq, self.cfg.connected) {
+                    out.events.push((
+                        now,
+                        AppEvent::IcmpIgnored {
+                            query: seq,
+                            code,
+                            from: pkt.src,
+                        },
+                    ));
+                    return;
+                }
                 if let Some(seq) = seq {
                     self.try_failed(now, seq, Some(code), out);
                 }
@@ -1264,6 +1291,7 @@ mod tests {
                 source_port,
                 timeout: SimDuration::from_secs(5),
                 retries,
+                connected: true,
             },
             7,
             "client/sidecar",
@@ -1421,6 +1449,19 @@ mod tests {
     }
 
     #[test]
+    fn an_unconnected_socket_ignores_the_icmp_error_and_times_out() {
+        let mut c = udp_client(SourcePort::Fixed(40000), 0);
+        c.cfg.connected = false;
+        let mut out = Outbox::new();
+        c.handle_timeout(t(0), &BTreeSet::new(), &mut out);
+        let err = closed_port_response(&out.packets[0]).unwrap();
+        c.handle_packet(SimTime::from_millis(1), &err, &mut out);
+        assert_eq!(c.records()[0].outcome, QueryOutcome::Pending);
+        c.handle_timeout(t(5), &BTreeSet::new(), &mut out);
+        assert_eq!(c.records()[0].outcome, QueryOutcome::TimedOut(t(5)));
+    }
+
+    #[test]
     fn jitter_is_seeded_bounded_and_does_not_accumulate() {
         let mk = |seed| {
             let mut c = UdpClient::new(
@@ -1435,6 +1476,7 @@ mod tests {
                     source_port: SourcePort::FixedEphemeral,
                     timeout: SimDuration::from_secs(1),
                     retries: 0,
+                    connected: true,
                 },
                 seed,
                 "c",

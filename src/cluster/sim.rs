@@ -296,6 +296,17 @@ pub enum What {
         /// ICMP code.
         code: u8,
     },
+    /// An ICMP error about a query was not seen by the client's unconnected socket.
+    IcmpIgnored {
+        /// Client.
+        client: String,
+        /// Query number.
+        query: u32,
+        /// ICMP code.
+        code: u8,
+        /// Who sent the error.
+        from: String,
+    },
     /// A TCP client started a connection.
     TcpConnect {
         /// Client.
@@ -444,6 +455,14 @@ impl TimelineEvent {
                 query,
                 code,
             } => format!("{client}: query #{query} REFUSED (ICMP unreachable code {code})"),
+            What::IcmpIgnored {
+                client,
+                query,
+                code,
+                from,
+            } => format!(
+                "{client}: ICMP unreachable code {code} from {from} about query #{query} not seen (unconnected socket)"
+            ),
             What::TcpConnect {
                 client,
                 conn,
@@ -1022,6 +1041,7 @@ impl Simulation {
                 source_port,
                 timeout,
                 retries,
+                connected,
             } => ClientApp::Udp(Box::new(UdpClient::new(
                 UdpClientConfig {
                     index: index as u32,
@@ -1031,6 +1051,7 @@ impl Simulation {
                     source_port,
                     timeout,
                     retries,
+                    connected,
                 },
                 self.sc.seed,
                 &label,
@@ -1431,6 +1452,12 @@ impl Simulation {
                     client: name.clone(),
                     query,
                     code,
+                },
+                AppEvent::IcmpIgnored { query, code, from } => What::IcmpIgnored {
+                    client: name.clone(),
+                    query,
+                    code,
+                    from: from.to_string(),
                 },
                 AppEvent::TcpConnecting { conn, src, dst } => What::TcpConnect {
                     client: name.clone(),

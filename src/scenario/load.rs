@@ -724,6 +724,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                         source_port: sp,
                         timeout: opt_dur(u.timeout, SimDuration::from_secs(5)),
                         retries: u.retries.unwrap_or(0),
+                        connected: u.connected.unwrap_or(true),
                     },
                 )
             }

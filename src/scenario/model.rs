@@ -248,6 +248,8 @@ pub enum ClientKind {
         timeout: SimDuration,
         /// Retries.
         retries: u8,
+        /// Whether the socket is connected (sees ICMP errors).
+        connected: bool,
     },
     /// TCP exchanges.
     Tcp {

@@ -317,6 +317,10 @@ pub struct UdpClientDoc {
     /// Re-sends after a timeout or ICMP error (default 0).
     #[serde(default)]
     pub retries: Option<u8>,
+    /// Whether the query socket is connected (default true): only a connected socket is told
+    /// of an ICMP error; an unconnected one (`sendto`) waits for its timeout.
+    #[serde(default)]
+    pub connected: Option<bool>,
     /// First query (default 0s).
     #[serde(default)]
     pub start: Option<SimDuration>,
