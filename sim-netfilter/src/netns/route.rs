@@ -5,6 +5,11 @@
 //! nodes' pod CIDRs) and a default route. The lookup is longest prefix first, then the route
 //! added first (`fib_table_lookup` picks the longest prefix; among equal prefixes we keep the
 //! order of insertion, where the kernel would use metric and insertion order).
+//!
+//! IPv4 lookups go through an index rebuilt whenever routes or addresses change: one sorted
+//! array of networks per prefix length present, searched from the longest length down (a
+//! binary search per length, so a node with a route per pod and per node stays cheap), and the
+//! local addresses sorted for `is_local`. IPv6 (rare here) scans the routes in order.
 
 use sim_core::IfName;
 use std::fmt;
@@ -201,6 +206,93 @@ pub struct RoutingTable {
     ifaces: Vec<Interface>,
     /// Kept sorted by prefix length, longest first; stable for equal lengths.
     routes: Vec<Route>,
+    /// The IPv4 lookup index over `ifaces` and `routes`.
+    v4: V4Fib,
+}
+
+/// The IPv4 routes of one prefix length.
+#[derive(Clone, Debug, Default)]
+struct Level {
+    mask: u32,
+    /// (network, index in `routes`), sorted by network; for a network routed more than once
+    /// only the route added first (the lowest index: `routes` is stable within a length).
+    nets: Vec<(u32, u32)>,
+}
+
+/// The IPv4 side of a [`RoutingTable`] in searchable form (rebuilt on every change).
+#[derive(Clone, Debug, Default)]
+struct V4Fib {
+    /// One level per prefix length present, longest first.
+    levels: Vec<Level>,
+    /// IPv4 addresses of the interfaces, sorted, each with the index of the first interface
+    /// (in the order they were added) that holds it.
+    locals: Vec<(u32, u32)>,
+}
+
+impl V4Fib {
+    fn build(ifaces: &[Interface], routes: &[Route]) -> V4Fib {
+        let mut levels: Vec<Level> = Vec::new();
+        for (i, r) in routes.iter().enumerate() {
+            let IpAddr::V4(net) = r.dst.addr() else {
+                continue;
+            };
+            let len = r.dst.prefix_len();
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            // `routes` is sorted by length, longest first: a new length starts a new level.
+            match levels.last_mut() {
+                Some(l) if l.mask == mask => l.nets.push((u32::from(net), i as u32)),
+                _ => levels.push(Level {
+                    mask,
+                    nets: vec![(u32::from(net), i as u32)],
+                }),
+            }
+        }
+        for l in &mut levels {
+            // Stable sort by network, then keep the first route of each network.
+            l.nets.sort_by_key(|&(n, _)| n);
+            l.nets.dedup_by_key(|&mut (n, _)| n);
+        }
+        let mut locals: Vec<(u32, u32)> = Vec::new();
+        for (i, iface) in ifaces.iter().enumerate() {
+            for &(a, _) in &iface.addrs {
+                if let IpAddr::V4(v) = a {
+                    locals.push((u32::from(v), i as u32));
+                }
+            }
+        }
+        locals.sort_by_key(|&(a, _)| a);
+        locals.dedup_by_key(|&mut (a, _)| a);
+        V4Fib { levels, locals }
+    }
+
+    /// The index of the interface holding local address `a`.
+    #[inline]
+    fn local(&self, a: u32) -> Option<usize> {
+        self.locals
+            .binary_search_by_key(&a, |&(x, _)| x)
+            .ok()
+            .map(|i| self.locals[i].1 as usize)
+    }
+
+    /// The index in `routes` of the longest-prefix route to `a`.
+    #[inline]
+    fn route(&self, a: u32) -> Option<usize> {
+        for l in &self.levels {
+            let key = a & l.mask;
+            let found = if l.nets.len() <= 4 {
+                l.nets.iter().find(|&&(n, _)| n == key).map(|&(_, i)| i)
+            } else {
+                l.nets
+                    .binary_search_by_key(&key, |&(n, _)| n)
+                    .ok()
+                    .map(|i| l.nets[i].1)
+            };
+            if let Some(i) = found {
+                return Some(i as usize);
+            }
+        }
+        None
+    }
 }
 
 impl RoutingTable {
@@ -235,6 +327,7 @@ impl RoutingTable {
                 });
             }
         }
+        self.reindex();
         Ok(())
     }
 
@@ -254,6 +347,7 @@ impl RoutingTable {
                 dev,
             });
         }
+        self.reindex();
         Ok(())
     }
 
@@ -273,6 +367,7 @@ impl RoutingTable {
             }
         }
         self.insert_route(Route { dst, gateway, dev });
+        self.reindex();
         Ok(())
     }
 
@@ -280,7 +375,15 @@ impl RoutingTable {
     pub fn remove_route(&mut self, dst: Prefix) -> usize {
         let before = self.routes.len();
         self.routes.retain(|r| r.dst != dst);
-        before - self.routes.len()
+        let removed = before - self.routes.len();
+        if removed > 0 {
+            self.reindex();
+        }
+        removed
+    }
+
+    fn reindex(&mut self) {
+        self.v4 = V4Fib::build(&self.ifaces, &self.routes);
     }
 
     fn insert_route(&mut self, r: Route) {
@@ -304,23 +407,29 @@ impl RoutingTable {
 
     /// Whether `a` is an address of this namespace. All of 127.0.0.0/8 and ::1 are local, as
     /// the kernel's `local` table makes them (`addrtype LOCAL` agrees).
+    #[inline]
     pub fn is_local(&self, a: IpAddr) -> bool {
         match a {
-            IpAddr::V4(v) if v.is_loopback() => true,
+            IpAddr::V4(v) => v.is_loopback() || self.v4.local(u32::from(v)).is_some(),
             IpAddr::V6(v) if v.is_loopback() => true,
-            _ => self
+            IpAddr::V6(_) => self
                 .ifaces
                 .iter()
                 .any(|i| i.addrs.iter().any(|&(x, _)| x == a)),
         }
     }
 
-    /// The interface that holds local address `a`, if any.
+    /// The interface that holds local address `a`, if any (the first added, when several
+    /// hold it).
     pub fn interface_of(&self, a: IpAddr) -> Option<IfName> {
-        self.ifaces
-            .iter()
-            .find(|i| i.addrs.iter().any(|&(x, _)| x == a))
-            .map(|i| i.name)
+        match a {
+            IpAddr::V4(v) => self.v4.local(u32::from(v)).map(|i| self.ifaces[i].name),
+            IpAddr::V6(_) => self
+                .ifaces
+                .iter()
+                .find(|i| i.addrs.iter().any(|&(x, _)| x == a))
+                .map(|i| i.name),
+        }
     }
 
     /// Whether `a` is the broadcast address of one of this namespace's IPv4 subnets (or
@@ -346,7 +455,11 @@ impl RoutingTable {
         if self.is_local(dst) {
             return RouteDecision::Local;
         }
-        match self.routes.iter().find(|r| r.dst.contains(dst)) {
+        let found = match dst {
+            IpAddr::V4(v) => self.v4.route(u32::from(v)).map(|i| &self.routes[i]),
+            IpAddr::V6(_) => self.routes.iter().find(|r| r.dst.contains(dst)),
+        };
+        match found {
             Some(r) => RouteDecision::Forward {
                 dev: r.dev,
                 next_hop: r.gateway.unwrap_or(dst),
@@ -490,5 +603,108 @@ mod tests {
         ));
         assert!(t.is_broadcast(ip("172.18.255.255")));
         assert!(!t.is_broadcast(ip("172.18.0.255")));
+    }
+
+    /// The lookups as the plain scans the index replaced: routes in order (longest prefix
+    /// first, insertion order within a length), interfaces in order.
+    fn reference(t: &RoutingTable, dst: IpAddr) -> (RouteDecision, Option<IfName>) {
+        let owner = t
+            .interfaces()
+            .iter()
+            .find(|i| i.addrs.iter().any(|&(x, _)| x == dst))
+            .map(|i| i.name);
+        let local = match dst {
+            IpAddr::V4(v) => v.is_loopback() || owner.is_some(),
+            IpAddr::V6(v) => v.is_loopback() || owner.is_some(),
+        };
+        let decision = if local {
+            RouteDecision::Local
+        } else {
+            match t.routes().iter().find(|r| r.dst.contains(dst)) {
+                Some(r) => RouteDecision::Forward {
+                    dev: r.dev,
+                    next_hop: r.gateway.unwrap_or(dst),
+                    route: *r,
+                },
+                None => RouteDecision::Unreachable,
+            }
+        };
+        (decision, owner)
+    }
+
+    use proptest::prelude::*;
+
+    /// Addresses from a small space (10.0.x.y with few x, y) so that routes overlap often.
+    fn small_v4() -> impl Strategy<Value = IpAddr> {
+        (
+            0u8..4,
+            prop_oneof![Just(0u8), Just(1), Just(7), Just(128), Just(255)],
+        )
+            .prop_map(|(x, y)| IpAddr::from([10, 0, x, y]))
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Iface(Vec<(IpAddr, u8)>),
+        Route(IpAddr, u8, usize, bool),
+        Remove(IpAddr, u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let len = prop_oneof![
+            Just(0u8),
+            Just(8),
+            Just(16),
+            Just(23),
+            Just(24),
+            Just(31),
+            Just(32)
+        ];
+        prop_oneof![
+            prop::collection::vec((small_v4(), len.clone()), 1..3).prop_map(Op::Iface),
+            (small_v4(), len.clone(), 0usize..4, any::<bool>())
+                .prop_map(|(a, l, d, g)| Op::Route(a, l, d, g)),
+            (small_v4(), len).prop_map(|(a, l)| Op::Remove(a, l)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// The index answers every lookup as the in-order scans do, whatever the sequence
+        /// of interfaces, routes and removals (overlapping prefixes, the same network routed
+        /// twice, the same address on several interfaces).
+        #[test]
+        fn indexed_lookups_equal_the_scans(
+            ops in prop::collection::vec(op(), 1..24),
+            probes in prop::collection::vec(small_v4(), 1..16),
+        ) {
+            let mut t = RoutingTable::new();
+            let mut names = vec![ifn("lo")];
+            t.add_interface(ifn("lo"), &[(ip("127.0.0.1"), 8)]).unwrap();
+            for o in ops {
+                match o {
+                    Op::Iface(addrs) => {
+                        let name = ifn(&format!("if{}", names.len()));
+                        t.add_interface(name, &addrs).unwrap();
+                        names.push(name);
+                    }
+                    Op::Route(a, l, d, g) => {
+                        let dev = names[d % names.len()];
+                        let gw = g.then(|| ip("10.0.9.9"));
+                        t.add_route(Prefix::new(a, l).unwrap(), gw, dev).unwrap();
+                    }
+                    Op::Remove(a, l) => {
+                        t.remove_route(Prefix::new(a, l).unwrap());
+                    }
+                }
+                for &p in probes.iter().chain([ip("127.1.2.3"), ip("192.168.1.1")].iter()) {
+                    let (d, owner) = reference(&t, p);
+                    prop_assert_eq!(t.lookup(p), d);
+                    prop_assert_eq!(t.interface_of(p), owner);
+                    prop_assert_eq!(t.is_local(p), d == RouteDecision::Local);
+                }
+            }
+        }
     }
 }
