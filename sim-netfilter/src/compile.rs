@@ -19,6 +19,15 @@ pub(crate) const DST_INV: u16 = 1 << 1;
 pub(crate) const PROTO_INV: u16 = 1 << 2;
 /// Interfaces or fragment flag: check the original rule's IP part.
 pub(crate) const SLOW_IP: u16 = 1 << 3;
+/// The rule has `-s`.
+pub(crate) const HAS_SRC: u16 = 1 << 4;
+/// The rule has `-d`.
+pub(crate) const HAS_DST: u16 = 1 << 5;
+/// The rule has `-p`.
+pub(crate) const HAS_PROTO: u16 = 1 << 6;
+/// Any IP-part test at all: a rule without one (kube-proxy's `-m conntrack …` and
+/// `-m comment …` rules) skips them with one test.
+pub(crate) const IP_TESTS: u16 = HAS_SRC | HAS_DST | HAS_PROTO | SLOW_IP;
 
 /// The target of a compiled rule.
 #[derive(Clone, Copy, Debug)]
@@ -31,6 +40,9 @@ pub(crate) enum CTarget {
     Jump(u32),
     /// Goto the chain with this id.
     Goto(u32),
+    /// Jump to a chain without rules: it returns at once, so only the jump's own counters
+    /// and the jump-stack limit matter.
+    JumpEmpty,
     Mark {
         value: u32,
         mask: u32,
@@ -192,6 +204,15 @@ pub(crate) fn compile(td: &TableData) -> Program {
             if ip.iif.is_some() || ip.oif.is_some() || ip.frag.is_some() {
                 flags |= SLOW_IP;
             }
+            if ip.src.is_some() {
+                flags |= HAS_SRC;
+            }
+            if ip.dst.is_some() {
+                flags |= HAS_DST;
+            }
+            if ip.proto != 0 {
+                flags |= HAS_PROTO;
+            }
             let match_start = p.matches.len() as u32;
             for (i, m) in r.matches.iter().enumerate() {
                 if let Some(cm) = compile_match(m, i) {
@@ -237,6 +258,14 @@ pub(crate) fn compile(td: &TableData) -> Program {
             end: p.rules.len() as u32,
             indexed: c.index.is_some(),
         };
+    }
+    for r in &mut p.rules {
+        if let CTarget::Jump(c) = r.target {
+            let span = p.spans[c as usize];
+            if span.start == span.end {
+                r.target = CTarget::JumpEmpty;
+            }
+        }
     }
     p
 }

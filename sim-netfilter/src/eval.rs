@@ -16,7 +16,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use sim_core::packet::icmp;
 use sim_core::{Packet, SimRng, SimTime, TcpFlags, L4};
 
-use crate::compile::{CMatch, CRule, CTarget, Program, DST_INV, PROTO_INV, SLOW_IP, SRC_INV};
+use crate::compile::{
+    CMatch, CRule, CTarget, Program, DST_INV, HAS_DST, HAS_PROTO, HAS_SRC, IP_TESTS, PROTO_INV,
+    SLOW_IP, SRC_INV,
+};
 use crate::fmt::rule_spec;
 use crate::index::{Key, Lookup};
 use crate::rule::*;
@@ -382,9 +385,19 @@ struct Pkt {
     sport: Option<u16>,
     dport: Option<u16>,
     len: u64,
+    /// `ctx.ct.state_bits()`, for the compiled walk's `--ctstate` tests (kept up to date
+    /// when a target changes `ctx.ct`).
+    ctbits: u16,
 }
 
 impl Ruleset {
+    /// Whether `table` exists with a built-in chain at `hook` (else [`Ruleset::run_hook`]
+    /// accepts without evaluating anything).
+    #[inline]
+    pub(crate) fn has_hook(&self, table: Table, hook: Hook) -> bool {
+        matches!(&self.tables[table.index()], Some(td) if td.builtin[hook as usize].is_some())
+    }
+
     /// Evaluates the packet in `ctx` through `table`'s built-in chain at `hook`.
     ///
     /// Returns ACCEPT without evaluating anything when the table does not exist, has no chain
@@ -462,6 +475,7 @@ impl Ruleset {
             sport: ctx.packet.sport(),
             dport: ctx.packet.dport(),
             len: u64::from(ctx.packet.len),
+            ctbits: ctx.ct.state_bits(),
         };
         let key = pk.dport.map(|d| Key {
             dst: Some(pk.dst),
@@ -1102,17 +1116,25 @@ fn fast_matches(
     pk: &Pkt,
     state: &mut RulesetState,
 ) -> bool {
-    if ((pk.src ^ cr.src) & cr.smask == 0) == (cr.flags & SRC_INV != 0) {
-        return false;
-    }
-    if ((pk.dst ^ cr.dst) & cr.dmask == 0) == (cr.flags & DST_INV != 0) {
-        return false;
-    }
-    if cr.proto != 0 && (pk.proto == cr.proto) == (cr.flags & PROTO_INV != 0) {
-        return false;
-    }
-    if cr.flags & SLOW_IP != 0 && !slow_ip_ok(&td.chain(cr.chain).rules[cr.pos as usize].ip, ctx) {
-        return false;
+    if cr.flags & IP_TESTS != 0 {
+        if cr.flags & HAS_SRC != 0
+            && ((pk.src ^ cr.src) & cr.smask == 0) == (cr.flags & SRC_INV != 0)
+        {
+            return false;
+        }
+        if cr.flags & HAS_DST != 0
+            && ((pk.dst ^ cr.dst) & cr.dmask == 0) == (cr.flags & DST_INV != 0)
+        {
+            return false;
+        }
+        if cr.flags & HAS_PROTO != 0 && (pk.proto == cr.proto) == (cr.flags & PROTO_INV != 0) {
+            return false;
+        }
+        if cr.flags & SLOW_IP != 0
+            && !slow_ip_ok(&td.chain(cr.chain).rules[cr.pos as usize].ip, ctx)
+        {
+            return false;
+        }
     }
     let ms =
         &prog.matches[cr.match_start as usize..cr.match_start as usize + usize::from(cr.nmatch)];
@@ -1141,7 +1163,7 @@ fn fast_matches(
                 }
             }
             CMatch::Mark { value, mask, inv } => ((ctx.packet.mark & mask) == value) != inv,
-            CMatch::State { mask, inv } => (mask & ctx.ct.state_bits() != 0) != inv,
+            CMatch::State { mask, inv } => (mask & pk.ctbits != 0) != inv,
             CMatch::Random { threshold, inv } => {
                 ((ctx.rng.next_u32() & 0x7fff_ffff) < threshold) != inv
             }
@@ -1179,13 +1201,14 @@ impl Ruleset {
             IpAddr::V4(v) => u32::from(v),
             IpAddr::V6(_) => 0,
         };
-        let pk = Pkt {
+        let mut pk = Pkt {
             src: ip4(ctx.packet.src),
             dst: ip4(ctx.packet.dst),
             proto: ctx.packet.protocol(),
             sport: ctx.packet.sport(),
             dport: ctx.packet.dport(),
             len: u64::from(ctx.packet.len),
+            ctbits: ctx.ct.state_bits(),
         };
         let key = pk.dport.map(|d| Key {
             dst: Some(pk.dst),
@@ -1285,6 +1308,15 @@ impl Ruleset {
                     indexed = span.indexed;
                     pos = start;
                 }
+                CTarget::JumpEmpty => {
+                    // The chain returns at once: as a jump and a return, with the same
+                    // jump-stack limit.
+                    if sp >= MAX_DEPTH {
+                        out.action = Action::Drop;
+                        return out;
+                    }
+                    pos += 1;
+                }
                 CTarget::Mark { value, mask } => {
                     ctx.packet.mark = (ctx.packet.mark & !mask) ^ value;
                     pos += 1;
@@ -1293,6 +1325,8 @@ impl Ruleset {
                     if effect(&prog.others[i as usize], ctx, &mut out, None) {
                         return out;
                     }
+                    // CT --notrack changes what `--ctstate` sees from here on.
+                    pk.ctbits = ctx.ct.state_bits();
                     pos += 1;
                 }
             }
