@@ -40,8 +40,8 @@ use crate::trace::{Trace, TraceEvent};
 use crate::types::{Hook, Table};
 use crate::{Action, RestoreError};
 use sim_conntrack::{
-    ConfirmError, Conntrack, CtEntry, CtEvent, CtHandle, CtVerdict, Dir, Manip, NatRange, Status,
-    SysctlError, Sysctls, Tuple,
+    ConfirmError, Conntrack, CtEntry, CtEvent, CtHandle, CtVerdict, Dir, EntryId, Expiry, Manip,
+    NatRange, Status, SysctlError, Sysctls, Tuple,
 };
 use sim_core::{IfName, Packet, SimRng, SimTime};
 use std::fmt;
@@ -365,16 +365,21 @@ fn tuple_text(t: &Tuple) -> String {
     }
 }
 
-/// The conntrack view rules see for a packet holding `handle`.
-fn ct_state_of(ct: &Conntrack, handle: Option<CtHandle>, untracked: bool) -> CtState {
+/// The conntrack view rules see for a packet holding `handle`, and the entry it was read from.
+fn ct_state_of(
+    ct: &Conntrack,
+    handle: Option<CtHandle>,
+    untracked: bool,
+    now: SimTime,
+) -> (CtState, Option<CtEntry>) {
     if untracked {
-        return CtState::Untracked;
+        return (CtState::Untracked, None);
     }
     let Some(h) = handle else {
-        return CtState::Invalid;
+        return (CtState::Invalid, None);
     };
     let Some(e) = ct.get(h.id) else {
-        return CtState::Invalid;
+        return (CtState::Invalid, None);
     };
     use sim_conntrack::CtInfo as K;
     let info = match h.ctinfo {
@@ -386,15 +391,24 @@ fn ct_state_of(ct: &Conntrack, handle: Option<CtHandle>, untracked: bool) -> CtS
         Dir::Original => CtDirection::Original,
         Dir::Reply => CtDirection::Reply,
     };
-    CtState::Tracked(CtInfo {
+    // `--ctexpire` compares nf_ct_expires(ct) / HZ: the whole seconds left. An unconfirmed
+    // entry still holds its timeout relative (nf_ct_expires subtracts the jiffies stamp from
+    // it), which on any host up longer than the timeout plus 5 minutes is negative: 0. Measured
+    // on a 6.x kernel: a connection's first packet sees 0, the next one 29 (UDP, 30 s).
+    let expires = match e.expiry {
+        Expiry::At(t) => t.saturating_since(now).as_secs(),
+        Expiry::AfterConfirm(_) => 0,
+    };
+    let state = CtState::Tracked(CtInfo {
         info,
         dir,
         status: u32::from(e.status.0),
         orig: ct_tuple(&e.orig),
         reply: ct_tuple(&e.reply),
         mark: e.mark,
-        expires_secs: u32::try_from(e.expiry.secs_left(SimTime::ZERO)).unwrap_or(u32::MAX),
-    })
+        expires_secs: u32::try_from(expires).unwrap_or(u32::MAX),
+    });
+    (state, Some(e))
 }
 
 fn ct_state_text(state: &CtState) -> String {
@@ -424,6 +438,44 @@ struct Flight {
     trace: Option<PacketTrace>,
     out: Vec<Egress>,
     generated: Vec<Packet>,
+    /// The conntrack view the rules see, read once and kept until something changes the
+    /// handle, `untracked` or the entry (a NAT binding, a new ctmark): a packet's tables
+    /// then share one snapshot instead of taking one each.
+    view: Option<(CtState, Option<CtEntry>)>,
+}
+
+impl Flight {
+    fn new(pkt: Packet, traced: bool, out: Vec<Egress>) -> Flight {
+        Flight {
+            pkt,
+            handle: None,
+            untracked: false,
+            local_origin: false,
+            trace: traced.then(PacketTrace::default),
+            out,
+            generated: Vec::new(),
+            view: None,
+        }
+    }
+}
+
+/// What [`Netns::process_into`] returns (what left the namespace went into the caller's
+/// buffer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Processed {
+    /// How the packet's journey ended.
+    pub fate: Fate,
+    /// The conntrack entry the packet belongs to after processing, if tracked and still
+    /// present ([`Conntrack::get`] gives its snapshot).
+    pub entry: Option<EntryId>,
+}
+
+/// What one run of the pipeline produced besides the egress.
+struct Run {
+    fate: Fate,
+    entry: Option<CtEntry>,
+    id: Option<EntryId>,
+    trace: Option<PacketTrace>,
 }
 
 /// The result of running one table at one hook.
@@ -588,31 +640,62 @@ impl Netns {
 
     /// Pushes one packet through the namespace.
     pub fn process(&mut self, now: SimTime, pkt: Packet, from: Ingress) -> ProcessResult {
-        self.process_inner(now, pkt, from, false)
+        let mut out = Vec::new();
+        let r = self.run(now, pkt, from, false, true, &mut out, 0);
+        ProcessResult {
+            out,
+            fate: r.fate,
+            entry: r.entry,
+            trace: r.trace,
+        }
     }
 
     /// Like [`Netns::process`], with a step-by-step trace (rules evaluated in order, without the
     /// index).
     pub fn process_traced(&mut self, now: SimTime, pkt: Packet, from: Ingress) -> ProcessResult {
-        self.process_inner(now, pkt, from, true)
+        let mut out = Vec::new();
+        let r = self.run(now, pkt, from, true, true, &mut out, 0);
+        ProcessResult {
+            out,
+            fate: r.fate,
+            entry: r.entry,
+            trace: r.trace,
+        }
     }
 
-    fn process_inner(
+    /// [`Netns::process`] for a caller that pushes many packets: what leaves the namespace is
+    /// appended to `out` (whose allocation the caller can reuse from packet to packet), and the
+    /// entry comes back as its id instead of a snapshot. Same effects, same egress in the same
+    /// order.
+    pub fn process_into(
+        &mut self,
+        now: SimTime,
+        pkt: Packet,
+        from: Ingress,
+        out: &mut Vec<Egress>,
+    ) -> Processed {
+        let r = self.run(now, pkt, from, false, false, out, 0);
+        Processed {
+            fate: r.fate,
+            entry: r.id,
+        }
+    }
+
+    /// One packet and the packets the kernel generates for it (REJECT answers), appending
+    /// egress to `out`. `snapshot`: whether the caller wants the entry as a snapshot.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
         &mut self,
         now: SimTime,
         pkt: Packet,
         from: Ingress,
         traced: bool,
-    ) -> ProcessResult {
-        let mut f = Flight {
-            pkt,
-            handle: None,
-            untracked: false,
-            local_origin: false,
-            trace: traced.then(PacketTrace::default),
-            out: Vec::new(),
-            generated: Vec::new(),
-        };
+        snapshot: bool,
+        out: &mut Vec<Egress>,
+        depth: u8,
+    ) -> Run {
+        let start = out.len();
+        let mut f = Flight::new(pkt, traced, std::mem::take(out));
         let fate = match from {
             Ingress::Interface(dev) => {
                 f.pkt.iif = Some(dev);
@@ -625,46 +708,59 @@ impl Netns {
                 self.output(now, &mut f)
             }
         };
-        let entry = f.handle.and_then(|h| self.conntrack.get(h.id));
-        if let Some(t) = f.trace.as_mut() {
-            t.steps.push(Step::Fate(fate_text(&fate, &f.out)));
+        let (entry, id) = self.entry_after(&f, snapshot);
+        *out = f.out;
+        let mut trace = f.trace;
+        if let Some(t) = trace.as_mut() {
+            t.steps.push(Step::Fate(fate_text(&fate, &out[start..])));
         }
         // Packets the kernel generated (REJECT answers) take the OUTPUT path.
-        let mut out = f.out;
-        let mut trace = f.trace;
         for g in f.generated {
-            let r = self.process_generated(now, g, traced, 1);
-            out.extend(r.out);
+            let r = if depth >= MAX_GENERATED_DEPTH {
+                Run {
+                    fate: Fate::Dropped(DropCause::Loop),
+                    entry: None,
+                    id: None,
+                    trace: None,
+                }
+            } else {
+                self.run(now, g, Ingress::Local, traced, false, out, depth + 1)
+            };
             if let (Some(t), Some(gt)) = (trace.as_mut(), r.trace) {
                 t.steps
                     .push(Step::Fate(format!("kernel-generated answer: {g}")));
                 t.steps.extend(gt.steps);
             }
         }
-        ProcessResult {
-            out,
+        Run {
             fate,
             entry,
+            id,
             trace,
         }
     }
 
-    fn process_generated(
-        &mut self,
-        now: SimTime,
-        pkt: Packet,
-        traced: bool,
-        depth: u8,
-    ) -> ProcessResult {
-        if depth > MAX_GENERATED_DEPTH {
-            return ProcessResult {
-                out: Vec::new(),
-                fate: Fate::Dropped(DropCause::Loop),
-                entry: None,
-                trace: None,
-            };
+    /// The packet's entry once the pipeline is done: its id if it is still present and, when
+    /// asked, its snapshot. The snapshot the rules' view was read from is still exact when
+    /// the entry was confirmed already (the confirm hook then only delivers events) and is
+    /// still present (no NAT binding or ctmark since: those drop the view).
+    fn entry_after(&self, f: &Flight, snapshot: bool) -> (Option<CtEntry>, Option<EntryId>) {
+        let Some(h) = f.handle else {
+            return (None, None);
+        };
+        if !snapshot {
+            return (None, self.conntrack.mark(h.id).map(|_| h.id));
         }
-        self.process_inner(now, pkt, Ingress::Local, traced)
+        if let Some((_, Some(e))) = &f.view {
+            if e.id == h.id
+                && e.status.contains(Status::CONFIRMED)
+                && self.conntrack.mark(h.id).is_some()
+            {
+                return (Some(*e), Some(h.id));
+            }
+        }
+        let e = self.conntrack.get(h.id);
+        (e, e.map(|e| e.id))
     }
 
     fn step(f: &mut Flight, s: impl FnOnce(&Packet) -> Step) {
@@ -796,16 +892,18 @@ impl Netns {
                     untracked: f.untracked,
                     local_origin: false,
                     trace: f.trace.take(),
-                    out: Vec::new(),
-                    generated: Vec::new(),
+                    out: std::mem::take(&mut f.out),
+                    generated: std::mem::take(&mut f.generated),
+                    view: None,
                 };
                 back.pkt.iif = Some(lo());
                 back.pkt.oif = None;
                 let fate = self.receive(now, &mut back);
                 f.trace = back.trace;
-                f.out.extend(back.out);
-                f.generated.extend(back.generated);
+                f.out = back.out;
+                f.generated = back.generated;
                 f.handle = back.handle;
+                f.view = back.view;
                 fate
             }
             RouteDecision::Forward { dev, next_hop, .. } => {
@@ -855,8 +953,9 @@ impl Netns {
         match self.conntrack.conntrack_in(now, &f.pkt) {
             CtVerdict::Tracked(h) => {
                 f.handle = Some(h);
+                f.view = None;
                 if f.trace.is_some() {
-                    let st = ct_state_text(&ct_state_of(&self.conntrack, f.handle, false));
+                    let st = ct_state_text(&ct_state_of(&self.conntrack, f.handle, false, now).0);
                     let entry = self
                         .conntrack
                         .get(h.id)
@@ -883,6 +982,7 @@ impl Netns {
     }
 
     /// Evaluates one table at one hook and applies what it says to the flight.
+    #[inline]
     fn run_table(
         &mut self,
         now: SimTime,
@@ -892,14 +992,25 @@ impl Netns {
     ) -> TableOutcome {
         // A table without a chain at this hook (or an IPv6 packet, which iptables does not
         // see) accepts at once; only a trace wants to say so.
-        if f.trace.is_none()
-            && (!f.pkt.is_ipv4() || self.ruleset.builtin_chain(table, hook).is_none())
-        {
+        if f.trace.is_none() && (!f.pkt.is_ipv4() || !self.ruleset.has_hook(table, hook)) {
             return TableOutcome::Continue;
         }
+        self.run_table_rules(now, f, table, hook)
+    }
+
+    /// [`Netns::run_table`] once there is something to evaluate.
+    #[inline(never)]
+    fn run_table_rules(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        table: Table,
+        hook: Hook,
+    ) -> TableOutcome {
         let verdict = self.eval(now, f, table, hook);
         if verdict.notrack && table == Table::Raw {
             f.untracked = true;
+            f.view = None;
         }
         match verdict.action {
             Action::Accept => TableOutcome::Continue,
@@ -924,7 +1035,14 @@ impl Netns {
     /// (conntrack state, address types), keeps MARK's change to the packet and CONNMARK's to
     /// the entry, and appends the rule trace.
     fn eval(&mut self, now: SimTime, f: &mut Flight, table: Table, hook: Hook) -> crate::Verdict {
-        let ct = ct_state_of(&self.conntrack, f.handle, f.untracked);
+        let ct = match &f.view {
+            Some((ct, _)) => *ct,
+            None => {
+                let v = ct_state_of(&self.conntrack, f.handle, f.untracked, now);
+                f.view = Some(v);
+                v.0
+            }
+        };
         let addr_types = AddrTypes(&self.routes);
         let mut rule_trace = f.trace.as_ref().map(|_| Trace::new());
         let mut ctx = EvalCtx {
@@ -948,6 +1066,7 @@ impl Netns {
         }
         if let (Some(m), Some(h)) = (verdict.ct_mark, f.handle) {
             self.conntrack.set_mark(h.id, m);
+            f.view = None;
         }
         verdict
     }
@@ -1057,13 +1176,14 @@ impl Netns {
         range: Option<NatRange>,
         req: Option<&NatRequest>,
     ) -> Result<(), Fate> {
-        let what = match (req, &range) {
+        let what = f.trace.as_ref().map(|_| match (req, &range) {
             (Some(NatRequest::Dnat(_)), Some(r)) => format!("DNAT to {r}"),
             (Some(NatRequest::Snat(_)), Some(r)) => format!("SNAT to {r}"),
             (Some(NatRequest::Masquerade(_)), Some(r)) => format!("MASQUERADE to {r}"),
             (Some(NatRequest::Redirect(_)), Some(r)) => format!("REDIRECT to {r}"),
             _ => "null binding (no nat rule matched)".to_string(),
-        };
+        });
+        f.view = None;
         // A NAT target of the wrong manip type for this hook cannot be in a valid ruleset
         // (iptables refuses DNAT in POSTROUTING); treat it as no mapping.
         let result = match range {
@@ -1075,7 +1195,7 @@ impl Netns {
                 Self::step(f, |_| Step::NatSetup {
                     hook,
                     manip,
-                    what,
+                    what: what.unwrap_or_default(),
                     reply: tuple_text(&e.reply),
                 });
                 Ok(())
@@ -1085,24 +1205,28 @@ impl Netns {
     }
 
     fn rewrite(&mut self, f: &mut Flight, h: CtHandle, manip: Manip, hook: Hook) {
-        let before = f.pkt;
+        let before = f.trace.as_ref().map(|_| f.pkt);
         if self.conntrack.nat_packet(h, manip, &mut f.pkt) {
-            Self::step(f, |p| Step::Rewrite {
-                hook,
-                before: before.to_string(),
-                after: p.to_string(),
-            });
+            if let Some(before) = before {
+                Self::step(f, |p| Step::Rewrite {
+                    hook,
+                    before: before.to_string(),
+                    after: p.to_string(),
+                });
+            }
         }
     }
 
     /// The confirm hook. Returns a fate when the packet is dropped here.
     fn confirm(&mut self, now: SimTime, f: &mut Flight) -> Option<Fate> {
         let h = f.handle?;
-        let was_confirmed = self
-            .conntrack
-            .get(h.id)
-            .map(|e| e.status.contains(Status::CONFIRMED))
-            .unwrap_or(true);
+        // Only a trace says when an entry enters the table.
+        let was_confirmed = f.trace.is_none()
+            || self
+                .conntrack
+                .get(h.id)
+                .map(|e| e.status.contains(Status::CONFIRMED))
+                .unwrap_or(true);
         match self.conntrack.confirm(now, h) {
             Ok(()) => {
                 if !was_confirmed && f.trace.is_some() {
@@ -1117,10 +1241,12 @@ impl Netns {
             }
             Err(ConfirmError::InsertFailed(_)) => {
                 f.handle = None;
+                f.view = None;
                 Some(Fate::Dropped(DropCause::InsertFailed))
             }
             Err(ConfirmError::NoEntry(_)) => {
                 f.handle = None;
+                f.view = None;
                 None
             }
         }
