@@ -1,7 +1,7 @@
 //! Profiling aid: `conntrack_in` of existing UDP flows picked at random over a table of
 //! 1,000,000 entries (the `conntrack/lookup_refresh_1m` bench), to run under `perf stat` /
-//! `perf record`. Arguments: `run [calls]`, `fill` (the fill alone, to subtract), or `create`
-//! (create + confirm of 10 tables of 1,000,000).
+//! `perf record`. Arguments: `run [calls]`, `fill` (the fill alone, to subtract), or `create [rounds]`
+//! (create + confirm of that many tables of 1,000,000, default 10).
 use sim_conntrack::{Conntrack, CtVerdict, Sysctls};
 use sim_core::{Packet, SimRng, SimTime};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -40,7 +40,10 @@ fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
     let mut ct = Conntrack::new(1, "bench/conntrack", sysctls());
     if mode == "create" {
-        let rounds = 10u32;
+        let rounds: u32 = std::env::args()
+            .nth(2)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(10);
         for _ in 0..rounds {
             ct = Conntrack::new(1, "bench/conntrack", sysctls());
             fill(&mut ct, (0..N).map(flow));

@@ -7,6 +7,9 @@
 //! members of one simulated `nf_conntrack_buckets` bucket (the kernel's hash chain, which holds
 //! both directions of each entry) without a separate chain structure. Deletion shifts
 //! following keys back, so there are no tombstones.
+//!
+//! Slots are stored complemented (`!value`), so that an empty slot is a zero word: a grown
+//! array comes zeroed from the allocator (fresh pages, no fill pass).
 
 const EMPTY: u64 = u64::MAX;
 const MIN_BITS: u32 = 4;
@@ -26,7 +29,7 @@ fn pack(hash: u32, val: u32) -> u64 {
 impl Index {
     pub(crate) fn new() -> Index {
         Index {
-            slots: vec![EMPTY; 1 << MIN_BITS],
+            slots: vec![0; 1 << MIN_BITS],
             bits: MIN_BITS,
             len: 0,
         }
@@ -52,7 +55,7 @@ impl Index {
         let mask = self.mask();
         let mut pos = self.home(hash);
         loop {
-            let s = self.slots[pos];
+            let s = !self.slots[pos];
             if s == EMPTY {
                 return None;
             }
@@ -61,6 +64,13 @@ impl Index {
             }
             pos = (pos + 1) & mask;
         }
+    }
+
+    /// The value in the home slot of `hash`, if any: the likely match of a lookup.
+    #[inline]
+    pub(crate) fn home_value(&self, hash: u32) -> Option<u32> {
+        let s = !self.slots[self.home(hash)];
+        (s != EMPTY).then_some(s as u32)
     }
 
     /// Adds a key; the caller has checked it is not present.
@@ -75,21 +85,21 @@ impl Index {
     fn place(&mut self, packed: u64) {
         let mask = self.mask();
         let mut pos = self.home((packed >> 32) as u32);
-        while self.slots[pos] != EMPTY {
+        while !self.slots[pos] != EMPTY {
             pos = (pos + 1) & mask;
         }
-        self.slots[pos] = packed;
+        self.slots[pos] = !packed;
     }
 
     fn grow(&mut self) {
-        let old = std::mem::replace(&mut self.slots, vec![EMPTY; 1 << (self.bits + 1)]);
+        let old = std::mem::replace(&mut self.slots, vec![0; 1 << (self.bits + 1)]);
         self.bits += 1;
         // Start after an empty slot, so no cluster wraps across the start: keys with equal
         // hashes keep their relative order (lookups find the first one).
-        let start = old.iter().position(|&s| s == EMPTY).unwrap_or(0);
-        let n = old.len();
-        for k in 1..=n {
-            let s = old[(start + k) % n];
+        let start = old.iter().position(|&s| !s == EMPTY).unwrap_or(0);
+        let mask = old.len() - 1;
+        for k in 1..=old.len() {
+            let s = !old[(start + k) & mask];
             if s != EMPTY {
                 self.place(s);
             }
@@ -102,7 +112,7 @@ impl Index {
         let want = pack(hash, val);
         let mut pos = self.home(hash);
         loop {
-            let s = self.slots[pos];
+            let s = !self.slots[pos];
             if s == EMPTY {
                 return false;
             }
@@ -116,7 +126,7 @@ impl Index {
         let mut hole = pos;
         let mut next = (hole + 1) & mask;
         loop {
-            let s = self.slots[next];
+            let s = !self.slots[next];
             if s == EMPTY {
                 break;
             }
@@ -125,12 +135,12 @@ impl Index {
             let d_next = next.wrapping_sub(home) & mask;
             let d_hole = hole.wrapping_sub(home) & mask;
             if d_hole <= d_next {
-                self.slots[hole] = s;
+                self.slots[hole] = !s;
                 hole = next;
             }
             next = (next + 1) & mask;
         }
-        self.slots[hole] = EMPTY;
+        self.slots[hole] = !EMPTY;
         self.len -= 1;
         true
     }
@@ -154,7 +164,7 @@ impl Index {
         let mut pos = start;
         let mut steps = 0usize;
         loop {
-            let s = self.slots[pos];
+            let s = !self.slots[pos];
             if s == EMPTY {
                 if steps >= span {
                     break;

@@ -44,6 +44,8 @@ pub use entry::{
 pub use event::{CtEvent, DestroyCause, EventKind, Stats};
 pub use filter::{AddrMatch, Filter, FilterError};
 pub use nat::{Manip, NatError, NatRange, NatRangeError};
-pub use table::{ConfirmError, Conntrack, CtHandle, CtInfo, CtVerdict, DropReason, InvalidReason};
+pub use table::{
+    ConfirmError, Conntrack, CtHandle, CtInfo, CtVerdict, DropReason, InvalidReason, BATCH,
+};
 pub use track::tcp_transition;
 pub use tuple::{Dir, Tuple};

@@ -14,6 +14,9 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::fmt;
 use std::net::IpAddr;
 
+/// How many packets [`Conntrack::conntrack_in_many`] reads ahead for at once.
+pub const BATCH: usize = 16;
+
 /// How many buckets `early_drop` looks at (`NF_CT_EVICTION_RANGE`).
 pub const EVICTION_RANGE: u32 = 8;
 
@@ -453,6 +456,60 @@ impl Conntrack {
     /// early drop and "table full" apply), then run the protocol tracker. ICMP errors that
     /// quote a known connection are RELATED to it and create nothing.
     pub fn conntrack_in(&mut self, now: SimTime, pkt: &Packet) -> CtVerdict {
+        let key = Key::from_packet(pkt);
+        let h = key.hash(&self.hseed);
+        self.conntrack_in_keyed(now, pkt, key, h)
+    }
+
+    /// [`Conntrack::conntrack_in`] for each packet of `pkts` in order, the verdicts appended
+    /// to `out`: the same verdicts, entries, events and statistics as that many calls (with
+    /// nothing in between: a new entry is not confirmed before the next packet).
+    ///
+    /// Faster on a large table: a single call waits for two dependent memory reads (the
+    /// index line, then the entry), while this starts them for [`BATCH`] packets at once
+    /// before tracking any, so their cache misses overlap.
+    pub fn conntrack_in_many(&mut self, now: SimTime, pkts: &[Packet], out: &mut Vec<CtVerdict>) {
+        out.reserve(pkts.len());
+        for chunk in pkts.chunks(BATCH) {
+            let mut keys = [Key([0; 5]); BATCH];
+            let mut hashes = [0u32; BATCH];
+            for (i, p) in chunk.iter().enumerate() {
+                keys[i] = Key::from_packet(p);
+                hashes[i] = keys[i].hash(&self.hseed);
+            }
+            // Read ahead, for the cache only (every read is repeated for real below), in
+            // rounds whose reads do not wait for each other: each packet's home index slot;
+            // the entry that slot names; then, for a packet whose tuple is not in the table,
+            // the home slot of its reply tuple, which the new entry's confirm will look up.
+            let mut first = [None; BATCH];
+            for i in 0..chunk.len() {
+                first[i] = self.index.home_value(hashes[i]);
+            }
+            let mut acc = 0u64;
+            for v in first[..chunk.len()].iter().flatten() {
+                if let Some(e) = self.slab.get((v >> 1) as usize) {
+                    acc ^= e.timeout.as_nanos();
+                }
+            }
+            for (i, p) in chunk.iter().enumerate() {
+                if first[i].is_some() && self.lookup_key(hashes[i], &keys[i]).is_some() {
+                    continue;
+                }
+                if let Some(r) = Tuple::from_packet(p).invert() {
+                    let hr = Key::from_tuple(&r).hash(&self.hseed);
+                    acc ^= u64::from(self.index.home_value(hr).unwrap_or(0));
+                }
+            }
+            std::hint::black_box(acc);
+            for (i, p) in chunk.iter().enumerate() {
+                out.push(self.conntrack_in_keyed(now, p, keys[i], hashes[i]));
+            }
+        }
+    }
+
+    /// [`Conntrack::conntrack_in`] with the packet's key and its hash computed.
+    #[inline(always)]
+    fn conntrack_in_keyed(&mut self, now: SimTime, pkt: &Packet, key: Key, h: u32) -> CtVerdict {
         self.expire_due(now);
         if let L4::Icmp {
             icmp_type, body, ..
@@ -462,8 +519,6 @@ impl Conntrack {
                 return self.icmp_error(now, pkt, body);
             }
         }
-        let key = Key::from_packet(pkt);
-        let h = key.hash(&self.hseed);
         let found = self.lookup_key(h, &key);
         // The common case, a packet of a known UDP flow, without leaving this function: the
         // same tracker and bookkeeping as below, only inlined.
