@@ -82,17 +82,23 @@ pub(crate) enum CMatch {
     Slow {
         idx: u16,
     },
+    /// No test (the first match of a rule without compiled matches).
+    Always,
 }
 
 /// A compiled rule.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CRule {
+    /// The first compiled match, kept in the rule (kube-proxy's rules have at most one once
+    /// comments are dropped); [`CMatch::Always`] if there is none.
+    pub first: CMatch,
     pub src: u32,
     pub smask: u32,
     pub dst: u32,
     pub dmask: u32,
     pub slot_uid: u64,
     pub slot_idx: u32,
+    /// The compiled matches after `first`: `Program::matches[match_start..][..nmatch]`.
     pub match_start: u32,
     pub nmatch: u16,
     pub flags: u16,
@@ -213,12 +219,14 @@ pub(crate) fn compile(td: &TableData) -> Program {
             if ip.proto != 0 {
                 flags |= HAS_PROTO;
             }
+            let mut compiled = r
+                .matches
+                .iter()
+                .enumerate()
+                .filter_map(|(i, m)| compile_match(m, i));
+            let first = compiled.next().unwrap_or(CMatch::Always);
             let match_start = p.matches.len() as u32;
-            for (i, m) in r.matches.iter().enumerate() {
-                if let Some(cm) = compile_match(m, i) {
-                    p.matches.push(cm);
-                }
-            }
+            p.matches.extend(compiled);
             let target = match &r.target {
                 Target::None => CTarget::None,
                 Target::Accept => CTarget::Accept,
@@ -238,6 +246,7 @@ pub(crate) fn compile(td: &TableData) -> Program {
             let (src, smask) = ip.src.map(|n| (n.addr, n.mask)).unwrap_or((0, 0));
             let (dst, dmask) = ip.dst.map(|n| (n.addr, n.mask)).unwrap_or((0, 0));
             p.rules.push(CRule {
+                first,
                 src,
                 smask,
                 dst,

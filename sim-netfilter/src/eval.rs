@@ -1136,55 +1136,76 @@ fn fast_matches(
             return false;
         }
     }
-    let ms =
-        &prog.matches[cr.match_start as usize..cr.match_start as usize + usize::from(cr.nmatch)];
-    for m in ms {
-        let ok = match *m {
-            CMatch::Ports {
-                kind,
-                sport,
-                dport,
-                sinv,
-                dinv,
-                flags,
-            } => {
-                if kind == 2 && !matches!(ctx.packet.l4, L4::Sctp { .. }) {
-                    return false;
-                }
-                if !ports_ok(&sport, sinv, &dport, dinv, pk) {
-                    return false;
-                }
-                match flags {
-                    Some((mask, cmp, inv)) => match ctx.packet.l4 {
-                        L4::Tcp { flags, .. } => ((flags.0 & mask) == cmp) != inv,
-                        _ => false,
-                    },
-                    None => true,
-                }
+    if !cmatch_ok(rs, td, &cr.first, cr, hook, ctx, pk, state) {
+        return false;
+    }
+    if cr.nmatch != 0 {
+        let rest = &prog.matches
+            [cr.match_start as usize..cr.match_start as usize + usize::from(cr.nmatch)];
+        for m in rest {
+            if !cmatch_ok(rs, td, m, cr, hook, ctx, pk, state) {
+                return false;
             }
-            CMatch::Mark { value, mask, inv } => ((ctx.packet.mark & mask) == value) != inv,
-            CMatch::State { mask, inv } => (mask & pk.ctbits != 0) != inv,
-            CMatch::Random { threshold, inv } => {
-                ((ctx.rng.next_u32() & 0x7fff_ffff) < threshold) != inv
-            }
-            CMatch::Slow { idx } => {
-                let rule = &td.chain(cr.chain).rules[cr.pos as usize];
-                match_one(
-                    rs,
-                    &rule.matches[usize::from(idx)],
-                    hook,
-                    ctx,
-                    pk,
-                    state,
-                    None,
-                )
-            }
-        };
-        if !ok {
-            return false;
         }
     }
     true
+}
+
+/// One compiled match of `cr`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn cmatch_ok(
+    rs: &Ruleset,
+    td: &TableData,
+    m: &CMatch,
+    cr: &CRule,
+    hook: Hook,
+    ctx: &mut EvalCtx<'_>,
+    pk: &Pkt,
+    state: &mut RulesetState,
+) -> bool {
+    match *m {
+        CMatch::Always => true,
+        CMatch::Ports {
+            kind,
+            sport,
+            dport,
+            sinv,
+            dinv,
+            flags,
+        } => {
+            if kind == 2 && !matches!(ctx.packet.l4, L4::Sctp { .. }) {
+                return false;
+            }
+            if !ports_ok(&sport, sinv, &dport, dinv, pk) {
+                return false;
+            }
+            match flags {
+                Some((mask, cmp, inv)) => match ctx.packet.l4 {
+                    L4::Tcp { flags, .. } => ((flags.0 & mask) == cmp) != inv,
+                    _ => false,
+                },
+                None => true,
+            }
+        }
+        CMatch::Mark { value, mask, inv } => ((ctx.packet.mark & mask) == value) != inv,
+        CMatch::State { mask, inv } => (mask & pk.ctbits != 0) != inv,
+        CMatch::Random { threshold, inv } => {
+            ((ctx.rng.next_u32() & 0x7fff_ffff) < threshold) != inv
+        }
+        CMatch::Slow { idx } => {
+            let rule = &td.chain(cr.chain).rules[cr.pos as usize];
+            match_one(
+                rs,
+                &rule.matches[usize::from(idx)],
+                hook,
+                ctx,
+                pk,
+                state,
+                None,
+            )
+        }
+    }
 }
 
 impl Ruleset {

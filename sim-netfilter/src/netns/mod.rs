@@ -640,7 +640,8 @@ impl Netns {
 
     /// Pushes one packet through the namespace.
     pub fn process(&mut self, now: SimTime, pkt: Packet, from: Ingress) -> ProcessResult {
-        let mut out = Vec::new();
+        // Most packets leave once (or not at all): one allocation of the right size.
+        let mut out = Vec::with_capacity(1);
         let r = self.run(now, pkt, from, false, true, &mut out, 0);
         ProcessResult {
             out,
@@ -1060,7 +1061,8 @@ impl Netns {
             &mut self.rules_state,
             rule_trace.as_mut(),
         );
-        f.pkt = ctx.packet;
+        // Rules change nothing of the packet but its mark (MARK, CONNMARK --restore-mark).
+        f.pkt.mark = ctx.packet.mark;
         if let (Some(t), Some(rt)) = (f.trace.as_mut(), rule_trace) {
             t.steps.extend(rt.events.into_iter().map(Step::Rules));
         }
