@@ -1,0 +1,119 @@
+//! Profiling aid for the hook pipeline: a node with a 10,000-service kube-proxy ruleset (the
+//! `netns` bench's node) is set up once, then loops packets through `Netns::process`.
+//!
+//! `cargo run --release -p sim-netfilter --example netns_hot -- [established|first] [N] [FLOWS]`
+//!
+//! - `established` (default): N packets of FLOWS (default 4,096, as the bench) established
+//!   flows (host network → service → DNAT + MASQUERADE, FORWARD through kube-proxy's filter
+//!   chains);
+//! - `first`: N first packets of new flows (nat table, DNAT binding, MASQUERADE, confirm).
+//!
+//! No clock here (nfsim never reads one): time the loop with `perf stat` against a run with
+//! N = 0 (the setup alone), or profile it with `perf record -g`.
+use sim_core::{IfName, Packet, SimDuration, SimTime, TcpFlags};
+use sim_netfilter::netns::{Ingress, Netns, NetnsConfig, Prefix};
+use sim_netfilter::synth::KubeServices;
+use std::hint::black_box;
+use std::net::{IpAddr, SocketAddr};
+
+const SERVICES: usize = 10_000;
+
+fn node(k: &KubeServices) -> Netns {
+    let mut n = Netns::new(NetnsConfig::new("hot", 1));
+    let ifn = |s: &str| IfName::new(s).expect("valid interface name");
+    n.add_interface(ifn("eth0"), &[(IpAddr::from([172, 18, 0, 2]), 16)])
+        .expect("eth0");
+    n.add_interface(ifn("cni0"), &[(IpAddr::from([10, 244, 0, 1]), 16)])
+        .expect("cni0");
+    n.add_route(
+        Prefix::default_for(true),
+        Some(IpAddr::from([172, 18, 0, 1])),
+        ifn("eth0"),
+    )
+    .expect("default route");
+    n.restore(&k.save_text(), false)
+        .expect("synthetic ruleset loads");
+    n
+}
+
+fn packet(k: &KubeServices, i: usize, sport: u16, client: u8) -> Packet {
+    let (proto, svc) = k.service(i % k.services);
+    let src = SocketAddr::new(IpAddr::from([172, 18, client, (i % 200) as u8 + 10]), sport);
+    let dst = SocketAddr::V4(svc);
+    if proto == 17 {
+        Packet::udp(src, dst)
+    } else {
+        Packet::tcp(src, dst, TcpFlags::ACK)
+    }
+}
+
+/// The measured loops are functions of their own, so that `valgrind --tool=callgrind
+/// --collect-atstart=no --toggle-collect='*established_loop*'` counts them alone.
+#[inline(never)]
+fn established_loop(ns: &mut Netns, flows: &[Packet], n: usize, from: Ingress) {
+    let mut now = SimTime::ZERO;
+    for i in 0..n {
+        if i % flows.len() == flows.len() - 1 {
+            now += SimDuration::from_millis(1);
+        }
+        black_box(ns.process(now, flows[i % flows.len()], from));
+    }
+}
+
+#[inline(never)]
+fn first_loop(ns: &mut Netns, k: &KubeServices, n: usize, from: Ingress) {
+    for i in 0..n {
+        let svc = i.wrapping_mul(7919) % SERVICES;
+        let sport = 1024 + (i / SERVICES % 60_000) as u16;
+        let client = (i / (SERVICES * 60_000)) as u8 + 1;
+        black_box(ns.process(SimTime::ZERO, packet(k, svc, sport, client), from));
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_else(|| "established".into());
+    let n: usize = match args.next() {
+        None => 10_000_000,
+        Some(s) => match s.parse() {
+            Ok(v) => v,
+            Err(_) => {
+                eprintln!("N must be a number of packets, got {s:?}");
+                std::process::exit(2);
+            }
+        },
+    };
+    let flows_n: usize = match args.next() {
+        None => 4096,
+        Some(s) => match s.parse() {
+            Ok(v) if v > 0 => v,
+            _ => {
+                eprintln!("FLOWS must be a positive number of flows, got {s:?}");
+                std::process::exit(2);
+            }
+        },
+    };
+    let k = KubeServices::new(SERVICES, 2);
+    let eth0 = Ingress::Interface(IfName::new("eth0").expect("valid interface name"));
+    let mut ns = node(&k);
+    match mode.as_str() {
+        "established" => {
+            let flows: Vec<Packet> = (0..flows_n)
+                .map(|i| packet(&k, i * 7, 20_000 + i as u16, 1))
+                .collect();
+            for p in &flows {
+                ns.process(SimTime::ZERO, *p, eth0);
+            }
+            established_loop(&mut ns, &flows, n, eth0);
+        }
+        "first" => first_loop(&mut ns, &k, n, eth0),
+        other => {
+            eprintln!("mode must be `established` or `first`, got {other:?}");
+            std::process::exit(2);
+        }
+    }
+    println!(
+        "{mode}: {n} packets, {} conntrack entries",
+        ns.conntrack().len()
+    );
+}
