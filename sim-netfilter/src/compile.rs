@@ -118,6 +118,125 @@ pub(crate) struct Program {
     pub others: Vec<Target>,
     /// By chain id: where its rules are (empty for a freed id) and whether it is indexed.
     pub spans: Vec<Span>,
+    /// By hook: what a walk from that hook's built-in chain reads of the packet, when that
+    /// is all its outcome depends on (see [`MemoSpec`]); `None` when it may depend on more.
+    pub memo: [Option<MemoSpec>; 5],
+}
+
+/// The packet features a hook's walk can read, when the walk is a pure function of them.
+///
+/// A walk is pure when every rule reachable from the built-in chain tests only the packet
+/// (addresses, protocol, ports, TCP flags, ICMP type, interfaces, mark) and its ctstate, and
+/// every target there is a verdict, a jump, MARK, REJECT, a NAT target, LOG or TRACE: no
+/// random or nth statistic, recent, nfacct, addrtype (the routing table can change), other
+/// conntrack tests, CONNMARK or CT. Its whole effect is then a function of these features:
+/// the verdict, the rule and policy counters it bumps (by the packet's length), and the mark
+/// as `(mark & keep) ^ xor` (MARK's `(mark & ~mask) ^ value` composes to that form). The
+/// evaluator remembers that effect per feature key and replays it (`state.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct MemoSpec {
+    /// Source bits any `-s` looks at.
+    pub smask: u32,
+    /// Destination bits any `-d` looks at.
+    pub dmask: u32,
+    /// Mark bits any `-m mark` looks at.
+    pub mark: u32,
+    /// Some rule has `-p`.
+    pub proto: bool,
+    /// Some rule has a port match: whether the packet has ports matters.
+    pub ports: bool,
+    /// Some port match looks at the source port.
+    pub sport: bool,
+    /// Some port match looks at the destination port.
+    pub dport: bool,
+    /// Some `-m sctp` (whether the packet is SCTP matters).
+    pub sctp: bool,
+    /// Some `--tcp-flags` / `--syn`.
+    pub tcp_flags: bool,
+    /// Some `-m icmp`.
+    pub icmp: bool,
+    /// Some `--ctstate`.
+    pub ct: bool,
+    /// Some `-i`.
+    pub iif: bool,
+    /// Some `-o`.
+    pub oif: bool,
+}
+
+/// The [`MemoSpec`] of a walk from built-in chain `base`, or `None` if the walk is not pure.
+fn memo_spec(td: &TableData, base: u32) -> Option<MemoSpec> {
+    let mut spec = MemoSpec::default();
+    let mut seen = vec![false; td.chains.len()];
+    let mut todo = vec![base];
+    while let Some(id) = todo.pop() {
+        if std::mem::replace(seen.get_mut(id as usize)?, true) {
+            continue;
+        }
+        let Some(Some(chain)) = td.chains.get(id as usize) else {
+            return None;
+        };
+        for r in &chain.rules {
+            let ip = &r.ip;
+            if let Some(n) = ip.src {
+                spec.smask |= n.mask;
+            }
+            if let Some(n) = ip.dst {
+                spec.dmask |= n.mask;
+            }
+            spec.proto |= ip.proto != 0;
+            spec.iif |= ip.iif.is_some();
+            spec.oif |= ip.oif.is_some();
+            for m in &r.matches {
+                match m {
+                    Match::Comment(_) => {}
+                    Match::Tcp(t) => {
+                        spec.ports = true;
+                        spec.sport |= t.sport != PortRange::ALL;
+                        spec.dport |= t.dport != PortRange::ALL;
+                        spec.tcp_flags |= t.flags.is_some();
+                    }
+                    Match::Udp(p) | Match::Sctp(p) => {
+                        spec.ports = true;
+                        spec.sport |= p.sport != PortRange::ALL;
+                        spec.dport |= p.dport != PortRange::ALL;
+                        spec.sctp |= matches!(m, Match::Sctp(_));
+                    }
+                    Match::Multiport(_) => {
+                        spec.ports = true;
+                        spec.sport = true;
+                        spec.dport = true;
+                    }
+                    Match::Icmp(_) => spec.icmp = true,
+                    Match::Mark(mk) => spec.mark |= mk.mask,
+                    Match::Conntrack(_) => match compile_match(m, 0) {
+                        Some(CMatch::State { .. }) => spec.ct = true,
+                        _ => return None,
+                    },
+                    Match::Statistic(_)
+                    | Match::Addrtype(_)
+                    | Match::Recent(_)
+                    | Match::Nfacct(_) => return None,
+                }
+            }
+            match &r.target {
+                Target::Jump(c) | Target::Goto(c) => todo.push(c.id.idx),
+                Target::None
+                | Target::Accept
+                | Target::Drop
+                | Target::Return
+                | Target::Reject(_)
+                | Target::Dnat(_)
+                | Target::Snat(_)
+                | Target::Masquerade(_)
+                | Target::Redirect(_)
+                | Target::Mark { .. }
+                | Target::Log(_)
+                | Target::Trace => {}
+                Target::Connmark(_) | Target::Ct { .. } => return None,
+            }
+        }
+    }
+    Some(spec)
 }
 
 /// Where a chain's compiled rules are.
@@ -191,6 +310,7 @@ pub(crate) fn compile(td: &TableData) -> Program {
         matches: Vec::new(),
         others: Vec::new(),
         spans: vec![Span::default(); n],
+        memo: [None; 5],
     };
     for (id, c) in td.chains.iter().enumerate() {
         let Some(c) = c else { continue };
@@ -267,6 +387,11 @@ pub(crate) fn compile(td: &TableData) -> Program {
             end: p.rules.len() as u32,
             indexed: c.index.is_some(),
         };
+    }
+    for (hook, base) in td.builtin.iter().enumerate() {
+        if let Some(base) = base {
+            p.memo[hook] = memo_spec(td, *base);
+        }
     }
     for r in &mut p.rules {
         if let CTarget::Jump(c) = r.target {

@@ -17,14 +17,14 @@ use sim_core::packet::icmp;
 use sim_core::{Packet, SimRng, SimTime, TcpFlags, L4};
 
 use crate::compile::{
-    CMatch, CRule, CTarget, Program, DST_INV, HAS_DST, HAS_PROTO, HAS_SRC, IP_TESTS, PROTO_INV,
-    SLOW_IP, SRC_INV,
+    CMatch, CRule, CTarget, MemoSpec, Program, DST_INV, HAS_DST, HAS_PROTO, HAS_SRC, IP_TESTS,
+    PROTO_INV, SLOW_IP, SRC_INV,
 };
 use crate::fmt::rule_spec;
 use crate::index::{Key, Lookup};
 use crate::rule::*;
 use crate::ruleset::{Chain, Ruleset, TableData};
-use crate::state::{RecentEntry, RulesetState, RECENT_MAX_ENTRIES};
+use crate::state::{MemoKey, MemoRef, RecentEntry, RulesetState, MEMO_POLICY, RECENT_MAX_ENTRIES};
 use crate::trace::{StatDraw, Trace, TraceEvent};
 use crate::types::*;
 
@@ -441,7 +441,7 @@ impl Ruleset {
             });
         }
         let v = if trace.is_none() && self.indexing {
-            self.walk_fast(td, hook, ctx, state)
+            self.walk_fast(td, table, hook, ctx, state)
         } else {
             self.walk(td, table, hook, ctx, state, trace.as_deref_mut())
         };
@@ -1208,16 +1208,72 @@ fn cmatch_ok(
     }
 }
 
+/// What a walk being remembered collects: the counters it bumps and its mark change.
+struct Recorder<'a> {
+    refs: &'a mut Vec<MemoRef>,
+    keep: u32,
+    xor: u32,
+}
+
+/// The memo key of a packet for a pure walk reading `spec` (see [`MemoSpec`]).
+#[inline]
+fn memo_key(spec: &MemoSpec, pk: &Pkt, packet: &Packet) -> MemoKey {
+    let (has_ports, sport, dport) = match (pk.sport, pk.dport) {
+        (Some(s), Some(d)) => (true, s, d),
+        _ => (false, 0, 0),
+    };
+    let mut l4 = u8::from(spec.ports && has_ports);
+    let (mut a, mut b) = (0u8, 0u8);
+    match packet.l4 {
+        L4::Sctp { .. } if spec.sctp => l4 |= 2,
+        L4::Tcp { flags, .. } if spec.tcp_flags => {
+            l4 |= 4;
+            a = flags.0;
+        }
+        L4::Icmp {
+            icmp_type, code, ..
+        } if spec.icmp => {
+            l4 |= 8;
+            a = icmp_type;
+            b = code;
+        }
+        _ => {}
+    }
+    let sport = if spec.sport { sport } else { 0 };
+    let dport = if spec.dport { dport } else { 0 };
+    let proto = if spec.proto { pk.proto } else { 0 };
+    let ct = if spec.ct { pk.ctbits } else { 0 };
+    MemoKey {
+        words: [
+            u64::from(pk.src & spec.smask) | u64::from(pk.dst & spec.dmask) << 32,
+            u64::from(packet.mark & spec.mark) | u64::from(sport) << 32 | u64::from(dport) << 48,
+            u64::from(proto)
+                | u64::from(l4) << 8
+                | u64::from(a) << 16
+                | u64::from(b) << 24
+                | u64::from(ct) << 32,
+        ],
+        ifaces: (spec.iif || spec.oif).then(|| {
+            (
+                packet.iif.filter(|_| spec.iif),
+                packet.oif.filter(|_| spec.oif),
+            )
+        }),
+    }
+}
+
 impl Ruleset {
-    /// The compiled, indexed walk: same results as `walk` (see `compile.rs`).
+    /// The compiled, indexed walk: same results as `walk` (see `compile.rs`). A pure walk
+    /// (see [`MemoSpec`]) is remembered per feature key in the state and replayed the next
+    /// time: same verdict, counters and mark.
     fn walk_fast(
         &self,
         td: &TableData,
+        table: Table,
         hook: Hook,
         ctx: &mut EvalCtx<'_>,
         state: &mut RulesetState,
     ) -> Verdict {
-        let prog = &*td.program;
         let ip4 = |a: IpAddr| match a {
             IpAddr::V4(v) => u32::from(v),
             IpAddr::V6(_) => 0,
@@ -1231,13 +1287,63 @@ impl Ruleset {
             len: u64::from(ctx.packet.len),
             ctbits: ctx.ct.state_bits(),
         };
+        let base = td.builtin[hook as usize].unwrap_or_default();
+        let Some(spec) = &td.program.memo[hook as usize] else {
+            return self.walk_compiled(td, base, hook, ctx, state, &mut pk, None);
+        };
+        let key = memo_key(spec, &pk, &ctx.packet);
+        let at = table.index() * 5 + hook as usize;
+        if let Some((action, nat)) =
+            state.memo_replay(at, td, base, &key, pk.len, &mut ctx.packet.mark)
+        {
+            return Verdict {
+                action,
+                nat,
+                notrack: false,
+                ct_mark: None,
+            };
+        }
+        let mut refs = std::mem::take(&mut state.memo_scratch);
+        refs.clear();
+        let mut rec = Recorder {
+            refs: &mut refs,
+            keep: u32::MAX,
+            xor: 0,
+        };
+        let v = self.walk_compiled(td, base, hook, ctx, state, &mut pk, Some(&mut rec));
+        let (keep, xor) = (rec.keep, rec.xor);
+        state.memo_insert(
+            at,
+            &td.program,
+            key,
+            v.action,
+            v.nat.clone(),
+            keep,
+            xor,
+            &refs,
+        );
+        state.memo_scratch = refs;
+        v
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn walk_compiled(
+        &self,
+        td: &TableData,
+        base: u32,
+        hook: Hook,
+        ctx: &mut EvalCtx<'_>,
+        state: &mut RulesetState,
+        pk: &mut Pkt,
+        mut rec: Option<&mut Recorder<'_>>,
+    ) -> Verdict {
+        let prog = &*td.program;
         let key = pk.dport.map(|d| Key {
             dst: Some(pk.dst),
             proto: pk.proto,
             dport: d,
         });
         let mut out = Verdict::accept();
-        let base = td.builtin[hook as usize].unwrap_or_default();
         let mut stack = [(0u32, 0u32); MAX_DEPTH];
         let mut sp = 0usize;
         let mut chain = base;
@@ -1249,7 +1355,15 @@ impl Ruleset {
         loop {
             if pos >= end {
                 match sp.checked_sub(1) {
-                    None => return self.policy(td, base, Table::Filter, state, &pk, out, None),
+                    None => {
+                        if let Some(r) = rec.as_deref_mut() {
+                            r.refs.push(MemoRef {
+                                bind: td.chain(base).policy_slot,
+                                pos: MEMO_POLICY,
+                            });
+                        }
+                        return self.policy(td, base, Table::Filter, state, pk, out, None);
+                    }
                     Some(top) => {
                         sp = top;
                         let (c, p) = stack[top];
@@ -1280,19 +1394,25 @@ impl Ruleset {
                 }
             }
             let cr = &prog.rules[pos];
-            if !known && !fast_matches(self, td, prog, cr, hook, ctx, &pk, state) {
+            if !known && !fast_matches(self, td, prog, cr, hook, ctx, pk, state) {
                 pos += 1;
                 continue;
             }
-            let s = state.slot_lazy(
-                Bind {
-                    idx: cr.slot_idx,
-                    uid: cr.slot_uid,
-                },
-                || td.chain(cr.chain).rules[cr.pos as usize].initial_counters,
-            );
+            let bind = Bind {
+                idx: cr.slot_idx,
+                uid: cr.slot_uid,
+            };
+            let s = state.slot_lazy(bind, || {
+                td.chain(cr.chain).rules[cr.pos as usize].initial_counters
+            });
             s.packets += 1;
             s.bytes += pk.len;
+            if let Some(r) = rec.as_deref_mut() {
+                r.refs.push(MemoRef {
+                    bind,
+                    pos: pos as u32,
+                });
+            }
             match cr.target {
                 CTarget::None => pos += 1,
                 CTarget::Accept => return out,
@@ -1301,7 +1421,15 @@ impl Ruleset {
                     return out;
                 }
                 CTarget::Return => match sp.checked_sub(1) {
-                    None => return self.policy(td, base, Table::Filter, state, &pk, out, None),
+                    None => {
+                        if let Some(r) = rec.as_deref_mut() {
+                            r.refs.push(MemoRef {
+                                bind: td.chain(base).policy_slot,
+                                pos: MEMO_POLICY,
+                            });
+                        }
+                        return self.policy(td, base, Table::Filter, state, pk, out, None);
+                    }
                     Some(top) => {
                         sp = top;
                         let (c, p) = stack[top];
@@ -1340,6 +1468,10 @@ impl Ruleset {
                 }
                 CTarget::Mark { value, mask } => {
                     ctx.packet.mark = (ctx.packet.mark & !mask) ^ value;
+                    if let Some(r) = rec.as_deref_mut() {
+                        r.keep &= !mask;
+                        r.xor = (r.xor & !mask) ^ value;
+                    }
                     pos += 1;
                 }
                 CTarget::Other(i) => {
@@ -1352,5 +1484,246 @@ impl Ruleset {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod memo_tests {
+    //! The remembered walks give what walking gives: verdicts, NAT requests, marks, every
+    //! counter and the random stream, on random filter tables mixing pure rules (addresses,
+    //! masks, ports, TCP flags, ICMP, multiport, interfaces, marks, ctstate; MARK, REJECT,
+    //! jumps, gotos, LOG) with rules that make a walk impure (statistic, addrtype, CONNMARK,
+    //! other conntrack tests), and packets drawn from small pools so that keys repeat; with a
+    //! commit and a counter reset in the middle.
+    use super::*;
+    use crate::{RestoreOptions, SaveOptions};
+    use proptest::prelude::*;
+    use sim_core::{IfName, TcpFlags};
+
+    fn pick<'a, T>(r: &mut SimRng, xs: &'a [T]) -> &'a T {
+        &xs[r.below(xs.len() as u64) as usize]
+    }
+
+    fn random_filter(r: &mut SimRng, impure: bool) -> String {
+        let mut t = String::from(
+            "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n:A - [0:0]\n:B - [0:0]\n:E - [0:0]\n",
+        );
+        let tests = [
+            "",
+            " -s 10.0.0.0/8",
+            " ! -s 127.0.0.0/8",
+            " -d 10.96.0.1/32",
+            " -d 10.96.0.0/24",
+            " -p tcp -m tcp --dport 80",
+            " -p udp -m udp --sport 1000:1002",
+            " -p tcp -m tcp --tcp-flags SYN,ACK SYN",
+            " -p tcp -m multiport --dports 53,80:90",
+            " -p icmp -m icmp --icmp-type echo-request",
+            " -p sctp -m sctp --dport 80",
+            " -m mark --mark 0x1/0x1",
+            " -m mark ! --mark 0x10/0x30",
+            " -m conntrack --ctstate NEW",
+            " -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT",
+            " -m comment --comment x",
+            " -i eth0",
+            " ! -o lo",
+        ];
+        let impure_tests = [
+            " -m statistic --mode random --probability 0.5",
+            " -m addrtype --dst-type LOCAL",
+            " -m conntrack --ctstate NEW --ctorigdst 10.96.0.0/12",
+            " -m statistic --mode nth --every 3 --packet 1",
+        ];
+        let targets = [
+            "",
+            " -j ACCEPT",
+            " -j DROP",
+            " -j RETURN",
+            " -j REJECT",
+            " -j A",
+            " -j B",
+            " -j E",
+            " -g B",
+            " -j MARK --set-xmark 0x1/0x3",
+            " -j MARK --set-xmark 0x10/0x0",
+            " -j LOG --log-prefix x",
+        ];
+        for chain in ["INPUT", "FORWARD", "OUTPUT", "A", "B"] {
+            for _ in 0..(2 + r.below(6)) {
+                // Interfaces only where both exist (and each at most once).
+                let usable = if matches!(chain, "INPUT" | "OUTPUT") {
+                    &tests[..15]
+                } else {
+                    &tests[..]
+                };
+                let mut test = pick(r, usable).to_string();
+                if r.below(3) == 0 {
+                    test.push_str(pick::<&str>(r, &tests[11..15]));
+                }
+                if impure && r.below(12) == 0 {
+                    test.push_str(pick::<&str>(r, &impure_tests));
+                }
+                let mut target = *pick(r, &targets);
+                // Keep jumps acyclic: A may go to B, B to nothing.
+                if chain == "B" && (target.contains("-j A") || target.contains("B")) {
+                    target = " -j RETURN";
+                }
+                if chain == "A" && target.contains("-j A") {
+                    target = "";
+                }
+                if impure && r.below(20) == 0 {
+                    target = " -j CONNMARK --set-xmark 0x5/0xff";
+                }
+                t.push_str(&format!("-A {chain}{test}{target}\n"));
+            }
+        }
+        t.push_str("COMMIT\n");
+        t
+    }
+
+    fn random_packet(r: &mut SimRng) -> (Packet, CtState) {
+        let src = *pick(r, &["10.1.0.1", "127.0.0.1", "192.168.0.5"]);
+        let dst = *pick(r, &["10.96.0.1", "10.96.0.7", "10.0.0.9"]);
+        let sport = *pick(r, &[1000u16, 1001, 5000]);
+        let dport = *pick(r, &[53u16, 80, 85, 443]);
+        let s = std::net::SocketAddr::new(src.parse().unwrap(), sport);
+        let d = std::net::SocketAddr::new(dst.parse().unwrap(), dport);
+        let mut p = match r.below(7) {
+            6 => {
+                // An echo reply: ICMP of another type.
+                let mut p = Packet::icmp_echo_request(s.ip(), d.ip(), 7, 1);
+                if let L4::Icmp { icmp_type, .. } = &mut p.l4 {
+                    *icmp_type = 0;
+                }
+                p
+            }
+            0 => Packet::udp(s, d),
+            1 => Packet::tcp(s, d, TcpFlags::SYN),
+            2 => Packet::tcp(s, d, TcpFlags::ACK),
+            3 => Packet::icmp_echo_request(s.ip(), d.ip(), 7, 1),
+            4 => {
+                let mut p = Packet::udp(s, d);
+                p.l4 = L4::Sctp { sport, dport };
+                p
+            }
+            _ => Packet::tcp(s, d, TcpFlags::SYN | TcpFlags::ACK),
+        };
+        p.mark = *pick(r, &[0u32, 1, 0x10, 0x11, 0x20]);
+        p.len = 40 + r.below(3) as u16;
+        p.iif = Some(IfName::new(pick::<&str>(r, &["eth0", "lo", "veth1"])).unwrap());
+        p.oif = Some(IfName::new(pick::<&str>(r, &["eth0", "lo"])).unwrap());
+        let tuple = CtTuple {
+            src: "10.1.0.1".parse().unwrap(),
+            dst: "10.96.0.1".parse().unwrap(),
+            proto: 6,
+            sport: 1,
+            dport: 2,
+        };
+        let ct = match r.below(4) {
+            0 => CtState::Invalid,
+            n => CtState::Tracked(CtInfo {
+                info: [
+                    CtInfoKind::New,
+                    CtInfoKind::Established,
+                    CtInfoKind::Related,
+                ][n as usize - 1],
+                dir: CtDirection::Original,
+                status: if r.below(2) == 0 {
+                    0
+                } else {
+                    ctstatus::DST_NAT
+                },
+                orig: tuple,
+                reply: tuple,
+                mark: 0,
+                expires_secs: 30,
+            }),
+        };
+        (p, ct)
+    }
+
+    fn check(seed: u64, impure: bool) -> usize {
+        let mut r = SimRng::derive(seed, "memo-rules");
+        let text = random_filter(&mut r, impure);
+        let mut fast = Ruleset::new();
+        fast.restore(&text, &RestoreOptions::default())
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let mut plain = fast.clone();
+        plain.set_indexing(false);
+        let addrs = LocalAddrs::new();
+        let (mut s1, mut s2) = (RulesetState::new(), RulesetState::new());
+        let (mut g1, mut g2) = (SimRng::derive(seed, "stat"), SimRng::derive(seed, "stat"));
+        let mut pr = SimRng::derive(seed, "memo-packets");
+        for i in 0..300u64 {
+            if i == 150 {
+                // A commit installs a new program: what was remembered no longer applies.
+                let extra = "-I FORWARD 1 -m mark --mark 0x20/0x20 -j DROP";
+                fast.command(Table::Filter, extra).unwrap();
+                plain.command(Table::Filter, extra).unwrap();
+            }
+            if i == 200 {
+                s1.zero_counters(&fast, None);
+                s2.zero_counters(&plain, None);
+            }
+            let (pkt, ct) = random_packet(&mut pr);
+            for hook in [Hook::Input, Hook::Forward, Hook::Output] {
+                let now = SimTime::from_millis(i * 10);
+                let mut c1 = EvalCtx::new(pkt, &addrs, now, &mut g1);
+                c1.ct = ct;
+                let v1 = fast.run_hook(Table::Filter, hook, &mut c1, &mut s1, None);
+                let (m1, ct1) = (c1.packet.mark, c1.ct);
+                let mut c2 = EvalCtx::new(pkt, &addrs, now, &mut g2);
+                c2.ct = ct;
+                let v2 = plain.run_hook(Table::Filter, hook, &mut c2, &mut s2, None);
+                assert_eq!(v1, v2, "seed {seed} packet {i} {pkt} {hook}\n{text}");
+                assert_eq!(
+                    m1, c2.packet.mark,
+                    "seed {seed} packet {i} {pkt} {hook}\n{text}"
+                );
+                assert_eq!(ct1, c2.ct, "seed {seed} packet {i}");
+            }
+        }
+        let opts = SaveOptions {
+            counters: true,
+            ..SaveOptions::default()
+        };
+        assert_eq!(
+            fast.save(&s1, &opts),
+            plain.save(&s2, &opts),
+            "seed {seed}: counters differ\n{text}"
+        );
+        assert_eq!(
+            g1.next_u64(),
+            g2.next_u64(),
+            "seed {seed}: random draws differ"
+        );
+        s1.memo_entries()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn remembered_walks_equal_walking(seed in any::<u64>(), impure in any::<bool>()) {
+            check(seed, impure);
+        }
+    }
+
+    #[test]
+    fn pure_tables_are_remembered_and_impure_ones_are_not() {
+        // Pure rulesets are remembered (the property test above is not vacuous)...
+        assert!((0..8).map(|s| check(s, false)).sum::<usize>() > 0);
+        // ...and a statistic rule anywhere a hook can reach keeps that hook walking.
+        let mut rs = Ruleset::new();
+        rs.restore(
+            "*filter\n:FORWARD ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:S - [0:0]\n\
+             -A FORWARD -m conntrack --ctstate NEW -j S\n\
+             -A S -m statistic --mode random --probability 0.5 -j DROP\n\
+             -A INPUT -m conntrack --ctstate NEW -j ACCEPT\nCOMMIT\n",
+            &RestoreOptions::default(),
+        )
+        .unwrap();
+        let prog = &rs.tables[Table::Filter.index()].as_ref().unwrap().program;
+        assert!(prog.memo[Hook::Forward as usize].is_none());
+        assert!(prog.memo[Hook::Input as usize].is_some());
     }
 }

@@ -9,12 +9,17 @@
 //! resets exactly its counters, as in the kernel.
 
 use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
-use sim_core::{SimDuration, SimTime};
+use sim_core::{IfName, SimDuration, SimTime};
 
+use crate::compile::Program;
+use crate::eval::{Action, NatRequest};
+use crate::index::FastMap;
 use crate::rule::Bind;
-use crate::ruleset::Ruleset;
+use crate::ruleset::{Ruleset, TableData};
 use crate::types::{Counters, Hook, Table};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -58,6 +63,93 @@ pub struct RulesetState {
     pub(crate) slots: Vec<SlotState>,
     pub(crate) recent: Vec<RecentTable>,
     pub(crate) nfacct: Vec<SlotState>,
+    /// Remembered outcomes of pure walks, by `table * 5 + hook` (a cache: it changes no
+    /// result, see [`WalkMemo`]).
+    pub(crate) memo: Vec<WalkMemo>,
+    /// Scratch for the counters a walk bumps while it is being remembered.
+    pub(crate) memo_scratch: Vec<MemoRef>,
+}
+
+/// What a pure walk's outcome depends on: the packet's features, masked as its rules look at
+/// them ([`crate::compile::MemoSpec`]), packed in three words, and the interfaces when some
+/// rule has `-i` / `-o`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MemoKey {
+    pub words: [u64; 3],
+    pub ifaces: Option<(Option<IfName>, Option<IfName>)>,
+}
+
+impl Hash for MemoKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        for w in self.words {
+            h.write_u64(w);
+        }
+        if let Some(i) = &self.ifaces {
+            i.hash(h);
+        }
+    }
+}
+
+/// In a [`MemoRef`]: the built-in chain's policy counter rather than a rule's.
+pub(crate) const MEMO_POLICY: u32 = u32::MAX;
+
+/// A counter a remembered walk bumps: its slot, and where its initial value comes from (the
+/// rule at this position of the program, or [`MEMO_POLICY`]) should the slot have been
+/// taken over since.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MemoRef {
+    pub bind: Bind,
+    pub pos: u32,
+}
+
+/// At most this many outcomes per table and hook; a full memo starts over.
+pub(crate) const MEMO_MAX_ENTRIES: usize = 1024;
+
+/// The outcome of one pure walk.
+#[derive(Clone, Debug)]
+pub(crate) struct MemoEntry {
+    action: Action,
+    nat: Option<NatRequest>,
+    /// The packet's mark after the walk is `(mark & keep) ^ xor`.
+    keep: u32,
+    xor: u32,
+    /// The counters it bumped, in order: `refs[start..end]`.
+    start: u32,
+    end: u32,
+}
+
+/// Remembered outcomes of the pure walks of one table at one hook, valid for one compiled
+/// program (a commit installs a new one, and the memo starts over). Holding the program
+/// keeps it alive, so the pointer comparison cannot mistake a later program for it.
+/// Lookups only: nothing iterates the map.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct WalkMemo {
+    program: Option<Arc<Program>>,
+    map: FastMap<MemoKey, u32>,
+    entries: Vec<MemoEntry>,
+    refs: Vec<MemoRef>,
+}
+
+/// Bumps the counters of slot `b` (first setting them from `init` if the slot now belongs
+/// to another rule).
+#[inline]
+fn bump(slots: &mut Vec<SlotState>, b: Bind, init: impl FnOnce() -> Counters, len: u64) {
+    let i = b.idx as usize;
+    if i >= slots.len() {
+        let n = (i + 1).max(slots.len() * 2).max(64);
+        slots.resize(n, SlotState::default());
+    }
+    let s = &mut slots[i];
+    if s.uid != b.uid {
+        let c = init();
+        *s = SlotState {
+            uid: b.uid,
+            packets: c.packets,
+            bytes: c.bytes,
+        };
+    }
+    s.packets += 1;
+    s.bytes += len;
 }
 
 /// At most this many addresses per `recent` table (`ip_list_tot`).
@@ -104,6 +196,86 @@ impl RulesetState {
             };
         }
         s
+    }
+
+    /// Replays the remembered outcome of a pure walk of `td` (from built-in chain `base`)
+    /// for `key`, if there is one: bumps its counters by `len`, applies its mark change to
+    /// `mark`, and returns its verdict.
+    pub(crate) fn memo_replay(
+        &mut self,
+        at: usize,
+        td: &TableData,
+        base: u32,
+        key: &MemoKey,
+        len: u64,
+        mark: &mut u32,
+    ) -> Option<(Action, Option<NatRequest>)> {
+        let m = self.memo.get(at)?;
+        if !m
+            .program
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, &td.program))
+        {
+            return None;
+        }
+        let e = &m.entries[*m.map.get(key)? as usize];
+        for r in &m.refs[e.start as usize..e.end as usize] {
+            let init = || {
+                if r.pos == MEMO_POLICY {
+                    td.chain(base).policy_init
+                } else {
+                    let cr = &td.program.rules[r.pos as usize];
+                    td.chain(cr.chain).rules[cr.pos as usize].initial_counters
+                }
+            };
+            bump(&mut self.slots, r.bind, init, len);
+        }
+        *mark = (*mark & e.keep) ^ e.xor;
+        Some((e.action, e.nat.clone()))
+    }
+
+    /// Remembers the outcome of a pure walk of `program`: `refs` are the counters it bumped
+    /// (see [`MemoEntry`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn memo_insert(
+        &mut self,
+        at: usize,
+        program: &Arc<Program>,
+        key: MemoKey,
+        action: Action,
+        nat: Option<NatRequest>,
+        keep: u32,
+        xor: u32,
+        refs: &[MemoRef],
+    ) {
+        if self.memo.len() <= at {
+            self.memo.resize_with(at + 1, WalkMemo::default);
+        }
+        let m = &mut self.memo[at];
+        let current = m.program.as_ref().is_some_and(|p| Arc::ptr_eq(p, program));
+        if !current || m.entries.len() >= MEMO_MAX_ENTRIES {
+            m.map.clear();
+            m.entries.clear();
+            m.refs.clear();
+            m.program = Some(Arc::clone(program));
+        }
+        let start = m.refs.len() as u32;
+        m.refs.extend_from_slice(refs);
+        m.entries.push(MemoEntry {
+            action,
+            nat,
+            keep,
+            xor,
+            start,
+            end: m.refs.len() as u32,
+        });
+        m.map.insert(key, (m.entries.len() - 1) as u32);
+    }
+
+    /// How many walk outcomes are remembered, over all tables and hooks.
+    #[cfg(test)]
+    pub(crate) fn memo_entries(&self) -> usize {
+        self.memo.iter().map(|m| m.entries.len()).sum()
     }
 
     pub(crate) fn peek(&self, b: Bind, init: Counters) -> Counters {
