@@ -103,24 +103,52 @@ fn bench(c: &mut Criterion) {
             track_and_confirm(&mut ct, now, &picks[i]);
         })
     });
+    // The same packets as lookup_refresh_1m, 64 per conntrack_in_many call.
+    g.throughput(Throughput::Elements(64));
+    let mut out = Vec::with_capacity(64);
+    g.bench_function("lookup_refresh_1m_batched", |b| {
+        b.iter(|| {
+            i = ((i & !63) + 64) & 65_535;
+            out.clear();
+            ct.conntrack_in_many(now, &picks[i..i + 64], &mut out);
+            black_box(&out);
+        })
+    });
+    g.throughput(Throughput::Elements(1));
     drop(ct);
 
-    for events in [true, false] {
-        let name = if events {
-            "create_confirm_events_on"
-        } else {
-            "create_confirm_events_off"
+    for (events, batched) in [(true, false), (false, false), (true, true), (false, true)] {
+        let name = match (events, batched) {
+            (true, false) => "create_confirm_events_on",
+            (false, false) => "create_confirm_events_off",
+            (true, true) => "create_confirm_events_on_batched",
+            (false, true) => "create_confirm_events_off_batched",
         };
         g.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut ct = Conntrack::new(1, "bench/conntrack", sysctls(events));
                 let pkts: Vec<Packet> = (0..iters.min(u64::from(N)) as u32).map(flow).collect();
+                let mut out = Vec::with_capacity(64);
                 let mut total = Duration::ZERO;
                 let mut done = 0u64;
                 while done < iters {
+                    let todo = &pkts[..(iters - done).min(pkts.len() as u64) as usize];
                     let start = Instant::now();
-                    for p in &pkts[..(iters - done).min(pkts.len() as u64) as usize] {
-                        track_and_confirm(&mut ct, SimTime::ZERO, p);
+                    if batched {
+                        // 64 first packets through conntrack_in_many, then their confirms.
+                        for chunk in todo.chunks(64) {
+                            out.clear();
+                            ct.conntrack_in_many(SimTime::ZERO, chunk, &mut out);
+                            for v in &out {
+                                if let CtVerdict::Tracked(h) = v {
+                                    let _ = ct.confirm(SimTime::ZERO, *h);
+                                }
+                            }
+                        }
+                    } else {
+                        for p in todo {
+                            track_and_confirm(&mut ct, SimTime::ZERO, p);
+                        }
                     }
                     total += start.elapsed();
                     done += pkts.len() as u64;
@@ -134,6 +162,45 @@ fn bench(c: &mut Criterion) {
 
     g.throughput(Throughput::Elements(u64::from(N)));
     g.sample_size(10);
+    // The create benches above fill tables of the sample's size (mostly far below 1M, so
+    // mostly cache-resident); these fill one from empty to 1,000,000 entries.
+    let all: Vec<Packet> = (0..N).map(flow).collect();
+    for batched in [false, true] {
+        let name = if batched {
+            "create_confirm_to_1m_batched"
+        } else {
+            "create_confirm_to_1m"
+        };
+        let mut out = Vec::with_capacity(64);
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || Conntrack::new(1, "bench/conntrack", sysctls(true)),
+                |mut ct| {
+                    for (k, chunk) in all.chunks(64).enumerate() {
+                        if batched {
+                            out.clear();
+                            ct.conntrack_in_many(SimTime::ZERO, chunk, &mut out);
+                            for v in &out {
+                                if let CtVerdict::Tracked(h) = v {
+                                    let _ = ct.confirm(SimTime::ZERO, *h);
+                                }
+                            }
+                        } else {
+                            for p in chunk {
+                                track_and_confirm(&mut ct, SimTime::ZERO, p);
+                            }
+                        }
+                        if k % 64 == 0 {
+                            ct.drain_events();
+                        }
+                    }
+                    assert_eq!(ct.len(), N as usize);
+                    ct
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
     g.bench_function("expire_1m", |b| {
         b.iter_batched(
             || build(N, false),

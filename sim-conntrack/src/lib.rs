@@ -19,6 +19,15 @@
 //! - [`event`]: [`CtEvent`] (`conntrack -E` lines) and [`Stats`] (`conntrack -S`).
 //! - [`filter`]: [`Filter`], parsed from `conntrack -L/-D` options.
 //!
+//! Speed (figures in `benches/conntrack.rs`): a lookup hashes the tuple once into five
+//! machine words ([`Tuple`] is kept for the API), reads one index slot (hash and slab slot in
+//! one `u64`) and one 64-byte line of the entry, which holds the original tuple, the
+//! generation, status, deadline and tracker state; a refresh writes the deadline only and
+//! the timer heap catches up lazily when the old deadline fires. On a table much larger
+//! than the caches a single call still waits for those two dependent reads;
+//! [`Conntrack::conntrack_in_many`] takes packets in batches and overlaps their reads, with
+//! the same results as one call per packet.
+//!
 //! Deviations from the kernel, all deliberate: TCP windows are not checked (as with
 //! `nf_conntrack_tcp_be_liberal=1`); SCTP and GRE are tracked like the generic protocol
 //! (ports kept for SCTP); expired entries are reaped at the exact instant of expiry; the

@@ -491,13 +491,13 @@ impl Conntrack {
                     acc ^= e.timeout.as_nanos();
                 }
             }
-            for (i, p) in chunk.iter().enumerate() {
-                if first[i].is_some() && self.lookup_key(hashes[i], &keys[i]).is_some() {
+            for (key, v) in keys.iter().zip(&first[..chunk.len()]) {
+                let at_home = v.and_then(|v| self.slab.get((v >> 1) as usize).map(|e| (e, v)));
+                if at_home.is_some_and(|(e, v)| e.key_at(v & 1).same(key)) {
                     continue;
                 }
-                if let Some(r) = Tuple::from_packet(p).invert() {
-                    let hr = Key::from_tuple(&r).hash(&self.hseed);
-                    acc ^= u64::from(self.index.home_value(hr).unwrap_or(0));
+                if let Some(r) = key.swapped() {
+                    acc ^= u64::from(self.index.home_value(r.hash(&self.hseed)).unwrap_or(0));
                 }
             }
             std::hint::black_box(acc);
@@ -576,11 +576,16 @@ impl Conntrack {
             let (slot, dir, new) = match found {
                 Some((slot, dir)) => (slot, dir, false),
                 None => {
-                    let Some(reply) = Tuple::from_packet(pkt).invert() else {
+                    let reply = key.swapped().or_else(|| {
+                        Tuple::from_packet(pkt)
+                            .invert()
+                            .map(|r| Key::from_tuple(&r))
+                    });
+                    let Some(reply) = reply else {
                         self.stats.invalid += 1;
                         return CtVerdict::Invalid(InvalidReason::CannotInvert);
                     };
-                    match self.alloc(now, key, Key::from_tuple(&reply), h) {
+                    match self.alloc(now, key, reply, h) {
                         Some(slot) => (slot, Dir::Original, true),
                         None => {
                             self.stats.drop += 1;
@@ -763,7 +768,24 @@ impl Conntrack {
     /// The confirm hook (`nf_conntrack_confirm`), at POSTROUTING or INPUT: a new entry enters
     /// the table (`[NEW]`) and its timeout starts; then the events this packet caused are
     /// delivered. A handle of an entry killed on the way (RST before reply) is released.
+    #[inline]
     pub fn confirm(&mut self, now: SimTime, handle: CtHandle) -> Result<(), ConfirmError> {
+        self.expire_due(now);
+        // The common case, a packet of a confirmed entry with no event to deliver, without a
+        // call: what `confirm_general` and `deliver` do for it.
+        let events = self.cfg.events != 0;
+        if let Some(e) = self.slab.get_mut(handle.id.slot as usize) {
+            if e.gen == handle.id.gen && e.life == Life::Confirmed && (e.pending == 0 || !events) {
+                e.pending = 0;
+                return Ok(());
+            }
+        }
+        self.confirm_general(now, handle)
+    }
+
+    /// [`Conntrack::confirm`] of a new, dying or gone entry, or one with events to deliver.
+    #[inline(never)]
+    fn confirm_general(&mut self, now: SimTime, handle: CtHandle) -> Result<(), ConfirmError> {
         self.expire_due(now);
         let Some(slot) = self.slot_of(handle.id) else {
             return Err(ConfirmError::NoEntry(handle.id));

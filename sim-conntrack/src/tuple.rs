@@ -247,6 +247,23 @@ impl Key {
         self.0[4] as u8
     }
 
+    /// The key of the inverted tuple (`nf_ct_invert_tuple`) when that is a plain swap of
+    /// addresses and ports, as for every protocol but ICMP and ICMPv6 (`None` for those:
+    /// their inverse maps the message type, see [`Tuple::invert`]).
+    #[inline]
+    pub(crate) fn swapped(&self) -> Option<Key> {
+        let w = &self.0;
+        if is_icmp(self.proto()) {
+            return None;
+        }
+        let sport = (w[4] >> 32) & 0xffff;
+        let dport = (w[4] >> 16) & 0xffff;
+        let fam = (if w[4] & SRC_V6 != 0 { DST_V6 } else { 0 })
+            | (if w[4] & DST_V6 != 0 { SRC_V6 } else { 0 });
+        let rest = (dport << 32) | (sport << 16) | u64::from(self.proto()) | fam;
+        Some(Key([w[2], w[3], w[0], w[1], rest]))
+    }
+
     /// Equality without branches: the common lookup compares one key and finds it equal.
     #[inline]
     pub(crate) fn same(&self, o: &Key) -> bool {
@@ -486,9 +503,17 @@ mod tests {
             t(v4, v4, 2, 1, 17),
             t(v4, v4, 1, 2, 6),
             t(v4, v4, 65535, 65535, 255),
+            t(v4, v4, 7, 8 << 8, 1),
+            t(v6, v6, 7, 128 << 8, 58),
         ];
         for a in &all {
             assert_eq!(Key::from_tuple(a).tuple(), *a);
+            // A plain swap exactly when the inverse is one; ICMP maps the type instead.
+            let want = (!is_icmp(a.proto)).then(|| Key::from_tuple(&a.swapped()));
+            assert_eq!(Key::from_tuple(a).swapped(), want, "{a}");
+            if !is_icmp(a.proto) {
+                assert_eq!(a.invert(), Some(a.swapped()));
+            }
             for b in &all {
                 assert_eq!(
                     Key::from_tuple(a).same(&Key::from_tuple(b)),
