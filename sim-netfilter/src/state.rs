@@ -128,6 +128,9 @@ pub(crate) struct WalkMemo {
     map: FastMap<MemoKey, u32>,
     entries: Vec<MemoEntry>,
     refs: Vec<MemoRef>,
+    /// The key found last and its entry: packets of one flow, or of one service, come in
+    /// runs, and comparing a key is cheaper than hashing it.
+    last: Option<(MemoKey, u32)>,
 }
 
 /// Bumps the counters of slot `b` (first setting them from `init` if the slot now belongs
@@ -210,7 +213,7 @@ impl RulesetState {
         len: u64,
         mark: &mut u32,
     ) -> Option<(Action, Option<NatRequest>)> {
-        let m = self.memo.get(at)?;
+        let m = self.memo.get_mut(at)?;
         if !m
             .program
             .as_ref()
@@ -218,7 +221,15 @@ impl RulesetState {
         {
             return None;
         }
-        let e = &m.entries[*m.map.get(key)? as usize];
+        let i = match &m.last {
+            Some((k, i)) if k == key => *i,
+            _ => {
+                let i = *m.map.get(key)?;
+                m.last = Some((*key, i));
+                i
+            }
+        };
+        let e = &m.entries[i as usize];
         for r in &m.refs[e.start as usize..e.end as usize] {
             let init = || {
                 if r.pos == MEMO_POLICY {
@@ -257,6 +268,7 @@ impl RulesetState {
             m.map.clear();
             m.entries.clear();
             m.refs.clear();
+            m.last = None;
             m.program = Some(Arc::clone(program));
         }
         let start = m.refs.len() as u32;
@@ -269,7 +281,9 @@ impl RulesetState {
             start,
             end: m.refs.len() as u32,
         });
-        m.map.insert(key, (m.entries.len() - 1) as u32);
+        let i = (m.entries.len() - 1) as u32;
+        m.map.insert(key, i);
+        m.last = Some((key, i));
     }
 
     /// How many walk outcomes are remembered, over all tables and hooks.
