@@ -470,14 +470,6 @@ pub struct Processed {
     pub entry: Option<EntryId>,
 }
 
-/// What one run of the pipeline produced besides the egress.
-struct Run {
-    fate: Fate,
-    entry: Option<CtEntry>,
-    id: Option<EntryId>,
-    trace: Option<PacketTrace>,
-}
-
 /// The result of running one table at one hook.
 enum TableOutcome {
     Continue,
@@ -640,28 +632,33 @@ impl Netns {
 
     /// Pushes one packet through the namespace.
     pub fn process(&mut self, now: SimTime, pkt: Packet, from: Ingress) -> ProcessResult {
-        // Most packets leave once (or not at all): one allocation of the right size.
-        let mut out = Vec::with_capacity(1);
-        let r = self.run(now, pkt, from, false, true, &mut out, 0);
-        ProcessResult {
-            out,
-            fate: r.fate,
-            entry: r.entry,
-            trace: r.trace,
-        }
+        self.process_result(now, pkt, from, false)
     }
 
     /// Like [`Netns::process`], with a step-by-step trace (rules evaluated in order, without the
     /// index).
     pub fn process_traced(&mut self, now: SimTime, pkt: Packet, from: Ingress) -> ProcessResult {
-        let mut out = Vec::new();
-        let r = self.run(now, pkt, from, true, true, &mut out, 0);
-        ProcessResult {
-            out,
-            fate: r.fate,
-            entry: r.entry,
-            trace: r.trace,
-        }
+        self.process_result(now, pkt, from, true)
+    }
+
+    fn process_result(
+        &mut self,
+        now: SimTime,
+        pkt: Packet,
+        from: Ingress,
+        traced: bool,
+    ) -> ProcessResult {
+        // Most packets leave once (or not at all): one allocation of the right size.
+        let mut r = ProcessResult {
+            out: Vec::with_capacity(1),
+            fate: Fate::Transmitted,
+            entry: None,
+            trace: None,
+        };
+        let (fate, _, trace) = self.run(now, pkt, from, traced, &mut r.out, Some(&mut r.entry), 0);
+        r.fate = fate;
+        r.trace = trace;
+        r
     }
 
     /// [`Netns::process`] for a caller that pushes many packets: what leaves the namespace is
@@ -675,15 +672,13 @@ impl Netns {
         from: Ingress,
         out: &mut Vec<Egress>,
     ) -> Processed {
-        let r = self.run(now, pkt, from, false, false, out, 0);
-        Processed {
-            fate: r.fate,
-            entry: r.id,
-        }
+        let (fate, entry, _) = self.run(now, pkt, from, false, out, None, 0);
+        Processed { fate, entry }
     }
 
     /// One packet and the packets the kernel generates for it (REJECT answers), appending
-    /// egress to `out`. `snapshot`: whether the caller wants the entry as a snapshot.
+    /// egress to `out`. Returns the fate, the id of the packet's entry if it is still present
+    /// (and its snapshot in `entry`, when asked), and the trace.
     #[allow(clippy::too_many_arguments)]
     fn run(
         &mut self,
@@ -691,10 +686,10 @@ impl Netns {
         pkt: Packet,
         from: Ingress,
         traced: bool,
-        snapshot: bool,
         out: &mut Vec<Egress>,
+        entry: Option<&mut Option<CtEntry>>,
         depth: u8,
-    ) -> Run {
+    ) -> (Fate, Option<EntryId>, Option<PacketTrace>) {
         let start = out.len();
         let mut f = Flight::new(pkt, traced, std::mem::take(out));
         let fate = match from {
@@ -709,7 +704,7 @@ impl Netns {
                 self.output(now, &mut f)
             }
         };
-        let (entry, id) = self.entry_after(&f, snapshot);
+        let id = self.entry_after(&f, entry);
         *out = f.out;
         let mut trace = f.trace;
         if let Some(t) = trace.as_mut() {
@@ -717,51 +712,41 @@ impl Netns {
         }
         // Packets the kernel generated (REJECT answers) take the OUTPUT path.
         for g in f.generated {
-            let r = if depth >= MAX_GENERATED_DEPTH {
-                Run {
-                    fate: Fate::Dropped(DropCause::Loop),
-                    entry: None,
-                    id: None,
-                    trace: None,
-                }
+            let gt = if depth >= MAX_GENERATED_DEPTH {
+                None
             } else {
-                self.run(now, g, Ingress::Local, traced, false, out, depth + 1)
+                self.run(now, g, Ingress::Local, traced, out, None, depth + 1)
+                    .2
             };
-            if let (Some(t), Some(gt)) = (trace.as_mut(), r.trace) {
+            if let (Some(t), Some(gt)) = (trace.as_mut(), gt) {
                 t.steps
                     .push(Step::Fate(format!("kernel-generated answer: {g}")));
                 t.steps.extend(gt.steps);
             }
         }
-        Run {
-            fate,
-            entry,
-            id,
-            trace,
-        }
+        (fate, id, trace)
     }
 
-    /// The packet's entry once the pipeline is done: its id if it is still present and, when
-    /// asked, its snapshot. The snapshot the rules' view was read from is still exact when
-    /// the entry was confirmed already (the confirm hook then only delivers events) and is
-    /// still present (no NAT binding or ctmark since: those drop the view).
-    fn entry_after(&self, f: &Flight, snapshot: bool) -> (Option<CtEntry>, Option<EntryId>) {
-        let Some(h) = f.handle else {
-            return (None, None);
+    /// The packet's entry once the pipeline is done: its id if it is still present, and its
+    /// snapshot into `snapshot` when asked. The snapshot the rules' view was read from is
+    /// still exact when the entry was confirmed already (the confirm hook then only delivers
+    /// events) and is still present (no NAT binding or ctmark since: those drop the view).
+    fn entry_after(&self, f: &Flight, snapshot: Option<&mut Option<CtEntry>>) -> Option<EntryId> {
+        let h = f.handle?;
+        let Some(slot) = snapshot else {
+            return self.conntrack.mark(h.id).map(|_| h.id);
         };
-        if !snapshot {
-            return (None, self.conntrack.mark(h.id).map(|_| h.id));
-        }
         if let Some((_, Some(e))) = &f.view {
             if e.id == h.id
                 && e.status.contains(Status::CONFIRMED)
                 && self.conntrack.mark(h.id).is_some()
             {
-                return (Some(*e), Some(h.id));
+                *slot = Some(*e);
+                return Some(h.id);
             }
         }
-        let e = self.conntrack.get(h.id);
-        (e, e.map(|e| e.id))
+        *slot = self.conntrack.get(h.id);
+        slot.map(|e| e.id)
     }
 
     fn step(f: &mut Flight, s: impl FnOnce(&Packet) -> Step) {
@@ -786,33 +771,29 @@ impl Netns {
             return self.dropped(now, f, fate);
         }
         // Routing decision (ip_route_input_noref).
-        match self.routes.lookup(f.pkt.dst) {
-            RouteDecision::Local => {
-                Self::step(f, |p| Step::Route(format!("{} is local: INPUT", p.dst)));
-                self.input(now, f)
-            }
-            RouteDecision::Forward {
-                dev,
-                next_hop,
-                route,
-            } => {
-                Self::step(f, |p| {
-                    Step::Route(format!("{} via route {route}: FORWARD", p.dst))
-                });
-                f.pkt.oif = Some(dev);
-                Self::step(f, |_| Step::Hook(Hook::Forward));
-                for table in [Table::Mangle, Table::Filter] {
-                    if let TableOutcome::Stop(fate) = self.run_table(now, f, table, Hook::Forward) {
-                        return self.dropped(now, f, fate);
-                    }
-                }
-                self.postrouting(now, f, dev, next_hop)
-            }
-            RouteDecision::Unreachable => {
-                Self::step(f, |p| Step::Route(format!("no route to {}", p.dst)));
-                self.dropped(now, f, Fate::Dropped(DropCause::NoRoute))
+        if self.routes.is_local(f.pkt.dst) {
+            Self::step(f, |p| Step::Route(format!("{} is local: INPUT", p.dst)));
+            return self.input(now, f);
+        }
+        let Some(route) = self.routes.route_for(f.pkt.dst) else {
+            Self::step(f, |p| Step::Route(format!("no route to {}", p.dst)));
+            return self.dropped(now, f, Fate::Dropped(DropCause::NoRoute));
+        };
+        let (dev, next_hop) = (route.dev, route.gateway.unwrap_or(f.pkt.dst));
+        if f.trace.is_some() {
+            let route = *route;
+            Self::step(f, |p| {
+                Step::Route(format!("{} via route {route}: FORWARD", p.dst))
+            });
+        }
+        f.pkt.oif = Some(dev);
+        Self::step(f, |_| Step::Hook(Hook::Forward));
+        for table in [Table::Mangle, Table::Filter] {
+            if let TableOutcome::Stop(fate) = self.run_table(now, f, table, Hook::Forward) {
+                return self.dropped(now, f, fate);
             }
         }
+        self.postrouting(now, f, dev, next_hop)
     }
 
     /// INPUT: mangle, filter, nat (SNAT), confirm, deliver.

@@ -455,17 +455,22 @@ impl RoutingTable {
         if self.is_local(dst) {
             return RouteDecision::Local;
         }
-        let found = match dst {
-            IpAddr::V4(v) => self.v4.route(u32::from(v)).map(|i| &self.routes[i]),
-            IpAddr::V6(_) => self.routes.iter().find(|r| r.dst.contains(dst)),
-        };
-        match found {
+        match self.route_for(dst) {
             Some(r) => RouteDecision::Forward {
                 dev: r.dev,
                 next_hop: r.gateway.unwrap_or(dst),
                 route: *r,
             },
             None => RouteDecision::Unreachable,
+        }
+    }
+
+    /// The route to a destination that is not local (longest prefix, then first added).
+    #[inline]
+    pub(crate) fn route_for(&self, dst: IpAddr) -> Option<&Route> {
+        match dst {
+            IpAddr::V4(v) => self.v4.route(u32::from(v)).map(|i| &self.routes[i]),
+            IpAddr::V6(_) => self.routes.iter().find(|r| r.dst.contains(dst)),
         }
     }
 
