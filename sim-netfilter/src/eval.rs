@@ -1709,6 +1709,49 @@ mod memo_tests {
     }
 
     #[test]
+    fn the_memo_stays_bounded() {
+        let addrs = LocalAddrs::new();
+        let mut g = SimRng::derive(1, "stat");
+        let run = |rs: &Ruleset, st: &mut RulesetState, g: &mut SimRng, p: Packet| {
+            let mut c = EvalCtx::new(p, &addrs, SimTime::ZERO, g);
+            rs.run_hook(Table::Filter, Hook::Forward, &mut c, st, None)
+        };
+        let pkt = |i: u32| {
+            let dst = std::net::Ipv4Addr::from(0x0a00_0000 + i);
+            Packet::udp(
+                "10.1.0.1:1000".parse().unwrap(),
+                std::net::SocketAddr::new(dst.into(), 53),
+            )
+        };
+        // A walk bumping 100 counters is walked every time, not remembered.
+        let mut text = String::from("*filter\n:FORWARD ACCEPT [0:0]\n");
+        for _ in 0..100 {
+            text.push_str("-A FORWARD\n");
+        }
+        text.push_str("COMMIT\n");
+        let rs = Ruleset::from_save(&text).unwrap();
+        let mut st = RulesetState::new();
+        run(&rs, &mut st, &mut g, pkt(1));
+        run(&rs, &mut st, &mut g, pkt(1));
+        assert_eq!(st.memo_entries(), 0);
+        let c = st
+            .rule_counters(&rs, Table::Filter, "FORWARD", 100)
+            .unwrap();
+        assert_eq!(c.packets, 2);
+        // Keys beyond the limit start the memo over.
+        let rs = Ruleset::from_save(
+            "*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -d 10.0.0.7/32 -j DROP\nCOMMIT\n",
+        )
+        .unwrap();
+        let mut st = RulesetState::new();
+        for i in 0..(crate::state::MEMO_MAX_ENTRIES as u32 + 10) {
+            let v = run(&rs, &mut st, &mut g, pkt(i));
+            assert_eq!(v.action == Action::Drop, i == 7);
+        }
+        assert_eq!(st.memo_entries(), 10);
+    }
+
+    #[test]
     fn pure_tables_are_remembered_and_impure_ones_are_not() {
         // Pure rulesets are remembered (the property test above is not vacuous)...
         assert!((0..8).map(|s| check(s, false)).sum::<usize>() > 0);

@@ -105,6 +105,14 @@ pub(crate) struct MemoRef {
 /// At most this many outcomes per table and hook; a full memo starts over.
 pub(crate) const MEMO_MAX_ENTRIES: usize = 1024;
 
+/// A walk that bumps more counters than this is not remembered (replaying it would save
+/// little, and it would fill the memo).
+pub(crate) const MEMO_MAX_REFS_PER_WALK: usize = 64;
+
+/// At most this many counters over all outcomes of one table and hook (with
+/// [`MEMO_MAX_ENTRIES`], a memo holds well under a megabyte); a full memo starts over.
+pub(crate) const MEMO_MAX_REFS: usize = 16 * 1024;
+
 /// The outcome of one pure walk.
 #[derive(Clone, Debug)]
 pub(crate) struct MemoEntry {
@@ -259,12 +267,16 @@ impl RulesetState {
         xor: u32,
         refs: &[MemoRef],
     ) {
+        if refs.len() > MEMO_MAX_REFS_PER_WALK {
+            return;
+        }
         if self.memo.len() <= at {
             self.memo.resize_with(at + 1, WalkMemo::default);
         }
         let m = &mut self.memo[at];
         let current = m.program.as_ref().is_some_and(|p| Arc::ptr_eq(p, program));
-        if !current || m.entries.len() >= MEMO_MAX_ENTRIES {
+        let full = m.entries.len() >= MEMO_MAX_ENTRIES || m.refs.len() + refs.len() > MEMO_MAX_REFS;
+        if !current || full {
             m.map.clear();
             m.entries.clear();
             m.refs.clear();
