@@ -6,6 +6,7 @@
 //! - `established` (default): N packets of FLOWS (default 4,096, as the bench) established
 //!   flows (host network → service → DNAT + MASQUERADE, FORWARD through kube-proxy's filter
 //!   chains);
+//! - `established-into`: the same through `process_into` with one reused egress buffer;
 //! - `first`: N first packets of new flows (nat table, DNAT binding, MASQUERADE, confirm).
 //!
 //! No clock here (nfsim never reads one): time the loop with `perf stat` against a run with
@@ -61,6 +62,21 @@ fn established_loop(ns: &mut Netns, flows: &[Packet], n: usize, from: Ingress) {
 }
 
 #[inline(never)]
+fn established_into_loop(ns: &mut Netns, flows: &[Packet], n: usize, from: Ingress) {
+    let mut now = SimTime::ZERO;
+    let mut out = Vec::with_capacity(4);
+    for i in 0..n {
+        if i % flows.len() == flows.len() - 1 {
+            now += SimDuration::from_millis(1);
+        }
+        out.clear();
+        let r = ns.process_into(now, flows[i % flows.len()], from, &mut out);
+        black_box(out.first());
+        black_box(r);
+    }
+}
+
+#[inline(never)]
 fn first_loop(ns: &mut Netns, k: &KubeServices, n: usize, from: Ingress) {
     for i in 0..n {
         let svc = i.wrapping_mul(7919) % SERVICES;
@@ -97,18 +113,22 @@ fn main() {
     let eth0 = Ingress::Interface(IfName::new("eth0").expect("valid interface name"));
     let mut ns = node(&k);
     match mode.as_str() {
-        "established" => {
+        "established" | "established-into" => {
             let flows: Vec<Packet> = (0..flows_n)
                 .map(|i| packet(&k, i * 7, 20_000 + i as u16, 1))
                 .collect();
             for p in &flows {
                 ns.process(SimTime::ZERO, *p, eth0);
             }
-            established_loop(&mut ns, &flows, n, eth0);
+            if mode == "established" {
+                established_loop(&mut ns, &flows, n, eth0);
+            } else {
+                established_into_loop(&mut ns, &flows, n, eth0);
+            }
         }
         "first" => first_loop(&mut ns, &k, n, eth0),
         other => {
-            eprintln!("mode must be `established` or `first`, got {other:?}");
+            eprintln!("mode must be `established`, `established-into` or `first`, got {other:?}");
             std::process::exit(2);
         }
     }
