@@ -45,6 +45,12 @@ impl Index {
         (hash >> (32 - self.bits)) as usize
     }
 
+    /// How many slots the array has.
+    #[inline]
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
     pub(crate) fn heap_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<u64>()
     }
