@@ -5,12 +5,52 @@
 //! - `lookup_refresh_confirm_1m`: the same plus the confirm hook (event delivery).
 //! - `lookup_refresh_hot_1m`: flows picked from 4,096 active ones in the same table (the
 //!   CPU cost without the two cache misses a random pick over 180 MB pays).
+//! - `lookup_refresh_1m_batched`: the packets of `lookup_refresh_1m`, 64 per
+//!   `conntrack_in_many` call (same results as one call each; the reads of 16 packets overlap).
 //! - `create_confirm`: a new flow's first packet: allocation, tracker, confirm (index insert,
-//!   timer), with events on (`nf_conntrack_events=1`, drained in batches) and off.
+//!   timer), with events on (`nf_conntrack_events=1`, drained in batches) and off, one call
+//!   per packet and `_batched` (64 packets per `conntrack_in_many`, then their confirms).
+//!   Each sample fills a fresh table with as many flows as it has iterations, so these
+//!   tables are mostly far smaller than 1M and mostly cache-resident.
+//! - `create_confirm_to_1m(_batched)`: one table filled from empty to 1,000,000 entries
+//!   (events on, drained every 4,096), per entry.
 //! - `expire_1m`: reaping a million entries as their timeouts pass.
 //!
 //! Heap bytes per entry at 1,000,000 entries are computed from the table's capacities
 //! (`Conntrack::heap_bytes`) and printed before the benchmarks run.
+//!
+//! Measured on the 2-core AMD EPYC KVM guest this project runs on, with other builds and
+//! benches running on the other core. Memory there is slow and its speed changes from
+//! minute to minute (a dependent random read of a 256 MB array: 320-470 ns of CPU time
+//! during these runs, 23-50 ns for independent ones), so figures at 1M move by up to 2x
+//! between runs. Per packet, the better of two runs of this code and the other run; then
+//! the range over five earlier runs of nearly the same code; then two runs of the code
+//! before (the commit before "compare tuples as five words"):
+//!
+//! | bench | best (M/s) | other run | earlier runs | before |
+//! | --- | --- | --- | --- | --- |
+//! | `lookup_refresh_1m` | 360 ns (2.8) | 451 ns | 365-567 ns | 360, 648 ns |
+//! | `lookup_refresh_1m_batched` | 212 ns (4.7) | 299 ns | 168-303 ns | — |
+//! | `lookup_refresh_hot_1m` | 118 ns (8.5) | 137 ns | 108-160 ns | 151, 199 ns |
+//! | `lookup_refresh_confirm_1m` | 373 ns (2.7) | 505 ns | 343-767 ns | 391, 913 ns |
+//! | `create_confirm_events_on` | 306 ns (3.3) | 336 ns | 234-327 ns | 294, 300 ns |
+//! | `create_confirm_events_off` | 241 ns (4.1) | 243 ns | 205-249 ns | 219, 280 ns |
+//! | `create_confirm_events_on_batched` | 337 ns (3.0) | 341 ns | 296-436 ns | — |
+//! | `create_confirm_events_off_batched` | 278 ns (3.6) | 317 ns | 239-335 ns | — |
+//! | `create_confirm_to_1m` | 886 ns (1.1) | 972 ns | 785-943 ns | 884 ns (1 run) |
+//! | `create_confirm_to_1m_batched` | 778 ns (1.3) | 856 ns | 609-766 ns | — |
+//! | `expire_1m` | 605 ns (1.7) | 608 ns | 593-659 ns | 660, 678 ns |
+//!
+//! Heap: 184.5 bytes per entry at 1M (unchanged). Run-to-run noise hides much of the
+//! single-call gain at 1M; measured instead as CPU time with the old and the new crate
+//! alternating in one process (5 rounds of 4M calls each, min / median): random
+//! lookup+refresh 658 / 697 ns before, 301 / 414 ns after; hot 172 / 197 → 83 / 98 ns;
+//! with confirm 741 / 752 → 360 / 455 ns; batched 183-238 ns. The `hotloop` example (4,096
+//! flows, small table): 52-58 ns before, 27 ns after. Instructions per lookup+refresh
+//! (callgrind): 350 before, 185 after. What is left at 1M is memory: a lookup reads an
+//! index line and then an entry line, each a cache and TLB miss (4 KiB pages; run with
+//! `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, which gives the table transparent huge pages,
+//! random lookups took about a third less CPU time).
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use sim_conntrack::{Conntrack, CtVerdict, Sysctls};
 use sim_core::{Packet, SimDuration, SimRng, SimTime};
