@@ -11,7 +11,7 @@
 //! walk) never uses this; a property test checks both agree.
 
 use crate::rule::*;
-use crate::ruleset::TableData;
+use crate::ruleset::{Chain, TableData};
 use crate::types::PortRange;
 
 pub(crate) const SRC_INV: u16 = 1 << 0;
@@ -163,78 +163,105 @@ pub(crate) struct MemoSpec {
     pub oif: bool,
 }
 
-/// The [`MemoSpec`] of a walk from built-in chain `base`, or `None` if the walk is not pure.
-fn memo_spec(td: &TableData, base: u32) -> Option<MemoSpec> {
+impl MemoSpec {
+    fn merge(&mut self, o: &MemoSpec) {
+        self.smask |= o.smask;
+        self.dmask |= o.dmask;
+        self.mark |= o.mark;
+        self.proto |= o.proto;
+        self.ports |= o.ports;
+        self.sport |= o.sport;
+        self.dport |= o.dport;
+        self.sctp |= o.sctp;
+        self.tcp_flags |= o.tcp_flags;
+        self.icmp |= o.icmp;
+        self.ct |= o.ct;
+        self.iif |= o.iif;
+        self.oif |= o.oif;
+    }
+}
+
+/// Adds what rule `r` reads of the packet to `spec`; false if the rule makes a walk impure
+/// (see [`MemoSpec`]).
+fn rule_features(r: &Rule, spec: &mut MemoSpec) -> bool {
+    let ip = &r.ip;
+    if let Some(n) = ip.src {
+        spec.smask |= n.mask;
+    }
+    if let Some(n) = ip.dst {
+        spec.dmask |= n.mask;
+    }
+    spec.proto |= ip.proto != 0;
+    spec.iif |= ip.iif.is_some();
+    spec.oif |= ip.oif.is_some();
+    for m in &r.matches {
+        match m {
+            Match::Comment(_) => {}
+            Match::Tcp(t) => {
+                spec.ports = true;
+                spec.sport |= t.sport != PortRange::ALL;
+                spec.dport |= t.dport != PortRange::ALL;
+                spec.tcp_flags |= t.flags.is_some();
+            }
+            Match::Udp(p) | Match::Sctp(p) => {
+                spec.ports = true;
+                spec.sport |= p.sport != PortRange::ALL;
+                spec.dport |= p.dport != PortRange::ALL;
+                spec.sctp |= matches!(m, Match::Sctp(_));
+            }
+            Match::Multiport(_) => {
+                spec.ports = true;
+                spec.sport = true;
+                spec.dport = true;
+            }
+            Match::Icmp(_) => spec.icmp = true,
+            Match::Mark(mk) => spec.mark |= mk.mask,
+            Match::Conntrack(_) => match compile_match(m, 0) {
+                Some(CMatch::State { .. }) => spec.ct = true,
+                _ => return false,
+            },
+            Match::Statistic(_) | Match::Addrtype(_) | Match::Recent(_) | Match::Nfacct(_) => {
+                return false
+            }
+        }
+    }
+    match &r.target {
+        Target::None
+        | Target::Accept
+        | Target::Drop
+        | Target::Return
+        | Target::Jump(_)
+        | Target::Goto(_)
+        | Target::Reject(_)
+        | Target::Dnat(_)
+        | Target::Snat(_)
+        | Target::Masquerade(_)
+        | Target::Redirect(_)
+        | Target::Mark { .. }
+        | Target::Log(_)
+        | Target::Trace => true,
+        Target::Connmark(_) | Target::Ct { .. } => false,
+    }
+}
+
+/// The [`MemoSpec`] of a walk from built-in chain `base`: the union of the chains it can
+/// reach (`chains[id]`: the chain's own features, `None` if impure; `targets(id)`: the chains
+/// it jumps or goes to), `None` if any of them is impure.
+fn hook_spec<'a>(
+    base: u32,
+    chains: &[Option<MemoSpec>],
+    targets: impl Fn(usize) -> &'a [u32],
+) -> Option<MemoSpec> {
     let mut spec = MemoSpec::default();
-    let mut seen = vec![false; td.chains.len()];
+    let mut seen = vec![false; chains.len()];
     let mut todo = vec![base];
     while let Some(id) = todo.pop() {
-        if std::mem::replace(seen.get_mut(id as usize)?, true) {
+        let id = id as usize;
+        if std::mem::replace(seen.get_mut(id)?, true) {
             continue;
         }
-        let Some(Some(chain)) = td.chains.get(id as usize) else {
-            return None;
-        };
-        for r in &chain.rules {
-            let ip = &r.ip;
-            if let Some(n) = ip.src {
-                spec.smask |= n.mask;
-            }
-            if let Some(n) = ip.dst {
-                spec.dmask |= n.mask;
-            }
-            spec.proto |= ip.proto != 0;
-            spec.iif |= ip.iif.is_some();
-            spec.oif |= ip.oif.is_some();
-            for m in &r.matches {
-                match m {
-                    Match::Comment(_) => {}
-                    Match::Tcp(t) => {
-                        spec.ports = true;
-                        spec.sport |= t.sport != PortRange::ALL;
-                        spec.dport |= t.dport != PortRange::ALL;
-                        spec.tcp_flags |= t.flags.is_some();
-                    }
-                    Match::Udp(p) | Match::Sctp(p) => {
-                        spec.ports = true;
-                        spec.sport |= p.sport != PortRange::ALL;
-                        spec.dport |= p.dport != PortRange::ALL;
-                        spec.sctp |= matches!(m, Match::Sctp(_));
-                    }
-                    Match::Multiport(_) => {
-                        spec.ports = true;
-                        spec.sport = true;
-                        spec.dport = true;
-                    }
-                    Match::Icmp(_) => spec.icmp = true,
-                    Match::Mark(mk) => spec.mark |= mk.mask,
-                    Match::Conntrack(_) => match compile_match(m, 0) {
-                        Some(CMatch::State { .. }) => spec.ct = true,
-                        _ => return None,
-                    },
-                    Match::Statistic(_)
-                    | Match::Addrtype(_)
-                    | Match::Recent(_)
-                    | Match::Nfacct(_) => return None,
-                }
-            }
-            match &r.target {
-                Target::Jump(c) | Target::Goto(c) => todo.push(c.id.idx),
-                Target::None
-                | Target::Accept
-                | Target::Drop
-                | Target::Return
-                | Target::Reject(_)
-                | Target::Dnat(_)
-                | Target::Snat(_)
-                | Target::Masquerade(_)
-                | Target::Redirect(_)
-                | Target::Mark { .. }
-                | Target::Log(_)
-                | Target::Trace => {}
-                Target::Connmark(_) | Target::Ct { .. } => return None,
-            }
-        }
+        spec.merge(chains.get(id)?.as_ref()?);
+        todo.extend_from_slice(targets(id));
     }
     Some(spec)
 }
@@ -302,38 +329,10 @@ fn compile_match(m: &Match, idx: usize) -> Option<CMatch> {
     })
 }
 
-/// The order chains are laid out in: depth first from the built-in chains, in hook order,
-/// following jumps and gotos in rule order, then any chain nothing reaches. A service's
-/// `KUBE-SVC-…` chain then sits next to its `KUBE-SEP-…` chains, so a new flow's walk touches
-/// neighbouring cache lines instead of chains scattered in name order.
-fn layout(td: &TableData) -> Vec<usize> {
-    let n = td.chains.len();
-    let mut order = Vec::with_capacity(n);
-    let mut placed = vec![false; n];
-    let mut stack: Vec<usize> = Vec::new();
-    let roots = td.builtin.iter().flatten().map(|&b| b as usize);
-    for root in roots.chain(0..n) {
-        stack.push(root);
-        while let Some(id) = stack.pop() {
-            if id >= n || placed[id] {
-                continue;
-            }
-            placed[id] = true;
-            order.push(id);
-            if let Some(c) = &td.chains[id] {
-                // Pushed in reverse so that the first target is laid out first.
-                for r in c.rules.iter().rev() {
-                    if let Target::Jump(t) | Target::Goto(t) = &r.target {
-                        stack.push(t.id.idx as usize);
-                    }
-                }
-            }
-        }
-    }
-    order
-}
-
-/// Flattens `td` (whose jumps are resolved).
+/// Flattens `td` (whose jumps are resolved), in one pass over its rules in chain-id order
+/// (the order they were parsed in, so the pass reads memory mostly in sequence). The same
+/// pass collects each chain's [`MemoSpec`] features and jump targets, from which each hook's
+/// spec follows.
 pub(crate) fn compile(td: &TableData) -> Program {
     let n = td.chains.len();
     let mut p = Program {
@@ -343,85 +342,24 @@ pub(crate) fn compile(td: &TableData) -> Program {
         spans: vec![Span::default(); n],
         memo: [None; 5],
     };
-    for id in layout(td) {
-        let Some(c) = &td.chains[id] else { continue };
-        let start = p.rules.len() as u32;
-        for (pos, r) in c.rules.iter().enumerate() {
-            let ip = &r.ip;
-            let mut flags = 0;
-            if ip.src_inv {
-                flags |= SRC_INV;
-            }
-            if ip.dst_inv {
-                flags |= DST_INV;
-            }
-            if ip.proto_inv {
-                flags |= PROTO_INV;
-            }
-            if ip.iif.is_some() || ip.oif.is_some() || ip.frag.is_some() {
-                flags |= SLOW_IP;
-            }
-            if ip.src.is_some() {
-                flags |= HAS_SRC;
-            }
-            if ip.dst.is_some() {
-                flags |= HAS_DST;
-            }
-            if ip.proto != 0 {
-                flags |= HAS_PROTO;
-            }
-            let mut compiled = r
-                .matches
-                .iter()
-                .enumerate()
-                .filter_map(|(i, m)| compile_match(m, i));
-            let first = compiled.next().unwrap_or(CMatch::Always);
-            let match_start = p.matches.len() as u32;
-            p.matches.extend(compiled);
-            let target = match &r.target {
-                Target::None => CTarget::None,
-                Target::Accept => CTarget::Accept,
-                Target::Drop => CTarget::Drop,
-                Target::Return => CTarget::Return,
-                Target::Jump(c) => CTarget::Jump(c.id.idx),
-                Target::Goto(c) => CTarget::Goto(c.id.idx),
-                Target::Mark { value, mask } => CTarget::Mark {
-                    value: *value,
-                    mask: *mask,
-                },
-                other => {
-                    p.others.push(other.clone());
-                    CTarget::Other((p.others.len() - 1) as u32)
-                }
-            };
-            let (src, smask) = ip.src.map(|n| (n.addr, n.mask)).unwrap_or((0, 0));
-            let (dst, dmask) = ip.dst.map(|n| (n.addr, n.mask)).unwrap_or((0, 0));
-            p.rules.push(CRule {
-                first,
-                src,
-                smask,
-                dst,
-                dmask,
-                slot_uid: r.slot.uid,
-                slot_idx: r.slot.idx,
-                match_start,
-                nmatch: (p.matches.len() as u32 - match_start) as u16,
-                flags,
-                proto: ip.proto,
-                target,
-                chain: id as u32,
-                pos: pos as u32,
-            });
-        }
-        p.spans[id] = Span {
-            start,
-            end: p.rules.len() as u32,
-            indexed: c.index.is_some(),
-        };
+    // Per chain: its own features (None: impure) and its targets, `edges[edge_at[id]..]`.
+    let mut features: Vec<Option<MemoSpec>> = vec![None; n];
+    let mut edge_at: Vec<(u32, u32)> = vec![(0, 0); n];
+    let mut edges: Vec<u32> = Vec::new();
+    for (id, c) in td.chains.iter().enumerate() {
+        let Some(c) = c else { continue };
+        let first_edge = edges.len() as u32;
+        let mut spec = Some(MemoSpec::default());
+        compile_chain(&mut p, id, c, &mut spec, &mut edges);
+        features[id] = spec;
+        edge_at[id] = (first_edge, edges.len() as u32);
     }
     for (hook, base) in td.builtin.iter().enumerate() {
         if let Some(base) = base {
-            p.memo[hook] = memo_spec(td, *base);
+            p.memo[hook] = hook_spec(*base, &features, |id| {
+                let (a, b) = edge_at[id];
+                &edges[a as usize..b as usize]
+            });
         }
     }
     for r in &mut p.rules {
@@ -433,4 +371,96 @@ pub(crate) fn compile(td: &TableData) -> Program {
         }
     }
     p
+}
+
+/// Appends chain `id`'s compiled rules to `p`, adds their features to `spec` (`None` once one
+/// is impure) and their jump and goto targets to `edges`.
+fn compile_chain(
+    p: &mut Program,
+    id: usize,
+    c: &Chain,
+    spec: &mut Option<MemoSpec>,
+    edges: &mut Vec<u32>,
+) {
+    let start = p.rules.len() as u32;
+    for (pos, r) in c.rules.iter().enumerate() {
+        if let Some(s) = spec {
+            if !rule_features(r, s) {
+                *spec = None;
+            }
+        }
+        if let Target::Jump(t) | Target::Goto(t) = &r.target {
+            edges.push(t.id.idx);
+        }
+        let ip = &r.ip;
+        let mut flags = 0;
+        if ip.src_inv {
+            flags |= SRC_INV;
+        }
+        if ip.dst_inv {
+            flags |= DST_INV;
+        }
+        if ip.proto_inv {
+            flags |= PROTO_INV;
+        }
+        if ip.iif.is_some() || ip.oif.is_some() || ip.frag.is_some() {
+            flags |= SLOW_IP;
+        }
+        if ip.src.is_some() {
+            flags |= HAS_SRC;
+        }
+        if ip.dst.is_some() {
+            flags |= HAS_DST;
+        }
+        if ip.proto != 0 {
+            flags |= HAS_PROTO;
+        }
+        let mut compiled = r
+            .matches
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| compile_match(m, i));
+        let first = compiled.next().unwrap_or(CMatch::Always);
+        let match_start = p.matches.len() as u32;
+        p.matches.extend(compiled);
+        let target = match &r.target {
+            Target::None => CTarget::None,
+            Target::Accept => CTarget::Accept,
+            Target::Drop => CTarget::Drop,
+            Target::Return => CTarget::Return,
+            Target::Jump(c) => CTarget::Jump(c.id.idx),
+            Target::Goto(c) => CTarget::Goto(c.id.idx),
+            Target::Mark { value, mask } => CTarget::Mark {
+                value: *value,
+                mask: *mask,
+            },
+            other => {
+                p.others.push(other.clone());
+                CTarget::Other((p.others.len() - 1) as u32)
+            }
+        };
+        let (src, smask) = ip.src.map(|n| (n.addr, n.mask)).unwrap_or((0, 0));
+        let (dst, dmask) = ip.dst.map(|n| (n.addr, n.mask)).unwrap_or((0, 0));
+        p.rules.push(CRule {
+            first,
+            src,
+            smask,
+            dst,
+            dmask,
+            slot_uid: r.slot.uid,
+            slot_idx: r.slot.idx,
+            match_start,
+            nmatch: (p.matches.len() as u32 - match_start) as u16,
+            flags,
+            proto: ip.proto,
+            target,
+            chain: id as u32,
+            pos: pos as u32,
+        });
+    }
+    p.spans[id] = Span {
+        start,
+        end: p.rules.len() as u32,
+        indexed: c.index.is_some(),
+    };
 }
