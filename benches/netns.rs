@@ -7,16 +7,17 @@
 //! the full first packet here also sets up NAT and confirms an entry in a table that grows by
 //! one entry per iteration, to a million and more).
 //!
-//! Measured on the shared 2-core development machine (load average 2–4, 10–25 % steal; two
-//! rounds each, `cargo bench --bench netns -- netns/`), before and after the pipeline work
-//! of issue #3 (one conntrack snapshot per packet, remembered pure walks, compiled-walk
-//! tightening, longest-prefix route index) and the conntrack work done alongside it:
+//! Measured on the shared 2-core development machine (load average 1–4, 10–25 % steal; four
+//! rounds of `cargo bench --bench netns -- netns/`, next to rounds of the code before), before
+//! and after the pipeline work of issue #3 (one conntrack snapshot per packet, remembered pure
+//! walks, compiled-walk tightening, longest-prefix route index) and the conntrack work done
+//! alongside it:
 //!
 //! | benchmark | before | after |
 //! |---|---|---|
-//! | `established_10k_services` (`process`) | 409–707 ns (490–755 earlier) | 329–384 ns |
-//! | `established_10k_services_into` (`process_into`, one reused buffer) | — | 302–415 ns |
-//! | `first_packet_10k_services` | 6.1–8.9 µs | 6.7–7.2 µs |
+//! | `established_10k_services` (`process`) | 395–707 ns (490–755 earlier) | 319–498 ns; 319 ns (3.1 M/s) when quiet |
+//! | `established_10k_services_into` (`process_into`, one reused buffer) | — | 302–447 ns |
+//! | `first_packet_10k_services` | 5.8–8.9 µs | 5.8–7.2 µs |
 //!
 //! The spread is the machine's, not the code's: instruction counts (callgrind over the
 //! `netns_hot` example, which loops the same packets) are exact. An established packet took
