@@ -4,21 +4,19 @@
 //! 100 / 1000 / 10000 / 1000). Peak memory (VmHWM) is printed after the run.
 //!
 //! Every node is a real `Netns` holding kube-proxy's rules (about 43,000 lines of restore
-//! text at full size). One kube-proxy instance renders for all nodes (one cluster CIDR), but
-//! each node parses and holds its own copy of the payload, at start and at the hourly full
-//! resync, and that restore is where the time of the big run goes. Measured on the 2-core
-//! development machine (release, one core):
+//! text at full size). One kube-proxy instance renders for all nodes (one cluster CIDR) and
+//! its payload is parsed and compiled once per sync: the other nodes take that outcome
+//! through the group's `RestoreMemo` (their rulesets have the same lineage) and share its
+//! chains. Measured on the 2-core development machine (release, one core):
 //!
 //! | nodes / Services / endpoints / clients | wall | peak RSS |
 //! |---|---|---|
-//! | incident scenario, 1 h | 1.1–1.9 ms | |
-//! | 10 / 100 / 1,000 / 100 | 0.47 s | 42 MiB |
-//! | 30 / 300 / 3,000 / 300 | 2.8 s | 235 MiB |
-//! | 50 / 500 / 5,000 / 500 | 6.5 s | 575 MiB |
-//! | 100 / 1,000 / 10,000 / 1,000 | 26–33 s | 2,170 MiB |
+//! | incident scenario, 1 h | 1.5–2.1 ms | |
+//! | 100 / 1,000 / 10,000 / 1,000 | 2.4–2.9 s | 257 MiB |
 //!
-//! At full size about 83 % of the time is `Netns::restore` (200 restores of the 43,000-line
-//! payload, about 0.12 s each) and 8 % is packets (959,100 events).
+//! Before the memo each node re-parsed the payload at start and at the hourly full resync:
+//! 26–33 s and 2,170 MiB at full size, 83 % of it in `Netns::restore`. What remains is
+//! packets (959,100 events), the two real restores and the per-node clone of each outcome.
 use criterion::{criterion_group, criterion_main, Criterion};
 use nfsim::cluster::sim::{RunOptions, Simulation};
 use nfsim::scenario::{load_file, load_str};
