@@ -1420,27 +1420,9 @@ impl Ruleset {
                     out.action = Action::Drop;
                     return out;
                 }
-                CTarget::Return => match sp.checked_sub(1) {
-                    None => {
-                        if let Some(r) = rec.as_deref_mut() {
-                            r.refs.push(MemoRef {
-                                bind: td.chain(base).policy_slot,
-                                pos: MEMO_POLICY,
-                            });
-                        }
-                        return self.policy(td, base, Table::Filter, state, pk, out, None);
-                    }
-                    Some(top) => {
-                        sp = top;
-                        let (c, p) = stack[top];
-                        chain = c;
-                        let span = prog.spans[c as usize];
-                        start = span.start as usize;
-                        end = span.end as usize;
-                        indexed = span.indexed;
-                        pos = p as usize;
-                    }
-                },
+                // RETURN is falling off the end of the chain: the top of the loop pops the
+                // stack, or applies the built-in chain's policy.
+                CTarget::Return => pos = end,
                 CTarget::Jump(c) | CTarget::Goto(c) => {
                     if matches!(cr.target, CTarget::Jump(_)) {
                         if sp >= MAX_DEPTH {

@@ -141,10 +141,10 @@ pub(crate) struct WalkMemo {
     last: Option<(MemoKey, u32)>,
 }
 
-/// Bumps the counters of slot `b` (first setting them from `init` if the slot now belongs
-/// to another rule).
+/// The state of slot `b`, grown into and started afresh from `init` when the slot now
+/// belongs to another rule (its uid differs).
 #[inline]
-fn bump(slots: &mut Vec<SlotState>, b: Bind, init: impl FnOnce() -> Counters, len: u64) {
+fn slot_in(slots: &mut Vec<SlotState>, b: Bind, init: impl FnOnce() -> Counters) -> &mut SlotState {
     let i = b.idx as usize;
     if i >= slots.len() {
         let n = (i + 1).max(slots.len() * 2).max(64);
@@ -159,6 +159,14 @@ fn bump(slots: &mut Vec<SlotState>, b: Bind, init: impl FnOnce() -> Counters, le
             bytes: c.bytes,
         };
     }
+    s
+}
+
+/// Bumps the counters of slot `b` (first setting them from `init` if the slot now belongs
+/// to another rule).
+#[inline]
+fn bump(slots: &mut Vec<SlotState>, b: Bind, init: impl FnOnce() -> Counters, len: u64) {
+    let s = slot_in(slots, b, init);
     s.packets += 1;
     s.bytes += len;
 }
@@ -174,39 +182,12 @@ impl RulesetState {
 
     #[inline]
     pub(crate) fn slot(&mut self, b: Bind, init: Counters) -> &mut SlotState {
-        let i = b.idx as usize;
-        if i >= self.slots.len() {
-            let n = (i + 1).max(self.slots.len() * 2).max(64);
-            self.slots.resize(n, SlotState::default());
-        }
-        let s = &mut self.slots[i];
-        if s.uid != b.uid {
-            *s = SlotState {
-                uid: b.uid,
-                packets: init.packets,
-                bytes: init.bytes,
-            };
-        }
-        s
+        slot_in(&mut self.slots, b, || init)
     }
 
     #[inline]
     pub(crate) fn slot_lazy(&mut self, b: Bind, init: impl FnOnce() -> Counters) -> &mut SlotState {
-        let i = b.idx as usize;
-        if i >= self.slots.len() {
-            let n = (i + 1).max(self.slots.len() * 2).max(64);
-            self.slots.resize(n, SlotState::default());
-        }
-        let s = &mut self.slots[i];
-        if s.uid != b.uid {
-            let c = init();
-            *s = SlotState {
-                uid: b.uid,
-                packets: c.packets,
-                bytes: c.bytes,
-            };
-        }
-        s
+        slot_in(&mut self.slots, b, init)
     }
 
     /// Replays the remembered outcome of a pure walk of `td` (from built-in chain `base`)
