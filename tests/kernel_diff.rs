@@ -436,6 +436,15 @@ fn diff_counters(kernel: &[String], sim: &[String], bytes: bool) -> Vec<String> 
     diffs
 }
 
+/// Asserts that the kernel's `iptables-save -c` nat table (the run's `counters` step) and
+/// nfsim's are the same, packet and byte counts included; returns the kernel's lines.
+fn assert_same_nat_counters(run: &LabRun, sim: &Sim) -> Vec<String> {
+    let k = save_table(&run.output("counters").stdout, "nat");
+    let d = diff_counters(&k, &sim.save_table("nat"), true);
+    assert!(d.is_empty(), "nat counters differ:\n{}", d.join("\n"));
+    k
+}
+
 fn show(entries: &[CtEntry]) -> String {
     entries
         .iter()
@@ -605,9 +614,7 @@ fn udp_through_output_dnat_matches_the_kernel() {
     same_events(&run.event_lines(), &sim.events);
     assert_eq!(sim.events.len(), 3, "NEW, UPDATE (reply), UPDATE [ASSURED]");
 
-    let k = save_table(&run.output("counters").stdout, "nat");
-    let d = diff_counters(&k, &sim.save_table("nat"), true);
-    assert!(d.is_empty(), "nat counters differ:\n{}", d.join("\n"));
+    assert_same_nat_counters(&run, &sim);
 }
 
 /// Case 2: a TCP connection through the DNAT, and one to a service whose endpoint does not
@@ -701,9 +708,7 @@ fn tcp_through_dnat_matches_the_kernel() {
 
     same_events(&run.event_lines(), &sim.events);
 
-    let k = save_table(&run.output("counters").stdout, "nat");
-    let d = diff_counters(&k, &sim.save_table("nat"), true);
-    assert!(d.is_empty(), "nat counters differ:\n{}", d.join("\n"));
+    assert_same_nat_counters(&run, &sim);
 }
 
 /// `e` with the reply tuple's destination port hidden, after checking it is a remapped one
@@ -823,9 +828,7 @@ fn snat_and_implicit_port_remap_match_the_kernel() {
     let k_ev: Vec<&str> = k_ev.iter().map(String::as_str).collect();
     same_events(&k_ev, &s_ev);
 
-    let k = save_table(&run.output("counters").stdout, "nat");
-    let d = diff_counters(&k, &sim.save_table("nat"), true);
-    assert!(d.is_empty(), "nat counters differ:\n{}", d.join("\n"));
+    assert_same_nat_counters(&run, &sim);
 }
 
 /// Case 3b: MASQUERADE of locally generated traffic leaving by `lo`. The kernel drops it:
@@ -874,9 +877,7 @@ fn masquerade_out_of_lo_matches_the_kernel() {
     );
     assert!(sim.list(at(run.step("entries").at_ms)).is_empty());
     assert!(sim.events.is_empty(), "{:?}", sim.events);
-    let k = save_table(&run.output("counters").stdout, "nat");
-    let d = diff_counters(&k, &sim.save_table("nat"), true);
-    assert!(d.is_empty(), "nat counters differ:\n{}", d.join("\n"));
+    assert_same_nat_counters(&run, &sim);
 }
 
 /// Case 4: after a mix of flows (two UDP flows through the service, one of them with three
@@ -941,10 +942,7 @@ fn nat_counters_match_the_kernel() {
     }
     assert_eq!(conn.server, Some(sa("127.0.0.2:8080")));
 
-    let k = save_table(&run.output("counters").stdout, "nat");
-    let s = sim.save_table("nat");
-    let d = diff_counters(&k, &s, true);
-    assert!(d.is_empty(), "nat counters differ:\n{}", d.join("\n"));
+    let k = assert_same_nat_counters(&run, &sim);
     // Not vacuous: the kernel's DNAT rules counted one packet per flow.
     let hits = |needle: &str| {
         k.iter()

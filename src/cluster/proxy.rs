@@ -24,11 +24,11 @@
 //! A user-supplied cleanup ([`CleanupFactory`]) always gets one kube-proxy per node.
 
 use crate::k8s::Service;
-use crate::kubeproxy::ct_adapter::to_filter;
+use crate::kubeproxy::ct_adapter::{from_entry, to_filter};
 use crate::kubeproxy::model::service_ports;
 use crate::kubeproxy::{
-    CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry, CtFilter, CtTuple, JumpRule, KubeProxy,
-    Latest, NoCleanup, ProxierConfig, SyncOutput, Table as KpTable, V131, V132, V133,
+    CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry, CtFilter, JumpRule, KubeProxy, Latest,
+    NoCleanup, ProxierConfig, SyncOutput, Table as KpTable, V131, V132, V133,
 };
 use crate::scenario::model::Release;
 use sim_conntrack::Conntrack;
@@ -171,26 +171,12 @@ impl<'a> NodesConntrack<'a> {
     }
 }
 
-fn kp_entry(e: &sim_conntrack::CtEntry) -> CtEntry {
-    let t = |t: &sim_conntrack::Tuple| CtTuple {
-        src: t.src,
-        dst: t.dst,
-        sport: t.sport,
-        dport: t.dport,
-    };
-    CtEntry {
-        proto: e.proto(),
-        orig: t(&e.orig),
-        reply: t(&e.reply),
-    }
-}
-
 impl ConntrackOps for NodesConntrack<'_> {
     fn list(&mut self, filter: &CtFilter) -> Vec<CtEntry> {
         let f = to_filter(filter);
         let mut out = Vec::new();
         for (_, t) in &self.tables {
-            out.extend(t.list(self.now, &f).iter().map(kp_entry));
+            out.extend(t.list(self.now, &f).iter().map(from_entry));
         }
         out
     }

@@ -45,7 +45,8 @@ pub fn to_filter(f: &CtFilter) -> Filter {
     }
 }
 
-fn from_entry(e: &sim_conntrack::CtEntry) -> CtEntry {
+/// kube-proxy's view of a sim-conntrack entry (protocol and both tuples).
+pub fn from_entry(e: &sim_conntrack::CtEntry) -> CtEntry {
     let t = |t: &sim_conntrack::Tuple| CtTuple {
         src: t.src,
         dst: t.dst,
