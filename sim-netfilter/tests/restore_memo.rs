@@ -80,6 +80,24 @@ fn different_starting_content_or_options_are_not_taken_from_the_memo() {
     assert!(save(&a).contains(":KUBE-POSTROUTING - [0:0]"));
     assert_eq!(memo.misses(), 3);
 
+    // Every kind of change is part of the lineage: the index switch (commits build indexes
+    // only when it is on) and nfacct objects (rules can only use live ones).
+    let mut unindexed = node();
+    unindexed.set_indexing(false);
+    assert_ne!(unindexed.lineage(), node().lineage());
+    let mut deleted = node();
+    deleted.nfacct_del("packets-total").unwrap();
+    assert_ne!(deleted.lineage(), node().lineage());
+    let mut added = node();
+    added.nfacct_add("other").unwrap();
+    assert_ne!(added.lineage(), node().lineage());
+    memo.restore(&mut unindexed, PAYLOAD, &NOFLUSH).unwrap();
+    assert!(!unindexed
+        .chain(sim_netfilter::Table::Nat, "KUBE-SERVICES")
+        .unwrap()
+        .is_indexed());
+    assert_eq!(memo.misses(), 4);
+
     // A later change on one node makes its lineage its own.
     a.command(sim_netfilter::Table::Nat, "-A KUBE-POSTROUTING -j RETURN")
         .unwrap();
