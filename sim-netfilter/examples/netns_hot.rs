@@ -5,14 +5,14 @@
 //!
 //! - `established` (default): N packets of FLOWS (default 4,096, as the bench) established
 //!   flows (host network → service → DNAT + MASQUERADE, FORWARD through kube-proxy's filter
-//!   chains);
+//!   chains; each flow's first packet was answered, so they are ctstate ESTABLISHED);
 //! - `established-into`: the same through `process_into` with one reused egress buffer;
 //! - `first`: N first packets of new flows (nat table, DNAT binding, MASQUERADE, confirm).
 //!
 //! No clock here (nfsim never reads one): time the loop with `perf stat` against a run with
 //! N = 0 (the setup alone), or profile it with `perf record -g`.
 use sim_core::{IfName, Packet, SimDuration, SimTime, TcpFlags};
-use sim_netfilter::netns::{Ingress, Netns, NetnsConfig, Prefix};
+use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig, Prefix};
 use sim_netfilter::synth::KubeServices;
 use std::hint::black_box;
 use std::net::{IpAddr, SocketAddr};
@@ -45,6 +45,27 @@ fn packet(k: &KubeServices, i: usize, sport: u16, client: u8) -> Packet {
         Packet::udp(src, dst)
     } else {
         Packet::tcp(src, dst, TcpFlags::ACK)
+    }
+}
+
+/// Sends `p`, the first packet of its flow, and the endpoint's answer back through the node,
+/// so that the flow is ESTABLISHED (its entry has seen a reply), as in `benches/netns.rs`.
+fn establish(ns: &mut Netns, p: Packet, from: Ingress) {
+    let r = ns.process(SimTime::ZERO, p, from);
+    let Some(Egress::Transmit { dev, packet, .. }) = r.out.first().copied() else {
+        eprintln!("the first packet of {p} was not forwarded: {:?}", r.fate);
+        std::process::exit(1);
+    };
+    let mut reply = packet;
+    (reply.src, reply.dst) = (packet.dst, packet.src);
+    if let (Some(s), Some(d)) = (packet.sport(), packet.dport()) {
+        reply.set_sport(d);
+        reply.set_dport(s);
+    }
+    let back = ns.process(SimTime::ZERO, reply, Ingress::Interface(dev));
+    if !matches!(back.out.first(), Some(Egress::Transmit { packet, .. }) if packet.dst == p.src) {
+        eprintln!("the reply to {p} did not come back: {:?}", back.fate);
+        std::process::exit(1);
     }
 }
 
@@ -118,7 +139,7 @@ fn main() {
                 .map(|i| packet(&k, i * 7, 20_000 + i as u16, 1))
                 .collect();
             for p in &flows {
-                ns.process(SimTime::ZERO, *p, eth0);
+                establish(&mut ns, *p, eth0);
             }
             if mode == "established" {
                 established_loop(&mut ns, &flows, n, eth0);
