@@ -1,6 +1,6 @@
 //! What an entry is made of and how conntrack-tools prints it.
 
-use crate::tuple::{ct_proto_name, Dir, Tuple};
+use crate::tuple::{ct_proto_name, Dir, Tuple, TupleV4};
 use sim_core::packet::IPPROTO_TCP;
 use sim_core::{SimDuration, SimTime};
 use std::fmt;
@@ -279,6 +279,24 @@ impl CtEntry {
         }
         Ok(())
     }
+}
+
+/// What rules read of an entry, without a snapshot of it: what `-m conntrack`
+/// (`--ctstatus`, `--ctorigsrc` …, `--ctexpire`) and `-m connmark` look at. Built in place
+/// by [`crate::Conntrack::rule_view`]; every field equals the one of
+/// [`crate::Conntrack::get`]'s [`CtEntry`] (tuples through [`TupleV4::from_tuple`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuleView {
+    /// Status bits.
+    pub status: Status,
+    /// The connection mark (`ctmark`).
+    pub mark: u32,
+    /// When it times out, exactly as [`CtEntry::expiry`].
+    pub expiry: Expiry,
+    /// The original-direction tuple.
+    pub orig: TupleV4,
+    /// The reply-direction tuple.
+    pub reply: TupleV4,
 }
 
 /// `Display` adapter of [`CtEntry::list_line`].

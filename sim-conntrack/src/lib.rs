@@ -48,7 +48,7 @@ pub mod tuple;
 
 pub use config::{SysctlError, Sysctls};
 pub use entry::{
-    deleted_summary, shown_summary, CtEntry, EntryId, Expiry, ListLine, Status, TcpState,
+    deleted_summary, shown_summary, CtEntry, EntryId, Expiry, ListLine, RuleView, Status, TcpState,
 };
 pub use event::{CtEvent, DestroyCause, EventKind, Stats};
 pub use filter::{AddrMatch, Filter, FilterError};
@@ -57,4 +57,4 @@ pub use table::{
     ConfirmError, Conntrack, CtHandle, CtInfo, CtVerdict, DropReason, InvalidReason, BATCH,
 };
 pub use track::tcp_transition;
-pub use tuple::{Dir, Tuple};
+pub use tuple::{Dir, Tuple, TupleV4};

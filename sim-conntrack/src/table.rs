@@ -2,7 +2,7 @@
 //! early drop, confirmation, expiry, events, and the list/delete API.
 
 use crate::config::Sysctls;
-use crate::entry::{CtEntry, EntryId, Expiry, Status, TcpState};
+use crate::entry::{CtEntry, EntryId, Expiry, RuleView, Status, TcpState};
 use crate::event::{CtEvent, DestroyCause, EventKind, Stats};
 use crate::filter::Filter;
 use crate::index::Index;
@@ -399,6 +399,28 @@ impl Conntrack {
     /// The entry a handle or id names, as it is now (`None` once it is gone).
     pub fn get(&self, id: EntryId) -> Option<CtEntry> {
         self.slot_of(id).map(|s| self.snapshot(s))
+    }
+
+    /// What rules read of the entry `id` names (`None` once it is gone), read in place: the
+    /// fields of [`Conntrack::get`]'s snapshot that `-m conntrack` and `-m connmark` look
+    /// at, without building the snapshot's [`Tuple`]s.
+    #[inline]
+    pub fn rule_view(&self, id: EntryId) -> Option<RuleView> {
+        let e = self.slab.get(id.slot as usize)?;
+        if e.gen != id.gen || e.life == Life::Free {
+            return None;
+        }
+        Some(RuleView {
+            status: e.status,
+            mark: e.mark,
+            expiry: if e.life == Life::Unconfirmed {
+                Expiry::AfterConfirm(e.timeout.since_start())
+            } else {
+                Expiry::At(e.timeout)
+            },
+            orig: e.orig.v4(),
+            reply: e.reply.v4(),
+        })
     }
 
     /// The confirmed, unexpired entry whose original or reply tuple is `t`, and which one.

@@ -5,7 +5,7 @@ use sim_core::packet::{
 };
 use sim_core::{Packet, L4};
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// IP protocol number of UDP-Lite.
 pub const IPPROTO_UDPLITE: u8 = 136;
@@ -187,6 +187,39 @@ impl Tuple {
     }
 }
 
+/// An IPv4 tuple as iptables rules read it (`-m conntrack --ctorigsrc` …); an IPv6
+/// address reads 0.0.0.0 (iptables never sees IPv6 packets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TupleV4 {
+    /// Source address (0.0.0.0 for an IPv6 one).
+    pub src: Ipv4Addr,
+    /// Destination address (0.0.0.0 for an IPv6 one).
+    pub dst: Ipv4Addr,
+    /// Source port (ICMP: identifier), as in [`Tuple::sport`].
+    pub sport: u16,
+    /// Destination port (ICMP: type << 8 | code), as in [`Tuple::dport`].
+    pub dport: u16,
+    /// IP protocol number.
+    pub proto: u8,
+}
+
+impl TupleV4 {
+    /// The IPv4 view of a tuple: an IPv6 address reads 0.0.0.0.
+    pub fn from_tuple(t: &Tuple) -> TupleV4 {
+        let v4 = |a: IpAddr| match a {
+            IpAddr::V4(v) => v,
+            IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+        };
+        TupleV4 {
+            src: v4(t.src),
+            dst: v4(t.dst),
+            sport: t.sport,
+            dport: t.dport,
+            proto: t.proto,
+        }
+    }
+}
+
 /// A tuple as the table stores, hashes and compares it: five machine words, equal exactly
 /// when the tuples are equal, so that a lookup compares keys with a few XORs instead of
 /// matching on address families.
@@ -235,6 +268,27 @@ impl Key {
         Tuple {
             src: addr(w[0], w[1], w[4] & SRC_V6 != 0),
             dst: addr(w[2], w[3], w[4] & DST_V6 != 0),
+            sport: (w[4] >> 32) as u16,
+            dport: (w[4] >> 16) as u16,
+            proto: w[4] as u8,
+        }
+    }
+
+    /// The tuple as rules read it ([`TupleV4`]), straight from the words: an IPv4 address
+    /// is word 0 or 2 as it is, an IPv6 one reads 0.0.0.0.
+    #[inline]
+    pub(crate) fn v4(&self) -> TupleV4 {
+        let w = &self.0;
+        let addr = |word: u64, v6: bool| {
+            if v6 {
+                Ipv4Addr::UNSPECIFIED
+            } else {
+                Ipv4Addr::from(word as u32)
+            }
+        };
+        TupleV4 {
+            src: addr(w[0], w[4] & SRC_V6 != 0),
+            dst: addr(w[2], w[4] & DST_V6 != 0),
             sport: (w[4] >> 32) as u16,
             dport: (w[4] >> 16) as u16,
             proto: w[4] as u8,
