@@ -319,11 +319,14 @@ impl Conntrack {
     /// destination back; at a `Src` hook (POSTROUTING, INPUT) likewise for sources. ICMP
     /// errors RELATED to the entry have their quoted header translated too
     /// (`nf_nat_icmp_reply_translation`). Returns whether anything was rewritten.
+    #[inline]
     pub fn nat_packet(&self, handle: CtHandle, manip: Manip, pkt: &mut Packet) -> bool {
-        let Some(slot) = self.slot_of(handle.id) else {
+        let Some(e) = self.slab.get(handle.id.slot as usize) else {
             return false;
         };
-        let e = &self.slab[slot];
+        if e.gen != handle.id.gen || e.life == Life::Free {
+            return false;
+        }
         let dir = handle.dir();
         let bit = match dir {
             Dir::Original => manip.nat_bit(),
@@ -332,6 +335,41 @@ impl Conntrack {
         if !e.status.contains(bit) {
             return false;
         }
+        // The other direction's key; the target is its inverse. For every protocol but ICMP
+        // that inverse is a plain swap (`nf_ct_invert_tuple`), so the manip's address and port
+        // are read straight from the key's words: a Src manip takes the other direction's
+        // destination, a Dst manip its source (`nf_nat_ipv4_manip_pkt` / `l4proto_manip_pkt`).
+        let other = e.key_at(dir.flip().index() as u32);
+        let proto = other.proto();
+        if is_icmp(proto) || matches!(handle.ctinfo, CtInfo::Related | CtInfo::RelatedReply) {
+            return self.nat_packet_general(handle, manip, pkt);
+        }
+        match manip {
+            Manip::Src => {
+                pkt.src = other.dst_addr();
+                if has_ports(proto) {
+                    pkt.set_sport(other.dport());
+                }
+            }
+            Manip::Dst => {
+                pkt.dst = other.src_addr();
+                if has_ports(proto) {
+                    pkt.set_dport(other.sport());
+                }
+            }
+        }
+        true
+    }
+
+    /// [`Conntrack::nat_packet`] of an ICMP entry's packet or a RELATED one (an ICMP error
+    /// whose quoted header is translated too), for an entry whose status calls for it.
+    #[inline(never)]
+    fn nat_packet_general(&self, handle: CtHandle, manip: Manip, pkt: &mut Packet) -> bool {
+        let Some(slot) = self.slot_of(handle.id) else {
+            return false;
+        };
+        let e = &self.slab[slot];
+        let dir = handle.dir();
         let other = e.key_at(dir.flip().index() as u32).tuple();
         let target = invert_for_nat(&other);
         if matches!(handle.ctinfo, CtInfo::Related | CtInfo::RelatedReply) {

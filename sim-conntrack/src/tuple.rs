@@ -255,22 +255,12 @@ impl Key {
 
     /// The tuple back.
     pub(crate) fn tuple(&self) -> Tuple {
-        let w = &self.0;
-        let addr = |lo: u64, hi: u64, v6: bool| {
-            if v6 {
-                IpAddr::V6(std::net::Ipv6Addr::from(
-                    (u128::from(hi ^ 0x6) << 64) | u128::from(lo),
-                ))
-            } else {
-                IpAddr::V4(std::net::Ipv4Addr::from(lo as u32))
-            }
-        };
         Tuple {
-            src: addr(w[0], w[1], w[4] & SRC_V6 != 0),
-            dst: addr(w[2], w[3], w[4] & DST_V6 != 0),
-            sport: (w[4] >> 32) as u16,
-            dport: (w[4] >> 16) as u16,
-            proto: w[4] as u8,
+            src: self.src_addr(),
+            dst: self.dst_addr(),
+            sport: self.sport(),
+            dport: self.dport(),
+            proto: self.proto(),
         }
     }
 
@@ -293,6 +283,30 @@ impl Key {
             dport: (w[4] >> 16) as u16,
             proto: w[4] as u8,
         }
+    }
+
+    /// The source address, from words 0–1.
+    #[inline]
+    pub(crate) fn src_addr(&self) -> IpAddr {
+        key_addr(self.0[0], self.0[1], self.0[4] & SRC_V6 != 0)
+    }
+
+    /// The destination address, from words 2–3.
+    #[inline]
+    pub(crate) fn dst_addr(&self) -> IpAddr {
+        key_addr(self.0[2], self.0[3], self.0[4] & DST_V6 != 0)
+    }
+
+    /// The source port (ICMP: identifier).
+    #[inline]
+    pub(crate) fn sport(&self) -> u16 {
+        (self.0[4] >> 32) as u16
+    }
+
+    /// The destination port (ICMP: type << 8 | code).
+    #[inline]
+    pub(crate) fn dport(&self) -> u16 {
+        (self.0[4] >> 16) as u16
     }
 
     /// The IP protocol number.
@@ -334,6 +348,18 @@ impl Key {
         h = folded_mul(h ^ w[2], w[3] ^ seed.k[2]);
         h = folded_mul(h ^ (w[4] & PORTS_PROTO), seed.k[3]);
         (h ^ (h >> 32)) as u32
+    }
+}
+
+/// The address [`addr_words`] made these two words of.
+#[inline]
+fn key_addr(lo: u64, hi: u64, v6: bool) -> IpAddr {
+    if v6 {
+        IpAddr::V6(std::net::Ipv6Addr::from(
+            (u128::from(hi ^ 0x6) << 64) | u128::from(lo),
+        ))
+    } else {
+        IpAddr::V4(Ipv4Addr::from(lo as u32))
     }
 }
 
