@@ -278,6 +278,13 @@ pub struct Conntrack {
     next_seq: u64,
     scratch: Vec<u32>,
     portid: u32,
+    /// Tests only: every packet through `conntrack_in_general`, so that the inline fast
+    /// paths can be compared with it.
+    #[cfg(test)]
+    pub(crate) general_only: bool,
+    /// Tests only: packets the inline TCP path took.
+    #[cfg(test)]
+    pub(crate) tcp_fast_hits: u64,
 }
 
 impl Conntrack {
@@ -302,6 +309,10 @@ impl Conntrack {
             next_seq: 0,
             scratch: Vec::new(),
             portid: 0,
+            #[cfg(test)]
+            general_only: false,
+            #[cfg(test)]
+            tcp_fast_hits: 0,
         }
     }
 
@@ -554,12 +565,34 @@ impl Conntrack {
             }
         }
         let found = self.lookup_key(h, &key);
-        // The common case, a packet of a known UDP flow, without leaving this function: the
-        // same tracker and bookkeeping as below, only inlined.
-        if let (Some((slot, dir)), L4::Udp { .. }) = (found, pkt.l4) {
-            let ctinfo = self.ctinfo_of(slot, dir);
-            crate::track::udp(self, now, slot, false);
-            return self.tracked(slot, dir, ctinfo);
+        #[cfg(test)]
+        if self.general_only {
+            return self.conntrack_in_general(now, pkt, key, h, found);
+        }
+        // The common cases, a packet of a known UDP flow and a plain ACK of an ESTABLISHED
+        // TCP connection, without leaving this function: the same trackers and bookkeeping
+        // as `conntrack_in_general`, only inlined.
+        if let Some((slot, dir)) = found {
+            match pkt.l4 {
+                L4::Udp { .. } => {
+                    let ctinfo = self.ctinfo_of(slot, dir);
+                    crate::track::udp(self, now, slot, false);
+                    return self.tracked(slot, dir, ctinfo);
+                }
+                L4::Tcp { flags, .. }
+                    if crate::track::tcp_is_plain_ack(flags)
+                        && self.slab[slot].tcp_state() == TcpState::Established as u8 =>
+                {
+                    #[cfg(test)]
+                    {
+                        self.tcp_fast_hits += 1;
+                    }
+                    let ctinfo = self.ctinfo_of(slot, dir);
+                    crate::track::tcp_established_ack(self, now, slot, dir);
+                    return self.tracked(slot, dir, ctinfo);
+                }
+                _ => {}
+            }
         }
         self.conntrack_in_general(now, pkt, key, h, found)
     }
@@ -594,8 +627,9 @@ impl Conntrack {
         })
     }
 
-    /// [`Conntrack::conntrack_in`] for everything but a known UDP flow: allocation, the
-    /// other trackers, and their outcomes. `found` is the lookup of `key` (hash `h`).
+    /// [`Conntrack::conntrack_in`] for everything but a known UDP flow or a plain ACK of an
+    /// ESTABLISHED TCP connection: allocation, the trackers, and their outcomes. `found` is
+    /// the lookup of `key` (hash `h`).
     #[inline(never)]
     fn conntrack_in_general(
         &mut self,
@@ -1091,6 +1125,10 @@ impl Conntrack {
         self.slab[slot].tcp_flags_mut()
     }
 }
+
+#[cfg(test)]
+#[path = "fast_path_tests.rs"]
+mod fast_path_tests;
 
 #[cfg(test)]
 mod layout {

@@ -59,19 +59,25 @@ fn tcp_flags_valid(f: TcpFlags) -> bool {
     const RST: u8 = 0x04;
     const ACK: u8 = 0x10;
     const URG: u8 = 0x20;
-    let v = f.0 & !(0x40 | 0x80 | 0x08);
-    [
-        SYN,
-        SYN | URG,
-        SYN | ACK,
-        RST,
-        RST | ACK,
-        FIN | ACK,
-        FIN | ACK | URG,
-        ACK,
-        ACK | URG,
-    ]
-    .contains(&v)
+    const SYN_URG: u8 = SYN | URG;
+    const SYN_ACK: u8 = SYN | ACK;
+    const RST_ACK: u8 = RST | ACK;
+    const FIN_ACK: u8 = FIN | ACK;
+    const FIN_ACK_URG: u8 = FIN | ACK | URG;
+    const ACK_URG: u8 = ACK | URG;
+    // A `match` on constants (a jump table or bit test), not a search of a slice.
+    matches!(
+        f.0 & !(0x40 | 0x80 | 0x08),
+        SYN | SYN_URG | SYN_ACK | RST | RST_ACK | FIN_ACK | FIN_ACK_URG | ACK | ACK_URG
+    )
+}
+
+/// Whether a valid TCP segment falls in the ACK class (`get_conntrack_index` gives
+/// `TCP_ACK_SET`): ACK, maybe with PSH, URG, ECE or CWR, and no SYN, FIN or RST.
+#[inline(always)]
+pub(crate) fn tcp_is_plain_ack(f: TcpFlags) -> bool {
+    f.0 & !(TcpFlags::PSH.0 | TcpFlags::URG.0 | TcpFlags::ECE.0 | TcpFlags::CWR.0)
+        == TcpFlags::ACK.0
 }
 
 // The kernel's state codes: sNO..sS2 are 0..9, sIV = 10 (TCP_CONNTRACK_MAX), sIG = 11.
@@ -293,6 +299,34 @@ fn tcp(
     Track::Accept
 }
 
+/// What [`tcp`] does for a segment of the ACK class ([`tcp_is_plain_ack`]) on a known entry
+/// in ESTABLISHED, either direction (`nf_conntrack_tcp_packet`): the flags are valid,
+/// `tcp_conntracks[dir][TCP_ACK_SET][sES]` is sES, so the state stays and no PROTOINFO is
+/// cached; `last_index`/`last_dir` record the segment; the timeout is ESTABLISHED's, UNACK's
+/// if lower and no reply was seen yet (a loose pickup); with a reply seen, the first such
+/// segment sets ASSURED. The caller then sets SEEN_REPLY for a reply, as after [`tcp`].
+#[inline(always)]
+pub(crate) fn tcp_established_ack(ct: &mut Conntrack, now: SimTime, slot: usize, dir: Dir) {
+    let mut timeout = ct.cfg.tcp_timeout(TcpState::Established);
+    let unack = ct.cfg.tcp_special(TcpTimeout::Unack);
+    let e = &mut ct.slab[slot];
+    let f = e.tcp_flags_mut();
+    *f &= !(tf::LAST_INDEX_MASK | tf::LAST_DIR_REPLY);
+    *f |= TcpIndex::Ack as u8;
+    if dir == Dir::Reply {
+        *f |= tf::LAST_DIR_REPLY;
+    }
+    if !e.status.contains(Status::SEEN_REPLY) {
+        if timeout > unack {
+            timeout = unack;
+        }
+    } else if !e.status.contains(Status::ASSURED) {
+        e.status.insert(Status::ASSURED);
+        e.pending |= ev::ASSURED;
+    }
+    ct.refresh(slot, now, timeout);
+}
+
 /// `TCP_CONNTRACK_IGNORE`: the packet passes, the state and timeout stay.
 fn ignore(ct: &mut Conntrack, slot: usize, dir: Dir, index: TcpIndex) -> Track {
     let f = ct.tcp_flags_mut(slot);
@@ -320,6 +354,22 @@ mod tests {
         assert!(tcp_flags_valid(
             TcpFlags::SYN | TcpFlags::ECE | TcpFlags::CWR
         ));
+    }
+
+    /// The `matches!` form agrees with `tcp_valid_flags[]` (nf_conntrack_proto_tcp.c) as a
+    /// list, for every byte, and the ACK class is what `get_conntrack_index` calls TCP_ACK_SET.
+    #[test]
+    fn valid_flags_and_the_ack_class_for_every_byte() {
+        let valid = [0x02u8, 0x22, 0x12, 0x04, 0x14, 0x11, 0x31, 0x10, 0x30];
+        for b in 0..=255u8 {
+            let f = TcpFlags(b);
+            assert_eq!(tcp_flags_valid(f), valid.contains(&(b & !0xc8)), "{b:#04x}");
+            assert_eq!(
+                tcp_is_plain_ack(f),
+                tcp_flags_valid(f) && tcp_index(f) == TcpIndex::Ack,
+                "{b:#04x}"
+            );
+        }
     }
 
     #[test]
