@@ -41,7 +41,7 @@ use crate::types::{Hook, Table};
 use crate::{Action, RestoreError};
 use sim_conntrack::{
     ConfirmError, Conntrack, CtEntry, CtEvent, CtHandle, CtVerdict, Dir, EntryId, Expiry, Manip,
-    NatRange, Status, SysctlError, Sysctls, Tuple,
+    NatRange, Status, SysctlError, Sysctls, Tuple, TupleV4,
 };
 use sim_core::{IfName, Packet, SimRng, SimTime};
 use std::fmt;
@@ -340,14 +340,10 @@ impl AddrTypeLookup for AddrTypes<'_> {
     }
 }
 
-fn ct_tuple(t: &Tuple) -> CtTuple {
-    let v4 = |a: IpAddr| match a {
-        IpAddr::V4(v) => v,
-        IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
-    };
+fn ct_tuple(t: TupleV4) -> CtTuple {
     CtTuple {
-        src: v4(t.src),
-        dst: v4(t.dst),
+        src: t.src,
+        dst: t.dst,
         proto: t.proto,
         sport: t.sport,
         dport: t.dport,
@@ -365,21 +361,16 @@ fn tuple_text(t: &Tuple) -> String {
     }
 }
 
-/// The conntrack view rules see for a packet holding `handle`, and the entry it was read from.
-fn ct_state_of(
-    ct: &Conntrack,
-    handle: Option<CtHandle>,
-    untracked: bool,
-    now: SimTime,
-) -> (CtState, Option<CtEntry>) {
+/// The conntrack view rules see for a packet holding `handle`.
+fn ct_state_of(ct: &Conntrack, handle: Option<CtHandle>, untracked: bool, now: SimTime) -> CtState {
     if untracked {
-        return (CtState::Untracked, None);
+        return CtState::Untracked;
     }
     let Some(h) = handle else {
-        return (CtState::Invalid, None);
+        return CtState::Invalid;
     };
-    let Some(e) = ct.get(h.id) else {
-        return (CtState::Invalid, None);
+    let Some(e) = ct.rule_view(h.id) else {
+        return CtState::Invalid;
     };
     use sim_conntrack::CtInfo as K;
     let info = match h.ctinfo {
@@ -399,16 +390,15 @@ fn ct_state_of(
         Expiry::At(t) => t.saturating_since(now).as_secs(),
         Expiry::AfterConfirm(_) => 0,
     };
-    let state = CtState::Tracked(CtInfo {
+    CtState::Tracked(CtInfo {
         info,
         dir,
         status: u32::from(e.status.0),
-        orig: ct_tuple(&e.orig),
-        reply: ct_tuple(&e.reply),
+        orig: ct_tuple(e.orig),
+        reply: ct_tuple(e.reply),
         mark: e.mark,
         expires_secs: u32::try_from(expires).unwrap_or(u32::MAX),
-    });
-    (state, Some(e))
+    })
 }
 
 fn ct_state_text(state: &CtState) -> String {
@@ -440,8 +430,8 @@ struct Flight {
     generated: Vec<Packet>,
     /// The conntrack view the rules see, read once and kept until something changes the
     /// handle, `untracked` or the entry (a NAT binding, a new ctmark): a packet's tables
-    /// then share one snapshot instead of taking one each.
-    view: Option<(CtState, Option<CtEntry>)>,
+    /// then share one view instead of reading the entry each.
+    view: Option<CtState>,
 }
 
 impl Flight {
@@ -728,25 +718,16 @@ impl Netns {
     }
 
     /// The packet's entry once the pipeline is done: its id if it is still present, and its
-    /// snapshot into `snapshot` when asked. The snapshot the rules' view was read from is
-    /// still exact when the entry was confirmed already (the confirm hook then only delivers
-    /// events) and is still present (no NAT binding or ctmark since: those drop the view).
+    /// snapshot into `snapshot` when asked.
     fn entry_after(&self, f: &Flight, snapshot: Option<&mut Option<CtEntry>>) -> Option<EntryId> {
         let h = f.handle?;
-        let Some(slot) = snapshot else {
-            return self.conntrack.mark(h.id).map(|_| h.id);
-        };
-        if let Some((_, Some(e))) = &f.view {
-            if e.id == h.id
-                && e.status.contains(Status::CONFIRMED)
-                && self.conntrack.mark(h.id).is_some()
-            {
-                *slot = Some(*e);
-                return Some(h.id);
+        match snapshot {
+            None => self.conntrack.mark(h.id).map(|_| h.id),
+            Some(slot) => {
+                *slot = self.conntrack.get(h.id);
+                slot.map(|e| e.id)
             }
         }
-        *slot = self.conntrack.get(h.id);
-        slot.map(|e| e.id)
     }
 
     fn step(f: &mut Flight, s: impl FnOnce(&Packet) -> Step) {
@@ -937,7 +918,7 @@ impl Netns {
                 f.handle = Some(h);
                 f.view = None;
                 if f.trace.is_some() {
-                    let st = ct_state_text(&ct_state_of(&self.conntrack, f.handle, false, now).0);
+                    let st = ct_state_text(&ct_state_of(&self.conntrack, f.handle, false, now));
                     let entry = self
                         .conntrack
                         .get(h.id)
@@ -1017,12 +998,12 @@ impl Netns {
     /// (conntrack state, address types), keeps MARK's change to the packet and CONNMARK's to
     /// the entry, and appends the rule trace.
     fn eval(&mut self, now: SimTime, f: &mut Flight, table: Table, hook: Hook) -> crate::Verdict {
-        let ct = match &f.view {
-            Some((ct, _)) => *ct,
+        let ct = match f.view {
+            Some(ct) => ct,
             None => {
                 let v = ct_state_of(&self.conntrack, f.handle, f.untracked, now);
                 f.view = Some(v);
-                v.0
+                v
             }
         };
         let addr_types = AddrTypes(&self.routes);
