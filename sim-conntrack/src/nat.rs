@@ -319,7 +319,7 @@ impl Conntrack {
     /// destination back; at a `Src` hook (POSTROUTING, INPUT) likewise for sources. ICMP
     /// errors RELATED to the entry have their quoted header translated too
     /// (`nf_nat_icmp_reply_translation`). Returns whether anything was rewritten.
-    #[inline]
+    #[inline(always)]
     pub fn nat_packet(&self, handle: CtHandle, manip: Manip, pkt: &mut Packet) -> bool {
         let Some(e) = self.slab.get(handle.id.slot as usize) else {
             return false;

@@ -199,6 +199,29 @@ impl Entry {
         }
     }
 
+    /// Sets the timeout to `now + extra` (`nf_ct_refresh`): replaced, never max'd; relative
+    /// while unconfirmed. Returns the new deadline when it moved earlier, for which a timer
+    /// must be armed ([`Conntrack::rearm_earlier`]).
+    ///
+    /// The heap keeps the timer armed earlier (armed <= timeout) and `expire` re-arms it at
+    /// the real deadline when it fires, so only a deadline moving earlier needs a new timer:
+    /// the common refresh writes one field of the entry's first cache line.
+    #[inline(always)]
+    pub(crate) fn refresh(
+        &mut self,
+        now: SimTime,
+        extra: sim_core::SimDuration,
+    ) -> Option<SimTime> {
+        if self.life == Life::Unconfirmed {
+            self.timeout = SimTime::from_nanos(extra.as_nanos());
+            return None;
+        }
+        let t = now.saturating_add(extra);
+        let earlier = t < self.timeout;
+        self.timeout = t;
+        earlier.then_some(t)
+    }
+
     /// UDP: `stream_ts`.
     #[inline]
     pub(crate) fn stream_ts(&self) -> SimTime {
@@ -492,6 +515,7 @@ impl Conntrack {
     /// entry by either tuple, or allocate an unconfirmed one (where `nf_conntrack_max`,
     /// early drop and "table full" apply), then run the protocol tracker. ICMP errors that
     /// quote a known connection are RELATED to it and create nothing.
+    #[inline]
     pub fn conntrack_in(&mut self, now: SimTime, pkt: &Packet) -> CtVerdict {
         let key = Key::from_packet(pkt);
         let h = key.hash(&self.hseed);
@@ -571,30 +595,57 @@ impl Conntrack {
         }
         // The common cases, a packet of a known UDP flow and a plain ACK of an ESTABLISHED
         // TCP connection, without leaving this function: the same trackers and bookkeeping
-        // as `conntrack_in_general`, only inlined.
+        // as `conntrack_in_general`, only inlined, on one borrow of the entry.
         if let Some((slot, dir)) = found {
-            match pkt.l4 {
-                L4::Udp { .. } => {
-                    let ctinfo = self.ctinfo_of(slot, dir);
-                    crate::track::udp(self, now, slot, false);
-                    return self.tracked(slot, dir, ctinfo);
-                }
-                L4::Tcp { flags, .. }
-                    if crate::track::tcp_is_plain_ack(flags)
-                        && self.slab[slot].tcp_state() == TcpState::Established as u8 =>
-                {
-                    #[cfg(test)]
-                    {
-                        self.tcp_fast_hits += 1;
-                    }
-                    let ctinfo = self.ctinfo_of(slot, dir);
-                    crate::track::tcp_established_ack(self, now, slot, dir);
-                    return self.tracked(slot, dir, ctinfo);
-                }
-                _ => {}
+            if let Some(v) = self.track_inline(now, &pkt.l4, slot, dir) {
+                return v;
             }
         }
         self.conntrack_in_general(now, pkt, key, h, found)
+    }
+
+    /// The inline part of [`Conntrack::conntrack_in_keyed`]: a known UDP flow's packet
+    /// (`track::udp`) or a plain ACK of an ESTABLISHED TCP entry (`track::tcp` for it), then
+    /// the refresh and what `tracked` does. `None`: anything else, for the general path.
+    #[inline(always)]
+    fn track_inline(&mut self, now: SimTime, l4: &L4, slot: usize, dir: Dir) -> Option<CtVerdict> {
+        let cfg = &self.cfg;
+        let e = self.slab.get_mut(slot)?;
+        let seen_reply = e.status.contains(Status::SEEN_REPLY);
+        let extra = match *l4 {
+            L4::Udp { .. } => crate::track::udp_known(e, cfg, now),
+            L4::Tcp { flags, .. }
+                if crate::track::tcp_is_plain_ack(flags)
+                    && e.tcp_state() == TcpState::Established as u8 =>
+            {
+                #[cfg(test)]
+                {
+                    self.tcp_fast_hits += 1;
+                }
+                crate::track::tcp_established_ack(e, cfg, dir)
+            }
+            _ => return None,
+        };
+        let rearm = e.refresh(now, extra);
+        let ctinfo = if dir == Dir::Reply {
+            if !seen_reply {
+                e.status.insert(Status::SEEN_REPLY);
+                e.pending |= ev::REPLY;
+            }
+            CtInfo::EstablishedReply
+        } else if seen_reply {
+            CtInfo::Established
+        } else {
+            CtInfo::New
+        };
+        let id = EntryId {
+            slot: slot as u32,
+            gen: e.gen,
+        };
+        if let Some(t) = rearm {
+            self.rearm_earlier(slot, t);
+        }
+        Some(CtVerdict::Tracked(CtHandle { id, ctinfo }))
     }
 
     /// The packet's `ctinfo` from its direction and the entry's status, before tracking.
@@ -803,18 +854,7 @@ impl Conntrack {
     /// Sets an entry's timeout to `now + extra` (`nf_ct_refresh`): replaced, never max'd.
     #[inline(always)]
     pub(crate) fn refresh(&mut self, slot: usize, now: SimTime, extra: sim_core::SimDuration) {
-        let e = &mut self.slab[slot];
-        if e.life == Life::Unconfirmed {
-            e.timeout = SimTime::from_nanos(extra.as_nanos());
-            return;
-        }
-        let t = now.saturating_add(extra);
-        // The heap keeps the timer armed earlier (armed <= timeout) and `expire` re-arms it
-        // at the real deadline when it fires, so only a deadline moving earlier needs a new
-        // timer: the common refresh writes one field of the entry's first cache line.
-        let earlier = t < e.timeout;
-        e.timeout = t;
-        if earlier {
+        if let Some(t) = self.slab[slot].refresh(now, extra) {
             self.rearm_earlier(slot, t);
         }
     }

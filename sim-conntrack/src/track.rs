@@ -4,9 +4,9 @@
 //! treated as in window, as with `nf_conntrack_tcp_be_liberal=1`. The retransmission counter
 //! and the unacknowledged-data timeout therefore never apply, nor does the zero-window one.
 
-use crate::config::TcpTimeout;
+use crate::config::{Sysctls, TcpTimeout};
 use crate::entry::{Status, TcpState};
-use crate::table::{ev, tf, Conntrack, InvalidReason};
+use crate::table::{ev, tf, Conntrack, Entry, InvalidReason};
 use crate::tuple::{icmp_type_creates, Dir};
 use sim_core::packet::IPPROTO_ICMPV6;
 use sim_core::{Packet, SimDuration, SimTime, TcpFlags, L4};
@@ -160,31 +160,33 @@ pub(crate) fn track(
 }
 
 /// `nf_conntrack_udp_packet`.
-#[inline(always)]
 pub(crate) fn udp(ct: &mut Conntrack, now: SimTime, slot: usize, new: bool) -> Track {
     if new {
         ct.slab[slot].set_stream_ts(now.saturating_add(SimDuration::from_secs(2)));
     }
-    let e = &ct.slab[slot];
-    if e.status.contains(Status::SEEN_REPLY) {
-        let mut extra = ct.cfg.udp_timeout;
-        let mut stream = false;
-        // Still active after two seconds? (time_after: strictly later)
-        if now > e.stream_ts() {
-            extra = ct.cfg.udp_timeout_stream;
-            stream = !e.status.contains(Status::ASSURED);
-        }
-        ct.refresh(slot, now, extra);
-        let e = &mut ct.slab[slot];
-        if stream && !e.status.contains(Status::NAT_CLASH) {
+    let extra = udp_known(&mut ct.slab[slot], &ct.cfg, now);
+    ct.refresh(slot, now, extra);
+    Track::Accept
+}
+
+/// `nf_conntrack_udp_packet` on an entry whose `stream_ts` is set: the timeout to refresh it
+/// with (`udp_timeout`, or `udp_timeout_stream` once a reply was seen and the flow is still
+/// active after two seconds), and ASSURED (`IPCT_ASSURED`) the first time the stream timeout
+/// applies. The caller refreshes.
+#[inline(always)]
+pub(crate) fn udp_known(e: &mut Entry, cfg: &Sysctls, now: SimTime) -> SimDuration {
+    if !e.status.contains(Status::SEEN_REPLY) {
+        return cfg.udp_timeout;
+    }
+    // Still active after two seconds? (time_after: strictly later)
+    if now > e.stream_ts() {
+        if !e.status.contains(Status::ASSURED) && !e.status.contains(Status::NAT_CLASH) {
             e.status.insert(Status::ASSURED);
             e.pending |= ev::ASSURED;
         }
-    } else {
-        let t = ct.cfg.udp_timeout;
-        ct.refresh(slot, now, t);
+        return cfg.udp_timeout_stream;
     }
-    Track::Accept
+    cfg.udp_timeout
 }
 
 /// `nf_conntrack_tcp_packet` (with `tcp_new` for a new entry), windows not checked.
@@ -304,12 +306,11 @@ fn tcp(
 /// `tcp_conntracks[dir][TCP_ACK_SET][sES]` is sES, so the state stays and no PROTOINFO is
 /// cached; `last_index`/`last_dir` record the segment; the timeout is ESTABLISHED's, UNACK's
 /// if lower and no reply was seen yet (a loose pickup); with a reply seen, the first such
-/// segment sets ASSURED. The caller then sets SEEN_REPLY for a reply, as after [`tcp`].
+/// segment sets ASSURED. Returns the timeout; the caller refreshes, then sets SEEN_REPLY for
+/// a reply, as after [`tcp`].
 #[inline(always)]
-pub(crate) fn tcp_established_ack(ct: &mut Conntrack, now: SimTime, slot: usize, dir: Dir) {
-    let mut timeout = ct.cfg.tcp_timeout(TcpState::Established);
-    let unack = ct.cfg.tcp_special(TcpTimeout::Unack);
-    let e = &mut ct.slab[slot];
+pub(crate) fn tcp_established_ack(e: &mut Entry, cfg: &Sysctls, dir: Dir) -> SimDuration {
+    let mut timeout = cfg.tcp_timeout(TcpState::Established);
     let f = e.tcp_flags_mut();
     *f &= !(tf::LAST_INDEX_MASK | tf::LAST_DIR_REPLY);
     *f |= TcpIndex::Ack as u8;
@@ -317,6 +318,7 @@ pub(crate) fn tcp_established_ack(ct: &mut Conntrack, now: SimTime, slot: usize,
         *f |= tf::LAST_DIR_REPLY;
     }
     if !e.status.contains(Status::SEEN_REPLY) {
+        let unack = cfg.tcp_special(TcpTimeout::Unack);
         if timeout > unack {
             timeout = unack;
         }
@@ -324,7 +326,7 @@ pub(crate) fn tcp_established_ack(ct: &mut Conntrack, now: SimTime, slot: usize,
         e.status.insert(Status::ASSURED);
         e.pending |= ev::ASSURED;
     }
-    ct.refresh(slot, now, timeout);
+    timeout
 }
 
 /// `TCP_CONNTRACK_IGNORE`: the packet passes, the state and timeout stay.
