@@ -660,6 +660,10 @@ pub struct Simulation {
     events_processed: u64,
     veth_counter: u64,
     recreates: Vec<PodDef>,
+    /// The egress buffer `node_kernel` lends to `Netns::process_into`, reused from packet to
+    /// packet (a packet that makes a node send another one through a node on the way takes
+    /// a fresh buffer).
+    egress: Vec<Egress>,
 }
 
 fn eth0() -> IfName {
@@ -896,6 +900,7 @@ impl Simulation {
             events_processed: 0,
             veth_counter: 0,
             recreates: Vec::new(),
+            egress: Vec::new(),
             sc,
         };
         for p in sim.sc.pods.clone() {
@@ -1212,7 +1217,11 @@ impl Simulation {
     /// Runs a packet through node `n`'s namespace and sends on what comes out.
     fn node_kernel(&mut self, n: usize, p: Packet, from: Ingress) {
         let sent = self.client_tag(&p, true).map(|t| (p, t));
-        let r = self.nodes[n].netns.process(self.now, p, from);
+        let mut out = std::mem::take(&mut self.egress);
+        out.clear();
+        let r = self.nodes[n]
+            .netns
+            .process_into(self.now, p, from, &mut out);
         self.after_kernel(n);
         if self.opts.record_timeline {
             let reason = match &r.fate {
@@ -1231,11 +1240,15 @@ impl Simulation {
                 self.log(what);
             }
         }
-        self.node_egress(n, r.out, sent);
+        self.node_egress(n, &mut out, sent);
+        // Keep the larger of the two buffers when a nested call took its own.
+        if out.capacity() >= self.egress.capacity() {
+            self.egress = out;
+        }
     }
 
-    fn node_egress(&mut self, n: usize, out: Vec<Egress>, sent: Option<(Packet, Tag)>) {
-        for e in out {
+    fn node_egress(&mut self, n: usize, out: &mut Vec<Egress>, sent: Option<(Packet, Tag)>) {
+        for e in out.drain(..) {
             match e {
                 Egress::LocalDeliver { packet } => {
                     self.dnat_note(n, sent, &packet);
