@@ -23,7 +23,10 @@
 //! machine words ([`Tuple`] is kept for the API), reads one index slot (hash and slab slot in
 //! one `u64`) and one 64-byte line of the entry, which holds the original tuple, the
 //! generation, status, deadline and tracker state; a refresh writes the deadline only and
-//! the timer heap catches up lazily when the old deadline fires. On a table much larger
+//! the timer heap catches up lazily when the old deadline fires. A packet of a known UDP flow
+//! and a plain ACK of an ESTABLISHED TCP connection are tracked inline (the general path is
+//! out of line); `nat_packet` of a TCP/UDP/SCTP entry rewrites from the other direction's key
+//! words; [`Conntrack::rule_view`] gives rules their view of an entry without a snapshot. On a table much larger
 //! than the caches a single call still waits for those two dependent reads;
 //! [`Conntrack::conntrack_in_many`] takes packets in batches and overlaps their reads, with
 //! the same results as one call per packet.

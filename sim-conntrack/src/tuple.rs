@@ -247,10 +247,38 @@ impl Key {
         Key([s0, s1, d0, d1, ports | fam])
     }
 
-    /// The key of a packet's tuple (`nf_ct_get_tuple`).
+    /// The key of a packet's tuple (`nf_ct_get_tuple`): what `Key::from_tuple` gives for
+    /// `Tuple::from_packet`, with one look at the L4 header for both ports and protocol.
     #[inline]
     pub(crate) fn from_packet(p: &Packet) -> Key {
-        Key::from_tuple(&Tuple::from_packet(p))
+        let (s0, s1) = addr_words(p.src);
+        let (d0, d1) = addr_words(p.dst);
+        let fam =
+            if p.src.is_ipv6() { SRC_V6 } else { 0 } | if p.dst.is_ipv6() { DST_V6 } else { 0 };
+        let (sport, dport, proto) = match p.l4 {
+            L4::Tcp { sport, dport, .. } => (sport, dport, IPPROTO_TCP),
+            L4::Udp { sport, dport } => (sport, dport, IPPROTO_UDP),
+            L4::Sctp { sport, dport } => (sport, dport, IPPROTO_SCTP),
+            L4::Icmp {
+                icmp_type,
+                code,
+                body,
+            } => {
+                let id = match body {
+                    sim_core::IcmpBody::Query { id, .. } => id,
+                    _ => 0,
+                };
+                let proto = if p.src.is_ipv4() {
+                    IPPROTO_ICMP
+                } else {
+                    IPPROTO_ICMPV6
+                };
+                (id, u16::from(icmp_type) << 8 | u16::from(code), proto)
+            }
+            L4::Other { proto } => (0, 0, proto),
+        };
+        let ports = (u64::from(sport) << 32) | (u64::from(dport) << 16) | u64::from(proto);
+        Key([s0, s1, d0, d1, ports | fam])
     }
 
     /// The tuple back.
@@ -531,6 +559,67 @@ pub(crate) fn inet_addr_words(a: IpAddr) -> [u32; 4] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use sim_core::{IcmpBody, InnerHeader, TcpFlags};
+
+    /// An address of either family (a packet mixing them, which the constructors never
+    /// make, must still give the same key both ways).
+    fn any_addr() -> impl Strategy<Value = IpAddr> {
+        prop_oneof![
+            any::<u32>().prop_map(|x| IpAddr::V4(Ipv4Addr::from(x))),
+            any::<u128>().prop_map(|x| IpAddr::V6(std::net::Ipv6Addr::from(x))),
+        ]
+    }
+
+    fn any_l4() -> impl Strategy<Value = L4> {
+        let body = prop_oneof![
+            (any::<u16>(), any::<u16>()).prop_map(|(id, seq)| IcmpBody::Query { id, seq }),
+            Just(IcmpBody::Other),
+            (any::<u16>(), any::<u16>()).prop_map(|(sport, dport)| IcmpBody::Error(InnerHeader {
+                src: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                dst: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                proto: 17,
+                sport,
+                dport,
+                icmp_type: 0,
+            })),
+        ];
+        prop_oneof![
+            (any::<u16>(), any::<u16>(), any::<u8>()).prop_map(|(sport, dport, f)| L4::Tcp {
+                sport,
+                dport,
+                flags: TcpFlags(f),
+                seq: 0,
+                ack: 0
+            }),
+            (any::<u16>(), any::<u16>()).prop_map(|(sport, dport)| L4::Udp { sport, dport }),
+            (any::<u16>(), any::<u16>()).prop_map(|(sport, dport)| L4::Sctp { sport, dport }),
+            (any::<u8>(), any::<u8>(), body).prop_map(|(icmp_type, code, body)| L4::Icmp {
+                icmp_type,
+                code,
+                body
+            }),
+            any::<u8>().prop_map(|proto| L4::Other { proto }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// `Key::from_packet` reads the packet directly; it must be the key of its tuple.
+        #[test]
+        fn key_of_a_packet_is_the_key_of_its_tuple(
+            src in any_addr(),
+            dst in any_addr(),
+            l4 in any_l4(),
+        ) {
+            let mut p = Packet::other(src, dst, 0);
+            p.l4 = l4;
+            let want = Key::from_tuple(&Tuple::from_packet(&p));
+            prop_assert_eq!(Key::from_packet(&p), want);
+            prop_assert_eq!(Key::from_packet(&p).tuple(), Tuple::from_packet(&p));
+        }
+    }
 
     #[test]
     fn icmp_echo_inverts_to_reply() {
