@@ -246,6 +246,7 @@ impl Conntrack {
     /// Whether NAT of this manip type is set up (`nf_nat_initialized`): true after
     /// [`Conntrack::nat_setup`] or [`Conntrack::nat_null_binding`], so the nat table is not
     /// consulted again.
+    #[inline]
     pub fn nat_initialized(&self, id: EntryId, manip: Manip) -> bool {
         self.slot_of(id)
             .map(|s| self.slab[s].status.contains(manip.done_bit()))

@@ -398,6 +398,7 @@ impl Conntrack {
 
     // ----- ids, snapshots ---------------------------------------------------------------
 
+    #[inline]
     pub(crate) fn slot_of(&self, id: EntryId) -> Option<usize> {
         let s = id.slot as usize;
         match self.slab.get(s) {
@@ -466,6 +467,7 @@ impl Conntrack {
     // ----- ctmark ----------------------------------------------------------------------
 
     /// The connection mark.
+    #[inline]
     pub fn mark(&self, id: EntryId) -> Option<u32> {
         self.slot_of(id).map(|s| self.slab[s].mark)
     }
@@ -473,6 +475,7 @@ impl Conntrack {
     /// Sets the connection mark (CONNMARK `--set-xmark` computes `(mark & !mask) ^ value`
     /// first). A change is reported as an UPDATE (`IPCT_MARK`) at the next confirm.
     /// Returns false if the entry is gone.
+    #[inline]
     pub fn set_mark(&mut self, id: EntryId, mark: u32) -> bool {
         let Some(s) = self.slot_of(id) else {
             return false;
