@@ -152,24 +152,12 @@ pub enum CtState {
 }
 
 impl CtState {
-    fn state_bits(&self) -> u16 {
+    /// The `--ctstate` bits rules test.
+    pub(crate) fn state_bits(&self) -> u16 {
         match self {
             CtState::Invalid => ctstate::INVALID,
             CtState::Untracked => ctstate::UNTRACKED,
-            CtState::Tracked(i) => {
-                let mut b = match i.info {
-                    CtInfoKind::New => ctstate::NEW,
-                    CtInfoKind::Established => ctstate::ESTABLISHED,
-                    CtInfoKind::Related => ctstate::RELATED,
-                };
-                if i.status & ctstatus::SRC_NAT != 0 {
-                    b |= ctstate::SNAT;
-                }
-                if i.status & ctstatus::DST_NAT != 0 {
-                    b |= ctstate::DNAT;
-                }
-                b
-            }
+            CtState::Tracked(i) => tracked_state_bits(i.info, i.status),
         }
     }
 
@@ -190,6 +178,24 @@ impl CtState {
             }
         }
     }
+}
+
+/// The `--ctstate` bits of a tracked packet: its ctinfo, and SNAT / DNAT from the entry's
+/// status (`conntrack_mt`'s `statebit`).
+#[inline]
+pub(crate) fn tracked_state_bits(info: CtInfoKind, status: u32) -> u16 {
+    let mut b = match info {
+        CtInfoKind::New => ctstate::NEW,
+        CtInfoKind::Established => ctstate::ESTABLISHED,
+        CtInfoKind::Related => ctstate::RELATED,
+    };
+    if status & ctstatus::SRC_NAT != 0 {
+        b |= ctstate::SNAT;
+    }
+    if status & ctstatus::DST_NAT != 0 {
+        b |= ctstate::DNAT;
+    }
+    b
 }
 
 /// The inputs of one evaluation. The packet's mark may be changed by MARK / CONNMARK; the
@@ -1215,20 +1221,40 @@ struct Recorder<'a> {
     xor: u32,
 }
 
-/// The memo key of a packet for a pure walk reading `spec` (see [`MemoSpec`]).
+/// The memo key of a packet whose `--ctstate` bits are `ctbits`, for a pure walk reading
+/// `spec` (see [`MemoSpec`]).
 #[inline]
-fn memo_key(spec: &MemoSpec, pk: &Pkt, packet: &Packet) -> MemoKey {
-    let (has_ports, sport, dport) = match (pk.sport, pk.dport) {
-        (Some(s), Some(d)) => (true, s, d),
-        _ => (false, 0, 0),
+fn memo_key(spec: &MemoSpec, packet: &Packet, ctbits: u16) -> MemoKey {
+    let v4 = |a: IpAddr| match a {
+        IpAddr::V4(v) => u32::from(v),
+        IpAddr::V6(_) => 0,
     };
-    let mut l4 = u8::from(spec.ports && has_ports);
-    let (mut a, mut b) = (0u8, 0u8);
+    let mut l4 = 0u8;
+    let (mut sport, mut dport, mut a, mut b) = (0u16, 0u16, 0u8, 0u8);
     match packet.l4 {
-        L4::Sctp { .. } if spec.sctp => l4 |= 2,
-        L4::Tcp { flags, .. } if spec.tcp_flags => {
-            l4 |= 4;
-            a = flags.0;
+        L4::Tcp {
+            sport: s,
+            dport: d,
+            flags,
+            ..
+        } => {
+            (sport, dport) = (s, d);
+            l4 |= u8::from(spec.ports);
+            if spec.tcp_flags {
+                l4 |= 4;
+                a = flags.0;
+            }
+        }
+        L4::Udp { sport: s, dport: d } => {
+            (sport, dport) = (s, d);
+            l4 |= u8::from(spec.ports);
+        }
+        L4::Sctp { sport: s, dport: d } => {
+            (sport, dport) = (s, d);
+            l4 |= u8::from(spec.ports);
+            if spec.sctp {
+                l4 |= 2;
+            }
         }
         L4::Icmp {
             icmp_type, code, ..
@@ -1241,11 +1267,11 @@ fn memo_key(spec: &MemoSpec, pk: &Pkt, packet: &Packet) -> MemoKey {
     }
     let sport = if spec.sport { sport } else { 0 };
     let dport = if spec.dport { dport } else { 0 };
-    let proto = if spec.proto { pk.proto } else { 0 };
-    let ct = if spec.ct { pk.ctbits } else { 0 };
+    let proto = if spec.proto { packet.protocol() } else { 0 };
+    let ct = if spec.ct { ctbits } else { 0 };
     MemoKey {
         words: [
-            u64::from(pk.src & spec.smask) | u64::from(pk.dst & spec.dmask) << 32,
+            u64::from(v4(packet.src) & spec.smask) | u64::from(v4(packet.dst) & spec.dmask) << 32,
             u64::from(packet.mark & spec.mark) | u64::from(sport) << 32 | u64::from(dport) << 48,
             u64::from(proto)
                 | u64::from(l4) << 8
@@ -1263,6 +1289,39 @@ fn memo_key(spec: &MemoSpec, pk: &Pkt, packet: &Packet) -> MemoKey {
 }
 
 impl Ruleset {
+    /// The remembered outcome of `table` at `hook` for `packet` (whose `--ctstate` bits are
+    /// `ctbits`), without an [`EvalCtx`]: when the hook's walk is pure and this feature key
+    /// was walked before, its counters are bumped, its mark change applied to `packet` and
+    /// its verdict returned, exactly as [`Ruleset::run_hook`] without a trace would.
+    /// `None`: nothing remembered (or indexing is off); evaluate with `run_hook`, which then
+    /// remembers it.
+    #[inline]
+    pub(crate) fn replay_hook(
+        &self,
+        table: Table,
+        hook: Hook,
+        packet: &mut Packet,
+        ctbits: u16,
+        state: &mut RulesetState,
+    ) -> Option<Verdict> {
+        if !self.indexing || !packet.is_ipv4() {
+            return None;
+        }
+        let td = self.tables[table.index()].as_ref()?;
+        let base = td.builtin[hook as usize]?;
+        let spec = td.program.memo[hook as usize].as_ref()?;
+        let key = memo_key(spec, packet, ctbits);
+        let at = table.index() * 5 + hook as usize;
+        let len = u64::from(packet.len);
+        let (action, nat) = state.memo_replay(at, td, base, &key, len, &mut packet.mark)?;
+        Some(Verdict {
+            action,
+            nat,
+            notrack: false,
+            ct_mark: None,
+        })
+    }
+
     /// The compiled, indexed walk: same results as `walk` (see `compile.rs`). A pure walk
     /// (see [`MemoSpec`]) is remembered per feature key in the state and replayed the next
     /// time: same verdict, counters and mark.
@@ -1291,7 +1350,7 @@ impl Ruleset {
         let Some(spec) = &td.program.memo[hook as usize] else {
             return self.walk_compiled(td, base, hook, ctx, state, &mut pk, None);
         };
-        let key = memo_key(spec, &pk, &ctx.packet);
+        let key = memo_key(spec, &ctx.packet, pk.ctbits);
         let at = table.index() * 5 + hook as usize;
         if let Some((action, nat)) =
             state.memo_replay(at, td, base, &key, pk.len, &mut ctx.packet.mark)

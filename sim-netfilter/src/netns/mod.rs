@@ -361,6 +361,16 @@ fn tuple_text(t: &Tuple) -> String {
     }
 }
 
+/// What `--ctstate` calls a packet's ctinfo.
+fn ct_info_kind(ctinfo: sim_conntrack::CtInfo) -> CtInfoKind {
+    use sim_conntrack::CtInfo as K;
+    match ctinfo {
+        K::New => CtInfoKind::New,
+        K::Established | K::EstablishedReply => CtInfoKind::Established,
+        K::Related | K::RelatedReply => CtInfoKind::Related,
+    }
+}
+
 /// The conntrack view rules see for a packet holding `handle`.
 fn ct_state_of(ct: &Conntrack, handle: Option<CtHandle>, untracked: bool, now: SimTime) -> CtState {
     if untracked {
@@ -372,12 +382,7 @@ fn ct_state_of(ct: &Conntrack, handle: Option<CtHandle>, untracked: bool, now: S
     let Some(e) = ct.rule_view(h.id) else {
         return CtState::Invalid;
     };
-    use sim_conntrack::CtInfo as K;
-    let info = match h.ctinfo {
-        K::New => CtInfoKind::New,
-        K::Established | K::EstablishedReply => CtInfoKind::Established,
-        K::Related | K::RelatedReply => CtInfoKind::Related,
-    };
+    let info = ct_info_kind(h.ctinfo);
     let dir = match h.dir() {
         Dir::Original => CtDirection::Original,
         Dir::Reply => CtDirection::Reply,
@@ -998,6 +1003,17 @@ impl Netns {
     /// (conntrack state, address types), keeps MARK's change to the packet and CONNMARK's to
     /// the entry, and appends the rule trace.
     fn eval(&mut self, now: SimTime, f: &mut Flight, table: Table, hook: Hook) -> crate::Verdict {
+        // A pure walk seen before is replayed from its `--ctstate` bits and the packet alone,
+        // without building the whole conntrack view (what `run_hook` would do too).
+        if f.trace.is_none() {
+            let bits = self.ct_bits(f);
+            if let Some(v) =
+                self.ruleset
+                    .replay_hook(table, hook, &mut f.pkt, bits, &mut self.rules_state)
+            {
+                return v;
+            }
+        }
         let ct = match f.view {
             Some(ct) => ct,
             None => {
@@ -1033,6 +1049,25 @@ impl Netns {
             f.view = None;
         }
         verdict
+    }
+
+    /// The `--ctstate` bits of the packet in flight: those of its view when it has one, else
+    /// from its handle and the entry's status alone.
+    #[inline]
+    fn ct_bits(&self, f: &Flight) -> u16 {
+        if let Some(v) = &f.view {
+            return v.state_bits();
+        }
+        if f.untracked {
+            return crate::rule::ctstate::UNTRACKED;
+        }
+        let Some(h) = f.handle else {
+            return crate::rule::ctstate::INVALID;
+        };
+        let Some(view) = self.conntrack.rule_view(h.id) else {
+            return crate::rule::ctstate::INVALID;
+        };
+        crate::eval::tracked_state_bits(ct_info_kind(h.ctinfo), u32::from(view.status.0))
     }
 
     /// The nat table at a DNAT-type hook (PREROUTING, OUTPUT) or INPUT, then the rewrite.
