@@ -735,6 +735,7 @@ impl Netns {
         }
     }
 
+    #[inline(always)]
     fn step(f: &mut Flight, s: impl FnOnce(&Packet) -> Step) {
         if let Some(t) = f.trace.as_mut() {
             t.steps.push(s(&f.pkt));
@@ -886,6 +887,7 @@ impl Netns {
     }
 
     /// POSTROUTING: mangle, nat (SNAT/MASQUERADE), confirm, transmit.
+    #[inline]
     fn postrouting(&mut self, now: SimTime, f: &mut Flight, dev: IfName, next_hop: IpAddr) -> Fate {
         Self::step(f, |_| Step::Hook(Hook::PostRouting));
         if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, Hook::PostRouting) {
@@ -906,6 +908,7 @@ impl Netns {
     }
 
     /// "Conntrack in" at PREROUTING/OUTPUT. Returns a fate when conntrack drops the packet.
+    #[inline]
     fn conntrack_in(&mut self, now: SimTime, f: &mut Flight) -> Option<Fate> {
         if f.handle.is_some() {
             // Already tracked: a packet looped back through lo.
@@ -919,6 +922,19 @@ impl Netns {
             return None;
         }
         match self.conntrack.conntrack_in(now, &f.pkt) {
+            CtVerdict::Tracked(h) if f.trace.is_none() => {
+                f.handle = Some(h);
+                f.view = None;
+                None
+            }
+            v => self.conntrack_in_rare(now, f, v),
+        }
+    }
+
+    /// [`Netns::conntrack_in`]'s outcomes other than an untraced tracked packet.
+    #[inline(never)]
+    fn conntrack_in_rare(&mut self, now: SimTime, f: &mut Flight, v: CtVerdict) -> Option<Fate> {
+        match v {
             CtVerdict::Tracked(h) => {
                 f.handle = Some(h);
                 f.view = None;
@@ -960,10 +976,28 @@ impl Netns {
     ) -> TableOutcome {
         // A table without a chain at this hook (or an IPv6 packet, which iptables does not
         // see) accepts at once; only a trace wants to say so.
-        if f.trace.is_none() && (!f.pkt.is_ipv4() || !self.ruleset.has_hook(table, hook)) {
-            return TableOutcome::Continue;
+        if f.trace.is_none() {
+            if !f.pkt.is_ipv4() || !self.ruleset.has_hook(table, hook) {
+                return TableOutcome::Continue;
+            }
+            if let Some(v) = self.replay(f, table, hook) {
+                if v.action == Action::Accept {
+                    return TableOutcome::Continue;
+                }
+                return self.outcome(f, table, hook, v);
+            }
         }
         self.run_table_rules(now, f, table, hook)
+    }
+
+    /// The remembered outcome of a pure walk of `table` at `hook` for the packet in flight,
+    /// replayed from its `--ctstate` bits and the packet alone, without building the whole
+    /// conntrack view (see [`Ruleset::replay_hook`]); `None` when the rules must be walked.
+    #[inline]
+    fn replay(&mut self, f: &mut Flight, table: Table, hook: Hook) -> Option<crate::Verdict> {
+        let bits = self.ct_bits(f);
+        self.ruleset
+            .replay_hook(table, hook, &mut f.pkt, bits, &mut self.rules_state)
     }
 
     /// [`Netns::run_table`] once there is something to evaluate.
@@ -976,6 +1010,17 @@ impl Netns {
         hook: Hook,
     ) -> TableOutcome {
         let verdict = self.eval(now, f, table, hook);
+        self.outcome(f, table, hook, verdict)
+    }
+
+    /// What a table's verdict does to the flight.
+    fn outcome(
+        &mut self,
+        f: &mut Flight,
+        table: Table,
+        hook: Hook,
+        verdict: crate::Verdict,
+    ) -> TableOutcome {
         if verdict.notrack && table == Table::Raw {
             f.untracked = true;
             f.view = None;
@@ -1003,17 +1048,6 @@ impl Netns {
     /// (conntrack state, address types), keeps MARK's change to the packet and CONNMARK's to
     /// the entry, and appends the rule trace.
     fn eval(&mut self, now: SimTime, f: &mut Flight, table: Table, hook: Hook) -> crate::Verdict {
-        // A pure walk seen before is replayed from its `--ctstate` bits and the packet alone,
-        // without building the whole conntrack view (what `run_hook` would do too).
-        if f.trace.is_none() {
-            let bits = self.ct_bits(f);
-            if let Some(v) =
-                self.ruleset
-                    .replay_hook(table, hook, &mut f.pkt, bits, &mut self.rules_state)
-            {
-                return v;
-            }
-        }
         let ct = match f.view {
             Some(ct) => ct,
             None => {
@@ -1071,6 +1105,7 @@ impl Netns {
     }
 
     /// The nat table at a DNAT-type hook (PREROUTING, OUTPUT) or INPUT, then the rewrite.
+    #[inline]
     fn nat_hook(&mut self, now: SimTime, f: &mut Flight, hook: Hook) -> Result<(), Fate> {
         let manip = match hook {
             Hook::PreRouting | Hook::Output => Manip::Dst,
@@ -1080,37 +1115,52 @@ impl Netns {
             return Ok(());
         };
         if self.needs_nat_lookup(h, manip) {
-            let req = self.run_nat_table(now, f, hook)?;
-            let range = match req {
-                Some(NatRequest::Dnat(ref r)) | Some(NatRequest::Snat(ref r)) => Some(range_of(r)),
-                Some(NatRequest::Redirect(ref p)) => {
-                    // nf_nat_redirect_ipv4: the incoming interface's primary address, or
-                    // 127.0.0.1 for locally generated packets.
-                    let addr = match f.pkt.iif {
-                        None => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-                        Some(dev) => self
-                            .routes
-                            .interfaces()
-                            .iter()
-                            .find(|i| i.name == dev)
-                            .and_then(|i| i.addrs.iter().find(|(a, _)| a.is_ipv4()))
-                            .map(|&(a, _)| a),
-                    };
-                    match addr {
-                        Some(a) => Some(port_range(a, p)),
-                        None => return Err(Fate::Dropped(DropCause::NoMasqueradeAddress)),
-                    }
-                }
-                Some(NatRequest::Masquerade(_)) | None => None,
-            };
-            self.bind(f, h, manip, hook, range, req.as_ref())?;
+            self.nat_lookup(now, f, h, manip, hook)?;
         }
         self.rewrite(f, h, manip, hook);
         Ok(())
     }
 
+    /// A connection's first packet at a DNAT-type hook or INPUT: the nat table, and the
+    /// binding it asks for.
+    #[inline(never)]
+    fn nat_lookup(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        h: CtHandle,
+        manip: Manip,
+        hook: Hook,
+    ) -> Result<(), Fate> {
+        let req = self.run_nat_table(now, f, hook)?;
+        let range = match req {
+            Some(NatRequest::Dnat(ref r)) | Some(NatRequest::Snat(ref r)) => Some(range_of(r)),
+            Some(NatRequest::Redirect(ref p)) => {
+                // nf_nat_redirect_ipv4: the incoming interface's primary address, or
+                // 127.0.0.1 for locally generated packets.
+                let addr = match f.pkt.iif {
+                    None => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+                    Some(dev) => self
+                        .routes
+                        .interfaces()
+                        .iter()
+                        .find(|i| i.name == dev)
+                        .and_then(|i| i.addrs.iter().find(|(a, _)| a.is_ipv4()))
+                        .map(|&(a, _)| a),
+                };
+                match addr {
+                    Some(a) => Some(port_range(a, p)),
+                    None => return Err(Fate::Dropped(DropCause::NoMasqueradeAddress)),
+                }
+            }
+            Some(NatRequest::Masquerade(_)) | None => None,
+        };
+        self.bind(f, h, manip, hook, range, req.as_ref())
+    }
+
     /// The nat table at POSTROUTING (MASQUERADE needs the outgoing interface), then the
     /// rewrite.
+    #[inline]
     fn nat_postrouting(
         &mut self,
         now: SimTime,
@@ -1121,29 +1171,44 @@ impl Netns {
         let Some(h) = f.handle else {
             return Ok(());
         };
-        let manip = Manip::Src;
-        if self.needs_nat_lookup(h, manip) {
-            let req = self.run_nat_table(now, f, Hook::PostRouting)?;
-            let range = match &req {
-                Some(NatRequest::Snat(r)) | Some(NatRequest::Dnat(r)) => Some(range_of(r)),
-                Some(NatRequest::Masquerade(p)) => {
-                    // nf_nat_masquerade_ipv4: the outgoing interface's address for this next
-                    // hop (inet_select_addr); none → drop.
-                    match self.routes.select_source(dev, next_hop) {
-                        Some(a) => Some(port_range(a, p)),
-                        None => return Err(Fate::Dropped(DropCause::NoMasqueradeAddress)),
-                    }
-                }
-                _ => None,
-            };
-            self.bind(f, h, manip, Hook::PostRouting, range, req.as_ref())?;
+        if self.needs_nat_lookup(h, Manip::Src) {
+            self.nat_lookup_postrouting(now, f, h, dev, next_hop)?;
         }
-        self.rewrite(f, h, manip, Hook::PostRouting);
+        self.rewrite(f, h, Manip::Src, Hook::PostRouting);
         Ok(())
+    }
+
+    /// A connection's first packet at POSTROUTING: the nat table, and the binding it asks
+    /// for (MASQUERADE's address from the outgoing interface).
+    #[inline(never)]
+    fn nat_lookup_postrouting(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        h: CtHandle,
+        dev: IfName,
+        next_hop: IpAddr,
+    ) -> Result<(), Fate> {
+        let manip = Manip::Src;
+        let req = self.run_nat_table(now, f, Hook::PostRouting)?;
+        let range = match &req {
+            Some(NatRequest::Snat(r)) | Some(NatRequest::Dnat(r)) => Some(range_of(r)),
+            Some(NatRequest::Masquerade(p)) => {
+                // nf_nat_masquerade_ipv4: the outgoing interface's address for this next
+                // hop (inet_select_addr); none → drop.
+                match self.routes.select_source(dev, next_hop) {
+                    Some(a) => Some(port_range(a, p)),
+                    None => return Err(Fate::Dropped(DropCause::NoMasqueradeAddress)),
+                }
+            }
+            _ => None,
+        };
+        self.bind(f, h, manip, Hook::PostRouting, range, req.as_ref())
     }
 
     /// Whether the nat table must be consulted (`nf_nat_inet_fn`): ctinfo NEW or RELATED and
     /// NAT of this manip type not yet set up.
+    #[inline]
     fn needs_nat_lookup(&self, h: CtHandle, manip: Manip) -> bool {
         use sim_conntrack::CtInfo as K;
         matches!(h.ctinfo, K::New | K::Related | K::RelatedReply)
@@ -1157,7 +1222,14 @@ impl Netns {
         hook: Hook,
     ) -> Result<Option<NatRequest>, Fate> {
         let table = Table::Nat;
-        let verdict = self.eval(now, f, table, hook);
+        let replayed = match f.trace {
+            None => self.replay(f, table, hook),
+            Some(_) => None,
+        };
+        let verdict = match replayed {
+            Some(v) => v,
+            None => self.eval(now, f, table, hook),
+        };
         match verdict.action {
             Action::Accept => Ok(verdict.nat),
             Action::Drop => Err(Fate::Dropped(DropCause::Rule { table, hook })),
@@ -1203,7 +1275,17 @@ impl Netns {
         }
     }
 
+    #[inline]
     fn rewrite(&mut self, f: &mut Flight, h: CtHandle, manip: Manip, hook: Hook) {
+        if f.trace.is_none() {
+            self.conntrack.nat_packet(h, manip, &mut f.pkt);
+            return;
+        }
+        self.rewrite_traced(f, h, manip, hook);
+    }
+
+    #[inline(never)]
+    fn rewrite_traced(&mut self, f: &mut Flight, h: CtHandle, manip: Manip, hook: Hook) {
         let before = f.trace.as_ref().map(|_| f.pkt);
         if self.conntrack.nat_packet(h, manip, &mut f.pkt) {
             if let Some(before) = before {
@@ -1217,18 +1299,29 @@ impl Netns {
     }
 
     /// The confirm hook. Returns a fate when the packet is dropped here.
+    #[inline]
     fn confirm(&mut self, now: SimTime, f: &mut Flight) -> Option<Fate> {
         let h = f.handle?;
-        // Only a trace says when an entry enters the table.
-        let was_confirmed = f.trace.is_none()
-            || self
-                .conntrack
-                .get(h.id)
-                .map(|e| e.status.contains(Status::CONFIRMED))
-                .unwrap_or(true);
+        if f.trace.is_some() {
+            return self.confirm_traced(now, f, h);
+        }
+        match self.conntrack.confirm(now, h) {
+            Ok(()) => None,
+            Err(e) => Self::confirm_failed(f, e),
+        }
+    }
+
+    /// [`Netns::confirm`] with a trace, which says when an entry enters the table.
+    #[inline(never)]
+    fn confirm_traced(&mut self, now: SimTime, f: &mut Flight, h: CtHandle) -> Option<Fate> {
+        let was_confirmed = self
+            .conntrack
+            .get(h.id)
+            .map(|e| e.status.contains(Status::CONFIRMED))
+            .unwrap_or(true);
         match self.conntrack.confirm(now, h) {
             Ok(()) => {
-                if !was_confirmed && f.trace.is_some() {
+                if !was_confirmed {
                     let line = self
                         .conntrack
                         .get(h.id)
@@ -1238,16 +1331,18 @@ impl Netns {
                 }
                 None
             }
-            Err(ConfirmError::InsertFailed(_)) => {
-                f.handle = None;
-                f.view = None;
-                Some(Fate::Dropped(DropCause::InsertFailed))
-            }
-            Err(ConfirmError::NoEntry(_)) => {
-                f.handle = None;
-                f.view = None;
-                None
-            }
+            Err(e) => Self::confirm_failed(f, e),
+        }
+    }
+
+    /// A confirm that failed: the packet loses its entry, and is dropped on a clash.
+    #[cold]
+    fn confirm_failed(f: &mut Flight, e: ConfirmError) -> Option<Fate> {
+        f.handle = None;
+        f.view = None;
+        match e {
+            ConfirmError::InsertFailed(_) => Some(Fate::Dropped(DropCause::InsertFailed)),
+            ConfirmError::NoEntry(_) => None,
         }
     }
 
