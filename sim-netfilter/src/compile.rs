@@ -161,9 +161,31 @@ pub(crate) struct MemoSpec {
     pub iif: bool,
     /// Some `-o`.
     pub oif: bool,
+    /// The bits of a packet's three raw key words (see `memo_key` in `eval.rs`) that the
+    /// flags above select, set by [`MemoSpec::seal`].
+    pub masks: [u64; 3],
 }
 
 impl MemoSpec {
+    /// Computes [`MemoSpec::masks`] from the flags. Word 0 holds source and destination,
+    /// word 1 mark, source and destination port, word 2 protocol, the L4 kind bits (ports 1,
+    /// SCTP 2, TCP 4, ICMP 8), TCP flags or ICMP type, ICMP code, and the ctstate bits. A mask
+    /// may keep more than a walk reads (the TCP-flags byte is also the ICMP-type byte): a key
+    /// finer than needed only remembers more outcomes, never a wrong one.
+    fn seal(&mut self) {
+        let on = |b: bool, m: u64| if b { m } else { 0 };
+        self.masks = [
+            u64::from(self.smask) | u64::from(self.dmask) << 32,
+            u64::from(self.mark) | on(self.sport, 0xffff << 32) | on(self.dport, 0xffff << 48),
+            on(self.proto, 0xff)
+                | on(self.ports, 1 << 8)
+                | on(self.sctp, 2 << 8)
+                | on(self.tcp_flags, 4 << 8 | 0xff << 16)
+                | on(self.icmp, 8 << 8 | 0xffff << 16)
+                | on(self.ct, 0xffff << 32),
+        ];
+    }
+
     fn merge(&mut self, o: &MemoSpec) {
         self.smask |= o.smask;
         self.dmask |= o.dmask;
@@ -263,6 +285,7 @@ fn hook_spec<'a>(
         spec.merge(chains.get(id)?.as_ref()?);
         todo.extend_from_slice(targets(id));
     }
+    spec.seal();
     Some(spec)
 }
 

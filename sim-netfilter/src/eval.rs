@@ -1222,62 +1222,38 @@ struct Recorder<'a> {
 }
 
 /// The memo key of a packet whose `--ctstate` bits are `ctbits`, for a pure walk reading
-/// `spec` (see [`MemoSpec`]).
+/// `spec` (see [`MemoSpec`]): the packet's raw key words masked by `spec.masks`.
 #[inline]
 fn memo_key(spec: &MemoSpec, packet: &Packet, ctbits: u16) -> MemoKey {
     let v4 = |a: IpAddr| match a {
         IpAddr::V4(v) => u32::from(v),
         IpAddr::V6(_) => 0,
     };
-    let mut l4 = 0u8;
-    let (mut sport, mut dport, mut a, mut b) = (0u16, 0u16, 0u8, 0u8);
-    match packet.l4 {
+    let (sport, dport, l4, a, b) = match packet.l4 {
         L4::Tcp {
-            sport: s,
-            dport: d,
+            sport,
+            dport,
             flags,
             ..
-        } => {
-            (sport, dport) = (s, d);
-            l4 |= u8::from(spec.ports);
-            if spec.tcp_flags {
-                l4 |= 4;
-                a = flags.0;
-            }
-        }
-        L4::Udp { sport: s, dport: d } => {
-            (sport, dport) = (s, d);
-            l4 |= u8::from(spec.ports);
-        }
-        L4::Sctp { sport: s, dport: d } => {
-            (sport, dport) = (s, d);
-            l4 |= u8::from(spec.ports);
-            if spec.sctp {
-                l4 |= 2;
-            }
-        }
+        } => (sport, dport, 1u8 | 4, flags.0, 0u8),
+        L4::Udp { sport, dport } => (sport, dport, 1, 0, 0),
+        L4::Sctp { sport, dport } => (sport, dport, 1 | 2, 0, 0),
         L4::Icmp {
             icmp_type, code, ..
-        } if spec.icmp => {
-            l4 |= 8;
-            a = icmp_type;
-            b = code;
-        }
-        _ => {}
-    }
-    let sport = if spec.sport { sport } else { 0 };
-    let dport = if spec.dport { dport } else { 0 };
-    let proto = if spec.proto { packet.protocol() } else { 0 };
-    let ct = if spec.ct { ctbits } else { 0 };
+        } => (0, 0, 8, icmp_type, code),
+        L4::Other { .. } => (0, 0, 0, 0, 0),
+    };
+    let m = &spec.masks;
     MemoKey {
         words: [
-            u64::from(v4(packet.src) & spec.smask) | u64::from(v4(packet.dst) & spec.dmask) << 32,
-            u64::from(packet.mark & spec.mark) | u64::from(sport) << 32 | u64::from(dport) << 48,
-            u64::from(proto)
+            (u64::from(v4(packet.src)) | u64::from(v4(packet.dst)) << 32) & m[0],
+            (u64::from(packet.mark) | u64::from(sport) << 32 | u64::from(dport) << 48) & m[1],
+            (u64::from(packet.protocol())
                 | u64::from(l4) << 8
                 | u64::from(a) << 16
                 | u64::from(b) << 24
-                | u64::from(ct) << 32,
+                | u64::from(ctbits) << 32)
+                & m[2],
         ],
         ifaces: (spec.iif || spec.oif).then(|| {
             (
