@@ -7,25 +7,32 @@
 //! the full first packet here also sets up NAT and confirms an entry in a table that grows by
 //! one entry per iteration, to a million and more).
 //!
-//! Measured on the shared 2-core development machine (load average 1–4, 10–25 % steal; four
-//! rounds of `cargo bench --bench netns -- netns/`, next to rounds of the code before), before
-//! and after the pipeline work of issue #3 (one conntrack snapshot per packet, remembered pure
-//! walks, compiled-walk tightening, longest-prefix route index) and the conntrack work done
-//! alongside it:
+//! The established flows have seen a reply (the endpoint answers each first packet), so
+//! their packets are ctstate ESTABLISHED as in a real connection; until the session of the
+//! figures below they were one-way (ctinfo NEW on every packet, which also walked the
+//! filter chains' `--ctstate NEW` jumps).
 //!
-//! | benchmark | before | after |
+//! Measured on the shared 2-core development machine (load average 1–2, its speed swinging
+//! by a third from one minute to the next; several rounds of `cargo bench --bench netns --
+//! netns/`). The bench profile builds with one codegen unit and fat LTO (root `Cargo.toml`).
+//!
+//! | benchmark | session 2 | now |
 //! |---|---|---|
-//! | `established_10k_services` (`process`) | 395–707 ns (490–755 earlier) | 319–498 ns; 319 ns (3.1 M/s) when quiet |
-//! | `established_10k_services_into` (`process_into`, one reused buffer) | — | 302–447 ns |
-//! | `first_packet_10k_services` | 5.8–8.9 µs | 5.8–7.2 µs |
+//! | `established_10k_services` (`process`) | 319–498 ns | 218–304 ns (3.3–4.6 M/s) |
+//! | `established_10k_services_into` (`process_into`, one reused buffer) | 302–447 ns | 185–229 ns (4.4–5.4 M/s) |
+//! | `first_packet_10k_services` | 5.8–7.2 µs | 7.3–7.5 µs |
 //!
-//! The spread is the machine's, not the code's: instruction counts (callgrind over the
-//! `netns_hot` example, which loops the same packets) are exact. An established packet took
-//! 3,812 instructions, now 2,585 through `process` (2,531 with the conntrack of before: the
-//! pipeline's own share of the gain) and 2,295 through `process_into`, about 900 of them in
-//! conntrack (`conntrack_in`, two `nat_packet`, the entry snapshot). A first packet took
-//! 12,543, now 7,978; its time is cache misses in the growing conntrack table and the
-//! 10,000-service nat program.
+//! Instruction counts (callgrind over the `netns_hot` example, which loops the same packets;
+//! exact where times are not): an established packet through `process_into` took 2,245
+//! instructions with one-way flows and 2,140 with answered ones; it now takes 1,216 (1,615
+//! through `process`, which also allocates the result's egress vector and snapshots the
+//! entry). Where they went: `-m conntrack`'s view read in place instead of from a snapshot;
+//! a remembered pure walk replayed from the packet and its ctstate bits before any view or
+//! `EvalCtx` is built, its key the packet's raw words under masks computed once; each hook's
+//! common case inline and its traced / first-packet / failure cases out of line; conntrack's
+//! inline TCP path for established segments, NAT rewrites straight from the stored key
+//! words; and LTO. A first packet's time is cache misses in the growing conntrack table and
+//! the 10,000-service nat program.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sim_core::{IfName, Packet, SimTime, TcpFlags};
