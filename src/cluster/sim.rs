@@ -1262,14 +1262,8 @@ impl Simulation {
                 } => {
                     self.dnat_note(n, sent, &packet);
                     if dev == eth0() {
-                        // ip_forward: TTL decremented on every hop, dropped when it runs out.
+                        // (The namespace has taken a hop off a forwarded packet's TTL.)
                         let mut packet = packet;
-                        if packet.iif.is_some() {
-                            if packet.ttl <= 1 {
-                                continue;
-                            }
-                            packet.ttl -= 1;
-                        }
                         packet.iif = None;
                         packet.oif = None;
                         self.network(next_hop, packet, Some(n));

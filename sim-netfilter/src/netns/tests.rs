@@ -343,6 +343,64 @@ fn reject_answers_with_an_icmp_error_through_output() {
 }
 
 #[test]
+fn forwarding_takes_a_hop_off_the_ttl_and_answers_the_last_hop_with_time_exceeded() {
+    let mut n = node(1);
+    let from = Ingress::Interface(ifn("veth20"));
+    // A forwarded packet leaves with one hop less (ip_forward: ip_decrease_ttl).
+    let mut q = Packet::udp(sa("10.244.1.20:40000"), sa("10.96.0.10:53"));
+    q.ttl = 7;
+    let r = n.process(SimTime::ZERO, q, from);
+    match r.out.as_slice() {
+        [Egress::Transmit { packet, .. }] => assert_eq!(packet.ttl, 6),
+        o => panic!("{o:?} {:?}", r.fate),
+    }
+    // A packet for the node itself keeps its TTL.
+    let mut local = Packet::udp(sa("10.244.1.20:40001"), sa("172.18.0.2:9000"));
+    local.ttl = 1;
+    let r = n.process(SimTime::ZERO, local, from);
+    match r.out.as_slice() {
+        [Egress::LocalDeliver { packet }] => assert_eq!(packet.ttl, 1),
+        o => panic!("{o:?} {:?}", r.fate),
+    }
+    // With one hop left it dies before FORWARD (whose rules do not count it), its new entry
+    // is discarded, and the sender hears ICMP time exceeded from the node.
+    let forward_before = counters(&n);
+    let mut last = Packet::udp(sa("10.244.1.20:40002"), sa("10.96.0.10:53"));
+    last.ttl = 1;
+    let entries = n.conntrack().len();
+    let r = n.process_traced(SimTime::ZERO, last, from);
+    assert_eq!(r.fate, Fate::Dropped(DropCause::TtlExceeded));
+    match r.out.as_slice() {
+        [Egress::Transmit { dev, packet, .. }] => {
+            assert_eq!(dev.as_str(), "veth20");
+            assert!(
+                packet
+                    .to_string()
+                    .starts_with("icmp 10.244.1.1 -> 10.244.1.20 time-exceeded"),
+                "{packet}"
+            );
+        }
+        o => panic!("{o:?}"),
+    }
+    assert_eq!(n.conntrack().len(), entries);
+    let filter = |c: &[String]| -> Vec<String> {
+        c.iter()
+            .filter(|l| l.contains("FORWARD"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(filter(&counters(&n)), filter(&forward_before));
+    let text = r.trace.unwrap().to_string();
+    assert!(text.contains("TTL 1 exceeded in transit"), "{text}");
+    // No error about an error.
+    let mut err = Packet::icmp_error(ip("10.244.1.20"), &q, 3, 3);
+    err.ttl = 1;
+    let r = n.process(SimTime::ZERO, err, from);
+    assert_eq!(r.fate, Fate::Dropped(DropCause::TtlExceeded));
+    assert!(r.out.is_empty(), "{:?}", r.out);
+}
+
+#[test]
 fn tcp_through_dnat_reaches_established_and_assured() {
     let mut n = node(2);
     n.restore(
