@@ -20,8 +20,7 @@
 //! CIDR to its node, except back to the node the packet came from: a packet for a gone pod's
 //! IP finds no /32 on its node, goes out by the default route and is dropped by the router,
 //! as a kind node's packet is lost upstream. Hosts send everything to the router. Forwarded
-//! packets lose one TTL per node (`ip_forward`'s decrement, which the namespace itself does
-//! not model).
+//! packets lose one TTL per node (the namespace's `ip_forward`).
 //!
 //! kube-proxy is the kubeproxy module's [`crate::kubeproxy::KubeProxy`], one per node or one
 //! per set of nodes with identical rules ([`ProxyGroup`]); its syncs are applied to the
@@ -45,7 +44,7 @@ use crate::scenario::model::*;
 use serde::Serialize;
 use sim_conntrack::{EventKind, Filter, Status, Sysctls};
 use sim_core::{EventQueue, IfName, Packet, SimDuration, SimRng, SimTime, L4};
-use sim_netfilter::netns::{Egress, Fate, Ingress, Netns, NetnsConfig, Prefix};
+use sim_netfilter::netns::{Egress, Fate, IcmpRateLimit, Ingress, Netns, NetnsConfig, Prefix};
 use sim_netfilter::RestoreMemo;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -130,6 +129,9 @@ enum Server {
 struct Stack {
     servers: BTreeMap<(u8, u16), Server>,
     wake: Option<SimTime>,
+    /// The ICMP error rate limit of a pod's or host's own kernel namespace (a node's
+    /// stack uses its `Netns`'s, shared with what its rules send).
+    icmp: IcmpRateLimit,
 }
 
 impl Stack {
@@ -1418,7 +1420,24 @@ impl Simulation {
         }
         if !is_error {
             if let Some(r) = closed_port_response(&p) {
-                self.send_from(&m, vec![r]);
+                // icmp_send's per-destination rate limit (the RST a closed TCP port sends
+                // is not limited).
+                let allowed = match &m {
+                    Machine::Node(n) => self.nodes[*n].netns.icmp_error_allowed(now, &r),
+                    _ => match (self.stack_mut(&m), r.l4, r.dst) {
+                        (
+                            Some(stack),
+                            L4::Icmp {
+                                icmp_type, code, ..
+                            },
+                            IpAddr::V4(dst),
+                        ) => stack.icmp.allow(now, dst, icmp_type, code, r.dst == r.src),
+                        _ => true,
+                    },
+                };
+                if allowed {
+                    self.send_from(&m, vec![r]);
+                }
             }
         }
     }

@@ -26,11 +26,15 @@
 //!
 //! Simplifications, each deliberate: one routing table (no policy routing, no `fwmark`
 //! routes); IPv6 packets are tracked and routed but iptables rules (IPv4 only) do not see
-//! them, as with an empty ip6tables; no fragmentation; the `security` table is not modelled;
-//! the kernel's ICMP rate limits (`icmp_ratelimit`, `icmp_msgs_per_sec`) are not applied to
-//! the errors it sends (REJECT, time exceeded).
+//! them, as with an empty ip6tables; no fragmentation; the `security` table is not modelled.
+//! The ICMPv4 errors the namespace sends (REJECT's, time exceeded) pass its per-destination
+//! rate limit ([`IcmpRateLimit`]: `icmp_ratelimit`, `icmp_ratemask`); the global
+//! `icmp_msgs_per_sec` limit and ICMPv6's limits are not modelled.
 
+mod icmp;
 mod route;
+
+pub use icmp::IcmpRateLimit;
 
 pub use route::{Interface, Prefix, Route, RouteDecision, RouteError, RoutingTable};
 
@@ -306,6 +310,7 @@ pub struct Netns {
     rules_state: RulesetState,
     conntrack: Conntrack,
     stat_rng: SimRng,
+    icmp_limit: IcmpRateLimit,
 }
 
 /// `addrtype` classification from the routing table (`inet_dev_addr_type`).
@@ -495,6 +500,7 @@ impl Netns {
             routes,
             ruleset: Ruleset::new(),
             rules_state: RulesetState::new(),
+            icmp_limit: IcmpRateLimit::default(),
         }
     }
 
@@ -610,8 +616,35 @@ impl Netns {
         &mut self.conntrack
     }
 
-    /// Sets a sysctl by its name (`net.netfilter.nf_conntrack_udp_timeout`, …).
+    /// Sets a sysctl by its name: conntrack's (`net.netfilter.nf_conntrack_udp_timeout`, …)
+    /// and the ICMP error rate limit's (`net.ipv4.icmp_ratelimit` in milliseconds,
+    /// `net.ipv4.icmp_ratemask`).
     pub fn set_sysctl(&mut self, name: &str, value: &str) -> Result<(), NetnsError> {
+        let short = name.trim();
+        let short = short.strip_prefix("net.ipv4.").unwrap_or(short);
+        if short == "icmp_ratelimit" || short == "icmp_ratemask" {
+            let full = format!("net.ipv4.{short}");
+            const E: &str = "an integer from 0 to 2147483647";
+            let n: i64 = value.trim().parse().map_err(|_| SysctlError::NotANumber {
+                name: full.clone(),
+                value: value.to_string(),
+                expected: E,
+            })?;
+            if !(0..=i64::from(i32::MAX)).contains(&n) {
+                return Err(SysctlError::OutOfRange {
+                    name: full,
+                    value: n.to_string(),
+                    expected: E,
+                }
+                .into());
+            }
+            if short == "icmp_ratelimit" {
+                self.icmp_limit.ratelimit = sim_core::SimDuration::from_millis(n as u64);
+            } else {
+                self.icmp_limit.ratemask = n as u32;
+            }
+            return Ok(());
+        }
         Ok(self.conntrack.sysctls_mut().set(name, value)?)
     }
 
@@ -834,10 +867,43 @@ impl Netns {
                 } else {
                     (icmp::V6_TIME_EXCEEDED, 0)
                 };
-                f.generated.push(Packet::icmp_error(src, &f.pkt, t, code));
+                self.send_error(now, f, Packet::icmp_error(src, &f.pkt, t, code));
             }
         }
         self.dropped(now, f, Fate::Dropped(DropCause::TtlExceeded))
+    }
+
+    /// Sends a packet the kernel answers with (REJECT's, time exceeded) through OUTPUT,
+    /// unless it is an ICMPv4 error the destination's rate limit holds back.
+    fn send_error(&mut self, now: SimTime, f: &mut Flight, answer: Packet) {
+        if !self.icmp_error_allowed(now, &answer) {
+            Self::step(f, |p| {
+                Step::Route(format!(
+                    "ICMP error to {} not sent: rate limited (net.ipv4.icmp_ratelimit)",
+                    p.src
+                ))
+            });
+            return;
+        }
+        f.generated.push(answer);
+    }
+
+    /// Whether this namespace's kernel may send `answer` now, an ICMP error it generated
+    /// (`icmpv4_xrlim_allow`: the per-destination limit of [`IcmpRateLimit`]); takes the
+    /// error's cost when it may. Anything but an ICMPv4 error is always allowed. For
+    /// drivers whose sockets answer closed ports on the namespace's own addresses.
+    pub fn icmp_error_allowed(&mut self, now: SimTime, answer: &Packet) -> bool {
+        let (
+            sim_core::L4::Icmp {
+                icmp_type, code, ..
+            },
+            IpAddr::V4(dst),
+        ) = (answer.l4, answer.dst)
+        else {
+            return true;
+        };
+        let via_lo = self.routes.lookup(answer.dst) == RouteDecision::Local;
+        self.icmp_limit.allow(now, dst, icmp_type, code, via_lo)
     }
 
     /// INPUT: mangle, filter, nat (SNAT), confirm, deliver.
@@ -1041,7 +1107,7 @@ impl Netns {
                 if v.action == Action::Accept {
                     return TableOutcome::Continue;
                 }
-                return self.outcome(f, table, hook, v);
+                return self.outcome(now, f, table, hook, v);
             }
         }
         self.run_table_rules(now, f, table, hook)
@@ -1067,12 +1133,13 @@ impl Netns {
         hook: Hook,
     ) -> TableOutcome {
         let verdict = self.eval(now, f, table, hook);
-        self.outcome(f, table, hook, verdict)
+        self.outcome(now, f, table, hook, verdict)
     }
 
     /// What a table's verdict does to the flight.
     fn outcome(
         &mut self,
+        now: SimTime,
         f: &mut Flight,
         table: Table,
         hook: Hook,
@@ -1094,7 +1161,7 @@ impl Netns {
                     self.routes.source_for(f.pkt.src).unwrap_or(f.pkt.dst)
                 };
                 if let Some(answer) = with.response(&f.pkt, src) {
-                    f.generated.push(answer);
+                    self.send_error(now, f, answer);
                 }
                 TableOutcome::Stop(Fate::Rejected { table, hook })
             }

@@ -401,6 +401,54 @@ fn forwarding_takes_a_hop_off_the_ttl_and_answers_the_last_hop_with_time_exceede
 }
 
 #[test]
+fn reject_answers_are_rate_limited_per_destination() {
+    let mut n = node(1);
+    n.restore(
+        "*filter\n:KUBE-SERVICES - [0:0]\n-A FORWARD -m conntrack --ctstate NEW -j KUBE-SERVICES\n-A KUBE-SERVICES -d 10.96.0.99/32 -p udp -m comment --comment \"ns/svc has no endpoints\" -m udp --dport 53 -j REJECT --reject-with icmp-port-unreachable\nCOMMIT\n",
+        true,
+    )
+    .unwrap();
+    let answered = |n: &mut Netns, ms: u64, client: &str, port: u16| {
+        let q = Packet::udp(SocketAddr::new(ip(client), port), sa("10.96.0.99:53"));
+        let dev = if client == "10.244.1.20" {
+            "veth20"
+        } else {
+            "eth0"
+        };
+        let r = n.process(SimTime::from_millis(ms), q, Ingress::Interface(ifn(dev)));
+        assert!(matches!(r.fate, Fate::Rejected { .. }), "{:?}", r.fate);
+        !r.out.is_empty()
+    };
+    // A burst of 6, then one a second (icmp_ratelimit 1000 ms, XRLIM_BURST_FACTOR 6).
+    let burst: Vec<bool> = (0..8)
+        .map(|i| answered(&mut n, i, "10.244.1.20", 40000 + i as u16))
+        .collect();
+    assert_eq!(burst, [true, true, true, true, true, true, false, false]);
+    // Another client has its own allowance.
+    assert!(answered(&mut n, 10, "172.18.5.5", 40000));
+    assert!(!answered(&mut n, 500, "10.244.1.20", 41000));
+    assert!(answered(&mut n, 1_010, "10.244.1.20", 41001));
+    // The trace says why nothing came back.
+    let q = Packet::udp(sa("10.244.1.20:41002"), sa("10.96.0.99:53"));
+    let r = n.process_traced(
+        SimTime::from_millis(1_020),
+        q,
+        Ingress::Interface(ifn("veth20")),
+    );
+    assert!(r.out.is_empty());
+    let text = r.trace.unwrap().to_string();
+    assert!(text.contains("not sent: rate limited"), "{text}");
+    // icmp_ratelimit 0: no limit.
+    n.set_sysctl("net.ipv4.icmp_ratelimit", "0").unwrap();
+    assert!((0..20).all(|i| answered(&mut n, 2_000, "10.244.1.20", 42000 + i)));
+    // Bad values are refused, naming the sysctl.
+    let e = n.set_sysctl("net.ipv4.icmp_ratemask", "lots").unwrap_err();
+    assert!(e.to_string().contains("net.ipv4.icmp_ratemask"), "{e}");
+    let e = n.set_sysctl("icmp_ratelimit", "-1").unwrap_err();
+    assert!(e.to_string().contains("out of range"), "{e}");
+}
+
+#[test]
 fn tcp_through_dnat_reaches_established_and_assured() {
     let mut n = node(2);
     n.restore(
