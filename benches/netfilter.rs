@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use sim_core::{IfName, Packet, SimRng, SimTime, TcpFlags};
-use sim_netfilter::rule::CtDirection;
 use sim_netfilter::synth::KubeServices;
 use sim_netfilter::*;
 
@@ -38,32 +37,7 @@ fn packets(k: &KubeServices, n: usize) -> Vec<Packet> {
 }
 
 fn ct(p: &Packet, info: CtInfoKind) -> CtState {
-    let v4 = |a: std::net::IpAddr| match a {
-        std::net::IpAddr::V4(v) => v,
-        _ => Ipv4Addr::UNSPECIFIED,
-    };
-    let orig = CtTuple {
-        src: v4(p.src),
-        dst: v4(p.dst),
-        proto: p.protocol(),
-        sport: p.sport().unwrap_or(0),
-        dport: p.dport().unwrap_or(0),
-    };
-    CtState::Tracked(CtInfo {
-        info,
-        dir: CtDirection::Original,
-        status: 0,
-        orig,
-        reply: CtTuple {
-            src: orig.dst,
-            dst: orig.src,
-            proto: orig.proto,
-            sport: orig.dport,
-            dport: orig.sport,
-        },
-        mark: 0,
-        expires_secs: 30,
-    })
+    CtState::for_packet(p, info, 30)
 }
 
 fn bench(c: &mut Criterion) {

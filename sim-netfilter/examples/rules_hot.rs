@@ -27,32 +27,7 @@ fn packets(k: &KubeServices, n: usize) -> Vec<(Packet, CtState)> {
             } else {
                 Packet::tcp(src, svc.into(), TcpFlags::SYN)
             };
-            let v4 = |a: std::net::IpAddr| match a {
-                std::net::IpAddr::V4(v) => v,
-                _ => Ipv4Addr::UNSPECIFIED,
-            };
-            let orig = CtTuple {
-                src: v4(p.src),
-                dst: v4(p.dst),
-                proto: p.protocol(),
-                sport: p.sport().unwrap_or(0),
-                dport: p.dport().unwrap_or(0),
-            };
-            let ct = CtState::Tracked(CtInfo {
-                info: CtInfoKind::New,
-                dir: CtDirection::Original,
-                status: 0,
-                orig,
-                reply: CtTuple {
-                    src: orig.dst,
-                    dst: orig.src,
-                    proto: orig.proto,
-                    sport: orig.dport,
-                    dport: orig.sport,
-                },
-                mark: 0,
-                expires_secs: 30,
-            });
+            let ct = CtState::for_packet(&p, CtInfoKind::New, 30);
             (p.on_iif(eth0), ct)
         })
         .collect()

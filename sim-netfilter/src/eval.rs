@@ -110,6 +110,35 @@ pub struct CtTuple {
     pub dport: u16,
 }
 
+impl CtTuple {
+    /// The tuple of an IPv4 packet (ports 0 where it has none; an IPv6 address reads
+    /// 0.0.0.0).
+    pub fn of(p: &Packet) -> CtTuple {
+        let v4 = |a: IpAddr| match a {
+            IpAddr::V4(v) => v,
+            IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+        };
+        CtTuple {
+            src: v4(p.src),
+            dst: v4(p.dst),
+            proto: p.protocol(),
+            sport: p.sport().unwrap_or(0),
+            dport: p.dport().unwrap_or(0),
+        }
+    }
+
+    /// The tuple with source and destination swapped: the reply's, without NAT.
+    pub fn inverted(self) -> CtTuple {
+        CtTuple {
+            src: self.dst,
+            dst: self.src,
+            proto: self.proto,
+            sport: self.dport,
+            dport: self.sport,
+        }
+    }
+}
+
 /// How the packet relates to its entry (`enum ip_conntrack_info`, direction apart).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CtInfoKind {
@@ -152,6 +181,23 @@ pub enum CtState {
 }
 
 impl CtState {
+    /// The view of an original-direction packet `p` of a connection without NAT, seen by its
+    /// entry as `info` (`New` for a first packet): tuples from the packet, status and mark
+    /// 0, `expires_secs` left. For evaluating rules without a conntrack table (rule tests,
+    /// benches).
+    pub fn for_packet(p: &Packet, info: CtInfoKind, expires_secs: u32) -> CtState {
+        let orig = CtTuple::of(p);
+        CtState::Tracked(CtInfo {
+            info,
+            dir: CtDirection::Original,
+            status: 0,
+            orig,
+            reply: orig.inverted(),
+            mark: 0,
+            expires_secs,
+        })
+    }
+
     /// The `--ctstate` bits rules test.
     pub(crate) fn state_bits(&self) -> u16 {
         match self {
@@ -177,6 +223,20 @@ impl CtState {
                 s
             }
         }
+    }
+}
+
+/// Whether `pkt` is an ICMP error, which the kernel never answers with another
+/// (`__icmp_send`: an inner type above `NR_ICMP_TYPES` or with `icmp_pointers[].error`, i.e.
+/// anything but the query and reply types; `icmpv6_send` / `is_ineligible`: any ICMPv6 type
+/// below 128).
+pub(crate) fn is_icmp_error(pkt: &Packet) -> bool {
+    match pkt.l4 {
+        L4::Icmp { icmp_type, .. } if pkt.is_ipv4() => {
+            !sim_core::wire::icmp_is_query(true, icmp_type)
+        }
+        L4::Icmp { icmp_type, .. } => sim_core::wire::icmp_is_error(false, icmp_type),
+        _ => false,
     }
 }
 
@@ -318,20 +378,8 @@ impl RejectWith {
     pub fn response(self, pkt: &Packet, icmp_src: IpAddr) -> Option<Packet> {
         match self.icmp_code() {
             Some(code) => {
-                if let L4::Icmp { icmp_type, .. } = pkt.l4 {
-                    if !matches!(
-                        icmp_type,
-                        icmp::ECHO_REQUEST
-                            | icmp::ECHO_REPLY
-                            | icmp::TIMESTAMP
-                            | icmp::TIMESTAMP_REPLY
-                            | icmp::INFO_REQUEST
-                            | icmp::INFO_REPLY
-                            | icmp::ADDRESS
-                            | icmp::ADDRESS_REPLY
-                    ) {
-                        return None;
-                    }
+                if is_icmp_error(pkt) {
+                    return None;
                 }
                 Some(Packet::icmp_error(icmp_src, pkt, icmp::DEST_UNREACH, code))
             }

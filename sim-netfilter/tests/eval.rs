@@ -2,11 +2,11 @@
 //! every match and target, and the kube-proxy paths of a real kind node's rules.
 
 use std::fs;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 
 use sim_core::{IfName, Packet, SimRng, SimTime, TcpFlags, L4};
-use sim_netfilter::rule::{ctstatus, CtDirection};
+use sim_netfilter::rule::ctstatus;
 use sim_netfilter::*;
 
 fn kind_node() -> Ruleset {
@@ -34,37 +34,8 @@ fn udp(src: &str, dst: &str) -> Packet {
     Packet::udp(sa(src), sa(dst))
 }
 
-fn tuple(p: &Packet) -> CtTuple {
-    let v4 = |a: IpAddr| match a {
-        IpAddr::V4(v) => v,
-        IpAddr::V6(_) => unreachable!(),
-    };
-    CtTuple {
-        src: v4(p.src),
-        dst: v4(p.dst),
-        proto: p.protocol(),
-        sport: p.sport().unwrap_or(0),
-        dport: p.dport().unwrap_or(0),
-    }
-}
-
 fn new_ct(p: &Packet) -> CtState {
-    let orig = tuple(p);
-    CtState::Tracked(CtInfo {
-        info: CtInfoKind::New,
-        dir: CtDirection::Original,
-        status: 0,
-        orig,
-        reply: CtTuple {
-            src: orig.dst,
-            dst: orig.src,
-            proto: orig.proto,
-            sport: orig.dport,
-            dport: orig.sport,
-        },
-        mark: 0,
-        expires_secs: 30,
-    })
+    CtState::for_packet(p, CtInfoKind::New, 30)
 }
 
 struct Run {

@@ -839,35 +839,14 @@ impl Netns {
         Self::step(f, |p| {
             Step::Route(format!("TTL {} exceeded in transit: dropped", p.ttl))
         });
-        let v4 = f.pkt.is_ipv4();
-        let about_error = match f.pkt.l4 {
-            sim_core::L4::Icmp { icmp_type, .. } => {
-                if v4 {
-                    !matches!(
-                        icmp_type,
-                        icmp::ECHO_REQUEST
-                            | icmp::ECHO_REPLY
-                            | icmp::TIMESTAMP
-                            | icmp::TIMESTAMP_REPLY
-                            | icmp::INFO_REQUEST
-                            | icmp::INFO_REPLY
-                            | icmp::ADDRESS
-                            | icmp::ADDRESS_REPLY
-                    )
-                } else {
-                    icmp_type < 128
-                }
-            }
-            _ => false,
-        };
-        if !about_error {
+        if !crate::eval::is_icmp_error(&f.pkt) {
             if let Some(src) = self.routes.source_for(f.pkt.src) {
-                let (t, code) = if v4 {
-                    (icmp::TIME_EXCEEDED, 0)
+                let t = if f.pkt.is_ipv4() {
+                    icmp::TIME_EXCEEDED
                 } else {
-                    (icmp::V6_TIME_EXCEEDED, 0)
+                    icmp::V6_TIME_EXCEEDED
                 };
-                self.send_error(now, f, Packet::icmp_error(src, &f.pkt, t, code));
+                self.send_error(now, f, Packet::icmp_error(src, &f.pkt, t, 0));
             }
         }
         self.dropped(now, f, Fate::Dropped(DropCause::TtlExceeded))
