@@ -116,6 +116,16 @@ pub fn icmp_is_error(v4: bool, t: u8) -> bool {
     }
 }
 
+/// An ICMP packet's tuple "ports": the query id (0 for an error) and type << 8 | code.
+#[inline]
+fn icmp_ports(icmp_type: u8, code: u8, body: sim_core::IcmpBody) -> (u16, u16) {
+    let id = match body {
+        sim_core::IcmpBody::Query { id, .. } => id,
+        _ => 0,
+    };
+    (id, u16::from(icmp_type) << 8 | u16::from(code))
+}
+
 impl Tuple {
     /// The tuple of a packet (`nf_ct_get_tuple`), before any lookup.
     pub fn from_packet(p: &Packet) -> Tuple {
@@ -127,13 +137,7 @@ impl Tuple {
                 icmp_type,
                 code,
                 body,
-            } => {
-                let id = match body {
-                    sim_core::IcmpBody::Query { id, .. } => id,
-                    _ => 0,
-                };
-                (id, u16::from(icmp_type) << 8 | u16::from(code))
-            }
+            } => icmp_ports(icmp_type, code, body),
             L4::Other { .. } => (0, 0),
         };
         Tuple {
@@ -264,16 +268,13 @@ impl Key {
                 code,
                 body,
             } => {
-                let id = match body {
-                    sim_core::IcmpBody::Query { id, .. } => id,
-                    _ => 0,
-                };
+                let (id, tc) = icmp_ports(icmp_type, code, body);
                 let proto = if p.src.is_ipv4() {
                     IPPROTO_ICMP
                 } else {
                     IPPROTO_ICMPV6
                 };
-                (id, u16::from(icmp_type) << 8 | u16::from(code), proto)
+                (id, tc, proto)
             }
             L4::Other { proto } => (0, 0, proto),
         };
