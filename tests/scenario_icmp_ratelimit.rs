@@ -67,3 +67,70 @@ fn a_closed_port_answers_a_burst_of_six_then_one_a_second() {
     let report: Vec<String> = r.results.iter().map(|x| format!("{x:?}")).collect();
     assert!(r.passed(), "{}\n{report:#?}", r.summary);
 }
+
+/// A Service without endpoints: the node's kube-proxy rules REJECT, and it is the node's
+/// kernel that limits the answers; `net.ipv4.icmp_ratelimit: 0` on the node lifts it.
+fn no_endpoints(node_sysctls: &str, refused_first_second: u32) -> String {
+    SCENARIO
+        .replace("selector: {app: closed}", "selector: {app: nobody}")
+        .replace(
+            "    podCIDR: 10.244.1.0/24\n",
+            &format!("    podCIDR: 10.244.1.0/24\n{node_sysctls}"),
+        )
+        .replace(
+            "sent: 10, refused: 6, timedOut: 4",
+            &format!(
+                "sent: 10, refused: {refused_first_second}, timedOut: {}",
+                10 - refused_first_second
+            ),
+        )
+        .replace(
+            "sent: 10, refused: 1, timedOut: 9",
+            if refused_first_second == 10 {
+                "sent: 10, refused: 10, timedOut: 0"
+            } else {
+                "sent: 10, refused: 1, timedOut: 9"
+            },
+        )
+}
+
+#[test]
+fn a_service_without_endpoints_is_refused_at_the_node_rate_and_the_node_sysctl_lifts_it() {
+    let opts = || RunOptions {
+        record_timeline: false,
+        conntrack_events: false,
+        progress: None,
+    };
+    for (sysctls, refused) in [
+        ("", 6),
+        ("    sysctls:\n      net.ipv4.icmp_ratelimit: 0\n", 10),
+    ] {
+        let text = no_endpoints(sysctls, refused);
+        let sc = load_str("no-endpoints.yaml", &text).expect("scenario loads");
+        let r = Simulation::new(sc, opts())
+            .expect("builds")
+            .finish()
+            .expect("runs");
+        let report: Vec<String> = r.results.iter().map(|x| format!("{x:?}")).collect();
+        assert!(r.passed(), "{sysctls}\n{}\n{report:#?}", r.summary);
+    }
+}
+
+#[test]
+fn an_unknown_or_out_of_range_sysctl_is_refused_with_its_line() {
+    let bad = SCENARIO.replace(
+        "    podCIDR: 10.244.1.0/24\n",
+        "    podCIDR: 10.244.1.0/24\n    sysctls:\n      net.ipv4.icmp_ratelimit: 9999999999\n",
+    );
+    let e = load_str("bad.yaml", &bad).unwrap_err().to_string();
+    assert!(e.contains("bad.yaml") && e.contains("out of range"), "{e}");
+    let bad = SCENARIO.replace(
+        "    podCIDR: 10.244.1.0/24\n",
+        "    podCIDR: 10.244.1.0/24\n    sysctls:\n      net.ipv4.icmp_rate: 5\n",
+    );
+    let e = load_str("bad.yaml", &bad).unwrap_err().to_string();
+    assert!(
+        e.contains("unknown sysctl") && e.contains("icmp_ratelimit"),
+        "{e}"
+    );
+}

@@ -740,7 +740,8 @@ fn node_netns(sc: &Scenario, i: usize) -> Result<Netns, SimError> {
         message,
     };
     let mut sysctls = Sysctls::default();
-    for (k, v) in &n.sysctls {
+    let icmp = |k: &String| crate::scenario::load::ICMP_SYSCTLS.contains(&k.as_str());
+    for (k, v) in n.sysctls.iter().filter(|(k, _)| !icmp(k)) {
         sysctls
             .set(k, &v.to_string())
             .map_err(|e| err(e.to_string()))?;
@@ -750,6 +751,10 @@ fn node_netns(sc: &Scenario, i: usize) -> Result<Netns, SimError> {
         seed: sc.seed,
         sysctls,
     });
+    for (k, v) in n.sysctls.iter().filter(|(k, _)| icmp(k)) {
+        ns.set_sysctl(k, &v.to_string())
+            .map_err(|e| err(e.to_string()))?;
+    }
     let len = node_network_len(n.address, &sc.nodes);
     ns.add_interface(eth0(), &[(n.address, len)])
         .map_err(|e| err(e.to_string()))?;

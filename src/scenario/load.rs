@@ -108,8 +108,11 @@ fn opt_dur(d: Option<SimDuration>, default: SimDuration) -> SimDuration {
     d.unwrap_or(default)
 }
 
-/// Checks conntrack sysctls (full `net.netfilter.nf_conntrack_*` names) as the kernel would
-/// take them: known names, values in range.
+/// The non-conntrack sysctls a node takes: its kernel's ICMP error rate limit.
+pub const ICMP_SYSCTLS: [&str; 2] = ["net.ipv4.icmp_ratelimit", "net.ipv4.icmp_ratemask"];
+
+/// Checks conntrack sysctls (full `net.netfilter.nf_conntrack_*` names) and the ICMP rate
+/// limit's ([`ICMP_SYSCTLS`]) as the kernel would take them: known names, values in range.
 fn check_sysctls(
     ctx: &Ctx,
     src: &BTreeMap<String, Spanned<u64>>,
@@ -123,6 +126,20 @@ fn check_sysctls(
         } else {
             at
         };
+        if ICMP_SYSCTLS.contains(&k.as_str()) {
+            // The node kernel's ICMP error rate limit (Netns::set_sysctl).
+            if v.value > i32::MAX as u64 {
+                return Err(ctx.at(
+                    loc,
+                    format!(
+                        "sysctl {k}: {} is out of range: expected an integer from 0 to 2147483647",
+                        v.value
+                    ),
+                ));
+            }
+            into.insert(k.clone(), v.value);
+            continue;
+        }
         let Some(short) = k
             .strip_prefix(SYSCTL_PREFIX)
             .filter(|s| sim_conntrack::Sysctls::names().any(|n| n == *s))
@@ -143,7 +160,7 @@ fn check_sysctls(
             return Err(ctx.at(
                 loc,
                 format!(
-                    "unknown sysctl {k:?}{hint}: expected a conntrack sysctl such as net.netfilter.nf_conntrack_udp_timeout"
+                    "unknown sysctl {k:?}{hint}: expected a conntrack sysctl such as net.netfilter.nf_conntrack_udp_timeout, or net.ipv4.icmp_ratelimit / icmp_ratemask"
                 ),
             ));
         };
