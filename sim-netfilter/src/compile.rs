@@ -14,20 +14,20 @@ use crate::rule::*;
 use crate::ruleset::{Chain, TableData};
 use crate::types::PortRange;
 
-pub(crate) const SRC_INV: u16 = 1 << 0;
-pub(crate) const DST_INV: u16 = 1 << 1;
-pub(crate) const PROTO_INV: u16 = 1 << 2;
+pub(crate) const SRC_INV: u8 = 1 << 0;
+pub(crate) const DST_INV: u8 = 1 << 1;
+pub(crate) const PROTO_INV: u8 = 1 << 2;
 /// Interfaces or fragment flag: check the original rule's IP part.
-pub(crate) const SLOW_IP: u16 = 1 << 3;
+pub(crate) const SLOW_IP: u8 = 1 << 3;
 /// The rule has `-s`.
-pub(crate) const HAS_SRC: u16 = 1 << 4;
+pub(crate) const HAS_SRC: u8 = 1 << 4;
 /// The rule has `-d`.
-pub(crate) const HAS_DST: u16 = 1 << 5;
+pub(crate) const HAS_DST: u8 = 1 << 5;
 /// The rule has `-p`.
-pub(crate) const HAS_PROTO: u16 = 1 << 6;
+pub(crate) const HAS_PROTO: u8 = 1 << 6;
 /// Any IP-part test at all: a rule without one (kube-proxy's `-m conntrack …` and
 /// `-m comment …` rules) skips them with one test.
-pub(crate) const IP_TESTS: u16 = HAS_SRC | HAS_DST | HAS_PROTO | SLOW_IP;
+pub(crate) const IP_TESTS: u8 = HAS_SRC | HAS_DST | HAS_PROTO | SLOW_IP;
 
 /// The target of a compiled rule.
 #[derive(Clone, Copy, Debug)]
@@ -86,9 +86,13 @@ pub(crate) enum CMatch {
     Always,
 }
 
-/// A compiled rule.
+/// A compiled rule: exactly one cache line (`repr(C)`, 64-byte aligned, fields ordered so
+/// that they fill it), so a walk touches one line per rule it tests. Where it came from
+/// (chain and position, for the slow paths) is in [`Program::origins`].
 #[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
 pub(crate) struct CRule {
+    pub slot_uid: u64,
     /// The first compiled match, kept in the rule (kube-proxy's rules have at most one once
     /// comments are dropped); [`CMatch::Always`] if there is none.
     pub first: CMatch,
@@ -96,23 +100,21 @@ pub(crate) struct CRule {
     pub smask: u32,
     pub dst: u32,
     pub dmask: u32,
-    pub slot_uid: u64,
     pub slot_idx: u32,
     /// The compiled matches after `first`: `Program::matches[match_start..][..nmatch]`.
     pub match_start: u32,
-    pub nmatch: u16,
-    pub flags: u16,
-    pub proto: u8,
     pub target: CTarget,
-    /// The original rule: chain id and position.
-    pub chain: u32,
-    pub pos: u32,
+    pub nmatch: u16,
+    pub flags: u8,
+    pub proto: u8,
 }
 
 /// A table in compiled form.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Program {
     pub rules: Vec<CRule>,
+    /// By rule (parallel to `rules`): the chain id and position of the original rule.
+    pub origins: Vec<(u32, u32)>,
     pub matches: Vec<CMatch>,
     /// Copies of the targets compiled as [`CTarget::Other`].
     pub others: Vec<Target>,
@@ -360,6 +362,7 @@ pub(crate) fn compile(td: &TableData) -> Program {
     let n = td.chains.len();
     let mut p = Program {
         rules: Vec::new(),
+        origins: Vec::new(),
         matches: Vec::new(),
         others: Vec::new(),
         spans: vec![Span::default(); n],
@@ -477,13 +480,22 @@ fn compile_chain(
             flags,
             proto: ip.proto,
             target,
-            chain: id as u32,
-            pos: pos as u32,
         });
+        p.origins.push((id as u32, pos as u32));
     }
     p.spans[id] = Span {
         start,
         end: p.rules.len() as u32,
         indexed: c.index.is_some(),
     };
+}
+
+#[cfg(test)]
+mod layout {
+    /// A compiled rule is one cache line: a walk fetches one line per rule it tests.
+    #[test]
+    fn a_compiled_rule_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<super::CRule>(), 64);
+        assert_eq!(std::mem::align_of::<super::CRule>(), 64);
+    }
 }

@@ -1158,6 +1158,13 @@ fn slow_ip_ok(ip: &IpMatch, ctx: &EvalCtx<'_>) -> bool {
     ip.frag != Some(false)
 }
 
+/// The original rule of compiled rule `at`.
+#[inline]
+pub(crate) fn origin_rule<'a>(td: &'a TableData, prog: &Program, at: usize) -> &'a Rule {
+    let (chain, pos) = prog.origins[at];
+    &td.chain(chain).rules[pos as usize]
+}
+
 #[inline]
 #[allow(clippy::too_many_arguments)]
 fn fast_matches(
@@ -1165,6 +1172,7 @@ fn fast_matches(
     td: &TableData,
     prog: &Program,
     cr: &CRule,
+    at: usize,
     hook: Hook,
     ctx: &mut EvalCtx<'_>,
     pk: &Pkt,
@@ -1184,20 +1192,18 @@ fn fast_matches(
         if cr.flags & HAS_PROTO != 0 && (pk.proto == cr.proto) == (cr.flags & PROTO_INV != 0) {
             return false;
         }
-        if cr.flags & SLOW_IP != 0
-            && !slow_ip_ok(&td.chain(cr.chain).rules[cr.pos as usize].ip, ctx)
-        {
+        if cr.flags & SLOW_IP != 0 && !slow_ip_ok(&origin_rule(td, prog, at).ip, ctx) {
             return false;
         }
     }
-    if !cmatch_ok(rs, td, &cr.first, cr, hook, ctx, pk, state) {
+    if !cmatch_ok(rs, td, prog, &cr.first, at, hook, ctx, pk, state) {
         return false;
     }
     if cr.nmatch != 0 {
         let rest = &prog.matches
             [cr.match_start as usize..cr.match_start as usize + usize::from(cr.nmatch)];
         for m in rest {
-            if !cmatch_ok(rs, td, m, cr, hook, ctx, pk, state) {
+            if !cmatch_ok(rs, td, prog, m, at, hook, ctx, pk, state) {
                 return false;
             }
         }
@@ -1211,8 +1217,9 @@ fn fast_matches(
 fn cmatch_ok(
     rs: &Ruleset,
     td: &TableData,
+    prog: &Program,
     m: &CMatch,
-    cr: &CRule,
+    at: usize,
     hook: Hook,
     ctx: &mut EvalCtx<'_>,
     pk: &Pkt,
@@ -1248,7 +1255,7 @@ fn cmatch_ok(
             ((ctx.rng.next_u32() & 0x7fff_ffff) < threshold) != inv
         }
         CMatch::Slow { idx } => {
-            let rule = &td.chain(cr.chain).rules[cr.pos as usize];
+            let rule = origin_rule(td, prog, at);
             match_one(
                 rs,
                 &rule.matches[usize::from(idx)],
@@ -1477,7 +1484,7 @@ impl Ruleset {
                 }
             }
             let cr = &prog.rules[pos];
-            if !known && !fast_matches(self, td, prog, cr, hook, ctx, pk, state) {
+            if !known && !fast_matches(self, td, prog, cr, pos, hook, ctx, pk, state) {
                 pos += 1;
                 continue;
             }
@@ -1485,9 +1492,7 @@ impl Ruleset {
                 idx: cr.slot_idx,
                 uid: cr.slot_uid,
             };
-            let s = state.slot_lazy(bind, || {
-                td.chain(cr.chain).rules[cr.pos as usize].initial_counters
-            });
+            let s = state.slot_lazy(bind, || origin_rule(td, prog, pos).initial_counters);
             s.packets += 1;
             s.bytes += pk.len;
             if let Some(r) = rec.as_deref_mut() {

@@ -224,8 +224,7 @@ impl RulesetState {
                 if r.pos == MEMO_POLICY {
                     td.chain(base).policy_init
                 } else {
-                    let cr = &td.program.rules[r.pos as usize];
-                    td.chain(cr.chain).rules[cr.pos as usize].initial_counters
+                    crate::eval::origin_rule(td, &td.program, r.pos as usize).initial_counters
                 }
             };
             bump(&mut self.slots, r.bind, init, len);
