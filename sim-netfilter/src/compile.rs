@@ -82,6 +82,11 @@ pub(crate) enum CMatch {
     Slow {
         idx: u16,
     },
+    /// `-m nfacct`: always matches, and counts the packet on the accounting object with
+    /// this registry index (its current uid is read when it counts).
+    Nfacct {
+        idx: u32,
+    },
     /// No test (the first match of a rule without compiled matches).
     Always,
 }
@@ -128,13 +133,14 @@ pub(crate) struct Program {
 /// The packet features a hook's walk can read, when the walk is a pure function of them.
 ///
 /// A walk is pure when every rule reachable from the built-in chain tests only the packet
-/// (addresses, protocol, ports, TCP flags, ICMP type, interfaces, mark) and its ctstate, and
-/// every target there is a verdict, a jump, MARK, REJECT, a NAT target, LOG or TRACE: no
-/// random or nth statistic, recent, nfacct, addrtype (the routing table can change), other
-/// conntrack tests, CONNMARK or CT. Its whole effect is then a function of these features:
-/// the verdict, the rule and policy counters it bumps (by the packet's length), and the mark
-/// as `(mark & keep) ^ xor` (MARK's `(mark & ~mask) ^ value` composes to that form). The
-/// evaluator remembers that effect per feature key and replays it (`state.rs`).
+/// (addresses, protocol, ports, TCP flags, ICMP type, interfaces, mark) and its ctstate, or
+/// counts it with nfacct, and every target there is a verdict, a jump, MARK, REJECT, a NAT
+/// target, LOG or TRACE: no random or nth statistic, recent, addrtype (the routing table can
+/// change), other conntrack tests, CONNMARK or CT. Its whole effect is then a function of
+/// these features: the verdict, the rule, policy and nfacct counters it bumps (by the
+/// packet's length), and the mark as `(mark & keep) ^ xor` (MARK's `(mark & ~mask) ^ value`
+/// composes to that form). The evaluator remembers that effect per feature key and replays
+/// it (`state.rs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct MemoSpec {
     /// Source bits any `-s` looks at.
@@ -244,9 +250,10 @@ fn rule_features(r: &Rule, spec: &mut MemoSpec) -> bool {
                 Some(CMatch::State { .. }) => spec.ct = true,
                 _ => return false,
             },
-            Match::Statistic(_) | Match::Addrtype(_) | Match::Recent(_) | Match::Nfacct(_) => {
-                return false
-            }
+            // nfacct reads nothing of the packet; what it counts is remembered like a rule
+            // counter.
+            Match::Nfacct(_) => {}
+            Match::Statistic(_) | Match::Addrtype(_) | Match::Recent(_) => return false,
         }
     }
     match &r.target {
@@ -350,6 +357,7 @@ fn compile_match(m: &Match, idx: usize) -> Option<CMatch> {
             threshold: *probability,
             inv: *inv,
         },
+        Match::Nfacct(n) => CMatch::Nfacct { idx: n.obj.idx },
         _ => CMatch::Slow { idx: idx as u16 },
     })
 }

@@ -24,7 +24,9 @@ use crate::fmt::rule_spec;
 use crate::index::{Key, Lookup};
 use crate::rule::*;
 use crate::ruleset::{Chain, Ruleset, TableData};
-use crate::state::{MemoKey, MemoRef, RecentEntry, RulesetState, MEMO_POLICY, RECENT_MAX_ENTRIES};
+use crate::state::{
+    MemoKey, MemoRef, RecentEntry, RulesetState, MEMO_NFACCT, MEMO_POLICY, RECENT_MAX_ENTRIES,
+};
 use crate::trace::{StatDraw, Trace, TraceEvent};
 use crate::types::*;
 
@@ -1177,6 +1179,7 @@ fn fast_matches(
     ctx: &mut EvalCtx<'_>,
     pk: &Pkt,
     state: &mut RulesetState,
+    mut rec: Option<&mut Recorder<'_>>,
 ) -> bool {
     if cr.flags & IP_TESTS != 0 {
         if cr.flags & HAS_SRC != 0
@@ -1196,14 +1199,36 @@ fn fast_matches(
             return false;
         }
     }
-    if !cmatch_ok(rs, td, prog, &cr.first, at, hook, ctx, pk, state) {
+    if !cmatch_ok(
+        rs,
+        td,
+        prog,
+        &cr.first,
+        at,
+        hook,
+        ctx,
+        pk,
+        state,
+        rec.as_deref_mut(),
+    ) {
         return false;
     }
     if cr.nmatch != 0 {
         let rest = &prog.matches
             [cr.match_start as usize..cr.match_start as usize + usize::from(cr.nmatch)];
         for m in rest {
-            if !cmatch_ok(rs, td, prog, m, at, hook, ctx, pk, state) {
+            if !cmatch_ok(
+                rs,
+                td,
+                prog,
+                m,
+                at,
+                hook,
+                ctx,
+                pk,
+                state,
+                rec.as_deref_mut(),
+            ) {
                 return false;
             }
         }
@@ -1224,6 +1249,7 @@ fn cmatch_ok(
     ctx: &mut EvalCtx<'_>,
     pk: &Pkt,
     state: &mut RulesetState,
+    rec: Option<&mut Recorder<'_>>,
 ) -> bool {
     match *m {
         CMatch::Always => true,
@@ -1253,6 +1279,23 @@ fn cmatch_ok(
         CMatch::State { mask, inv } => (mask & pk.ctbits != 0) != inv,
         CMatch::Random { threshold, inv } => {
             ((ctx.rng.next_u32() & 0x7fff_ffff) < threshold) != inv
+        }
+        CMatch::Nfacct { idx } => {
+            // xt_nfacct: count and match (a walk being remembered notes the count).
+            let bind = Bind {
+                idx,
+                uid: rs.nfacct.entries[idx as usize].uid,
+            };
+            let s = state.nfacct_slot(bind);
+            s.packets += 1;
+            s.bytes += pk.len;
+            if let Some(r) = rec {
+                r.refs.push(MemoRef {
+                    bind,
+                    pos: MEMO_NFACCT,
+                });
+            }
+            true
         }
         CMatch::Slow { idx } => {
             let rule = origin_rule(td, prog, at);
@@ -1344,7 +1387,8 @@ impl Ruleset {
         let key = memo_key(spec, packet, ctbits);
         let at = table.index() * 5 + hook as usize;
         let len = u64::from(packet.len);
-        let (action, nat) = state.memo_replay(at, td, base, &key, len, &mut packet.mark)?;
+        let (action, nat) =
+            state.memo_replay(at, td, &self.nfacct, base, &key, len, &mut packet.mark)?;
         Some(Verdict {
             action,
             nat,
@@ -1383,9 +1427,15 @@ impl Ruleset {
         };
         let key = memo_key(spec, &ctx.packet, pk.ctbits);
         let at = table.index() * 5 + hook as usize;
-        if let Some((action, nat)) =
-            state.memo_replay(at, td, base, &key, pk.len, &mut ctx.packet.mark)
-        {
+        if let Some((action, nat)) = state.memo_replay(
+            at,
+            td,
+            &self.nfacct,
+            base,
+            &key,
+            pk.len,
+            &mut ctx.packet.mark,
+        ) {
             return Verdict {
                 action,
                 nat,
@@ -1484,7 +1534,20 @@ impl Ruleset {
                 }
             }
             let cr = &prog.rules[pos];
-            if !known && !fast_matches(self, td, prog, cr, pos, hook, ctx, pk, state) {
+            if !known
+                && !fast_matches(
+                    self,
+                    td,
+                    prog,
+                    cr,
+                    pos,
+                    hook,
+                    ctx,
+                    pk,
+                    state,
+                    rec.as_deref_mut(),
+                )
+            {
                 pos += 1;
                 continue;
             }
@@ -1630,6 +1693,10 @@ mod memo_tests {
                 if r.below(3) == 0 {
                     test.push_str(pick::<&str>(r, &tests[11..15]));
                 }
+                if r.below(6) == 0 {
+                    // Counted on an accounting object: still pure.
+                    test.push_str(" -m nfacct --nfacct-name acct");
+                }
                 if impure && r.below(12) == 0 {
                     test.push_str(pick::<&str>(r, &impure_tests));
                 }
@@ -1716,6 +1783,7 @@ mod memo_tests {
         let mut r = SimRng::derive(seed, "memo-rules");
         let text = random_filter(&mut r, impure);
         let mut fast = Ruleset::new();
+        fast.nfacct_add("acct").unwrap();
         fast.restore(&text, &RestoreOptions::default())
             .unwrap_or_else(|e| panic!("{e}\n{text}"));
         let mut plain = fast.clone();
@@ -1766,6 +1834,11 @@ mod memo_tests {
             g1.next_u64(),
             g2.next_u64(),
             "seed {seed}: random draws differ"
+        );
+        assert_eq!(
+            s1.nfacct_counters(&fast, "acct"),
+            s2.nfacct_counters(&plain, "acct"),
+            "seed {seed}: nfacct counters differ\n{text}"
         );
         s1.memo_entries()
     }
@@ -1838,5 +1911,18 @@ mod memo_tests {
         let prog = &rs.tables[Table::Filter.index()].as_ref().unwrap().program;
         assert!(prog.memo[Hook::Forward as usize].is_none());
         assert!(prog.memo[Hook::Input as usize].is_some());
+        // kube-proxy >= 1.29 counts its INVALID drops with nfacct: still remembered.
+        let mut rs = Ruleset::new();
+        rs.nfacct_add("ct_state_invalid_dropped_pkts").unwrap();
+        rs.restore(
+            "*filter\n:FORWARD ACCEPT [0:0]\n:KUBE-FORWARD - [0:0]\n\
+             -A FORWARD -j KUBE-FORWARD\n\
+             -A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name ct_state_invalid_dropped_pkts -j DROP\n\
+             -A KUBE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\nCOMMIT\n",
+            &RestoreOptions::default(),
+        )
+        .unwrap();
+        let prog = &rs.tables[Table::Filter.index()].as_ref().unwrap().program;
+        assert!(prog.memo[Hook::Forward as usize].is_some());
     }
 }

@@ -19,7 +19,7 @@ use crate::compile::Program;
 use crate::eval::{Action, NatRequest};
 use crate::index::FastMap;
 use crate::rule::Bind;
-use crate::ruleset::{Ruleset, TableData};
+use crate::ruleset::{Registry, Ruleset, TableData};
 use crate::types::{Counters, Hook, Table};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -92,6 +92,10 @@ impl Hash for MemoKey {
 
 /// In a [`MemoRef`]: the built-in chain's policy counter rather than a rule's.
 pub(crate) const MEMO_POLICY: u32 = u32::MAX;
+
+/// In a [`MemoRef`]: the nfacct object with registry index `bind.idx` (counted under the
+/// uid it has when the walk is replayed, as a walk would).
+pub(crate) const MEMO_NFACCT: u32 = u32::MAX - 1;
 
 /// A counter a remembered walk bumps: its slot, and where its initial value comes from (the
 /// rule at this position of the program, or [`MEMO_POLICY`]) should the slot have been
@@ -171,6 +175,23 @@ fn bump(slots: &mut Vec<SlotState>, b: Bind, init: impl FnOnce() -> Counters, le
     s.bytes += len;
 }
 
+/// The counters of nfacct object `b` in `slots`: a slot last used by another object (uid)
+/// starts from zero.
+fn nfacct_slot_in(slots: &mut Vec<SlotState>, b: Bind) -> &mut SlotState {
+    let i = b.idx as usize;
+    if i >= slots.len() {
+        slots.resize(i + 1, SlotState::default());
+    }
+    let s = &mut slots[i];
+    if s.uid != b.uid {
+        *s = SlotState {
+            uid: b.uid,
+            ..SlotState::default()
+        };
+    }
+    s
+}
+
 /// At most this many addresses per `recent` table (`ip_list_tot`).
 pub const RECENT_MAX_ENTRIES: usize = 100;
 
@@ -193,10 +214,12 @@ impl RulesetState {
     /// Replays the remembered outcome of a pure walk of `td` (from built-in chain `base`)
     /// for `key`, if there is one: bumps its counters by `len`, applies its mark change to
     /// `mark`, and returns its verdict.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn memo_replay(
         &mut self,
         at: usize,
         td: &TableData,
+        nfacct: &Registry,
         base: u32,
         key: &MemoKey,
         len: u64,
@@ -220,6 +243,14 @@ impl RulesetState {
         };
         let e = &m.entries[i as usize];
         for r in &m.refs[e.start as usize..e.end as usize] {
+            if r.pos == MEMO_NFACCT {
+                let idx = r.bind.idx;
+                let uid = nfacct.entries[idx as usize].uid;
+                let s = nfacct_slot_in(&mut self.nfacct, Bind { idx, uid });
+                s.packets += 1;
+                s.bytes += len;
+                continue;
+            }
             let init = || {
                 if r.pos == MEMO_POLICY {
                     td.chain(base).policy_init
@@ -310,18 +341,7 @@ impl RulesetState {
     }
 
     pub(crate) fn nfacct_slot(&mut self, b: Bind) -> &mut SlotState {
-        let i = b.idx as usize;
-        if i >= self.nfacct.len() {
-            self.nfacct.resize(i + 1, SlotState::default());
-        }
-        let s = &mut self.nfacct[i];
-        if s.uid != b.uid {
-            *s = SlotState {
-                uid: b.uid,
-                ..SlotState::default()
-            };
-        }
-        s
+        nfacct_slot_in(&mut self.nfacct, b)
     }
 
     /// Counters of rule `num` (1-based) of `chain` in `table`.

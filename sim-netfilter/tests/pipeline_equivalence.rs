@@ -42,7 +42,7 @@ fn extra_rules(r: &mut SimRng, k: &KubeServices) -> Vec<(Table, String)> {
                 "",
             ],
         );
-        let kind = r.below(13);
+        let kind = r.below(14);
         // Broad rules decide nothing (most traffic must get through); the narrow ones (one
         // service, one client) may drop or reject.
         let target = if matches!(kind, 0 | 6) {
@@ -51,6 +51,7 @@ fn extra_rules(r: &mut SimRng, k: &KubeServices) -> Vec<(Table, String)> {
             *pick(r, &["-j MARK --set-xmark 0x10/0x10", "", "-j ACCEPT"])
         };
         let spec = match kind {
+            13 => "-m conntrack --ctstate ESTABLISHED -m nfacct --nfacct-name acct".to_string(),
             11 => "-m conntrack --ctstate DNAT".to_string(),
             12 => "-m conntrack ! --ctstate SNAT,INVALID".to_string(),
             0 => format!("-d {}/32 -p {p} -m {p} --dport {}", svc.ip(), svc.port()),
@@ -93,6 +94,7 @@ fn node(k: &KubeServices, extra: &[(Table, String)], indexing: bool) -> Netns {
     )
     .unwrap();
     n.restore(&k.save_text(), false).unwrap();
+    n.nfacct_add("acct").unwrap();
     for (t, line) in extra {
         n.iptables(*t, line)
             .unwrap_or_else(|e| panic!("{line}: {e}"));
@@ -196,6 +198,8 @@ fn run(seed: u64) {
         "seed {seed}: only {answers_back} answers reached a client"
     );
     assert_eq!(fast.save(true), plain.save(true), "seed {seed}: counters");
+    let acct = |n: &Netns| n.rules_state().nfacct_counters(n.ruleset(), "acct");
+    assert_eq!(acct(&fast), acct(&plain), "seed {seed}: nfacct counters");
     let filter = sim_conntrack::Filter::default();
     assert_eq!(
         fast.conntrack().dump(now, &filter),
