@@ -77,6 +77,7 @@ fn established_loop(ns: &mut Netns, flows: &[Packet], n: usize, from: Ingress) {
     for i in 0..n {
         if i % flows.len() == flows.len() - 1 {
             now += SimDuration::from_millis(1);
+            black_box(ns.drain_conntrack_events());
         }
         black_box(ns.process(now, flows[i % flows.len()], from));
     }
@@ -89,6 +90,7 @@ fn established_into_loop(ns: &mut Netns, flows: &[Packet], n: usize, from: Ingre
     for i in 0..n {
         if i % flows.len() == flows.len() - 1 {
             now += SimDuration::from_millis(1);
+            black_box(ns.drain_conntrack_events());
         }
         out.clear();
         let r = ns.process_into(now, flows[i % flows.len()], from, &mut out);
