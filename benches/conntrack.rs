@@ -85,6 +85,18 @@ fn track_and_confirm(ct: &mut Conntrack, now: SimTime, p: &Packet) {
     }
 }
 
+/// First packets of `chunk` through `conntrack_in_many` (its verdicts in `out`), then the
+/// confirm of each tracked one.
+fn track_and_confirm_many(ct: &mut Conntrack, chunk: &[Packet], out: &mut Vec<CtVerdict>) {
+    out.clear();
+    ct.conntrack_in_many(SimTime::ZERO, chunk, out);
+    for v in out.iter() {
+        if let CtVerdict::Tracked(h) = v {
+            let _ = ct.confirm(SimTime::ZERO, *h);
+        }
+    }
+}
+
 fn build(n: u32, events: bool) -> Conntrack {
     let mut ct = Conntrack::new(1, "bench/conntrack", sysctls(events));
     for i in 0..n {
@@ -177,13 +189,7 @@ fn bench(c: &mut Criterion) {
                     if batched {
                         // 64 first packets through conntrack_in_many, then their confirms.
                         for chunk in todo.chunks(64) {
-                            out.clear();
-                            ct.conntrack_in_many(SimTime::ZERO, chunk, &mut out);
-                            for v in &out {
-                                if let CtVerdict::Tracked(h) = v {
-                                    let _ = ct.confirm(SimTime::ZERO, *h);
-                                }
-                            }
+                            track_and_confirm_many(&mut ct, chunk, &mut out);
                         }
                     } else {
                         for p in todo {
@@ -218,13 +224,7 @@ fn bench(c: &mut Criterion) {
                 |mut ct| {
                     for (k, chunk) in all.chunks(64).enumerate() {
                         if batched {
-                            out.clear();
-                            ct.conntrack_in_many(SimTime::ZERO, chunk, &mut out);
-                            for v in &out {
-                                if let CtVerdict::Tracked(h) = v {
-                                    let _ = ct.confirm(SimTime::ZERO, *h);
-                                }
-                            }
+                            track_and_confirm_many(&mut ct, chunk, &mut out);
                         } else {
                             for p in chunk {
                                 track_and_confirm(&mut ct, SimTime::ZERO, p);

@@ -466,6 +466,13 @@ impl Conntrack {
 
     // ----- ctmark ----------------------------------------------------------------------
 
+    /// The entry's status bits (what `--ctstate SNAT/DNAT` and `--ctstatus` read), without a
+    /// snapshot; `None` once it is gone.
+    #[inline]
+    pub fn status(&self, id: EntryId) -> Option<Status> {
+        self.slot_of(id).map(|s| self.slab[s].status)
+    }
+
     /// The connection mark.
     #[inline]
     pub fn mark(&self, id: EntryId) -> Option<u32> {

@@ -1,5 +1,6 @@
-//! The per-packet fast paths give what the general code gives: `rule_view` against `get`,
-//! on random tables of NAT'd entries (IPv4 and IPv6, every protocol family, every life stage).
+//! The per-packet fast paths give what the general code gives: `rule_view` and `status`
+//! against `get`, on random tables of NAT'd entries (IPv4 and IPv6, every protocol family,
+//! every life stage).
 use proptest::prelude::*;
 use sim_conntrack::*;
 use sim_core::{IcmpBody, Packet, SimDuration, SimTime, TcpFlags, L4};
@@ -228,6 +229,7 @@ fn rule_tuple(t: &Tuple) -> TupleV4 {
 
 fn check_rule_view(ct: &Conntrack, handles: &[CtHandle]) {
     for h in handles {
+        assert_eq!(ct.status(h.id), ct.get(h.id).map(|e| e.status));
         match (ct.rule_view(h.id), ct.get(h.id)) {
             (None, None) => {}
             (Some(v), Some(e)) => {

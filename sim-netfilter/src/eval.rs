@@ -1199,38 +1199,24 @@ fn fast_matches(
             return false;
         }
     }
-    if !cmatch_ok(
-        rs,
-        td,
-        prog,
-        &cr.first,
-        at,
-        hook,
-        ctx,
-        pk,
-        state,
-        rec.as_deref_mut(),
-    ) {
-        return false;
-    }
-    if cr.nmatch != 0 {
-        let rest = &prog.matches
-            [cr.match_start as usize..cr.match_start as usize + usize::from(cr.nmatch)];
-        for m in rest {
-            if !cmatch_ok(
-                rs,
-                td,
-                prog,
-                m,
-                at,
-                hook,
-                ctx,
-                pk,
-                state,
-                rec.as_deref_mut(),
-            ) {
-                return false;
-            }
+    let rest = match cr.nmatch {
+        0 => &[][..],
+        n => &prog.matches[cr.match_start as usize..][..usize::from(n)],
+    };
+    for m in std::iter::once(&cr.first).chain(rest) {
+        if !cmatch_ok(
+            rs,
+            td,
+            prog,
+            m,
+            at,
+            hook,
+            ctx,
+            pk,
+            state,
+            rec.as_deref_mut(),
+        ) {
+            return false;
         }
     }
     true

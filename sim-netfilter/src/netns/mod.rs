@@ -1078,25 +1078,26 @@ impl Netns {
     ) -> TableOutcome {
         // A table without a chain at this hook (or an IPv6 packet, which iptables does not
         // see) accepts at once; only a trace wants to say so.
-        if f.trace.is_none() {
-            if !f.pkt.is_ipv4() || !self.ruleset.has_hook(table, hook) {
-                return TableOutcome::Continue;
-            }
-            if let Some(v) = self.replay(f, table, hook) {
-                if v.action == Action::Accept {
-                    return TableOutcome::Continue;
-                }
-                return self.outcome(now, f, table, hook, v);
-            }
+        if f.trace.is_none() && (!f.pkt.is_ipv4() || !self.ruleset.has_hook(table, hook)) {
+            return TableOutcome::Continue;
         }
-        self.run_table_rules(now, f, table, hook)
+        match self.replay(f, table, hook) {
+            // A remembered walk never untracks (CT is impure): an ACCEPT just goes on.
+            Some(v) if v.action == Action::Accept => TableOutcome::Continue,
+            Some(v) => self.outcome(now, f, table, hook, v),
+            None => self.run_table_rules(now, f, table, hook),
+        }
     }
 
     /// The remembered outcome of a pure walk of `table` at `hook` for the packet in flight,
     /// replayed from its `--ctstate` bits and the packet alone, without building the whole
-    /// conntrack view (see [`Ruleset::replay_hook`]); `None` when the rules must be walked.
+    /// conntrack view (see [`Ruleset::replay_hook`]); `None` when the rules must be walked
+    /// (always with a trace, which records every rule).
     #[inline]
     fn replay(&mut self, f: &mut Flight, table: Table, hook: Hook) -> Option<crate::Verdict> {
+        if f.trace.is_some() {
+            return None;
+        }
         let bits = self.ct_bits(f);
         self.ruleset
             .replay_hook(table, hook, &mut f.pkt, bits, &mut self.rules_state)
@@ -1201,10 +1202,10 @@ impl Netns {
         let Some(h) = f.handle else {
             return crate::rule::ctstate::INVALID;
         };
-        let Some(view) = self.conntrack.rule_view(h.id) else {
+        let Some(status) = self.conntrack.status(h.id) else {
             return crate::rule::ctstate::INVALID;
         };
-        crate::eval::tracked_state_bits(ct_info_kind(h.ctinfo), u32::from(view.status.0))
+        crate::eval::tracked_state_bits(ct_info_kind(h.ctinfo), u32::from(status.0))
     }
 
     /// The nat table at a DNAT-type hook (PREROUTING, OUTPUT) or INPUT, then the rewrite.
@@ -1325,11 +1326,7 @@ impl Netns {
         hook: Hook,
     ) -> Result<Option<NatRequest>, Fate> {
         let table = Table::Nat;
-        let replayed = match f.trace {
-            None => self.replay(f, table, hook),
-            Some(_) => None,
-        };
-        let verdict = match replayed {
+        let verdict = match self.replay(f, table, hook) {
             Some(v) => v,
             None => self.eval(now, f, table, hook),
         };
