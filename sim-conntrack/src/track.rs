@@ -249,11 +249,7 @@ fn tcp(
     // in_window: from here on the packet counts.
     {
         let f = ct.tcp_flags_mut(slot);
-        *f &= !(tf::LAST_INDEX_MASK | tf::LAST_DIR_REPLY);
-        *f |= index as u8;
-        if dir == Dir::Reply {
-            *f |= tf::LAST_DIR_REPLY;
-        }
+        set_last(f, index, dir);
         if old != newst && newst == FW {
             *f |= if dir == Dir::Reply {
                 tf::CLOSE_INIT_REPLY
@@ -311,12 +307,7 @@ fn tcp(
 #[inline(always)]
 pub(crate) fn tcp_established_ack(e: &mut Entry, cfg: &Sysctls, dir: Dir) -> SimDuration {
     let mut timeout = cfg.tcp_timeout(TcpState::Established);
-    let f = e.tcp_flags_mut();
-    *f &= !(tf::LAST_INDEX_MASK | tf::LAST_DIR_REPLY);
-    *f |= TcpIndex::Ack as u8;
-    if dir == Dir::Reply {
-        *f |= tf::LAST_DIR_REPLY;
-    }
+    set_last(e.tcp_flags_mut(), TcpIndex::Ack, dir);
     if !e.status.contains(Status::SEEN_REPLY) {
         let unack = cfg.tcp_special(TcpTimeout::Unack);
         if timeout > unack {
@@ -331,13 +322,19 @@ pub(crate) fn tcp_established_ack(e: &mut Entry, cfg: &Sysctls, dir: Dir) -> Sim
 
 /// `TCP_CONNTRACK_IGNORE`: the packet passes, the state and timeout stay.
 fn ignore(ct: &mut Conntrack, slot: usize, dir: Dir, index: TcpIndex) -> Track {
-    let f = ct.tcp_flags_mut(slot);
+    set_last(ct.tcp_flags_mut(slot), index, dir);
+    Track::Accept
+}
+
+/// Notes the packet's flag class and direction (`last_index`, `last_dir`), as every packet
+/// the TCP tracker lets through does.
+#[inline(always)]
+fn set_last(f: &mut u8, index: TcpIndex, dir: Dir) {
     *f &= !(tf::LAST_INDEX_MASK | tf::LAST_DIR_REPLY);
     *f |= index as u8;
     if dir == Dir::Reply {
         *f |= tf::LAST_DIR_REPLY;
     }
-    Track::Accept
 }
 
 #[cfg(test)]
