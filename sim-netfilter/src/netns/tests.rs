@@ -449,6 +449,23 @@ fn reject_answers_are_rate_limited_per_destination() {
 }
 
 #[test]
+fn errors_a_driver_sends_for_the_node_share_its_limit_and_local_ones_are_free() {
+    let mut n = node(1);
+    let q = Packet::udp(sa("10.244.1.20:40000"), sa("172.18.0.2:9"));
+    let err = Packet::icmp_error(ip("172.18.0.2"), &q, 3, 3);
+    let sent: Vec<bool> = (0..8)
+        .map(|i| n.icmp_error_allowed(SimTime::from_millis(i), &err))
+        .collect();
+    assert_eq!(sent, [true, true, true, true, true, true, false, false]);
+    // To one of the node's own addresses (via lo): never limited.
+    let own = Packet::udp(sa("172.18.0.2:40000"), sa("172.18.0.2:9"));
+    let to_self = Packet::icmp_error(ip("172.18.0.2"), &own, 3, 3);
+    assert!((0..20).all(|i| n.icmp_error_allowed(SimTime::from_millis(i), &to_self)));
+    // Not an ICMP error: always.
+    assert!(n.icmp_error_allowed(SimTime::ZERO, &q));
+}
+
+#[test]
 fn tcp_through_dnat_reaches_established_and_assured() {
     let mut n = node(2);
     n.restore(
