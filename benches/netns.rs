@@ -24,7 +24,7 @@
 //!
 //! Instruction counts (callgrind over the `netns_hot` example, which loops the same packets;
 //! exact where times are not): an established packet through `process_into` took 2,245
-//! instructions with one-way flows and 2,140 with answered ones; it now takes 1,234 (1,634
+//! instructions with one-way flows and 2,140 with answered ones; it now takes 1,238 (1,634
 //! through `process`, which also allocates the result's egress vector and snapshots the
 //! entry). Where they went: `-m conntrack`'s view read in place instead of from a snapshot;
 //! a remembered pure walk replayed from the packet and its ctstate bits before any view or
