@@ -16,6 +16,9 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+#[path = "support/tools.rs"]
+mod tools;
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const DIR: &str = "tests/fixtures/cli";
 
@@ -127,17 +130,9 @@ fn a_malformed_file_gives_file_line_and_what_was_wrong() {
     );
 }
 
-/// Runs `script` as root in a private network namespace with `stdin`; None where that is not
-/// possible here.
+/// Runs `script` as root in a private network namespace with `stdin` (the caller has checked
+/// that the tools it calls are here).
 fn real(script: &str, stdin: &str) -> Option<String> {
-    let ok = Command::new("unshare")
-        .args(["-n", "sh", "-c", "command -v iptables-restore >/dev/null"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        return None;
-    }
     let mut child = Command::new("unshare")
         .args(["-n", "sh", "-c", script])
         .stdin(Stdio::piped())
@@ -180,9 +175,18 @@ fn normalize_equals_the_real_iptables_save_when_it_can_run_here() {
         script.push_str(&format!(
             "iptables-restore{c} --noflush && iptables-save{c}"
         ));
+        let mut needed = vec!["iptables-restore", "iptables-save"];
+        if !nfacct.is_empty() {
+            needed.push("nfacct");
+        }
+        if !tools::have_or_skip(
+            &format!("normalize_equals_the_real_iptables_save ({rules} {flags:?})"),
+            &needed,
+        ) {
+            continue;
+        }
         let Some(want) = real(&script, &text) else {
-            eprintln!("skipped: cannot run the real iptables-restore in a private namespace here");
-            return;
+            panic!("{rules}: could not start unshare");
         };
         let file = format!("{DIR}/{rules}");
         let mut args = vec!["rules", "normalize"];

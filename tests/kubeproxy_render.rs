@@ -9,6 +9,9 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+#[path = "support/tools.rs"]
+mod tools;
+
 fn load(path: &str) -> (Vec<Service>, Vec<EndpointSlice>) {
     let text = std::fs::read_to_string(path).unwrap();
     let mut svcs = Vec::new();
@@ -139,9 +142,13 @@ fn no_pod_cidr_and_masquerade_all() {
     assert!(r.restore.contains("-A KUBE-SVC-XPGD46QRK7WJZT7O -m comment --comment \"ns1/svc1:p80 cluster IP\" -m tcp -p tcp -d 172.30.0.41 --dport 80 -j KUBE-MARK-MASQ\n"));
 }
 
-/// Runs `script` as root in a private network namespace; `None` if that is impossible here.
-fn in_netns(script: &str, stdin: &str) -> Option<(bool, String)> {
-    if std::env::var("NFSIM_SKIP_REAL_IPTABLES").is_ok() {
+/// Runs `script` as root in a private network namespace; `None` (after printing
+/// `skipped: …`) where a tool it calls, `tools` and `bash`, is missing or no namespace can be
+/// made here.
+fn in_netns(test: &str, tools: &[&str], script: &str, stdin: &str) -> Option<(bool, String)> {
+    let mut needed = vec!["bash"];
+    needed.extend_from_slice(tools);
+    if !tools::have_or_skip(test, &needed) {
         return None;
     }
     let mut child = Command::new("unshare")
@@ -150,9 +157,7 @@ fn in_netns(script: &str, stdin: &str) -> Option<(bool, String)> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect(
-            "unshare not runnable: set NFSIM_SKIP_REAL_IPTABLES=1 to skip the real-iptables checks",
-        );
+        .expect("unshare was found and `unshare -n true` ran");
     child
         .stdin
         .take()
@@ -253,7 +258,12 @@ ports: [{name: dns, port: 53, protocol: UDP}]
         "set -e\n{jumps}iptables-restore --noflush < /dev/stdin\niptables-save -t nat\n",
         jumps = jump_script()
     );
-    let Some((ok, out)) = in_netns(&script, &first.restore) else {
+    let mut needed = vec!["iptables", "iptables-restore", "iptables-save"];
+    if first.restore.contains("-m nfacct") {
+        needed.push("nfacct");
+    }
+    let test = "real_iptables_restore_accepts_full_and_partial_syncs";
+    let Some((ok, out)) = in_netns(test, &needed, &script, &first.restore) else {
         return;
     };
     assert!(
@@ -288,7 +298,7 @@ ports: [{name: dns, port: 53, protocol: UDP}]
         a = first.restore,
         b = second.restore
     );
-    let (ok, out) = in_netns(&script, "").unwrap();
+    let (ok, out) = in_netns(test, &needed, &script, "").expect("the tools were here a moment ago");
     assert!(
         ok,
         "iptables-restore rejected the partial sync:\n{out}\n--- payload:\n{}",

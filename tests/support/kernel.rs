@@ -114,21 +114,10 @@ fn env_set(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| !v.is_empty())
 }
 
-fn find_in_path(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
-    // Tools live in sbin, which a non-login PATH may lack.
-    for extra in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
-        dirs.push(PathBuf::from(extra));
-    }
-    dirs.into_iter().map(|d| d.join(tool)).find(|p| p.is_file())
-}
+#[path = "tools.rs"]
+mod tools;
 
-fn uid() -> Option<u32> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
+use tools::find as find_in_path;
 
 fn first_line(out: &std::process::Output) -> String {
     let text = if out.stdout.is_empty() {
@@ -145,20 +134,7 @@ fn first_line(out: &std::process::Output) -> String {
 }
 
 fn detect() -> Result<Lab, String> {
-    if env_set(SKIP_ENV) {
-        return Err(format!("{SKIP_ENV} is set"));
-    }
-    match uid() {
-        Some(0) => {}
-        Some(u) => {
-            return Err(format!(
-                "not running as root (uid {u}): `unshare -n` needs CAP_SYS_ADMIN"
-            ))
-        }
-        None => return Err("cannot read the uid from /proc/self/status".into()),
-    }
-    let mut tools = BTreeMap::new();
-    for tool in [
+    const TOOLS: [&str; 7] = [
         "unshare",
         "ip",
         "iptables",
@@ -166,9 +142,13 @@ fn detect() -> Result<Lab, String> {
         "iptables-save",
         "conntrack",
         "nft",
-    ] {
-        let p = find_in_path(tool).ok_or_else(|| format!("`{tool}` not found in PATH"))?;
-        tools.insert(tool, p);
+    ];
+    if let Some(reason) = tools::why_not(&TOOLS) {
+        return Err(reason);
+    }
+    let mut tools = BTreeMap::new();
+    for tool in TOOLS {
+        tools.insert(tool, find_in_path(tool).expect("checked by why_not"));
     }
     let python = ["/usr/bin/python3"]
         .iter()

@@ -1,0 +1,96 @@
+//! Which real tools this machine has, for the tests that compare nfsim with them.
+//!
+//! A test that runs a real program (`iptables-restore`, `nfacct`, `tshark`, …) first asks
+//! [`have_or_skip`] for every program it will call. Where one is missing, or where a private
+//! network namespace cannot be made (not root, `unshare -n` refused), the test prints
+//! `skipped: <test>: <tool> missing` (or the reason) to stderr and passes: the README's test
+//! command must pass on a machine with only the Rust toolchain. `.ci/run` installs the Debian
+//! packages (iptables, conntrack, nftables, nfacct, tshark) where it can, so CI runs them.
+//!
+//! `NFSIM_REQUIRE_KERNEL_LAB=1` turns a skip into a failure (for a machine that must run them);
+//! `NFSIM_SKIP_KERNEL_LAB=1` (or the older `NFSIM_SKIP_REAL_IPTABLES=1`) skips on purpose.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Set to a non-empty value to make a missing tool a test failure.
+pub const REQUIRE_ENV: &str = "NFSIM_REQUIRE_KERNEL_LAB";
+/// Set to a non-empty value to skip the real-tool tests on purpose.
+pub const SKIP_ENV: &str = "NFSIM_SKIP_KERNEL_LAB";
+const SKIP_ENV_OLD: &str = "NFSIM_SKIP_REAL_IPTABLES";
+
+fn env_set(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty())
+}
+
+/// The path of `tool` in PATH, or in the sbin directories a non-login PATH may lack.
+pub fn find(tool: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    for extra in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
+        dirs.push(PathBuf::from(extra));
+    }
+    dirs.into_iter().map(|d| d.join(tool)).find(|p| p.is_file())
+}
+
+fn uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Why the tools cannot run here: the first missing one, or why a private namespace cannot be
+/// made; `None` when every tool is present and `unshare -n` works.
+pub fn why_not(tools: &[&str]) -> Option<String> {
+    if env_set(SKIP_ENV) {
+        return Some(format!("{SKIP_ENV} is set"));
+    }
+    if env_set(SKIP_ENV_OLD) {
+        return Some(format!("{SKIP_ENV_OLD} is set"));
+    }
+    // `unshare` first: every real-kernel test runs inside a private network namespace.
+    let mut all = vec!["unshare"];
+    all.extend(tools.iter().copied().filter(|t| *t != "unshare"));
+    for tool in &all {
+        if find(tool).is_none() {
+            return Some(format!("{tool} missing"));
+        }
+    }
+    match uid() {
+        Some(0) => {}
+        Some(u) => {
+            return Some(format!(
+                "not root (uid {u}): `unshare -n` needs CAP_SYS_ADMIN"
+            ))
+        }
+        None => return Some("cannot read the uid from /proc/self/status".into()),
+    }
+    let ok = Command::new(find("unshare").expect("checked above"))
+        .args(["-n", "true"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        return Some("`unshare -n true` failed: no private network namespace here".into());
+    }
+    None
+}
+
+/// True when every tool in `tools` (and `unshare -n`) can run here; otherwise prints
+/// `skipped: <test>: <reason>` to stderr and returns false (panics instead when
+/// `NFSIM_REQUIRE_KERNEL_LAB` is set).
+pub fn have_or_skip(test: &str, tools: &[&str]) -> bool {
+    match why_not(tools) {
+        None => true,
+        Some(reason) => {
+            if env_set(REQUIRE_ENV) && !env_set(SKIP_ENV) {
+                panic!("{test}: the real tools are required ({REQUIRE_ENV}) but: {reason}");
+            }
+            eprintln!("skipped: {test}: {reason}");
+            false
+        }
+    }
+}
