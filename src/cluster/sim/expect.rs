@@ -1,0 +1,279 @@
+//! Expectations checked at their instants, and the summary table printed at the end.
+
+use super::*;
+
+impl Simulation {
+    pub(super) fn pod_ips(&self, key: &str) -> BTreeSet<IpAddr> {
+        self.pod_ids
+            .get(key)
+            .map(|&id| self.pods[id].ips.clone())
+            .unwrap_or_default()
+    }
+
+    pub(super) fn ep_ips(&self, r: &EndpointRef) -> BTreeSet<IpAddr> {
+        match r {
+            EndpointRef::Ip(ip) => [*ip].into(),
+            EndpointRef::Pod(k) => self.pod_ips(k),
+        }
+    }
+
+    pub(super) fn check(&mut self, i: usize) {
+        let x = self.sc.expectations[i].clone();
+        let now = self.now;
+        let mut problems = Vec::new();
+        let mut seen = Vec::new();
+        let mut cmp = |what: &str, want: Option<Count>, got: u64| {
+            seen.push(format!("{what}={got}"));
+            if let Some(w) = want {
+                if !w.accepts(got) {
+                    problems.push(format!("{what} {got}, expected {w}"));
+                }
+            }
+        };
+        match &x.check {
+            Check::Client {
+                client,
+                from,
+                to,
+                sent,
+                answered,
+                failed,
+                timed_out,
+                refused,
+            } => {
+                let to = to.unwrap_or(now).min(now + SimDuration::from_nanos(1));
+                let recs: Vec<&QueryRecord> = self.clients[*client]
+                    .app
+                    .records()
+                    .iter()
+                    .filter(|r| r.sent_at >= *from && r.sent_at < to)
+                    .collect();
+                let done = |f: &dyn Fn(&QueryOutcome) -> bool| {
+                    recs.iter()
+                        .filter(|r| r.outcome.done_at().is_some_and(|t| t <= now) && f(&r.outcome))
+                        .count() as u64
+                };
+                cmp("sent", *sent, recs.len() as u64);
+                cmp(
+                    "answered",
+                    *answered,
+                    done(&|o| matches!(o, QueryOutcome::Answered(_))),
+                );
+                cmp("failed", *failed, done(&|o| o.failed()));
+                cmp(
+                    "timedOut",
+                    *timed_out,
+                    done(&|o| matches!(o, QueryOutcome::TimedOut(_))),
+                );
+                cmp(
+                    "refused",
+                    *refused,
+                    done(&|o| {
+                        matches!(
+                            o,
+                            QueryOutcome::IcmpError(..)
+                                | QueryOutcome::Reset(_)
+                                | QueryOutcome::NoPort(_)
+                        )
+                    }),
+                );
+            }
+            Check::Conntrack {
+                node,
+                filter,
+                count,
+                endpoint,
+                assured,
+                timeout,
+                state,
+            } => {
+                // The filter was checked when the scenario was loaded.
+                let (entries, bad) = match Filter::parse(filter) {
+                    Ok(f) => (self.nodes[*node].netns.conntrack().list(now, &f), None),
+                    Err(e) => (Vec::new(), Some(format!("bad conntrack filter: {e}"))),
+                };
+                cmp("entries", Some(*count), entries.len() as u64);
+                problems.extend(bad);
+                let ips = endpoint.as_ref().map(|e| self.ep_ips(e));
+                for e in &entries {
+                    let line = e.list_line(now).to_string();
+                    if let Some(ips) = &ips {
+                        if !ips.contains(&e.reply.src) {
+                            problems.push(format!(
+                                "entry goes to {}, expected {}: {line}",
+                                e.reply.src,
+                                endpoint.as_ref().map(|e| e.to_string()).unwrap_or_default(),
+                            ));
+                        }
+                    }
+                    if let Some(a) = assured {
+                        let is = e.status.contains(Status::ASSURED);
+                        if is != *a {
+                            problems.push(format!(
+                                "entry {} [ASSURED], expected {}: {line}",
+                                if is { "is" } else { "is not" },
+                                if *a { "assured" } else { "not assured" },
+                            ));
+                        }
+                    }
+                    if let Some(t) = timeout {
+                        let left = e.expiry.secs_left(now);
+                        if !t.accepts(left) {
+                            problems.push(format!("entry has {left} s left, expected {t}: {line}"));
+                        }
+                    }
+                    if let Some(s) = state {
+                        let st = e.tcp_state.map(|t| t.name());
+                        if st != Some(s.as_str()) {
+                            problems.push(format!(
+                                "entry state {}, expected {s}: {line}",
+                                st.unwrap_or("-"),
+                            ));
+                        }
+                    }
+                }
+                if let Some(e) = entries.first() {
+                    seen.push(format!("first: {}", e.list_line(now)));
+                }
+            }
+            Check::Endpoint {
+                endpoint,
+                client,
+                from,
+                to,
+                packets,
+                flows,
+            } => {
+                let to = to.unwrap_or(now).min(now + SimDuration::from_nanos(1));
+                let ips = self.ep_ips(endpoint);
+                // A pod (by index, if it exists), or an address.
+                let pod = match endpoint {
+                    EndpointRef::Pod(k) => Some(self.pod_ids.get(k).copied()),
+                    EndpointRef::Ip(_) => None,
+                };
+                let hits: Vec<&Hit> = self
+                    .hits
+                    .iter()
+                    .filter(|h| h.at >= *from && h.at < to)
+                    .filter(|h| pod.map_or(ips.contains(&h.ip), |id| id == Some(h.pod)))
+                    .filter(|h| client.is_none_or(|c| h.client == c))
+                    .collect();
+                let nflows = hits
+                    .iter()
+                    .map(|h| (h.src, h.proto))
+                    .collect::<BTreeSet<_>>()
+                    .len();
+                cmp("packets", *packets, hits.len() as u64);
+                cmp("flows", *flows, nflows as u64);
+            }
+        }
+        let passed = problems.is_empty();
+        let detail = if passed {
+            seen.join(", ")
+        } else {
+            problems.join("; ")
+        };
+        self.log(What::Expectation {
+            name: x.name.clone(),
+            passed,
+            detail: detail.clone(),
+        });
+        self.results.push(ExpectResult {
+            name: x.name.clone(),
+            line: x.line,
+            at: now.hms().to_string(),
+            passed,
+            detail,
+        });
+    }
+
+    pub(super) fn summary(&self) -> String {
+        let mut s = String::new();
+        let w = self
+            .clients
+            .iter()
+            .map(|c| c.def.name.len())
+            .max()
+            .unwrap_or(6)
+            .max(6);
+        s.push_str(&format!(
+            "{:<w$}  {:<24} {:>6} {:>8} {:>6} {:>9} {:>7}\n",
+            "client", "target", "sent", "answered", "failed", "timed out", "refused"
+        ));
+        for c in &self.clients {
+            let r = c.app.records();
+            let count =
+                |f: &dyn Fn(&QueryOutcome) -> bool| r.iter().filter(|q| f(&q.outcome)).count();
+            s.push_str(&format!(
+                "{:<w$}  {:<24} {:>6} {:>8} {:>6} {:>9} {:>7}\n",
+                c.def.name,
+                c.def.target_text,
+                r.len(),
+                count(&|o| matches!(o, QueryOutcome::Answered(_))),
+                count(&|o| o.failed()),
+                count(&|o| matches!(o, QueryOutcome::TimedOut(_))),
+                count(&|o| matches!(
+                    o,
+                    QueryOutcome::IcmpError(..) | QueryOutcome::Reset(_) | QueryOutcome::NoPort(_)
+                )),
+            ));
+        }
+        // Per endpoint: packets and flows received, by client.
+        let mut per: BTreeMap<(usize, IpAddr), EndpointTally> = BTreeMap::new();
+        for h in &self.hits {
+            let e = per.entry((h.pod, h.ip)).or_default();
+            e.0 += 1;
+            e.1.insert((h.src, h.proto));
+            *e.2.entry(h.client).or_default() += 1;
+        }
+        if !self.pods.is_empty() {
+            let pw = self
+                .pod_ids
+                .keys()
+                .map(|k| k.len())
+                .max()
+                .unwrap_or(8)
+                .max(8);
+            s.push('\n');
+            s.push_str(&format!(
+                "{:<pw$}  {:<15} {:>8} {:>6}  {}\n",
+                "endpoint", "ip", "packets", "flows", "from"
+            ));
+            for (key, &id) in &self.pod_ids {
+                let pod = &self.pods[id];
+                let mut any = false;
+                for ip in &pod.ips {
+                    let Some((pk, fl, by)) = per.get(&(id, *ip)) else {
+                        continue;
+                    };
+                    any = true;
+                    let from: Vec<String> = by
+                        .iter()
+                        .map(|(c, n)| format!("{} {n}", self.clients[*c].def.name))
+                        .collect();
+                    s.push_str(&format!(
+                        "{:<pw$}  {:<15} {:>8} {:>6}  {}\n",
+                        key,
+                        ip.to_string(),
+                        pk,
+                        fl.len(),
+                        from.join(", ")
+                    ));
+                }
+                if !any && pod.stack.servers.len() + pod.state.def.apps.len() > 0 {
+                    s.push_str(&format!(
+                        "{:<pw$}  {:<15} {:>8} {:>6}\n",
+                        key,
+                        pod.state.def.ip.to_string(),
+                        0,
+                        0
+                    ));
+                }
+            }
+        }
+        s
+    }
+}
+
+/// Packets, distinct flows and packets per client that reached one endpoint address.
+type EndpointTally = (u64, BTreeSet<(SocketAddr, u8)>, BTreeMap<usize, u64>);

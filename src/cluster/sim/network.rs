@@ -1,0 +1,396 @@
+//! Routing between machines: what a machine sends, the network and router between nodes,
+//! each node's kernel, and delivery to pods', hosts' and nodes' stacks and clients.
+
+use super::*;
+
+impl Simulation {
+    /// Sends packets from a machine into the network as that machine would.
+    pub(super) fn send_from(&mut self, m: &Machine, packets: Vec<Packet>) {
+        for p in packets {
+            match m {
+                Machine::Pod(id) => {
+                    if let Some(pod) = self.pods.get(*id) {
+                        if pod.state.has_network() {
+                            self.queue.push(
+                                self.now,
+                                Ev::Deliver(Dest::NodeIn(pod.state.def.node, pod.veth), p),
+                            );
+                        }
+                    }
+                }
+                Machine::Node(n) => {
+                    self.queue.push(self.now, Ev::Deliver(Dest::NodeOut(*n), p));
+                }
+                // A host's default route: the router.
+                Machine::Host(_) => self.router(p, None),
+            }
+        }
+    }
+
+    /// The node network: delivers to the machine owning `next_hop` after the link latency;
+    /// an address nobody has swallows the packet. `from` is the sending node.
+    pub(super) fn network(&mut self, next_hop: IpAddr, p: Packet, from: Option<usize>) {
+        let dest = match self.owners.get(&next_hop) {
+            Some(Owner::Node(n)) => Dest::NodeIn(*n, eth0()),
+            Some(Owner::Host(h)) => Dest::Host(*h),
+            Some(Owner::Router) => return self.router(p, from),
+            None => return self.network_drop(&p, format!("nobody has {next_hop}")),
+        };
+        self.queue
+            .push(self.now + self.sc.latency, Ev::Deliver(dest, p));
+    }
+
+    /// The network's router: node and host addresses, and each pod CIDR via its node, except
+    /// back to the node the packet came from.
+    pub(super) fn router(&mut self, p: Packet, from: Option<usize>) {
+        let dest = match self.owners.get(&p.dst) {
+            Some(Owner::Node(n)) => Some(Dest::NodeIn(*n, eth0())),
+            Some(Owner::Host(h)) => Some(Dest::Host(*h)),
+            Some(Owner::Router) => None,
+            None => self
+                .nodes
+                .iter()
+                .position(|n| n.def.pod_cidr.contains(p.dst))
+                .filter(|&n| Some(n) != from)
+                .map(|n| Dest::NodeIn(n, eth0())),
+        };
+        match dest {
+            Some(d) => {
+                self.queue
+                    .push(self.now + self.sc.latency, Ev::Deliver(d, p));
+            }
+            None => self.network_drop(&p, format!("no route to {}", p.dst)),
+        }
+    }
+
+    pub(super) fn network_drop(&mut self, p: &Packet, reason: String) {
+        if !self.opts.record_timeline {
+            return;
+        }
+        if let Some(t) = self.client_tag(p, false) {
+            let what = What::Dropped {
+                client: self.clients[t.client as usize].def.name.clone(),
+                query: t.seq,
+                node: "the network's router".into(),
+                packet: p.to_string(),
+                reason: format!("dropped: {reason}"),
+            };
+            self.log(what);
+        }
+    }
+
+    /// Runs a packet through node `n`'s namespace and sends on what comes out.
+    pub(super) fn node_kernel(&mut self, n: usize, p: Packet, from: Ingress) {
+        let sent = self.client_tag(&p, true).map(|t| (p, t));
+        let mut out = std::mem::take(&mut self.egress);
+        out.clear();
+        let r = self.nodes[n]
+            .netns
+            .process_into(self.now, p, from, &mut out);
+        self.after_kernel(n);
+        if self.opts.record_timeline {
+            let reason = match &r.fate {
+                Fate::Dropped(c) => Some(c.to_string()),
+                Fate::Rejected { table, hook } => Some(format!("rejected by {table} {hook}")),
+                Fate::Transmitted | Fate::Delivered => None,
+            };
+            if let (Some(reason), Some(t)) = (reason, self.client_tag(&p, false)) {
+                let what = What::Dropped {
+                    client: self.clients[t.client as usize].def.name.clone(),
+                    query: t.seq,
+                    node: self.nodes[n].def.name.clone(),
+                    packet: p.to_string(),
+                    reason,
+                };
+                self.log(what);
+            }
+        }
+        self.node_egress(n, &mut out, sent);
+        // Keep the larger of the two buffers when a nested call took its own.
+        if out.capacity() >= self.egress.capacity() {
+            self.egress = out;
+        }
+    }
+
+    pub(super) fn node_egress(
+        &mut self,
+        n: usize,
+        out: &mut Vec<Egress>,
+        sent: Option<(Packet, Tag)>,
+    ) {
+        for e in out.drain(..) {
+            match e {
+                Egress::LocalDeliver { packet } => {
+                    self.dnat_note(n, sent, &packet);
+                    self.queue
+                        .push(self.now, Ev::Deliver(Dest::NodeStack(n), packet));
+                }
+                Egress::Transmit {
+                    dev,
+                    next_hop,
+                    packet,
+                } => {
+                    self.dnat_note(n, sent, &packet);
+                    if dev == eth0() {
+                        // (The namespace has taken a hop off a forwarded packet's TTL.)
+                        let mut packet = packet;
+                        packet.iif = None;
+                        packet.oif = None;
+                        self.network(next_hop, packet, Some(n));
+                    } else if let Some(&id) = self.nodes[n].veths.get(&dev) {
+                        self.queue
+                            .push(self.now, Ev::Deliver(Dest::Pod(id), packet));
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn dnat_note(&mut self, n: usize, sent: Option<(Packet, Tag)>, out: &Packet) {
+        let Some((orig, tag)) = sent else { return };
+        if !self.opts.record_timeline
+            || out.tag != orig.tag
+            || (orig.dst == out.dst && orig.dport() == out.dport())
+        {
+            return;
+        }
+        // Only the first packet of a query/connection try, to keep the timeline readable.
+        if let L4::Tcp { flags, .. } = orig.l4 {
+            if !flags.contains(sim_core::TcpFlags::SYN) {
+                return;
+            }
+        }
+        let fmt = |p: &Packet| match p.dport() {
+            Some(port) => SocketAddr::new(p.dst, port).to_string(),
+            None => p.dst.to_string(),
+        };
+        let what = What::Dnat {
+            client: self.clients[tag.client as usize].def.name.clone(),
+            query: tag.seq,
+            node: self.nodes[n].def.name.clone(),
+            from: fmt(&orig),
+            to: fmt(out),
+        };
+        self.log(what);
+    }
+
+    pub(super) fn deliver(&mut self, dest: Dest, p: Packet) {
+        match dest {
+            Dest::NodeIn(n, dev) => self.node_kernel(n, p, Ingress::Interface(dev)),
+            Dest::NodeOut(n) => self.node_kernel(n, p, Ingress::Local),
+            Dest::NodeStack(n) => self.deliver_to_stack(Machine::Node(n), p),
+            Dest::Host(h) => self.deliver_to_stack(Machine::Host(h), p),
+            Dest::Pod(k) => {
+                let Some(pod) = self.pods.get(k) else { return };
+                if !pod.state.has_network() || pod.state.def.ip != p.dst {
+                    return;
+                }
+                if let Some(t) = self.client_tag(&p, false) {
+                    if self.clients[t.client as usize].machine != Machine::Pod(k) {
+                        if let (Some(sport), L4::Udp { .. } | L4::Tcp { .. }) = (p.sport(), p.l4) {
+                            self.hits.push(Hit {
+                                at: self.now,
+                                pod: k,
+                                ip: p.dst,
+                                client: t.client as usize,
+                                src: SocketAddr::new(p.src, sport),
+                                proto: p.protocol(),
+                            });
+                        }
+                    }
+                }
+                self.deliver_to_stack(Machine::Pod(k), p);
+            }
+        }
+    }
+
+    /// The client tag of a packet sent by (`outbound`) or to a client's request socket.
+    pub(super) fn client_tag(&self, p: &Packet, outbound: bool) -> Option<Tag> {
+        let t = Tag::unpack(p.tag)?;
+        let c = self.clients.get(t.client as usize)?;
+        (!outbound || c.ip == p.src).then_some(t)
+    }
+
+    /// Moves node `n`'s conntrack events to the timeline and re-arms its expiry timer.
+    pub(super) fn after_kernel(&mut self, n: usize) {
+        let evs = self.nodes[n].netns.drain_conntrack_events();
+        if self.opts.record_timeline && self.opts.conntrack_events {
+            let node = self.nodes[n].def.name.clone();
+            for e in evs {
+                let event = match e.kind {
+                    EventKind::New => "NEW",
+                    EventKind::Update => "UPDATE",
+                    EventKind::Destroy => "DESTROY",
+                };
+                self.log(What::Conntrack {
+                    node: node.clone(),
+                    event: event.to_string(),
+                    line: e.to_string(),
+                });
+            }
+        }
+        self.arm_ct(n);
+    }
+
+    pub(super) fn deliver_to_stack(&mut self, m: Machine, p: Packet) {
+        let (proto, dport) = match p.l4 {
+            L4::Icmp {
+                body: sim_core::IcmpBody::Error(inner),
+                ..
+            } => (inner.proto, inner.sport),
+            _ => (p.protocol(), p.dport().unwrap_or(0)),
+        };
+        let is_error = matches!(
+            p.l4,
+            L4::Icmp {
+                body: sim_core::IcmpBody::Error(_),
+                ..
+            }
+        );
+        let alive = match &m {
+            Machine::Pod(id) => self.pods.get(*id).is_some_and(|p| p.state.process_alive),
+            _ => true,
+        };
+        let mut out = Outbox::new();
+        let now = self.now;
+        // Servers first (a server port), then clients' sockets.
+        let mut handled = false;
+        if alive && !is_error {
+            if let Some(stack) = self.stack_mut(&m) {
+                if let Some(s) = stack.servers.get_mut(&(proto, dport)) {
+                    match s {
+                        Server::Udp(u) => u.handle_packet(now, &p, &mut out),
+                        Server::Tcp(t) => t.handle_packet(now, &p, &mut out),
+                    }
+                    handled = true;
+                }
+            }
+        }
+        if handled {
+            self.send_from(&m, out.packets);
+            self.arm_stack(&m);
+            return;
+        }
+        let owner = self.clients_by_ip.get(&p.dst).and_then(|list| {
+            list.iter().copied().find(|&i| {
+                self.clients[i].machine == m
+                    && self.clients[i].app.proto() == proto
+                    && self.clients[i].app.owns(proto, dport)
+            })
+        });
+        if let Some(i) = owner {
+            match &mut self.clients[i].app {
+                ClientApp::Udp(c) => c.handle_packet(now, &p, &mut out),
+                ClientApp::Tcp(c) => c.handle_packet(now, &p, &mut out),
+            }
+            self.client_output(i, out);
+            return;
+        }
+        if !is_error {
+            if let Some(r) = closed_port_response(&p) {
+                // icmp_send's per-destination rate limit (the RST a closed TCP port sends
+                // is not limited).
+                let allowed = match &m {
+                    Machine::Node(n) => self.nodes[*n].netns.icmp_error_allowed(now, &r),
+                    _ => match (self.stack_mut(&m), r.l4, r.dst) {
+                        (
+                            Some(stack),
+                            L4::Icmp {
+                                icmp_type, code, ..
+                            },
+                            IpAddr::V4(dst),
+                        ) => stack.icmp.allow(now, dst, icmp_type, code, r.dst == r.src),
+                        _ => true,
+                    },
+                };
+                if allowed {
+                    self.send_from(&m, vec![r]);
+                }
+            }
+        }
+    }
+
+    pub(super) fn client_output(&mut self, i: usize, out: Outbox) {
+        let m = self.clients[i].machine.clone();
+        let (name, events) = if self.opts.record_timeline {
+            (self.clients[i].def.name.clone(), out.events)
+        } else {
+            (String::new(), Vec::new())
+        };
+        for (_, e) in events {
+            let what = match e {
+                AppEvent::QuerySent {
+                    query,
+                    attempt,
+                    src,
+                    dst,
+                } => What::QuerySent {
+                    client: name.clone(),
+                    query,
+                    attempt,
+                    src: src.to_string(),
+                    dst: dst.to_string(),
+                },
+                AppEvent::QueryAnswered { query, rtt, from } => What::QueryAnswered {
+                    client: name.clone(),
+                    query,
+                    rtt: rtt.to_string(),
+                    from: from.to_string(),
+                },
+                AppEvent::QueryTimedOut { query, attempts } => What::QueryTimedOut {
+                    client: name.clone(),
+                    query,
+                    attempts,
+                },
+                AppEvent::QueryRefused { query, code } => What::QueryRefused {
+                    client: name.clone(),
+                    query,
+                    code,
+                },
+                AppEvent::IcmpIgnored { query, code, from } => What::IcmpIgnored {
+                    client: name.clone(),
+                    query,
+                    code,
+                    from: from.to_string(),
+                },
+                AppEvent::TcpConnecting { conn, src, dst } => What::TcpConnect {
+                    client: name.clone(),
+                    conn,
+                    src: src.to_string(),
+                    dst: dst.to_string(),
+                },
+                AppEvent::TcpCompleted { conn, rtt } => What::TcpDone {
+                    client: name.clone(),
+                    conn,
+                    rtt: rtt.to_string(),
+                },
+                AppEvent::TcpFailed { conn, reason } => What::TcpFailed {
+                    client: name.clone(),
+                    conn,
+                    reason: reason.to_string(),
+                },
+                AppEvent::ServerAnswered { .. } => continue,
+            };
+            self.log(what);
+        }
+        // A client in a pod whose network is gone sends nothing.
+        self.send_from(&m, out.packets);
+        self.arm_client(i);
+    }
+
+    pub(super) fn busy_ports(&self, i: usize) -> BTreeSet<u16> {
+        let c = &self.clients[i];
+        let mut s = BTreeSet::new();
+        if let Some(list) = self.clients_by_ip.get(&c.ip) {
+            for &j in list {
+                if j != i && self.clients[j].app.proto() == c.app.proto() {
+                    match &self.clients[j].app {
+                        ClientApp::Udp(x) => s.extend(x.bound_ports()),
+                        ClientApp::Tcp(x) => s.extend(x.bound_ports()),
+                    }
+                }
+            }
+        }
+        s
+    }
+}

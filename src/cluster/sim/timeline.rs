@@ -1,0 +1,301 @@
+//! The timeline: one line per event that matters, as people read it and as the JSON lines
+//! carry it.
+
+use super::*;
+
+/// One thing that happened, for the timeline and the JSON lines.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TimelineEvent {
+    /// Nanoseconds since the start.
+    pub t_ns: u64,
+    /// `HH:MM:SS.mmm`.
+    pub time: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub what: What,
+}
+
+/// The kinds of timeline events (JSON: `"kind": "query_sent"`, …).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum What {
+    /// A client sent a query (or a retry).
+    QuerySent {
+        /// Client.
+        client: String,
+        /// Query number.
+        query: u32,
+        /// Try.
+        attempt: u8,
+        /// Source socket.
+        src: String,
+        /// Destination.
+        dst: String,
+    },
+    /// A client's packet was DNAT'd on a node.
+    Dnat {
+        /// Client.
+        client: String,
+        /// Query or connection number.
+        query: u32,
+        /// Node.
+        node: String,
+        /// Original destination.
+        from: String,
+        /// New destination.
+        to: String,
+    },
+    /// A query was answered.
+    QueryAnswered {
+        /// Client.
+        client: String,
+        /// Query number.
+        query: u32,
+        /// Round trip from the first send.
+        rtt: String,
+        /// Source of the answer.
+        from: String,
+    },
+    /// A query timed out on its last try.
+    QueryTimedOut {
+        /// Client.
+        client: String,
+        /// Query number.
+        query: u32,
+        /// Tries.
+        attempts: u8,
+    },
+    /// A query was refused by an ICMP error.
+    QueryRefused {
+        /// Client.
+        client: String,
+        /// Query number.
+        query: u32,
+        /// ICMP code.
+        code: u8,
+    },
+    /// An ICMP error about a query was not seen by the client's unconnected socket.
+    IcmpIgnored {
+        /// Client.
+        client: String,
+        /// Query number.
+        query: u32,
+        /// ICMP code.
+        code: u8,
+        /// Who sent the error.
+        from: String,
+    },
+    /// A TCP client started a connection.
+    TcpConnect {
+        /// Client.
+        client: String,
+        /// Connection number.
+        conn: u32,
+        /// Source socket.
+        src: String,
+        /// Destination.
+        dst: String,
+    },
+    /// A TCP exchange completed.
+    TcpDone {
+        /// Client.
+        client: String,
+        /// Connection number.
+        conn: u32,
+        /// Time to the response.
+        rtt: String,
+    },
+    /// A TCP exchange failed.
+    TcpFailed {
+        /// Client.
+        client: String,
+        /// Connection number.
+        conn: u32,
+        /// Why.
+        reason: String,
+    },
+    /// A conntrack event on a node.
+    Conntrack {
+        /// Node.
+        node: String,
+        /// NEW, UPDATE or DESTROY.
+        event: String,
+        /// The `conntrack -E` line.
+        line: String,
+    },
+    /// A pod lifecycle change.
+    Pod {
+        /// `namespace/name`.
+        pod: String,
+        /// What happened.
+        change: String,
+    },
+    /// An EndpointSlice changed.
+    Endpoints {
+        /// `namespace/service`.
+        service: String,
+        /// Endpoints with their conditions.
+        endpoints: String,
+    },
+    /// A kube-proxy sync.
+    Sync {
+        /// Node.
+        node: String,
+        /// Full or partial.
+        full: bool,
+        /// Services whose rules changed.
+        changed: Vec<String>,
+        /// nat rules written.
+        nat_rules: usize,
+    },
+    /// Applying a kube-proxy sync to a node failed (kube-proxy retries with a full sync).
+    SyncFailed {
+        /// Node.
+        node: String,
+        /// The error.
+        error: String,
+    },
+    /// A conntrack entry deleted by kube-proxy's cleanup.
+    CleanupDelete {
+        /// Node.
+        node: String,
+        /// The deleted entry's `conntrack -L` line.
+        line: String,
+        /// Why the cleanup deleted it, in kube-proxy's terms.
+        reason: String,
+    },
+    /// A client's packet (or an answer to it) was dropped or rejected by a node.
+    Dropped {
+        /// Client.
+        client: String,
+        /// Query or connection number.
+        query: u32,
+        /// Node.
+        node: String,
+        /// The packet.
+        packet: String,
+        /// Why (`no route to host`, `dropped by filter FORWARD`, …).
+        reason: String,
+    },
+    /// An expectation was checked.
+    Expectation {
+        /// Name.
+        name: String,
+        /// Passed.
+        passed: bool,
+        /// What was seen.
+        detail: String,
+    },
+}
+
+impl TimelineEvent {
+    /// The human timeline line.
+    pub fn line(&self) -> String {
+        let body = match &self.what {
+            What::QuerySent {
+                client,
+                query,
+                attempt,
+                src,
+                dst,
+            } => {
+                if *attempt == 0 {
+                    format!("{client}: query #{query} sent {src} -> {dst}")
+                } else {
+                    format!("{client}: query #{query} retry {attempt} sent {src} -> {dst}")
+                }
+            }
+            What::Dnat {
+                client,
+                query,
+                node,
+                from,
+                to,
+            } => format!("{client}: #{query} DNAT'd on {node}: {from} -> {to}"),
+            What::QueryAnswered {
+                client,
+                query,
+                rtt,
+                from,
+            } => format!("{client}: query #{query} answered by {from} in {rtt}"),
+            What::QueryTimedOut {
+                client,
+                query,
+                attempts,
+            } => {
+                format!(
+                    "{client}: query #{query} TIMED OUT ({attempts} tr{})",
+                    if *attempts == 1 { "y" } else { "ies" }
+                )
+            }
+            What::QueryRefused {
+                client,
+                query,
+                code,
+            } => format!("{client}: query #{query} REFUSED (ICMP unreachable code {code})"),
+            What::IcmpIgnored {
+                client,
+                query,
+                code,
+                from,
+            } => format!(
+                "{client}: ICMP unreachable code {code} from {from} about query #{query} not seen (unconnected socket)"
+            ),
+            What::TcpConnect {
+                client,
+                conn,
+                src,
+                dst,
+            } => format!("{client}: connection #{conn} {src} -> {dst} SYN"),
+            What::TcpDone { client, conn, rtt } => {
+                format!("{client}: connection #{conn} answered in {rtt}, closing")
+            }
+            What::TcpFailed {
+                client,
+                conn,
+                reason,
+            } => format!("{client}: connection #{conn} FAILED: {reason}"),
+            What::Conntrack { node, line, .. } => format!("ct {node}: {line}"),
+            What::Pod { pod, change } => format!("pod {pod}: {change}"),
+            What::Endpoints { service, endpoints } => format!("endpoints {service}: {endpoints}"),
+            What::Sync {
+                node,
+                full,
+                changed,
+                nat_rules,
+            } => format!(
+                "kube-proxy {node}: {} sync, {nat_rules} nat rules{}",
+                if *full { "full" } else { "partial" },
+                if changed.is_empty() {
+                    String::new()
+                } else {
+                    format!(", changed: {}", changed.join(" "))
+                }
+            ),
+            What::SyncFailed { node, error } => {
+                format!("kube-proxy {node}: sync FAILED: {error}")
+            }
+            What::CleanupDelete { node, line, reason } => {
+                format!("kube-proxy {node}: cleanup deleted {line} ({reason})")
+            }
+            What::Dropped {
+                client,
+                query,
+                node,
+                packet,
+                reason,
+            } => format!("{client}: #{query} {reason} on {node}: {packet}"),
+            What::Expectation {
+                name,
+                passed,
+                detail,
+            } => {
+                format!(
+                    "expect {}: {name} ({detail})",
+                    if *passed { "PASS" } else { "FAIL" }
+                )
+            }
+        };
+        format!("{}  {body}", self.time)
+    }
+}
