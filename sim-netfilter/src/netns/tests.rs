@@ -728,3 +728,31 @@ fn process_into_appends_to_what_the_buffer_holds() {
     assert_eq!(buf.len(), 2);
     assert_eq!(buf[0], buf[1]);
 }
+
+/// Linux drops a packet received on eth0 whose source is one of the node's own addresses
+/// (`fib_validate_source`, after PREROUTING's nat): it is not forwarded, and its entry is never
+/// confirmed. The same
+/// for a 127.0.0.0/8 source; an address the node does not hold passes.
+#[test]
+fn a_packet_from_one_of_the_nodes_own_addresses_is_a_martian_source() {
+    for src in ["172.18.0.2:40000", "10.244.1.1:40000", "127.0.0.1:40000"] {
+        let mut n = node(1);
+        let q = Packet::udp(sa(src), sa("10.96.0.10:53"));
+        let r = n.process(SimTime::ZERO, q, Ingress::Interface(ifn("eth0")));
+        assert_eq!(r.fate, Fate::Dropped(DropCause::MartianSource), "{src}");
+        assert!(r.out.is_empty());
+        assert_eq!(n.conntrack().len(), 0, "{src}");
+        // To the node itself: the same.
+        let q = Packet::udp(sa(src), sa("172.18.0.2:53"));
+        let r = n.process(SimTime::ZERO, q, Ingress::Interface(ifn("eth0")));
+        assert_eq!(r.fate, Fate::Dropped(DropCause::MartianSource), "{src}");
+    }
+    let mut n = node(1);
+    let q = Packet::udp(sa("172.18.0.9:40000"), sa("10.96.0.10:53"));
+    let r = n.process(SimTime::ZERO, q, Ingress::Interface(ifn("eth0")));
+    assert_eq!(r.fate, Fate::Transmitted);
+    // The node's own traffic to its own address loops back through lo and is not checked.
+    let q = Packet::udp(sa("172.18.0.2:40000"), sa("10.96.0.10:53"));
+    let r = n.process(SimTime::ZERO, q, Ingress::Local);
+    assert_eq!(r.fate, Fate::Transmitted);
+}

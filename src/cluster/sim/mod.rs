@@ -929,8 +929,9 @@ impl Simulation {
                 if !p.state.has_network() {
                     return Ok(());
                 }
+                // The kill leaves the pod's pending timers alone: a readiness failure due
+                // before the kubelet notices the exit still marks it not Ready on time.
                 p.state.process_alive = false;
-                p.state.generation += 1;
                 p.stack = Stack::default();
                 self.log(What::Pod {
                     pod: pod.clone(),
@@ -1132,9 +1133,15 @@ impl Simulation {
                 }
                 match what {
                     PodTimer::SetReady(r) => {
+                        // A timer applies only if what it was set for still holds: the
+                        // kubelet marks a pod Ready when its process runs and its probe
+                        // passes, not Ready otherwise. Several may be pending at once (a
+                        // probe failing and an OOM kill): each stands on its own.
                         let p = &self.pods[pod];
                         let ok = p.state.process_alive && p.state.probe_ok;
-                        self.set_ready(pod, r && ok);
+                        if r == ok {
+                            self.set_ready(pod, r);
+                        }
                     }
                     PodTimer::Restart => {
                         let p = &mut self.pods[pod];
@@ -1145,13 +1152,22 @@ impl Simulation {
                         p.state.generation += 1;
                         let label = format!("pod/{}/restart{}", p.key, p.state.generation);
                         p.stack = Stack::build(&p.state.def.apps, self.sc.seed, &label);
-                        let delay = p.state.def.probe.success_delay();
+                        let probe_ok = p.state.probe_ok;
+                        let delay = if probe_ok {
+                            p.state.def.probe.success_delay()
+                        } else {
+                            p.state.def.probe.failure_delay()
+                        };
                         let key = p.key.clone();
                         self.log(What::Pod {
                             pod: key,
-                            change: format!("container restarted in place (same IP); Ready after the probe passes in {delay}"),
+                            change: if probe_ok {
+                                format!("container restarted in place (same IP); Ready after the probe passes in {delay}")
+                            } else {
+                                "container restarted in place (same IP); its readiness probe still fails".into()
+                            },
                         });
-                        self.pod_timer(pod, delay, PodTimer::SetReady(true));
+                        self.pod_timer(pod, delay, PodTimer::SetReady(probe_ok));
                     }
                     PodTimer::Gone => {
                         self.pod_gone(pod);

@@ -186,7 +186,14 @@ impl Simulation {
                     return;
                 }
                 if let Some(t) = self.client_tag(&p, false) {
-                    if self.clients[t.client as usize].machine != Machine::Pod(k) {
+                    // A client's request, not an answer to the client's own socket: a pod
+                    // reaching itself through its Service (hairpin) is both client and
+                    // endpoint, and its request counts.
+                    let c = &self.clients[t.client as usize];
+                    let to_client = c.machine == Machine::Pod(k)
+                        && c.ip == p.dst
+                        && p.dport().is_some_and(|d| c.app.owns(p.protocol(), d));
+                    if !to_client {
                         if let (Some(sport), L4::Udp { .. } | L4::Tcp { .. }) = (p.sport(), p.l4) {
                             self.hits.push(Hit {
                                 at: self.now,
