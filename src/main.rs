@@ -6,11 +6,15 @@
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use nfsim::cluster::sim::{RunOptions, RunResult, Simulation};
+use nfsim::cluster::sim::{
+    EventSink, JsonLinesSink, RunOptions, RunResult, SimError, Simulation, TextSink,
+};
 use nfsim::scenario::{load_file, Scenario};
 use sim_core::{SimDuration, SimTime};
-use std::io::{IsTerminal, Write};
+use std::cell::RefCell;
+use std::io::{BufWriter, IsTerminal, Write};
 use std::process::ExitCode;
+use std::rc::Rc;
 
 /// Deterministic simulator of Linux netfilter and conntrack for Kubernetes Service traffic.
 #[derive(Parser, Debug)]
@@ -205,12 +209,14 @@ fn progress_printer(enabled: bool) -> Option<Box<dyn FnMut(SimTime, SimTime)>> {
         } else {
             now.as_nanos() as f64 * 100.0 / end.as_nanos() as f64
         };
-        eprint!(
+        let mut e = std::io::stderr();
+        let _ = write!(
+            e,
             "\r[nfsim] simulated {} / {} ({pct:.0}%)",
             now.hms(),
             end.hms()
         );
-        let _ = std::io::stderr().flush();
+        let _ = e.flush();
     }))
 }
 
@@ -232,94 +238,95 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         }
     }
     let show_progress = a.progress || std::io::stderr().is_terminal();
+    let (file, seed, name) = (sc.file.clone(), sc.seed, sc.name.clone());
+    // The timeline is written as it happens: text to stdout, JSON lines to --json.
+    let stdout = Named::new("stdout", std::io::stdout());
+    let text = Rc::new(RefCell::new(TextSink::new(BufWriter::new(stdout))));
+    let mut sinks: Vec<Box<dyn EventSink>> = vec![Box::new(text.clone())];
+    let json = match &a.json {
+        Some(path) => {
+            let f = std::fs::File::create(path).with_context(|| format!("writing {path}"))?;
+            let f = Named::new(path, f);
+            let j = Rc::new(RefCell::new(JsonLinesSink::new(BufWriter::new(f))));
+            sinks.push(Box::new(j.clone()));
+            Some((path, j))
+        }
+        None => None,
+    };
+    {
+        let mut t = text.borrow_mut();
+        let w = t.writer();
+        writeln!(w, "scenario {name} (seed {seed})")?;
+        if !sc.description.is_empty() {
+            writeln!(w, "  {}", sc.description.trim())?;
+        }
+        writeln!(w)?;
+    }
     let opts = RunOptions {
-        record_timeline: true,
+        record_timeline: false,
+        sinks,
         conntrack_events: !a.no_conntrack_events,
         progress: progress_printer(show_progress),
     };
-    let (file, seed, name) = (sc.file.clone(), sc.seed, sc.name.clone());
-    let description = sc.description.clone();
     let mut sim = Simulation::new(sc, opts)?;
-    let mut dumps: Vec<(u64, String)> = Vec::new();
     let mut ats = a.dump_conntrack.clone();
     ats.sort();
     for at in ats {
         let t = SimTime::ZERO + at;
         sim.run_until(t)?;
-        let mut text = format!("{}  conntrack -L at {}:\n", t.hms(), t.hms());
+        let mut s = format!("{}  conntrack -L at {}:\n", t.hms(), t.hms());
         for (i, n) in sim.node_names().iter().enumerate() {
             let dump = sim.conntrack_dump(i);
             let count = dump.lines().count();
-            text.push_str(&format!("--- {n} ---\n{dump}conntrack v1.4.7 (conntrack-tools): {count} flow entries have been shown.\n"));
+            s.push_str(&format!("--- {n} ---\n{dump}conntrack v1.4.7 (conntrack-tools): {count} flow entries have been shown.\n"));
         }
-        dumps.push((t.as_nanos(), text));
+        text.borrow_mut().writer().write_all(s.as_bytes())?;
     }
     let result = sim.finish()?;
     if show_progress {
-        eprint!("\r\x1b[K");
+        let _ = write!(std::io::stderr(), "\r\x1b[K");
     }
-    let out = render_run(&name, &description, seed, &result, &dumps, &skipped);
-    print!("{out}");
-    if let Some(path) = &a.json {
-        let mut j = String::new();
-        for e in &result.timeline {
-            j.push_str(&serde_json::to_string(e)?);
-            j.push('\n');
+    {
+        let mut t = text.borrow_mut();
+        let w = t.writer();
+        w.write_all(render_end(&result, &skipped).as_bytes())?;
+        if !result.passed() {
+            let mut replay = format!("nfsim run {file} --seed {seed}");
+            if let Some(u) = a.until {
+                replay.push_str(&format!(" --until {u}"));
+            }
+            writeln!(w, "replay: {replay}")?;
         }
-        j.push_str(&serde_json::to_string(&serde_json::json!({
-            "kind": "run",
-            "scenario": name,
-            "file": file,
-            "seed": seed,
-            "passed": result.passed(),
-            "expectations": result.results,
-        }))?);
-        j.push('\n');
-        std::fs::write(path, j).with_context(|| format!("writing {path}"))?;
+        w.flush()?;
+    }
+    if let Some((_, j)) = json {
+        let mut j = j.borrow_mut();
+        let w = j.writer();
+        serde_json::to_writer(
+            &mut *w,
+            &serde_json::json!({
+                "kind": "run",
+                "scenario": name,
+                "file": file,
+                "seed": seed,
+                "passed": result.passed(),
+                "expectations": result.results,
+            }),
+        )
+        .map_err(std::io::Error::from)?;
+        writeln!(w)?;
+        w.flush()?;
     }
     if result.passed() {
         Ok(ExitCode::SUCCESS)
     } else {
-        let mut replay = format!("nfsim run {file} --seed {seed}");
-        if let Some(u) = a.until {
-            replay.push_str(&format!(" --until {u}"));
-        }
-        println!("replay: {replay}");
         Ok(ExitCode::from(1))
     }
 }
 
-/// The whole text `nfsim run` prints (stdout).
-fn render_run(
-    name: &str,
-    description: &str,
-    seed: u64,
-    r: &RunResult,
-    dumps: &[(u64, String)],
-    skipped: &[String],
-) -> String {
-    let mut s = format!("scenario {name} (seed {seed})\n");
-    if !description.is_empty() {
-        s.push_str(&format!("  {}\n", description.trim()));
-    }
-    s.push('\n');
-    let mut d = dumps.iter().peekable();
-    for e in &r.timeline {
-        while let Some((t, text)) = d.peek() {
-            if *t < e.t_ns {
-                s.push_str(text);
-                d.next();
-            } else {
-                break;
-            }
-        }
-        s.push_str(&e.line());
-        s.push('\n');
-    }
-    for (_, text) in d {
-        s.push_str(text);
-    }
-    s.push_str("\nsummary\n");
+/// What `nfsim run` prints after the timeline: the summary and the verdicts.
+fn render_end(r: &RunResult, skipped: &[String]) -> String {
+    let mut s = String::from("\nsummary\n");
     s.push_str(&r.summary);
     s.push_str("\nexpectations\n");
     for x in &r.results {
@@ -352,10 +359,7 @@ fn cmd_rules(a: RulesArgs) -> Result<ExitCode> {
     }) = a.sub
     {
         let text = nfsim::explain::read_text(&file)?;
-        print!(
-            "{}",
-            nfsim::explain::normalize(&text, &file, counters, &nfacct)?
-        );
+        out(&nfsim::explain::normalize(&text, &file, counters, &nfacct)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let file = a.file.ok_or_else(|| {
@@ -369,7 +373,7 @@ fn cmd_rules(a: RulesArgs) -> Result<ExitCode> {
     let mut sim = Simulation::new(sc, RunOptions::default())?;
     let n = sim.node_index(&node)?;
     sim.run_until(at)?;
-    print!("{}", sim.rules(n));
+    out(&sim.rules(n))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -379,8 +383,9 @@ fn cmd_conntrack(a: ConntrackArgs) -> Result<ExitCode> {
     let n = sim.node_index(&a.node)?;
     sim.run_until(SimTime::ZERO + a.at)?;
     let dump = sim.conntrack_dump(n);
-    print!("{dump}");
-    eprintln!(
+    out(&dump)?;
+    let _ = writeln!(
+        std::io::stderr(),
         "conntrack v1.4.7 (conntrack-tools): {} flow entries have been shown.",
         dump.lines().count()
     );
@@ -402,9 +407,9 @@ fn cmd_trace(a: TraceArgs) -> Result<ExitCode> {
     };
     let report = trace(&node, &base, packet, &opts)?;
     if a.json {
-        println!("{}", report.json());
+        out(&format!("{}\n", report.json()))?;
     } else {
-        print!("{}", report.text());
+        out(&report.text())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -421,9 +426,9 @@ fn cmd_replay(a: ReplayArgs) -> Result<ExitCode> {
         pcap_out: a.pcap_out.clone(),
     };
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    replay(&node, base, &capture, &a.capture, &opts, &mut out)?;
-    out.flush().context("writing the output")?;
+    let mut w = BufWriter::new(Named::new("stdout", stdout.lock()));
+    replay(&node, base, &capture, &a.capture, &opts, &mut w)?;
+    w.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -438,9 +443,59 @@ fn main() -> ExitCode {
     };
     match r {
         Ok(c) => c,
+        // A closed pipe (`nfsim run X | head -1`): the reader has what it wanted; end quietly,
+        // as ripgrep does.
+        Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
             ExitCode::from(2)
         }
     }
+}
+
+/// A writer whose errors say what was being written (`writing stdout: No space left on
+/// device`).
+struct Named<W> {
+    name: String,
+    inner: W,
+}
+
+impl<W: Write> Named<W> {
+    fn new(name: &str, inner: W) -> Named<W> {
+        Named {
+            name: name.to_string(),
+            inner,
+        }
+    }
+    fn wrap(&self, e: std::io::Error) -> std::io::Error {
+        std::io::Error::new(e.kind(), format!("writing {}: {e}", self.name))
+    }
+}
+
+impl<W: Write> Write for Named<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf).map_err(|e| self.wrap(e))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().map_err(|e| self.wrap(e))
+    }
+}
+
+/// Writes `text` to stdout (an error, not a panic, when stdout is closed or full).
+fn out(text: &str) -> Result<()> {
+    let mut w = Named::new("stdout", std::io::stdout().lock());
+    w.write_all(text.as_bytes())?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Whether an error comes from writing to a pipe whose reader has gone.
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<SimError>().is_some_and(|s| {
+                matches!(s, SimError::Output { kind, .. } if *kind == std::io::ErrorKind::BrokenPipe)
+            })
+    })
 }

@@ -9,7 +9,7 @@ fn run(sc: Scenario) -> nfsim::cluster::sim::RunResult {
     let opts = RunOptions {
         record_timeline: true,
         conntrack_events: true,
-        progress: None,
+        ..RunOptions::default()
     };
     Simulation::new(sc, opts).unwrap().finish().unwrap()
 }

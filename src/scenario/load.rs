@@ -4,6 +4,7 @@
 //! expected, and shows the line with a caret under the place.
 
 use super::model::*;
+use super::names;
 use super::schema::*;
 use crate::cluster::apps::{ClientSchedule, SourcePort};
 use crate::k8s;
@@ -249,8 +250,9 @@ struct PodCheck<'a> {
 
 fn pod_def(ctx: &Ctx, pc: &PodCheck, p: &Spanned<PodDoc>) -> Result<PodDef, ScenarioError> {
     let d = &p.value;
-    if d.name.value.is_empty() {
-        return Err(ctx.err(&d.name, "empty pod name"));
+    names::check_dns1123_subdomain("pod name", &d.name.value).map_err(|m| ctx.err(&d.name, m))?;
+    if let Some(ns) = &d.namespace {
+        names::check_dns1123_label("namespace", ns).map_err(|m| ctx.err(p, m))?;
     }
     let node = *pc.node_index.get(&d.node.value).ok_or_else(|| {
         ctx.err(
@@ -434,6 +436,11 @@ fn resolve_target(
     Ok(SocketAddr::new(ip, port.port))
 }
 
+/// The longest `duration` a scenario may have: 7 days, beyond the longest default conntrack
+/// timeout (TCP ESTABLISHED, 5 days). What a run keeps grows with its queries (one record
+/// per query for the summary and the expectations), so the cap bounds memory as well as time.
+pub const MAX_DURATION: SimDuration = SimDuration::from_secs(7 * 24 * 3600);
+
 fn time_within(
     ctx: &Ctx,
     d: &Spanned<SimDuration>,
@@ -450,11 +457,24 @@ fn time_within(
 }
 
 fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
+    names::check_display_name(
+        "scenario name",
+        &doc.name.value,
+        names::DISPLAY_NAME_MAX,
+        true,
+    )
+    .map_err(|m| ctx.err(&doc.name, m))?;
     let duration = doc.duration.value;
     if duration.is_zero() {
         return Err(ctx.err(
             &doc.duration,
             "duration 0s: expected a positive duration such as 1h",
+        ));
+    }
+    if duration > MAX_DURATION {
+        return Err(ctx.err(
+            &doc.duration,
+            format!("duration {duration} is longer than the longest run nfsim simulates ({MAX_DURATION}, MAX_DURATION): expected at most {MAX_DURATION}"),
         ));
     }
     let mut sysctls = BTreeMap::new();
@@ -472,6 +492,8 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     let mut addrs: BTreeMap<IpAddr, String> = BTreeMap::new();
     for n in &doc.nodes {
         let d = &n.value;
+        names::check_dns1123_subdomain("node name", &d.name.value)
+            .map_err(|m| ctx.err(&d.name, m))?;
         if node_index
             .insert(d.name.value.clone(), nodes.len())
             .is_some()
@@ -522,6 +544,8 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     let mut host_index = BTreeMap::new();
     for h in &doc.hosts {
         let d = &h.value;
+        names::check_display_name("host name", &d.name.value, names::DISPLAY_NAME_MAX, false)
+            .map_err(|m| ctx.err(&d.name, m))?;
         if host_index
             .insert(d.name.value.clone(), hosts.len())
             .is_some()
@@ -583,6 +607,9 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     let mut services: Vec<k8s::Service> = Vec::new();
     for s in &doc.services {
         s.value.validate().map_err(|e| ctx.err(s, e.to_string()))?;
+        names::check_dns1035_label("Service name", &s.value.metadata.name)
+            .and_then(|_| names::check_dns1123_label("namespace", &s.value.metadata.namespace))
+            .map_err(|m| ctx.err(s, m))?;
         if services.iter().any(|o| o.key() == s.value.key()) {
             return Err(ctx.err(s, format!("duplicate Service {}", s.value.key())));
         }
@@ -670,6 +697,8 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     let mut client_index = BTreeMap::new();
     for c in &doc.clients {
         let d = &c.value;
+        names::check_display_name("client name", &d.name.value, names::DISPLAY_NAME_MAX, false)
+            .map_err(|m| ctx.err(&d.name, m))?;
         if client_index
             .insert(d.name.value.clone(), clients.len())
             .is_some()
@@ -848,6 +877,10 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     // Expectations.
     let mut expectations = Vec::new();
     for x in &doc.expectations {
+        if let Some(n) = &x.value.name {
+            names::check_display_name("expectation name", n, names::EXPECTATION_NAME_MAX, true)
+                .map_err(|m| ctx.err(x, m))?;
+        }
         let d = &x.value;
         let at = match &d.at {
             Some(a) => Some(time_within(ctx, a, duration, "expectation")?),

@@ -4,9 +4,11 @@
 //! - [`schema`]: the file as written (serde structures with spans).
 //! - [`load`]: parsing and checking, [`ScenarioError`].
 //! - [`model`]: the checked [`Scenario`].
+//! - [`names`]: Kubernetes' rules for the names of pods, nodes, namespaces and Services.
 
 pub mod load;
 pub mod model;
+pub mod names;
 pub mod schema;
 
 pub use load::{load_file, load_str, ScenarioError};

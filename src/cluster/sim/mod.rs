@@ -51,8 +51,10 @@ use std::net::{IpAddr, SocketAddr};
 
 mod expect;
 mod network;
+pub mod sink;
 mod timeline;
 
+pub use sink::{Collect, EventSink, JsonLinesSink, TextSink};
 pub use timeline::{TimelineEvent, What};
 
 /// Most events one run may process before it stops with an error (a runaway guard).
@@ -262,8 +264,12 @@ struct Hit {
 /// Options of a run.
 #[derive(Default)]
 pub struct RunOptions {
-    /// Keep the timeline (off for benchmarks).
+    /// Keep the whole timeline in [`RunResult::timeline`] (memory grows with the run: for
+    /// tests and short runs; `nfsim run` streams it to [`RunOptions::sinks`] instead).
     pub record_timeline: bool,
+    /// Where each timeline event is written the moment it happens (see [`sink`]). With no
+    /// sink and `record_timeline` off (benchmarks), no event is even formatted.
+    pub sinks: Vec<Box<dyn EventSink>>,
     /// Include conntrack events in the timeline.
     pub conntrack_events: bool,
     /// Called now and then with (now, end) to show progress.
@@ -342,6 +348,15 @@ pub enum SimError {
     /// An unknown node name.
     #[error("unknown node {0:?}")]
     UnknownNode(String),
+    /// A sink of [`RunOptions::sinks`] could not write (a closed pipe, a full disk): the run
+    /// stopped there.
+    #[error("{message}")]
+    Output {
+        /// The kind of the I/O error ([`std::io::ErrorKind::BrokenPipe`] for a closed pipe).
+        kind: std::io::ErrorKind,
+        /// The I/O error's text.
+        message: String,
+    },
 }
 
 /// The running cluster.
@@ -363,6 +378,10 @@ pub struct Simulation {
     slices: Vec<EndpointSlice>,
     slice_sync_pending: bool,
     timeline: Vec<TimelineEvent>,
+    /// Whether events are wanted at all (a sink, or `record_timeline`).
+    recording: bool,
+    /// The first error a sink returned; the run stops at the next event.
+    output_error: Option<std::io::Error>,
     hits: Vec<Hit>,
     results: Vec<ExpectResult>,
     checks: Vec<(SimTime, usize)>,
@@ -608,6 +627,8 @@ impl Simulation {
             slices: Vec::new(),
             slice_sync_pending: false,
             timeline: Vec::new(),
+            recording: opts.record_timeline || !opts.sinks.is_empty(),
+            output_error: None,
             hits: Vec::new(),
             results: Vec::new(),
             checks,
@@ -657,12 +678,35 @@ impl Simulation {
     }
 
     fn log(&mut self, what: What) {
+        if !self.recording {
+            return;
+        }
+        let e = TimelineEvent {
+            t_ns: self.now.as_nanos(),
+            time: self.now.hms().to_string(),
+            what,
+        };
+        if self.output_error.is_none() {
+            for s in &mut self.opts.sinks {
+                if let Err(err) = s.event(&e) {
+                    self.output_error = Some(err);
+                    break;
+                }
+            }
+        }
         if self.opts.record_timeline {
-            self.timeline.push(TimelineEvent {
-                t_ns: self.now.as_nanos(),
-                time: self.now.hms().to_string(),
-                what,
-            });
+            self.timeline.push(e);
+        }
+    }
+
+    /// The first sink error, as the run's error.
+    fn output_status(&mut self) -> Result<(), SimError> {
+        match self.output_error.take() {
+            None => Ok(()),
+            Some(e) => Err(SimError::Output {
+                kind: e.kind(),
+                message: e.to_string(),
+            }),
         }
     }
 
@@ -1062,9 +1106,10 @@ impl Simulation {
                 }
             }
             self.handle(ev.event)?;
+            self.output_status()?;
         }
         self.now = self.now.max(limit);
-        Ok(())
+        self.output_status()
     }
 
     fn handle(&mut self, ev: Ev) -> Result<(), SimError> {
@@ -1303,7 +1348,7 @@ impl Simulation {
             return;
         };
         let served = grp.nodes.clone();
-        if self.opts.record_timeline {
+        if self.recording {
             self.log_sync(&result);
         }
         for n in served {
@@ -1401,6 +1446,13 @@ impl Simulation {
         while let Some(&(_, i)) = self.checks.get(self.next_check) {
             self.next_check += 1;
             self.check(i);
+        }
+        self.output_status()?;
+        for s in &mut self.opts.sinks {
+            s.finish().map_err(|e| SimError::Output {
+                kind: e.kind(),
+                message: e.to_string(),
+            })?;
         }
         let summary = self.summary();
         Ok(RunResult {

@@ -64,7 +64,7 @@ impl Simulation {
     }
 
     pub(super) fn network_drop(&mut self, p: &Packet, reason: String) {
-        if !self.opts.record_timeline {
+        if !self.recording {
             return;
         }
         if let Some(t) = self.client_tag(p, false) {
@@ -88,7 +88,7 @@ impl Simulation {
             .netns
             .process_into(self.now, p, from, &mut out);
         self.after_kernel(n);
-        if self.opts.record_timeline {
+        if self.recording {
             let reason = match &r.fate {
                 Fate::Dropped(c) => Some(c.to_string()),
                 Fate::Rejected { table, hook } => Some(format!("rejected by {table} {hook}")),
@@ -148,7 +148,7 @@ impl Simulation {
 
     pub(super) fn dnat_note(&mut self, n: usize, sent: Option<(Packet, Tag)>, out: &Packet) {
         let Some((orig, tag)) = sent else { return };
-        if !self.opts.record_timeline
+        if !self.recording
             || out.tag != orig.tag
             || (orig.dst == out.dst && orig.dport() == out.dport())
         {
@@ -221,7 +221,7 @@ impl Simulation {
     /// Moves node `n`'s conntrack events to the timeline and re-arms its expiry timer.
     pub(super) fn after_kernel(&mut self, n: usize) {
         let evs = self.nodes[n].netns.drain_conntrack_events();
-        if self.opts.record_timeline && self.opts.conntrack_events {
+        if self.recording && self.opts.conntrack_events {
             let node = self.nodes[n].def.name.clone();
             for e in evs {
                 let event = match e.kind {
@@ -319,7 +319,7 @@ impl Simulation {
 
     pub(super) fn client_output(&mut self, i: usize, out: Outbox) {
         let m = self.clients[i].machine.clone();
-        let (name, events) = if self.opts.record_timeline {
+        let (name, events) = if self.recording {
             (self.clients[i].def.name.clone(), out.events)
         } else {
             (String::new(), Vec::new())
