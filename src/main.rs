@@ -264,11 +264,14 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     }
     let opts = RunOptions {
         record_timeline: false,
-        sinks,
         conntrack_events: !a.no_conntrack_events,
         progress: progress_printer(show_progress),
     };
-    let mut sim = Simulation::new(sc, opts)?;
+    let mut b = Simulation::builder(sc).options(opts);
+    for s in sinks {
+        b = b.sink(s);
+    }
+    let mut sim = b.build()?;
     let mut ats = a.dump_conntrack.clone();
     ats.sort();
     for at in ats {

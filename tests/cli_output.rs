@@ -177,11 +177,14 @@ fn the_timeline_is_handed_to_sinks_as_it_happens() {
     let sc = nfsim::scenario::load_file(&format!("{ROOT}/scenarios/stale-dns-udp.yaml")).unwrap();
     let seen = Rc::new(RefCell::new(Collect::default()));
     let opts = RunOptions {
-        sinks: vec![Box::new(seen.clone())],
         conntrack_events: true,
         ..RunOptions::default()
     };
-    let mut sim = Simulation::new(sc, opts).unwrap();
+    let mut sim = Simulation::builder(sc)
+        .options(opts)
+        .sink(Box::new(seen.clone()))
+        .build()
+        .unwrap();
     let minute = SimTime::ZERO + SimDuration::from_secs(60);
     sim.run_until(minute).unwrap();
     let early = seen.borrow().events.len();

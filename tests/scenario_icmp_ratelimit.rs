@@ -58,7 +58,7 @@ fn a_closed_port_answers_a_burst_of_six_then_one_a_second() {
     let opts = RunOptions {
         record_timeline: true,
         conntrack_events: false,
-        ..RunOptions::default()
+        progress: None,
     };
     let r = Simulation::new(sc, opts)
         .expect("builds")
@@ -99,7 +99,7 @@ fn a_service_without_endpoints_is_refused_at_the_node_rate_and_the_node_sysctl_l
     let opts = || RunOptions {
         record_timeline: false,
         conntrack_events: false,
-        ..RunOptions::default()
+        progress: None,
     };
     for (sysctls, refused) in [
         ("", 6),

@@ -9,7 +9,7 @@ fn run(sc: Scenario) -> nfsim::cluster::sim::RunResult {
     let opts = RunOptions {
         record_timeline: true,
         conntrack_events: true,
-        ..RunOptions::default()
+        progress: None,
     };
     Simulation::new(sc, opts).unwrap().finish().unwrap()
 }

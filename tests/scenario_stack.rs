@@ -22,7 +22,7 @@ fn timeline() -> RunOptions {
     RunOptions {
         record_timeline: true,
         conntrack_events: true,
-        ..RunOptions::default()
+        progress: None,
     }
 }
 

@@ -265,11 +265,10 @@ struct Hit {
 #[derive(Default)]
 pub struct RunOptions {
     /// Keep the whole timeline in [`RunResult::timeline`] (memory grows with the run: for
-    /// tests and short runs; `nfsim run` streams it to [`RunOptions::sinks`] instead).
+    /// tests and short runs; `nfsim run` streams it to sinks instead, see
+    /// [`SimulationBuilder::sink`]). With no sink and this off (benchmarks), no event is
+    /// even formatted.
     pub record_timeline: bool,
-    /// Where each timeline event is written the moment it happens (see [`sink`]). With no
-    /// sink and `record_timeline` off (benchmarks), no event is even formatted.
-    pub sinks: Vec<Box<dyn EventSink>>,
     /// Include conntrack events in the timeline.
     pub conntrack_events: bool,
     /// Called now and then with (now, end) to show progress.
@@ -294,6 +293,7 @@ pub struct SimulationBuilder {
     opts: RunOptions,
     cleanup: Option<CleanupFactory>,
     one_kube_proxy_per_node: bool,
+    sinks: Vec<Box<dyn EventSink>>,
 }
 
 impl SimulationBuilder {
@@ -321,6 +321,14 @@ impl SimulationBuilder {
     /// default such nodes share one instance, with the same results; see [`super::proxy`]).
     pub fn one_kube_proxy_per_node(mut self, on: bool) -> SimulationBuilder {
         self.one_kube_proxy_per_node = on;
+        self
+    }
+
+    /// Adds a sink: every timeline event is handed to it the moment it happens (see
+    /// [`sink`]), whether or not [`RunOptions::record_timeline`] also keeps it. Sinks are
+    /// called in the order they were added.
+    pub fn sink(mut self, sink: Box<dyn EventSink>) -> SimulationBuilder {
+        self.sinks.push(sink);
         self
     }
 
@@ -378,6 +386,8 @@ pub struct Simulation {
     slices: Vec<EndpointSlice>,
     slice_sync_pending: bool,
     timeline: Vec<TimelineEvent>,
+    /// Where events go as they happen.
+    sinks: Vec<Box<dyn EventSink>>,
     /// Whether events are wanted at all (a sink, or `record_timeline`).
     recording: bool,
     /// The first error a sink returned; the run stops at the next event.
@@ -530,6 +540,7 @@ impl Simulation {
             opts: RunOptions::default(),
             cleanup: None,
             one_kube_proxy_per_node: false,
+            sinks: Vec::new(),
         }
     }
 
@@ -539,6 +550,7 @@ impl Simulation {
             opts,
             mut cleanup,
             one_kube_proxy_per_node,
+            sinks,
         } = b;
         let seed = sc.seed;
         let mut nodes = Vec::new();
@@ -627,7 +639,8 @@ impl Simulation {
             slices: Vec::new(),
             slice_sync_pending: false,
             timeline: Vec::new(),
-            recording: opts.record_timeline || !opts.sinks.is_empty(),
+            recording: opts.record_timeline || !sinks.is_empty(),
+            sinks,
             output_error: None,
             hits: Vec::new(),
             results: Vec::new(),
@@ -687,7 +700,7 @@ impl Simulation {
             what,
         };
         if self.output_error.is_none() {
-            for s in &mut self.opts.sinks {
+            for s in &mut self.sinks {
                 if let Err(err) = s.event(&e) {
                     self.output_error = Some(err);
                     break;
@@ -1448,7 +1461,7 @@ impl Simulation {
             self.check(i);
         }
         self.output_status()?;
-        for s in &mut self.opts.sinks {
+        for s in &mut self.sinks {
             s.finish().map_err(|e| SimError::Output {
                 kind: e.kind(),
                 message: e.to_string(),

@@ -1,6 +1,6 @@
 //! Where timeline events go as they happen.
 //!
-//! The driver hands every [`TimelineEvent`] to each [`EventSink`] of [`RunOptions::sinks`]
+//! The driver hands every [`TimelineEvent`] to each [`EventSink`] given to [`super::SimulationBuilder::sink`]
 //! the moment it is logged, so a long run's timeline is written while it runs instead of being
 //! kept in memory until the end. The events are structured values; a sink decides how to show
 //! them:
@@ -11,7 +11,7 @@
 //!
 //! A sink that must be read after the run (a collector, or the writer `nfsim run` also prints
 //! conntrack dumps and the summary to) is shared: `Rc<RefCell<S>>` is itself a sink, so keep a
-//! clone of the `Rc` and put the other one in [`RunOptions::sinks`].
+//! clone of the `Rc` and hand the other one to the builder.
 //!
 //! The first write error stops the run: [`super::Simulation::run_until`] returns
 //! [`super::SimError::Output`] with the error's kind (a closed pipe is
