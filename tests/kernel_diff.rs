@@ -52,8 +52,8 @@ use std::net::SocketAddr;
 // Rules
 // ---------------------------------------------------------------------------------------------
 
-/// kube-proxy's nat chains (KUBE_PROXY.md §2) for three services with one endpoint each, on
-/// loopback addresses: `dns` 127.96.0.10:53/udp → 127.0.0.2:5353, `web` 127.96.0.20:80/tcp →
+/// kube-proxy's nat chains (docs/kube-proxy-model.md §2) for three services with one endpoint each,
+/// on loopback addresses: `dns` 127.96.0.10:53/udp → 127.0.0.2:5353, `web` 127.96.0.20:80/tcp →
 /// 127.0.0.2:8080, `down` 127.96.0.21:80/tcp → 127.0.0.3:8080 (where nothing listens).
 /// Hairpin marking (`-s <endpoint> -j KUBE-MARK-MASQ`) is kept but never matches here: the
 /// clients are 127.0.0.1.

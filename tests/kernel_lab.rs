@@ -1,5 +1,5 @@
-//! The kernel lab against the real kernel: reproduces the measurements KERNEL.md states, so
-//! they stay true on the kernel the tests run on, and checks `sim_core::wire` / `pcap` on
+//! The kernel lab against the real kernel: reproduces the measurements docs/kernel-model.md states,
+//! so they stay true on the kernel the tests run on, and checks `sim_core::wire` / `pcap` on
 //! frames the kernel itself sent. Tests print `skipped: …` and pass where the lab cannot run
 //! (see tests/support/kernel.rs).
 
@@ -10,7 +10,7 @@ use kernel::{parse_ct_line, CtEntry, LabRun, Scenario};
 use sim_core::packet::{IcmpBody, L4};
 use sim_core::TcpFlags;
 
-/// The DNAT of KERNEL.md §2's measurement: a "service" 127.96.0.10:53 whose endpoint is
+/// The DNAT of docs/kernel-model.md §2's measurement: a "service" 127.96.0.10:53 whose endpoint is
 /// 127.0.0.2:5353, and a second one, 127.96.0.11:53, whose endpoint never answers.
 const UDP_RULES: &str = "\
 *nat
@@ -105,7 +105,8 @@ fn udp_timeline_matches_kernel_md_section_2() {
     assert!(dnat.starts_with("[1:"), "{dnat}");
 
     assert_eq!(run.output("delete").rc, 0);
-    // The events, exactly as KERNEL.md lists them (the DESTROY's seconds and portid vary).
+    // The events, exactly as docs/kernel-model.md lists them (the DESTROY's seconds and portid
+    // vary).
     let ours: Vec<&str> = run
         .event_lines()
         .into_iter()
@@ -229,7 +230,8 @@ fn tcp_states_through_dnat_match_kernel_md_section_3() {
     assert_eq!(states, want);
 }
 
-/// KERNEL.md §2's incident, with the timeouts shortened to 1 s / 2 s: a fixed-port client keeps
+/// docs/kernel-model.md §2's incident, with the timeouts shortened to 1 s / 2 s: a fixed-port
+/// client keeps
 /// its [ASSURED] entry to endpoint A after the rule moved to B and A's socket closed, for as
 /// long as it keeps querying; after a pause longer than the stream timeout, the next query
 /// goes to B.
@@ -374,7 +376,8 @@ fn wire_parses_what_the_kernel_sends() {
     assert_eq!(again, packets);
 }
 
-/// What runs everywhere: the line parser on KERNEL.md §9's lines, and the loopback guard.
+/// What runs everywhere: the line parser on docs/kernel-model.md §9's lines, and the loopback
+/// guard.
 #[test]
 fn conntrack_lines_parse_and_scenarios_stay_on_loopback() {
     let e = parse_ct_line("udp      17 29 src=10.244.2.9 dst=10.96.0.10 sport=40123 dport=53 [UNREPLIED] src=10.244.1.7 dst=10.244.2.9 sport=53 dport=40123 mark=0 use=1").unwrap();

@@ -1,7 +1,7 @@
 //! # sim-conntrack
 //!
 //! The connection tracking table of one simulated network namespace, with the kernel's
-//! semantics (KERNEL.md §1–§6, §9): entries keyed by both tuples, create-then-confirm,
+//! semantics (docs/kernel-model.md §1–§6, §9): entries keyed by both tuples, create-then-confirm,
 //! per-protocol trackers and timeouts, NAT bindings with the kernel's port allocation,
 //! `nf_conntrack_max` with early drop, exact expiry, events, statistics, and the text of
 //! conntrack-tools.

@@ -254,9 +254,9 @@ impl Conntrack {
     }
 
     /// Sets up NAT for a new connection (`nf_nat_setup_info`): computes the translated tuple
-    /// (`get_unique_tuple`, see KERNEL.md §6), records the new reply tuple, sets `SRC_NAT` /
-    /// `DST_NAT` when something changed and `*_NAT_DONE` always. Returns the entry as it is
-    /// now. Only an unconfirmed entry can be set up.
+    /// (`get_unique_tuple`, see docs/kernel-model.md §6), records the new reply tuple, sets
+    /// `SRC_NAT` / `DST_NAT` when something changed and `*_NAT_DONE` always. Returns the entry
+    /// as it is now. Only an unconfirmed entry can be set up.
     pub fn nat_setup(
         &mut self,
         id: EntryId,

@@ -1,4 +1,4 @@
-//! The per-protocol trackers: UDP (KERNEL.md §2), TCP (§3), ICMP and generic (§4).
+//! The per-protocol trackers: UDP (docs/kernel-model.md §2), TCP (§3), ICMP and generic (§4).
 //!
 //! TCP sequence-number window tracking (`tcp_in_window`) is not modelled: every packet is
 //! treated as in window, as with `nf_conntrack_tcp_be_liberal=1`. The retransmission counter
@@ -94,7 +94,7 @@ const S2: u8 = 9;
 const IV: u8 = 10;
 const IG: u8 = 11;
 
-/// `tcp_conntracks[dir][index][old_state]` (nf_conntrack_proto_tcp.c; KERNEL.md §3).
+/// `tcp_conntracks[dir][index][old_state]` (nf_conntrack_proto_tcp.c; docs/kernel-model.md §3).
 const TCP_CONNTRACKS: [[[u8; 10]; 6]; 2] = [
     [
         //        NO  SS  SR  ES  FW  CW  LA  TW  CL  S2

@@ -1,4 +1,5 @@
-//! TCP through a DNAT, as measured on a real kernel (KERNEL.md §3), read back through `-L`.
+//! TCP through a DNAT, as measured on a real kernel (docs/kernel-model.md §3), read back through
+//! `-L`.
 mod common;
 use common::*;
 use sim_conntrack::*;

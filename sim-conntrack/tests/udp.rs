@@ -1,4 +1,4 @@
-//! UDP behaviour measured on a real 6.18 kernel (KERNEL.md §2).
+//! UDP behaviour measured on a real 6.18 kernel (docs/kernel-model.md §2).
 mod common;
 use common::*;
 use sim_conntrack::*;
@@ -144,7 +144,7 @@ fn destroy_is_stamped_with_the_expiry_instant_even_when_reaped_later() {
 
 #[test]
 fn shortened_timeouts_keep_a_stale_dnat_alive_while_traffic_flows() {
-    // KERNEL.md §2: 3 s / 6 s timeouts, a fixed-port client querying every 2 s keeps its
+    // docs/kernel-model.md §2: 3 s / 6 s timeouts, a fixed-port client querying every 2 s keeps its
     // ASSURED entry to endpoint A after the rule moved to B; a 7.5 s pause frees it.
     let mut s = Sysctls::default();
     s.set("net.netfilter.nf_conntrack_udp_timeout", "3")

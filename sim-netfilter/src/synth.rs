@@ -1,5 +1,5 @@
 //! Synthetic kube-proxy rulesets of any size, shaped like what kube-proxy (iptables mode)
-//! writes on a node: the fixed filter and nat chains of KUBE_PROXY.md §2, one
+//! writes on a node: the fixed filter and nat chains of docs/kube-proxy-model.md §2, one
 //! `KUBE-SERVICES` rule per service port, a `KUBE-SVC-…` chain with the masquerade rule and
 //! one `statistic` rule per endpoint, and a `KUBE-SEP-…` chain per endpoint. The text is in
 //! iptables-save form, so it round-trips. Used by the benchmarks (10,000 services) and tests.

@@ -40,7 +40,7 @@ use sim_netfilter::{rule_spec, RestoreMemo, Table};
 /// name, in scenario order. See [`crate::cluster::sim::SimulationBuilder::cleanup`].
 pub type CleanupFactory = Box<dyn FnMut(&str) -> Box<dyn ConntrackCleanup>>;
 
-/// The cleanup strategy a scenario's `kubeProxy.release` selects (KUBE_PROXY.md §6).
+/// The cleanup strategy a scenario's `kubeProxy.release` selects (docs/kube-proxy-model.md §6).
 pub fn release_cleanup(release: Release) -> Box<dyn ConntrackCleanup> {
     match release {
         Release::None => Box::new(NoCleanup),

@@ -316,8 +316,8 @@ impl ConntrackCleanup for NoCleanup {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct V131 {
     /// Also treat an endpoint that stays but stops serving as deleted (the comparison of
-    /// `IsServing()` between the old and the new endpoint; KUBE_PROXY.md attributes it to
-    /// #127780). Without it, an OOM-killed CoreDNS container restarting in place (same IP,
+    /// `IsServing()` between the old and the new endpoint; docs/kube-proxy-model.md attributes it
+    /// to #127780). Without it, an OOM-killed CoreDNS container restarting in place (same IP,
     /// not serving) leaves its entries.
     pub serving_fix: bool,
 }

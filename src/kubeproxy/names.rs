@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn hashes_match_kube_proxy() {
-        // KUBE_PROXY.md §1, from proxier_test.go and a real kind node.
+        // docs/kube-proxy-model.md §1, from proxier_test.go and a real kind node.
         assert_eq!(hash16("ns1/svc1:p80tcp"), "XPGD46QRK7WJZT7O");
         assert_eq!(hash16("ns2/svc2:p8080tcp"), "2VJB64SDSIJUP5T6");
         assert_eq!(hash16("ns1/svc1tcp"), "AQI2S6QIMU7PVVRP");

@@ -149,7 +149,7 @@ pub enum AppDef {
     },
 }
 
-/// Which release's conntrack cleanup kube-proxy runs (KUBE_PROXY.md §6).
+/// Which release's conntrack cleanup kube-proxy runs (docs/kube-proxy-model.md §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Release {
     /// No cleanup at all.

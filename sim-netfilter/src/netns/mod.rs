@@ -1,5 +1,5 @@
 //! The hook pipeline of one network namespace: routing decision + netfilter hooks +
-//! conntrack + NAT, in the kernel's order (KERNEL.md §1).
+//! conntrack + NAT, in the kernel's order (docs/kernel-model.md §1).
 //!
 //! A [`Netns`] owns interfaces and routes ([`RoutingTable`]), the iptables [`Ruleset`] with its
 //! [`RulesetState`], and the [`Conntrack`] table. [`Netns::process`] takes one packet and where

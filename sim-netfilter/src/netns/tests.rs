@@ -17,7 +17,7 @@ fn sa(s: &str) -> SocketAddr {
 }
 
 /// kube-proxy's rules for one UDP service 10.96.0.10:53 with three endpoints, as it writes
-/// them (KUBE_PROXY.md §2, §4), with pod CIDR 10.244.0.0/16.
+/// them (docs/kube-proxy-model.md §2, §4), with pod CIDR 10.244.0.0/16.
 const KUBE_DNS: &str = "\
 *filter
 :INPUT ACCEPT [0:0]
