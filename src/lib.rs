@@ -8,6 +8,8 @@
 //! - [`cluster`]: nodes, pods, hosts, applications, and the simulation driver.
 //! - [`scenario`]: scenario files, expectations, and the outputs of a run.
 //! - [`explain`]: one packet through a node's hooks, rule by rule, with every `statistic` branch.
+//! - [`sweep`]: one scenario across many seeds and `--set` combinations: pass rates with
+//!   confidence intervals, distributions of the clients' figures, shards and their merge.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -16,3 +18,4 @@ pub mod explain;
 pub mod k8s;
 pub mod kubeproxy;
 pub mod scenario;
+pub mod sweep;

@@ -46,6 +46,14 @@ enum Cmd {
     /// (relative to the first): a source address of the node itself takes OUTPUT, a source in
     /// the pod CIDR enters on cni0, any other on eth0.
     Replay(ReplayArgs),
+    /// Run a scenario across many seeds and --set combinations: JSON lines out, one per run,
+    /// then the aggregate (pass rates with 95 % Wilson intervals, distributions of each
+    /// client's figures); a table of the aggregate on stderr.
+    ///
+    /// Runs are numbered combination by combination (the first --set varies slowest), seeds
+    /// in increasing order within each; the output is in run order, the same bytes whatever
+    /// --jobs. `nfsim sweep merge` puts --shard outputs back together.
+    Sweep(SweepArgs),
 }
 
 #[derive(Args, Debug)]
@@ -180,6 +188,120 @@ struct ReplayArgs {
     pcap_out: Option<String>,
     /// The capture (pcap or pcapng).
     capture: String,
+}
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+struct SweepArgs {
+    #[command(subcommand)]
+    sub: Option<SweepSub>,
+    /// The scenario file.
+    file: Option<String>,
+    /// The seeds: A..B, both included (1..10000 is 10,000 seeds), or one seed.
+    #[arg(long, value_name = "A..B")]
+    seeds: Option<nfsim::sweep::SeedRange>,
+    /// Set a scenario field to each of these values in turn: a dotted path as the file spells
+    /// it (kubeProxy.release, clients.sidecar.udp.interval, sysctls.net.netfilter.NAME) and
+    /// comma-separated values (repeatable: every combination runs).
+    #[arg(long = "set", value_name = "PATH=V1,V2")]
+    sets: Vec<nfsim::sweep::SetAxis>,
+    /// Threads (default: the machine's cores).
+    #[arg(long, short)]
+    jobs: Option<usize>,
+    /// Run only the i-th (from 0) of N contiguous slices of the runs.
+    #[arg(long, value_name = "i/N")]
+    shard: Option<nfsim::sweep::Shard>,
+    /// Write the JSON lines to FILE instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    out: Option<String>,
+    /// Print no table on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum SweepSub {
+    /// Merge shards' outputs: check every run is there once, print the whole sweep's output.
+    Merge {
+        /// The shards' outputs.
+        #[arg(required = true)]
+        files: Vec<String>,
+        /// Write the JSON lines to FILE instead of stdout.
+        #[arg(long, short, value_name = "FILE")]
+        out: Option<String>,
+        /// Print no table on stderr.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+}
+
+fn open_out(out: Option<&str>) -> Result<Box<dyn Write>> {
+    Ok(match out {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {p}"))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    })
+}
+
+fn finish_sweep(
+    w: &mut dyn Write,
+    header: &nfsim::sweep::Header,
+    runs: &[nfsim::sweep::RunRecord],
+    quiet: bool,
+) -> Result<ExitCode> {
+    let agg = nfsim::sweep::stats::aggregate(header, runs);
+    writeln!(w, "{}", nfsim::sweep::aggregate_line(&agg)).context("writing the output")?;
+    w.flush().context("writing the output")?;
+    if !quiet {
+        eprint!("{}", nfsim::sweep::stats::render(&agg));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
+    use nfsim::sweep::{execute, header_line, merge, run_line, Sweep};
+    if let Some(SweepSub::Merge { files, out, quiet }) = a.sub {
+        let mut inputs = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).with_context(|| format!("reading {f}"))?;
+            inputs.push((f.clone(), text));
+        }
+        let (header, runs) = merge(&inputs)?;
+        let mut w = open_out(out.as_deref())?;
+        writeln!(w, "{}", header_line(&header)).context("writing the output")?;
+        for r in &runs {
+            writeln!(w, "{}", run_line(r)).context("writing the output")?;
+        }
+        return finish_sweep(&mut w, &header, &runs, quiet);
+    }
+    let file = a.file.ok_or_else(|| {
+        anyhow!("usage: nfsim sweep FILE --seeds A..B [--set PATH=V1,V2] [--jobs N] [--shard i/N] | nfsim sweep merge FILES...")
+    })?;
+    let seeds = a
+        .seeds
+        .ok_or_else(|| anyhow!("--seeds is required: which seeds to run, as 1..10000"))?;
+    let text = std::fs::read_to_string(&file)
+        .with_context(|| format!("{file}: cannot read the scenario file"))?;
+    let sweep = Sweep::plan(&file, &text, seeds, &a.sets)?;
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if jobs == 0 {
+        return Err(anyhow!("--jobs 0: expected at least one thread"));
+    }
+    let mut header = sweep.header().clone();
+    let range = match a.shard {
+        Some(s) => {
+            header.shard = Some(s.to_string());
+            s.range(sweep.runs())
+        }
+        None => 0..sweep.runs(),
+    };
+    let mut w = open_out(a.out.as_deref())?;
+    writeln!(w, "{}", header_line(&header)).context("writing the output")?;
+    let runs = execute(&sweep, range, jobs, |r| writeln!(w, "{}", run_line(r)))?;
+    finish_sweep(&mut w, &header, &runs, a.quiet)
 }
 
 fn load(file: &str, seed: Option<u64>) -> Result<Scenario> {
@@ -443,6 +565,7 @@ fn main() -> ExitCode {
         Cmd::Conntrack(a) => cmd_conntrack(a),
         Cmd::Trace(a) => cmd_trace(a),
         Cmd::Replay(a) => cmd_replay(a),
+        Cmd::Sweep(a) => cmd_sweep(a),
     };
     match r {
         Ok(c) => c,

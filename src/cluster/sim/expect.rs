@@ -187,6 +187,14 @@ impl Simulation {
         });
     }
 
+    /// Each client's figures at the end of the run, in scenario order.
+    pub(super) fn client_figures(&self) -> Vec<ClientFigures> {
+        self.clients
+            .iter()
+            .map(|c| ClientFigures::of(&c.def.name, c.app.records(), self.end))
+            .collect()
+    }
+
     pub(super) fn summary(&self) -> String {
         let mut s = String::new();
         let w = self
@@ -272,6 +280,69 @@ impl Simulation {
             }
         }
         s
+    }
+}
+
+/// One client's figures over a whole run: what the summary table shows, plus the time its
+/// target was blackholed. `nfsim sweep` gathers their distributions across seeds.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClientFigures {
+    /// The client's name.
+    pub name: String,
+    /// Queries (or TCP exchanges) started.
+    pub sent: u64,
+    /// Answered.
+    pub answered: u64,
+    /// Failed: timed out or refused.
+    pub failed: u64,
+    /// Timed out.
+    pub timed_out: u64,
+    /// Refused: an ICMP error, a reset, or no free local port.
+    pub refused: u64,
+    /// Simulated time during which the client got no answers, in nanoseconds: each run of
+    /// consecutive failed queries counts from the first one's send to the send of the next
+    /// answered query (or the end of the run if none was answered after it).
+    pub blackholed_ns: u64,
+}
+
+impl ClientFigures {
+    /// The figures of one client's `records` for a run ending at `end`.
+    pub fn of(name: &str, records: &[QueryRecord], end: SimTime) -> ClientFigures {
+        let count =
+            |f: &dyn Fn(&QueryOutcome) -> bool| records.iter().filter(|q| f(&q.outcome)).count();
+        let mut blackholed_ns = 0u64;
+        let mut streak_from: Option<SimTime> = None;
+        for q in records {
+            match q.outcome {
+                QueryOutcome::Answered(_) => {
+                    if let Some(from) = streak_from.take() {
+                        blackholed_ns += q.sent_at.as_nanos().saturating_sub(from.as_nanos());
+                    }
+                }
+                o if o.failed() => {
+                    streak_from.get_or_insert(q.sent_at);
+                }
+                _ => {}
+            }
+        }
+        if let Some(from) = streak_from {
+            blackholed_ns += end.as_nanos().saturating_sub(from.as_nanos());
+        }
+        ClientFigures {
+            name: name.to_string(),
+            sent: records.len() as u64,
+            answered: count(&|o| matches!(o, QueryOutcome::Answered(_))) as u64,
+            failed: count(&|o| o.failed()) as u64,
+            timed_out: count(&|o| matches!(o, QueryOutcome::TimedOut(_))) as u64,
+            refused: count(&|o| {
+                matches!(
+                    o,
+                    QueryOutcome::IcmpError(..) | QueryOutcome::Reset(_) | QueryOutcome::NoPort(_)
+                )
+            }) as u64,
+            blackholed_ns,
+        }
     }
 }
 

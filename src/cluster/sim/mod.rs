@@ -54,6 +54,7 @@ mod network;
 pub mod sink;
 mod timeline;
 
+pub use expect::ClientFigures;
 pub use sink::{Collect, EventSink, JsonLinesSink, TextSink};
 pub use timeline::{TimelineEvent, What};
 
@@ -1077,6 +1078,8 @@ pub struct RunResult {
     pub summary: String,
     /// Events processed.
     pub events: u64,
+    /// Each client's figures, in scenario order.
+    pub clients: Vec<ClientFigures>,
 }
 
 impl RunResult {
@@ -1468,7 +1471,9 @@ impl Simulation {
             })?;
         }
         let summary = self.summary();
+        let clients = self.client_figures();
         Ok(RunResult {
+            clients,
             timeline: self.timeline,
             results: self.results,
             summary,

@@ -1,0 +1,164 @@
+//! `nfsim sweep`: the same bytes whatever --jobs, shards merged back into the whole sweep,
+//! the incident's probability measured, and located errors for bad --set paths.
+
+use std::process::Command;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const FILE: &str = "scenarios/stale-dns-udp.yaml";
+
+fn nfsim(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nfsim"))
+        .args(args)
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn sweep(extra: &[&str]) -> String {
+    let mut args = vec![
+        "sweep",
+        FILE,
+        "--seeds",
+        "1..24",
+        "--set",
+        "kubeProxy.release=v1.31,v1.33",
+        "-q",
+    ];
+    args.extend_from_slice(extra);
+    let (code, out, err) = nfsim(&args);
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+fn aggregate(out: &str) -> serde_json::Value {
+    serde_json::from_str(out.lines().last().unwrap()).unwrap()
+}
+
+#[test]
+fn output_is_the_same_bytes_whatever_the_number_of_threads() {
+    let one = sweep(&["--jobs", "1"]);
+    let three = sweep(&["--jobs", "3"]);
+    assert_eq!(one, three);
+    // A header, 2 combinations × 24 seeds, the aggregate; runs in order.
+    let lines: Vec<&str> = one.lines().collect();
+    assert_eq!(lines.len(), 1 + 48 + 1);
+    for (i, l) in lines[1..49].iter().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["run"], i as u64);
+        assert_eq!(v["seed"], 1 + (i as u64 % 24));
+        let release = if i < 24 { "v1.31" } else { "v1.33" };
+        assert_eq!(v["set"]["kubeProxy.release"], release);
+    }
+}
+
+#[test]
+fn shards_merge_into_the_whole_sweep_and_missing_or_doubled_runs_are_refused() {
+    let whole = sweep(&[]);
+    let dir = std::env::temp_dir().join(format!("nfsim-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut files = Vec::new();
+    for i in 0..3 {
+        let shard = format!("{i}/3");
+        let out = sweep(&["--shard", &shard]);
+        assert!(out
+            .lines()
+            .next()
+            .unwrap()
+            .contains(&format!("\"shard\":\"{i}/3\"")));
+        let f = dir.join(format!("shard-{i}.jsonl"));
+        std::fs::write(&f, out).unwrap();
+        files.push(f.to_string_lossy().into_owned());
+    }
+    let mut args = vec!["sweep", "merge", "-q"];
+    args.extend(files.iter().map(String::as_str));
+    let (code, merged, err) = nfsim(&args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(merged, whole);
+
+    let (code, _, err) = nfsim(&["sweep", "merge", &files[0], &files[2]]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("16 of 48 runs missing (the first: run 16)"),
+        "{err}"
+    );
+    let (code, _, err) = nfsim(&["sweep", "merge", &files[0], &files[1], &files[1], &files[2]]);
+    assert_eq!(code, 2);
+    assert!(err.contains("run 16 again"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_incident_is_a_coin_flip_before_the_fix_and_gone_after_it() {
+    let a = aggregate(&sweep(&[]));
+    let combos = a["combos"].as_array().unwrap();
+    // v1.31: the sidecar's first query picks the soon-dead pod about half of the time, and
+    // then stays blackholed from the kill (5m) to the end (1h).
+    let stale = &combos[0]["expectations"][3];
+    assert_eq!(
+        stale["name"],
+        "the stale entry still points at the dead pod, refreshed to 120 s"
+    );
+    let rate = stale["passRate"].as_f64().unwrap();
+    assert!((0.2..=0.8).contains(&rate), "{stale}");
+    let ci = stale["ci95"].as_array().unwrap();
+    assert!(ci[0].as_f64().unwrap() < rate && rate < ci[1].as_f64().unwrap());
+    let fig = &combos[0]["figures"][0];
+    assert_eq!(fig["client"], "sidecar");
+    assert_eq!(fig["blackholedSecs"]["max"], 3300.0);
+    assert_eq!(fig["failed"]["max"], 110.0);
+    // v1.33 clears the entry when the endpoint turns not-serving: never stale.
+    assert_eq!(combos[1]["expectations"][3]["passed"], 0);
+    assert!(
+        combos[1]["figures"][0]["blackholedSecs"]["max"]
+            .as_f64()
+            .unwrap()
+            <= 60.0
+    );
+}
+
+#[test]
+fn bad_set_paths_and_values_are_refused_with_their_place() {
+    let (code, _, err) = nfsim(&[
+        "sweep",
+        FILE,
+        "--seeds",
+        "1..2",
+        "--set",
+        "kubeProxy.relase=v1.31",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("with --set kubeProxy.relase=v1.31: scenarios/stale-dns-udp.yaml:64:3: unknown field `relase`"), "{err}");
+    assert!(err.contains("64 |   relase: v1.31"), "{err}");
+    assert_eq!(err.matches("unknown field").count(), 1, "said once: {err}");
+    let (code, _, err) = nfsim(&[
+        "sweep",
+        FILE,
+        "--seeds",
+        "1..2",
+        "--set",
+        "kubeProxy.release=v1.31,v9",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains(":61:12: unknown release \"v9\""), "{err}");
+    let (code, _, err) = nfsim(&[
+        "sweep",
+        FILE,
+        "--seeds",
+        "1..2",
+        "--set",
+        "clients.proxy.udp.interval=1s",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("clients (line 68, column 3) has no item named \"proxy\""),
+        "{err}"
+    );
+    let (code, _, err) = nfsim(&["sweep", FILE, "--seeds", "9..2"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("A <= B"), "{err}");
+}
