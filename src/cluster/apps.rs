@@ -303,17 +303,36 @@ pub struct UdpServer {
     pub port: u16,
     /// The time it takes to answer one query.
     pub service_time: SimDuration,
+    /// How it answers.
+    pub reply: UdpReply,
     pending: Timers<Packet>,
     received: u64,
     answered: u64,
 }
 
+/// How a UDP server answers a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UdpReply {
+    /// From the address and port the datagram was sent to (a DNS server).
+    SamePort,
+    /// Never (a sink: syslog, statsd, metrics over UDP).
+    Never,
+    /// From another port of the same address (a socket of its own: the reply is a new
+    /// flow to conntrack, with an entry of its own).
+    FromPort(u16),
+}
+
 impl UdpServer {
     /// A server on `port` answering after `service_time`.
     pub fn new(port: u16, service_time: SimDuration) -> UdpServer {
+        UdpServer::with_reply(port, service_time, UdpReply::SamePort)
+    }
+    /// A server on `port` that answers as `reply` says.
+    pub fn with_reply(port: u16, service_time: SimDuration, reply: UdpReply) -> UdpServer {
         UdpServer {
             port,
             service_time,
+            reply,
             pending: Timers::default(),
             received: 0,
             answered: 0,
@@ -325,8 +344,13 @@ impl UdpServer {
             return;
         };
         self.received += 1;
+        let from = match self.reply {
+            UdpReply::Never => return,
+            UdpReply::SamePort => dport,
+            UdpReply::FromPort(p) => p,
+        };
         let mut reply = Packet::udp(
-            SocketAddr::new(pkt.dst, dport),
+            SocketAddr::new(pkt.dst, from),
             SocketAddr::new(pkt.src, sport),
         );
         reply.tag = pkt.tag;

@@ -81,6 +81,13 @@ impl KubeProxy {
         }
     }
 
+    /// The chains a fresh process finds in the node's nat table (kube-proxy reads them from
+    /// `iptables-save -t nat` on a full sync, `GetChainsFromTable`): its first sync deletes
+    /// the service chains among them that it does not write (`-X`).
+    pub fn set_existing_nat_chains(&mut self, chains: BTreeSet<String>) {
+        self.nat_chains = chains;
+    }
+
     /// The configuration.
     pub fn config(&self) -> &ProxierConfig {
         &self.config

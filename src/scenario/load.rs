@@ -52,13 +52,14 @@ impl fmt::Display for ScenarioError {
 /// The prefix of the conntrack sysctls' full names.
 const SYSCTL_PREFIX: &str = "net.netfilter.";
 
-struct Ctx<'a> {
+/// The file being checked, for errors with its line and column.
+pub(super) struct Ctx<'a> {
     file: &'a str,
     lines: Vec<&'a str>,
 }
 
 impl Ctx<'_> {
-    fn at(&self, loc: Location, message: impl Into<String>) -> ScenarioError {
+    pub(super) fn at(&self, loc: Location, message: impl Into<String>) -> ScenarioError {
         let (line, column) = (loc.line(), loc.column());
         ScenarioError {
             file: self.file.to_string(),
@@ -71,7 +72,7 @@ impl Ctx<'_> {
                 .map(|s| s.to_string()),
         }
     }
-    fn err<T>(&self, s: &Spanned<T>, message: impl Into<String>) -> ScenarioError {
+    pub(super) fn err<T>(&self, s: &Spanned<T>, message: impl Into<String>) -> ScenarioError {
         self.at(s.referenced, message)
     }
 }
@@ -209,7 +210,18 @@ fn app_defs(ctx: &Ctx, apps: &[Spanned<AppDoc>]) -> Result<Vec<AppDef>, Scenario
             (Some(s), None) => AppDef::UdpServer {
                 port: check_port(ctx, &s.port)?,
                 service_time: opt_dur(s.service_time, SimDuration::from_millis(1)),
+                reply: match (s.answer, &s.reply_from_port) {
+                    (Some(false), Some(p)) => {
+                        return Err(ctx.err(p, "a server that never answers has no reply port: give `answer: false` or `replyFromPort`"))
+                    }
+                    (Some(false), None) => crate::cluster::apps::UdpReply::Never,
+                    (_, Some(p)) => crate::cluster::apps::UdpReply::FromPort(check_port(ctx, p)?),
+                    (_, None) => crate::cluster::apps::UdpReply::SamePort,
+                },
             },
+            (None, Some(s)) if s.answer.is_some() || s.reply_from_port.is_some() => {
+                return Err(ctx.err(&s.port, "`answer` and `replyFromPort` are for a udpServer"));
+            }
             (None, Some(s)) => AppDef::TcpServer {
                 port: check_port(ctx, &s.port)?,
                 service_time: opt_dur(s.service_time, SimDuration::from_millis(1)),
@@ -514,12 +526,32 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         }
         let mut s = sysctls.clone();
         check_sysctls(ctx, &d.sysctls, &mut s, d.name.referenced)?;
+        let mut extra_addresses = Vec::new();
+        for a in &d.extra_addresses {
+            let x = &a.value;
+            if let Some(prev) = addrs.insert(x.address, format!("node {}", d.name.value)) {
+                return Err(ctx.err(
+                    a,
+                    format!("address {} is already used by {prev}", x.address),
+                ));
+            }
+            let dev = x.interface.clone().unwrap_or_else(|| "eth0".into());
+            let len = match x.len {
+                Some(l) => l,
+                None if dev == "eth0" => 0, // the node network's length, set below
+                None if x.address.is_ipv4() => 32,
+                None => 128,
+            };
+            extra_addresses.push((dev, x.address, len));
+        }
         nodes.push(NodeDef {
             name: d.name.value.clone(),
             address: d.address.value,
             pod_cidr: d.pod_cidr.value,
             sysctls: s,
             apps: app_defs(ctx, &d.apps)?,
+            extra_addresses,
+            extra_rules: Vec::new(),
         });
     }
     for (i, n) in doc.nodes.iter().enumerate() {
@@ -536,6 +568,30 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                     ),
                 ));
             }
+        }
+    }
+
+    // The nodes' own rules.
+    for r in &doc.iptables_restore {
+        let noflush = r.value.noflush.unwrap_or(true);
+        super::events::check_restore_text(ctx, &r.value.rules, noflush)?;
+        let targets: Vec<usize> = match &r.value.node {
+            None => (0..nodes.len()).collect(),
+            Some(n) => vec![*node_index.get(&n.value).ok_or_else(|| {
+                ctx.err(
+                    n,
+                    format!(
+                        "unknown node {:?}: expected one of {}",
+                        n.value,
+                        node_index.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            })?],
+        };
+        for t in targets {
+            nodes[t]
+                .extra_rules
+                .push((r.value.rules.value.clone(), noflush));
         }
     }
 
@@ -561,9 +617,15 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                 format!("address {} is already used by {prev}", d.address.value),
             ));
         }
+        for a in &d.extra_addresses {
+            if let Some(prev) = addrs.insert(a.value, format!("host {}", d.name.value)) {
+                return Err(ctx.err(a, format!("address {} is already used by {prev}", a.value)));
+            }
+        }
         hosts.push(HostDef {
             name: d.name.value.clone(),
             address: d.address.value,
+            extra_addresses: d.extra_addresses.iter().map(|a| a.value).collect(),
             apps: app_defs(ctx, &d.apps)?,
         });
     }
@@ -644,44 +706,17 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     };
 
     // kube-proxy and control plane.
-    let kp = doc.kube_proxy.as_ref();
-    let release = match kp.and_then(|k| k.value.release.as_ref()) {
-        None => Release::Latest,
-        Some(r) => Release::parse(&r.value).ok_or_else(|| {
-            ctx.err(
-                r,
-                format!(
-                    "unknown release {:?}: expected one of {}",
-                    r.value,
-                    Release::ALL
-                        .iter()
-                        .map(|r| r.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            )
-        })?,
+    let defaults = KubeProxySettings {
+        release: Release::Latest,
+        min_sync_period: SimDuration::from_secs(1),
+        sync_period: SimDuration::from_secs(30),
+        masquerade_all: false,
+        cluster_cidr: None,
     };
-    let kube_proxy = KubeProxySettings {
-        release,
-        min_sync_period: kp
-            .and_then(|k| k.value.min_sync_period)
-            .unwrap_or(SimDuration::from_secs(1)),
-        sync_period: kp
-            .and_then(|k| k.value.sync_period)
-            .unwrap_or(SimDuration::from_secs(30)),
-        masquerade_all: kp.and_then(|k| k.value.masquerade_all).unwrap_or(false),
-        cluster_cidr: kp
-            .and_then(|k| k.value.cluster_cidr.as_ref())
-            .map(|c| c.value),
+    let kube_proxy = match &doc.kube_proxy {
+        Some(k) => super::events::kube_proxy_settings(ctx, &defaults, k)?,
+        None => defaults,
     };
-    if kube_proxy.sync_period.is_zero() {
-        let at = kp.map(|k| k.referenced).unwrap_or(Location::UNKNOWN);
-        return Err(ctx.at(
-            at,
-            "syncPeriod 0s: expected a positive duration (default 30s)",
-        ));
-    }
     let cp = doc.control_plane.as_ref();
     let control_plane = ControlPlaneSettings {
         endpoint_slice_delay: cp
@@ -692,7 +727,16 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             .unwrap_or(SimDuration::from_millis(100)),
     };
 
-    // Clients.
+    // Clients (their target may be a Service an event creates).
+    let target_services: Vec<k8s::Service> = services
+        .iter()
+        .cloned()
+        .chain(
+            doc.events
+                .iter()
+                .filter_map(|e| e.value.create_service.as_ref().map(|s| s.value.clone())),
+        )
+        .collect();
     let mut clients: Vec<ClientDef> = Vec::new();
     let mut client_index = BTreeMap::new();
     for c in &doc.clients {
@@ -787,7 +831,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             }
             _ => return Err(ctx.err(c, "a client needs exactly one of `udp` or `tcp`")),
         };
-        let target = resolve_target(ctx, &services, target_s)?;
+        let target = resolve_target(ctx, &target_services, target_s)?;
         clients.push(ClientDef {
             name: d.name.value.clone(),
             placement,
@@ -799,8 +843,26 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     }
 
     // Events.
-    let mut events = Vec::new();
     for e in &doc.events {
+        time_within(ctx, &e.value.at, duration, "event")?;
+    }
+    let mut world = super::events::World {
+        node_index: &node_index,
+        services: services.clone(),
+        slices: endpoint_slices.clone(),
+        pods: pods
+            .iter()
+            .cloned()
+            .chain(doc.events.iter().filter_map(|e| {
+                let p = e.value.create_pod.as_ref()?;
+                pod_def(ctx, &pc, &Spanned::new(p.clone(), e.referenced, e.defined)).ok()
+            }))
+            .collect(),
+        kube_proxy: vec![(kube_proxy.clone(), true); nodes.len()],
+    };
+    let mut more_actions = super::events::check_events(ctx, &doc.events, &mut world)?;
+    let mut events = Vec::new();
+    for (i, e) in doc.events.iter().enumerate() {
         let d = &e.value;
         let at = time_within(ctx, &d.at, duration, "event")?;
         let n = [
@@ -811,11 +873,20 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         ]
         .iter()
         .filter(|x| **x)
-        .count();
+        .count()
+            + super::events::kinds_in(d);
         if n != 1 {
-            return Err(ctx.err(e, "an event needs `at` and exactly one of `oomKill`, `deletePod`, `createPod`, `readiness`"));
+            return Err(ctx.err(
+                e,
+                format!(
+                    "an event needs `at` and exactly one of `oomKill`, `deletePod`, `createPod`, `readiness`, `{}`",
+                    super::events::KINDS.join("`, `")
+                ),
+            ));
         }
-        let action = if let Some(o) = &d.oom_kill {
+        let action = if let Some(a) = more_actions.remove(&i) {
+            a
+        } else if let Some(o) = &d.oom_kill {
             Action::OomKill {
                 pod: resolve_pod(ctx, &all_pod_keys, &o.pod)?,
                 restart_after: o.restart_after,

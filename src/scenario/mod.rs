@@ -5,7 +5,10 @@
 //! - [`load`]: parsing and checking, [`ScenarioError`].
 //! - [`model`]: the checked [`Scenario`].
 //! - [`names`]: Kubernetes' rules for the names of pods, nodes, namespaces and Services.
+//! - [`events`]: the events that change objects, kube-proxy, conntrack tables and nodes over
+//!   time, each checked against what exists at its instant.
 
+pub mod events;
 pub mod load;
 pub mod model;
 pub mod names;

@@ -57,6 +57,13 @@ pub struct NodeDef {
     pub sysctls: BTreeMap<String, u64>,
     /// Host-network servers.
     pub apps: Vec<AppDef>,
+    /// More addresses: (interface, address, prefix length); `eth0` ones are secondary IPs
+    /// on the node network, others are on an interface of their own (a second NIC, a dummy
+    /// interface such as NodeLocal DNSCache's).
+    pub extra_addresses: Vec<(String, IpAddr, u8)>,
+    /// The node's own rules (CNI, operator): iptables-restore text and `--noflush`, applied
+    /// before kube-proxy's first sync and again after a reboot.
+    pub extra_rules: Vec<(String, bool)>,
 }
 
 /// A host outside the cluster.
@@ -66,6 +73,8 @@ pub struct HostDef {
     pub name: String,
     /// Address.
     pub address: IpAddr,
+    /// More addresses it answers on.
+    pub extra_addresses: Vec<IpAddr>,
     /// Servers.
     pub apps: Vec<AppDef>,
 }
@@ -139,6 +148,8 @@ pub enum AppDef {
         port: u16,
         /// Service time.
         service_time: SimDuration,
+        /// How it answers.
+        reply: crate::cluster::apps::UdpReply,
     },
     /// TCP server.
     TcpServer {
@@ -314,6 +325,129 @@ pub enum Action {
         /// New probe result.
         ready: bool,
     },
+    /// A Service created (`created`) or replaced.
+    UpsertService {
+        /// The new object.
+        service: Box<k8s::Service>,
+        /// Whether it did not exist before.
+        created: bool,
+    },
+    /// A Service deleted.
+    DeleteService {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// An EndpointSlice created or replaced (slices given in the file).
+    UpsertEndpointSlice(Box<k8s::EndpointSlice>),
+    /// An EndpointSlice deleted (slices given in the file).
+    DeleteEndpointSlice {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// The pods `selector` matches in `namespace` scaled to `replicas`.
+    Scale {
+        /// Namespace.
+        namespace: String,
+        /// Label selector.
+        selector: BTreeMap<String, String>,
+        /// Replicas wanted.
+        replicas: u32,
+        /// Grace period of the pods removed (`None`: each pod's own).
+        grace_period: Option<SimDuration>,
+    },
+    /// kube-proxy on some nodes restarted, stopped or started.
+    KubeProxy {
+        /// Node indices.
+        nodes: Vec<usize>,
+        /// What happens to the process.
+        op: ProxyOp,
+        /// The settings of the new process (restart, start), if they change.
+        settings: Option<Box<KubeProxySettings>>,
+    },
+    /// A `conntrack` command typed on some nodes.
+    Conntrack {
+        /// Node indices.
+        nodes: Vec<usize>,
+        /// The command.
+        command: ConntrackCommand,
+    },
+    /// A node reboots: its conntrack table and rules are empty, its own rules
+    /// (`iptablesRestore` at the start) come back at once, kube-proxy after a delay.
+    RebootNode {
+        /// Node index.
+        node: usize,
+        /// kube-proxy's first sync after the reboot comes this long after it.
+        kube_proxy_after: SimDuration,
+    },
+    /// `iptables-restore` of extra rules on some nodes.
+    IptablesRestore {
+        /// Node indices.
+        nodes: Vec<usize>,
+        /// The iptables-restore text.
+        rules: String,
+        /// `--noflush`.
+        noflush: bool,
+    },
+}
+
+/// What a `kubeProxy` event does to the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyOp {
+    /// Stop, then start a fresh process at once.
+    Restart,
+    /// Stop: the rules stay as they are, nothing syncs, nothing is cleaned up.
+    Stop,
+    /// Start a fresh process (after a stop): a full sync at once.
+    Start,
+}
+
+impl ProxyOp {
+    /// The name scenario files use.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProxyOp::Restart => "restart",
+            ProxyOp::Stop => "stop",
+            ProxyOp::Start => "start",
+        }
+    }
+}
+
+/// A `conntrack` command as an operator types it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConntrackCommand {
+    /// `conntrack -D FILTER`.
+    Delete(String),
+    /// `conntrack -F`.
+    Flush,
+    /// `conntrack -L FILTER`.
+    List(String),
+    /// `conntrack -C`.
+    Count,
+    /// `conntrack -S`.
+    Stats,
+}
+
+impl fmt::Display for ConntrackCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let with = |f: &mut fmt::Formatter<'_>, op: &str, filter: &str| {
+            if filter.is_empty() {
+                write!(f, "conntrack {op}")
+            } else {
+                write!(f, "conntrack {op} {filter}")
+            }
+        };
+        match self {
+            ConntrackCommand::Delete(x) => with(f, "-D", x),
+            ConntrackCommand::Flush => f.write_str("conntrack -F"),
+            ConntrackCommand::List(x) => with(f, "-L", x),
+            ConntrackCommand::Count => f.write_str("conntrack -C"),
+            ConntrackCommand::Stats => f.write_str("conntrack -S"),
+        }
+    }
 }
 
 /// How a deleted pod comes back.

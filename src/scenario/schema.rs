@@ -70,6 +70,9 @@ pub struct ScenarioDoc {
     /// What must hold.
     #[serde(default)]
     pub expectations: Vec<S<ExpectationDoc>>,
+    /// The nodes' own rules (CNI, operators), restored before kube-proxy's first sync.
+    #[serde(default)]
+    pub iptables_restore: Vec<S<super::events::IptablesRestoreDoc>>,
 }
 
 /// `network:`.
@@ -98,6 +101,10 @@ pub struct NodeDoc {
     /// Processes on the node itself (host network): their traffic takes OUTPUT.
     #[serde(default)]
     pub apps: Vec<S<AppDoc>>,
+    /// More addresses: `IP[/LEN]` on `eth0` (a secondary IP), or `{address, interface}` on
+    /// an interface of its own.
+    #[serde(default)]
+    pub extra_addresses: Vec<S<super::events::ExtraAddressDoc>>,
 }
 
 /// One entry of `hosts:`.
@@ -108,6 +115,9 @@ pub struct HostDoc {
     pub name: S<String>,
     /// Its address (outside every pod CIDR).
     pub address: S<IpAddr>,
+    /// More addresses it answers on.
+    #[serde(default)]
+    pub extra_addresses: Vec<S<IpAddr>>,
     /// Servers on it.
     #[serde(default)]
     pub apps: Vec<S<AppDoc>>,
@@ -182,10 +192,16 @@ pub struct ServerDoc {
     /// Time to answer one request (default 1ms).
     #[serde(default)]
     pub service_time: Option<SimDuration>,
+    /// UDP: whether it answers at all (default true).
+    #[serde(default)]
+    pub answer: Option<bool>,
+    /// UDP: answer from this port instead of the one the datagram was sent to.
+    #[serde(default)]
+    pub reply_from_port: Option<S<u16>>,
 }
 
-/// `kubeProxy:`.
-#[derive(Debug, Deserialize)]
+/// `kubeProxy:` (and `settings:` of a `kubeProxy` event, over the settings then in force).
+#[derive(Debug, Deserialize, Clone)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubeProxyDoc {
     /// Which release's stale-UDP conntrack cleanup runs: `none`, `v1.31`, `v1.31-fixed`,
@@ -378,6 +394,36 @@ pub struct EventDoc {
     /// The readiness probe starts failing or succeeding.
     #[serde(default)]
     pub readiness: Option<ReadinessDoc>,
+    /// A new Service (`kubectl create`).
+    #[serde(default)]
+    pub create_service: Option<S<k8s::Service>>,
+    /// A Service replaced by this one (`kubectl apply`): ports, selector, type, policies.
+    #[serde(default)]
+    pub update_service: Option<S<k8s::Service>>,
+    /// A Service deleted: `NAMESPACE/NAME`.
+    #[serde(default)]
+    pub delete_service: Option<S<String>>,
+    /// An EndpointSlice created or replaced (scenarios that give `endpointSlices`).
+    #[serde(default)]
+    pub update_endpoint_slice: Option<S<k8s::EndpointSlice>>,
+    /// An EndpointSlice deleted: `NAMESPACE/NAME` (scenarios that give `endpointSlices`).
+    #[serde(default)]
+    pub delete_endpoint_slice: Option<S<String>>,
+    /// The pods a selector matches scaled to a number of replicas.
+    #[serde(default)]
+    pub scale: Option<S<super::events::ScaleDoc>>,
+    /// kube-proxy restarted, stopped or started, optionally with new settings.
+    #[serde(default)]
+    pub kube_proxy: Option<S<super::events::KubeProxyEventDoc>>,
+    /// A `conntrack` command typed on a node (`-D FILTER`, `-F`, `-L FILTER`, `-S`, `-C`).
+    #[serde(default)]
+    pub conntrack: Option<S<super::events::ConntrackCommandDoc>>,
+    /// A node reboots.
+    #[serde(default)]
+    pub reboot_node: Option<S<super::events::RebootDoc>>,
+    /// `iptables-restore` on a node (a CNI or an operator installing rules).
+    #[serde(default)]
+    pub iptables_restore: Option<S<super::events::IptablesRestoreDoc>>,
 }
 
 /// `oomKill:`.

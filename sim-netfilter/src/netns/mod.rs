@@ -316,6 +316,8 @@ pub struct Netns {
     conntrack: Conntrack,
     stat_rng: SimRng,
     icmp_limit: IcmpRateLimit,
+    /// The run's seed (a reboot builds a new conntrack table from it).
+    seed: u64,
 }
 
 /// `addrtype` classification from the routing table (`inet_dev_addr_type`).
@@ -506,7 +508,24 @@ impl Netns {
             ruleset: Ruleset::new(),
             rules_state: RulesetState::new(),
             icmp_limit: IcmpRateLimit::default(),
+            seed: cfg.seed,
         }
+    }
+
+    /// A reboot: the rules, the conntrack table (its statistics too) and the ICMP rate
+    /// limit's state are gone, with no events; interfaces, routes and sysctls stay (the
+    /// machine's configuration brings them back). A new table draws from a new stream, so a
+    /// second life does not repeat the first one's random choices.
+    pub fn reboot(&mut self, now: SimTime) {
+        let sysctls = self.conntrack.sysctls().clone();
+        let label = format!("{}/conntrack/boot-{}", self.name, now.as_nanos());
+        self.conntrack = Conntrack::new(self.seed, &label, sysctls);
+        self.ruleset = Ruleset::new();
+        self.rules_state = RulesetState::new();
+        let mut limit = IcmpRateLimit::default();
+        limit.ratelimit = self.icmp_limit.ratelimit;
+        limit.ratemask = self.icmp_limit.ratemask;
+        self.icmp_limit = limit;
     }
 
     /// Its name.

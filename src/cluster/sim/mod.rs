@@ -49,6 +49,7 @@ use sim_netfilter::RestoreMemo;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
+mod changes;
 mod expect;
 mod network;
 pub mod sink;
@@ -101,6 +102,10 @@ enum Ev {
 struct WatchBatch {
     upserts: Vec<EndpointSlice>,
     deletes: Vec<(String, String)>,
+    /// Services created or changed.
+    services: Vec<crate::k8s::Service>,
+    /// Services deleted (namespace, name).
+    service_deletes: Vec<(String, String)>,
 }
 
 /// Who has an address on the node network.
@@ -148,9 +153,15 @@ impl Stack {
         let mut s = Stack::default();
         for a in apps {
             match *a {
-                AppDef::UdpServer { port, service_time } => {
-                    s.servers
-                        .insert((17, port), Server::Udp(UdpServer::new(port, service_time)));
+                AppDef::UdpServer {
+                    port,
+                    service_time,
+                    reply,
+                } => {
+                    s.servers.insert(
+                        (17, port),
+                        Server::Udp(UdpServer::with_reply(port, service_time, reply)),
+                    );
                 }
                 AppDef::TcpServer { port, service_time } => {
                     s.servers.insert(
@@ -401,6 +412,14 @@ pub struct Simulation {
     events_processed: u64,
     veth_counter: u64,
     recreates: Vec<PodDef>,
+    /// kube-proxy's settings on each node (`kubeProxy` events change them).
+    kp_settings: Vec<KubeProxySettings>,
+    /// Whether each kube-proxy instance runs (`kubeProxy: {action: stop}` stops one).
+    proxy_running: Vec<bool>,
+    /// The user's cleanup factory, for the processes `kubeProxy` events start.
+    cleanup_factory: Option<CleanupFactory>,
+    /// Pods a `scale` event removed, in order, to bring back when it scales up again.
+    scaled_down: Vec<PodDef>,
     /// The egress buffer `node_kernel` lends to `Netns::process_into`, reused from packet to
     /// packet (a packet that makes a node send another one through a node on the way takes
     /// a fresh buffer).
@@ -495,8 +514,18 @@ fn node_netns(sc: &Scenario, i: usize) -> Result<Netns, SimError> {
             .map_err(|e| err(e.to_string()))?;
     }
     let len = node_network_len(n.address, &sc.nodes);
-    ns.add_interface(eth0(), &[(n.address, len)])
-        .map_err(|e| err(e.to_string()))?;
+    // eth0 with its secondary addresses; other interfaces with theirs.
+    let mut by_dev: BTreeMap<String, Vec<(IpAddr, u8)>> = BTreeMap::new();
+    by_dev.insert("eth0".into(), vec![(n.address, len)]);
+    for (dev, a, l) in &n.extra_addresses {
+        let l = if dev == "eth0" && *l == 0 { len } else { *l };
+        by_dev.entry(dev.clone()).or_default().push((*a, l));
+    }
+    for (dev, addrs) in &by_dev {
+        let name = IfName::new(dev).map_err(|e| err(format!("interface {dev}: {e}")))?;
+        ns.add_interface(name, addrs)
+            .map_err(|e| err(e.to_string()))?;
+    }
     for (j, m) in sc.nodes.iter().enumerate() {
         if i != j && m.address.is_ipv4() == m.pod_cidr.addr().is_ipv4() {
             ns.add_route(cidr_prefix(&m.pod_cidr), Some(m.address), eth0())
@@ -514,13 +543,12 @@ fn node_netns(sc: &Scenario, i: usize) -> Result<Netns, SimError> {
     Ok(ns)
 }
 
-/// kube-proxy's configuration for node `i`.
-fn proxier_config(sc: &Scenario, i: usize) -> ProxierConfig {
+/// kube-proxy's configuration for node `i` with settings `kp`.
+fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) -> ProxierConfig {
     let n = &sc.nodes[i];
     let mut cfg = ProxierConfig::new(&n.name, n.address, n.pod_cidr);
-    cfg.local_detector =
-        LocalDetector::ClusterCidr(sc.kube_proxy.cluster_cidr.unwrap_or(n.pod_cidr));
-    cfg.masquerade_all = sc.kube_proxy.masquerade_all;
+    cfg.local_detector = LocalDetector::ClusterCidr(kp.cluster_cidr.unwrap_or(n.pod_cidr));
+    cfg.masquerade_all = kp.masquerade_all;
     // kube-proxy leaves out its INVALID drop rule when conntrack is liberal.
     cfg.conntrack_tcp_be_liberal =
         n.sysctls.get("net.netfilter.nf_conntrack_tcp_be_liberal") == Some(&1);
@@ -558,6 +586,9 @@ impl Simulation {
         let mut owners = BTreeMap::new();
         for (i, n) in sc.nodes.iter().enumerate() {
             owners.insert(n.address, Owner::Node(i));
+            for (_, a, _) in &n.extra_addresses {
+                owners.insert(*a, Owner::Node(i));
+            }
             nodes.push(NodeRt {
                 stack: Stack::build(&n.apps, seed, &format!("node/{}", n.name)),
                 def: n.clone(),
@@ -568,6 +599,9 @@ impl Simulation {
         }
         for (i, h) in sc.hosts.iter().enumerate() {
             owners.insert(h.address, Owner::Host(i));
+            for a in &h.extra_addresses {
+                owners.insert(*a, Owner::Host(i));
+            }
         }
         for n in &sc.nodes {
             if let Some(r) = router_address(n.address, &sc) {
@@ -598,12 +632,27 @@ impl Simulation {
             sync_period: sc.kube_proxy.sync_period,
             ..SyncTiming::default()
         };
+        // Events that act on one node's kube-proxy need one instance per node; Services that
+        // events create or change count as much as those at the start.
+        let per_node_events = sc.events.iter().any(|e| {
+            matches!(
+                e.action,
+                Action::KubeProxy { .. } | Action::RebootNode { .. }
+            )
+        });
+        let mut all_services = sc.services.clone();
+        for e in &sc.events {
+            if let Action::UpsertService { service, .. } = &e.action {
+                all_services.push((**service).clone());
+            }
+        }
         let share = cleanup.is_none()
             && !one_kube_proxy_per_node
-            && rules_are_node_independent(&sc.services);
+            && !per_node_events
+            && rules_are_node_independent(&all_services);
         let mut groups: Vec<ProxyGroup> = Vec::new();
         for i in 0..sc.nodes.len() {
-            let cfg = proxier_config(&sc, i);
+            let cfg = proxier_config(&sc, &sc.kube_proxy, i);
             if share {
                 if let Some(g) = groups
                     .iter_mut()
@@ -651,9 +700,20 @@ impl Simulation {
             events_processed: 0,
             veth_counter: 0,
             recreates: Vec::new(),
+            kp_settings: vec![sc.kube_proxy.clone(); sc.nodes.len()],
+            proxy_running: Vec::new(),
+            cleanup_factory: cleanup,
+            scaled_down: Vec::new(),
             egress: Vec::new(),
             sc,
         };
+        sim.proxy_running = vec![true; sim.groups.len()];
+        // The nodes' own rules, there before kube-proxy's first sync.
+        for n in 0..sim.nodes.len() {
+            for (rules, noflush) in sim.nodes[n].def.extra_rules.clone() {
+                sim.node_restore(n, &rules, noflush);
+            }
+        }
         for p in sim.sc.pods.clone() {
             sim.add_pod(p, false)?;
         }
@@ -976,6 +1036,27 @@ impl Simulation {
         Some(def)
     }
 
+    /// Deletes pod `id` (graceful termination, then gone): returns when it will be gone, or
+    /// `None` if it was not running.
+    fn delete_pod(&mut self, id: usize, grace_period: Option<SimDuration>) -> Option<SimTime> {
+        let p = &mut self.pods[id];
+        if p.state.phase != Phase::Running {
+            return None;
+        }
+        let grace = grace_period.unwrap_or(p.state.def.grace_period);
+        let until = self.now + grace;
+        p.state.phase = Phase::Terminating(until);
+        p.state.generation += 1;
+        let pod = p.key.clone();
+        self.log(What::Pod {
+            pod,
+            change: format!("deleted; terminating with grace period {grace}"),
+        });
+        self.pod_changed();
+        self.pod_timer(id, grace, PodTimer::Gone);
+        Some(until)
+    }
+
     fn action(&mut self, i: usize) -> Result<(), SimError> {
         let action = self.sc.events[i].action.clone();
         match action {
@@ -1017,20 +1098,9 @@ impl Simulation {
                 let Some(&id) = self.pod_ids.get(&pod) else {
                     return Ok(());
                 };
-                let p = &mut self.pods[id];
-                if p.state.phase != Phase::Running {
+                let Some(until) = self.delete_pod(id, grace_period) else {
                     return Ok(());
-                }
-                let grace = grace_period.unwrap_or(p.state.def.grace_period);
-                let until = self.now + grace;
-                p.state.phase = Phase::Terminating(until);
-                p.state.generation += 1;
-                self.log(What::Pod {
-                    pod: pod.clone(),
-                    change: format!("deleted; terminating with grace period {grace}"),
-                });
-                self.pod_changed();
-                self.pod_timer(id, grace, PodTimer::Gone);
+                };
                 if let Some(r) = recreate {
                     let mut def = self.pods[id].state.def.clone();
                     def.ip = r.ip;
@@ -1042,6 +1112,15 @@ impl Simulation {
                 }
             }
             Action::CreatePod(def) => self.add_pod(*def, true)?,
+            other @ (Action::UpsertService { .. }
+            | Action::DeleteService { .. }
+            | Action::UpsertEndpointSlice(_)
+            | Action::DeleteEndpointSlice { .. }
+            | Action::Scale { .. }
+            | Action::KubeProxy { .. }
+            | Action::Conntrack { .. }
+            | Action::RebootNode { .. }
+            | Action::IptablesRestore { .. }) => self.change(other)?,
             Action::Readiness { pod, ready } => {
                 let Some(&id) = self.pod_ids.get(&pod) else {
                     return Ok(());
@@ -1293,6 +1372,8 @@ impl Simulation {
                         self.slices.iter().map(|s| (key(s), s)).collect();
                     let new_keys: BTreeSet<(String, String)> = new.iter().map(key).collect();
                     let batch = WatchBatch {
+                        services: Vec::new(),
+                        service_deletes: Vec::new(),
                         upserts: new
                             .iter()
                             .filter(|s| old.get(&key(s)) != Some(s))
@@ -1318,7 +1399,18 @@ impl Simulation {
                 };
                 let now = self.now;
                 for g in 0..self.groups.len() {
+                    if !self.proxy_running[g] {
+                        // A stopped kube-proxy misses the change; a new process lists
+                        // every object when it starts.
+                        continue;
+                    }
                     let kp = &mut self.groups[g].proxy;
+                    for s in &batch.services {
+                        kp.upsert_service(now, s.clone());
+                    }
+                    for (ns, name) in &batch.service_deletes {
+                        kp.delete_service(now, ns, name);
+                    }
                     for s in &batch.upserts {
                         kp.upsert_endpoint_slice(now, s.clone());
                     }
@@ -1331,6 +1423,9 @@ impl Simulation {
             Ev::ProxyTimer(g) => {
                 if self.groups[g].wake.is_some_and(|w| w <= self.now) {
                     self.groups[g].wake = None;
+                }
+                if !self.proxy_running[g] {
+                    return Ok(());
                 }
                 self.proxy_timer(g);
                 self.arm_proxy(g);

@@ -177,6 +177,23 @@ pub enum What {
         /// Why (`no route to host`, `dropped by filter FORWARD`, …).
         reason: String,
     },
+    /// A change an event made to an object, a process or a node (`service default/web`,
+    /// `kube-proxy node-1`, `node node-1`).
+    Change {
+        /// What changed.
+        subject: String,
+        /// How.
+        change: String,
+    },
+    /// One line of what a command typed on a node printed (`conntrack -D …`).
+    Command {
+        /// Node.
+        node: String,
+        /// The command line.
+        command: String,
+        /// The line it printed.
+        output: String,
+    },
     /// An expectation was checked.
     Expectation {
         /// Name.
@@ -285,6 +302,12 @@ impl TimelineEvent {
                 packet,
                 reason,
             } => format!("{client}: #{query} {reason} on {node}: {packet}"),
+            What::Change { subject, change } => format!("{subject}: {change}"),
+            What::Command {
+                node,
+                command,
+                output,
+            } => format!("{node}$ {command}: {output}"),
             What::Expectation {
                 name,
                 passed,
