@@ -429,18 +429,19 @@ pub(super) fn check_events(
             }
         } else if let Some(k) = &d.kube_proxy {
             let kd = &k.value;
-            let op =
-                match kd.action.value.as_str() {
-                    "restart" => ProxyOp::Restart,
-                    "stop" => ProxyOp::Stop,
-                    "start" => ProxyOp::Start,
-                    other => return Err(ctx.err(
+            let op = match kd.action.value.as_str() {
+                "restart" => ProxyOp::Restart,
+                "stop" => ProxyOp::Stop,
+                "start" => ProxyOp::Start,
+                other => {
+                    return Err(ctx.err(
                         &kd.action,
                         format!(
                             "unknown kube-proxy action {other:?}: expected restart, stop or start"
                         ),
-                    )),
-                };
+                    ))
+                }
+            };
             let nodes = nodes_of(ctx, w, &kd.node)?;
             if op == ProxyOp::Stop && kd.settings.is_some() {
                 return Err(ctx.err(
@@ -467,13 +468,15 @@ pub(super) fn check_events(
                             ),
                         ))
                     }
-                    (ProxyOp::Start, true) => return Err(ctx.err(
-                        &kd.action,
-                        format!(
+                    (ProxyOp::Start, true) => {
+                        return Err(ctx.err(
+                            &kd.action,
+                            format!(
                             "kube-proxy on {name} already runs at {}: expected `restart` or `stop`",
                             at.hms()
                         ),
-                    )),
+                        ))
+                    }
                     _ => {}
                 }
                 let new = match &kd.settings {
