@@ -145,6 +145,10 @@ pub struct Deleted {
     pub node: usize,
     /// The entry's `conntrack -L` line as it was.
     pub line: String,
+    /// The entry as it was.
+    pub entry: sim_conntrack::CtEntry,
+    /// When it was deleted.
+    pub at: SimTime,
 }
 
 /// [`ConntrackOps`] over the tables of one or more nodes at one instant: `list` returns every
@@ -193,6 +197,8 @@ impl ConntrackOps for NodesConntrack<'_> {
                     request,
                     node: *node,
                     line: e.list_line(self.now).to_string(),
+                    entry: e,
+                    at: self.now,
                 });
             }
         }

@@ -1,6 +1,7 @@
 //! Expectations checked at their instants, and the summary table printed at the end.
 
 use super::*;
+use record::{ClientSummary, EndpointSummary, FromClient};
 
 impl Simulation {
     pub(super) fn pod_ips(&self, key: &str) -> BTreeSet<IpAddr> {
@@ -175,6 +176,7 @@ impl Simulation {
         };
         self.log(What::Expectation {
             name: x.name.clone(),
+            line: x.line,
             passed,
             detail: detail.clone(),
         });
@@ -195,36 +197,29 @@ impl Simulation {
             .collect()
     }
 
-    pub(super) fn summary(&self) -> String {
-        let mut s = String::new();
-        let w = self
-            .clients
-            .iter()
-            .map(|c| c.def.name.len())
-            .max()
-            .unwrap_or(6)
-            .max(6);
-        s.push_str(&format!(
-            "{:<w$}  {:<24} {:>6} {:>8} {:>6} {:>9} {:>7}\n",
-            "client", "target", "sent", "answered", "failed", "timed out", "refused"
-        ));
+    pub(super) fn summary(&self) -> Summary {
+        let mut out = Summary::default();
         for c in &self.clients {
             let r = c.app.records();
-            let count =
-                |f: &dyn Fn(&QueryOutcome) -> bool| r.iter().filter(|q| f(&q.outcome)).count();
-            s.push_str(&format!(
-                "{:<w$}  {:<24} {:>6} {:>8} {:>6} {:>9} {:>7}\n",
-                c.def.name,
-                c.def.target_text,
-                r.len(),
-                count(&|o| matches!(o, QueryOutcome::Answered(_))),
-                count(&|o| o.failed()),
-                count(&|o| matches!(o, QueryOutcome::TimedOut(_))),
-                count(&|o| matches!(
-                    o,
-                    QueryOutcome::IcmpError(..) | QueryOutcome::Reset(_) | QueryOutcome::NoPort(_)
-                )),
-            ));
+            let count = |f: &dyn Fn(&QueryOutcome) -> bool| {
+                r.iter().filter(|q| f(&q.outcome)).count() as u64
+            };
+            out.clients.push(ClientSummary {
+                client: c.def.name.clone(),
+                target: c.def.target_text.clone(),
+                sent: r.len() as u64,
+                answered: count(&|o| matches!(o, QueryOutcome::Answered(_))),
+                failed: count(&|o| o.failed()),
+                timed_out: count(&|o| matches!(o, QueryOutcome::TimedOut(_))),
+                refused: count(&|o| {
+                    matches!(
+                        o,
+                        QueryOutcome::IcmpError(..)
+                            | QueryOutcome::Reset(_)
+                            | QueryOutcome::NoPort(_)
+                    )
+                }),
+            });
         }
         // Per endpoint: packets and flows received, by client.
         let mut per: BTreeMap<(usize, IpAddr), EndpointTally> = BTreeMap::new();
@@ -234,52 +229,46 @@ impl Simulation {
             e.1.insert((h.src, h.proto));
             *e.2.entry(h.client).or_default() += 1;
         }
-        if !self.pods.is_empty() {
-            let pw = self
-                .pod_ids
-                .keys()
-                .map(|k| k.len())
-                .max()
-                .unwrap_or(8)
-                .max(8);
-            s.push('\n');
-            s.push_str(&format!(
-                "{:<pw$}  {:<15} {:>8} {:>6}  {}\n",
-                "endpoint", "ip", "packets", "flows", "from"
-            ));
-            for (key, &id) in &self.pod_ids {
-                let pod = &self.pods[id];
-                let mut any = false;
-                for ip in &pod.ips {
-                    let Some((pk, fl, by)) = per.get(&(id, *ip)) else {
-                        continue;
-                    };
-                    any = true;
-                    let from: Vec<String> = by
+        for (key, &id) in &self.pod_ids {
+            let pod = &self.pods[id];
+            let mut any = false;
+            for ip in &pod.ips {
+                let Some((pk, fl, by)) = per.get(&(id, *ip)) else {
+                    continue;
+                };
+                any = true;
+                out.endpoints.push(EndpointSummary {
+                    endpoint: key.clone(),
+                    ip: *ip,
+                    packets: *pk,
+                    flows: fl.len() as u64,
+                    from: by
                         .iter()
-                        .map(|(c, n)| format!("{} {n}", self.clients[*c].def.name))
-                        .collect();
-                    s.push_str(&format!(
-                        "{:<pw$}  {:<15} {:>8} {:>6}  {}\n",
-                        key,
-                        ip.to_string(),
-                        pk,
-                        fl.len(),
-                        from.join(", ")
-                    ));
-                }
-                if !any && pod.stack.servers.len() + pod.state.def.apps.len() > 0 {
-                    s.push_str(&format!(
-                        "{:<pw$}  {:<15} {:>8} {:>6}\n",
-                        key,
-                        pod.state.def.ip.to_string(),
-                        0,
-                        0
-                    ));
-                }
+                        .map(|(c, n)| FromClient {
+                            client: self.clients[*c].def.name.clone(),
+                            packets: *n,
+                        })
+                        .collect(),
+                });
+            }
+            if !any && pod.stack.servers.len() + pod.state.def.apps.len() > 0 {
+                out.endpoints.push(EndpointSummary {
+                    endpoint: key.clone(),
+                    ip: pod.state.def.ip,
+                    packets: 0,
+                    flows: 0,
+                    from: Vec::new(),
+                });
             }
         }
-        s
+        out
+    }
+
+    /// The summary table's text.
+    pub(super) fn summary_text(&self, s: &Summary) -> String {
+        let pod_width = (!self.pods.is_empty())
+            .then(|| self.pod_ids.keys().map(|k| k.len()).max().unwrap_or(8));
+        s.text(pod_width)
     }
 }
 

@@ -52,10 +52,12 @@ use std::net::{IpAddr, SocketAddr};
 mod changes;
 mod expect;
 mod network;
+pub mod record;
 pub mod sink;
 mod timeline;
 
 pub use expect::ClientFigures;
+pub use record::{CtRecord, Summary, JSON_SCHEMA_VERSION};
 pub use sink::{Collect, EventSink, JsonLinesSink, TextSink};
 pub use timeline::{TimelineEvent, What};
 
@@ -1155,6 +1157,8 @@ pub struct RunResult {
     pub results: Vec<ExpectResult>,
     /// The summary table.
     pub summary: String,
+    /// The summary as data (for the JSON lines).
+    pub summary_data: Summary,
     /// Events processed.
     pub events: u64,
     /// Each client's figures, in scenario order.
@@ -1501,6 +1505,7 @@ impl Simulation {
                 node: self.nodes[d.node].def.name.clone(),
                 line: d.line.clone(),
                 reason,
+                entry: CtRecord::at(&d.entry, d.at),
             });
         }
     }
@@ -1565,13 +1570,15 @@ impl Simulation {
                 message: e.to_string(),
             })?;
         }
-        let summary = self.summary();
+        let summary_data = self.summary();
+        let summary = self.summary_text(&summary_data);
         let clients = self.client_figures();
         Ok(RunResult {
             clients,
             timeline: self.timeline,
             results: self.results,
             summary,
+            summary_data,
             events: self.events_processed,
         })
     }

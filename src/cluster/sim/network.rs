@@ -232,7 +232,9 @@ impl Simulation {
                 self.log(What::Conntrack {
                     node: node.clone(),
                     event: event.to_string(),
+                    cause: record::destroy_cause(e.cause),
                     line: e.to_string(),
+                    entry: CtRecord::of_event(&e),
                 });
             }
         }
@@ -341,7 +343,7 @@ impl Simulation {
                 AppEvent::QueryAnswered { query, rtt, from } => What::QueryAnswered {
                     client: name.clone(),
                     query,
-                    rtt: rtt.to_string(),
+                    rtt_ns: rtt.as_nanos(),
                     from: from.to_string(),
                 },
                 AppEvent::QueryTimedOut { query, attempts } => What::QueryTimedOut {
@@ -369,7 +371,7 @@ impl Simulation {
                 AppEvent::TcpCompleted { conn, rtt } => What::TcpDone {
                     client: name.clone(),
                     conn,
-                    rtt: rtt.to_string(),
+                    rtt_ns: rtt.as_nanos(),
                 },
                 AppEvent::TcpFailed { conn, reason } => What::TcpFailed {
                     client: name.clone(),

@@ -23,7 +23,8 @@ pub enum What {
     QuerySent {
         /// Client.
         client: String,
-        /// Query number.
+        /// Query number (JSON: `id`).
+        #[serde(rename = "id")]
         query: u32,
         /// Try.
         attempt: u8,
@@ -36,7 +37,8 @@ pub enum What {
     Dnat {
         /// Client.
         client: String,
-        /// Query or connection number.
+        /// Query or connection number (JSON: `id`).
+        #[serde(rename = "id")]
         query: u32,
         /// Node.
         node: String,
@@ -49,10 +51,11 @@ pub enum What {
     QueryAnswered {
         /// Client.
         client: String,
-        /// Query number.
+        /// Query number (JSON: `id`).
+        #[serde(rename = "id")]
         query: u32,
-        /// Round trip from the first send.
-        rtt: String,
+        /// Round trip from the first send, in nanoseconds.
+        rtt_ns: u64,
         /// Source of the answer.
         from: String,
     },
@@ -60,7 +63,8 @@ pub enum What {
     QueryTimedOut {
         /// Client.
         client: String,
-        /// Query number.
+        /// Query number (JSON: `id`).
+        #[serde(rename = "id")]
         query: u32,
         /// Tries.
         attempts: u8,
@@ -69,7 +73,8 @@ pub enum What {
     QueryRefused {
         /// Client.
         client: String,
-        /// Query number.
+        /// Query number (JSON: `id`).
+        #[serde(rename = "id")]
         query: u32,
         /// ICMP code.
         code: u8,
@@ -78,7 +83,8 @@ pub enum What {
     IcmpIgnored {
         /// Client.
         client: String,
-        /// Query number.
+        /// Query number (JSON: `id`).
+        #[serde(rename = "id")]
         query: u32,
         /// ICMP code.
         code: u8,
@@ -89,7 +95,8 @@ pub enum What {
     TcpConnect {
         /// Client.
         client: String,
-        /// Connection number.
+        /// Connection number (JSON: `id`).
+        #[serde(rename = "id")]
         conn: u32,
         /// Source socket.
         src: String,
@@ -100,16 +107,18 @@ pub enum What {
     TcpDone {
         /// Client.
         client: String,
-        /// Connection number.
+        /// Connection number (JSON: `id`).
+        #[serde(rename = "id")]
         conn: u32,
-        /// Time to the response.
-        rtt: String,
+        /// Time to the response, in nanoseconds.
+        rtt_ns: u64,
     },
     /// A TCP exchange failed.
     TcpFailed {
         /// Client.
         client: String,
-        /// Connection number.
+        /// Connection number (JSON: `id`).
+        #[serde(rename = "id")]
         conn: u32,
         /// Why.
         reason: String,
@@ -120,8 +129,13 @@ pub enum What {
         node: String,
         /// NEW, UPDATE or DESTROY.
         event: String,
+        /// For DESTROY, why: `timeout`, `userspace`, `early_drop` or `killed`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cause: Option<&'static str>,
         /// The `conntrack -E` line.
         line: String,
+        /// The entry, field by field.
+        entry: CtRecord,
     },
     /// A pod lifecycle change.
     Pod {
@@ -163,12 +177,15 @@ pub enum What {
         line: String,
         /// Why the cleanup deleted it, in kube-proxy's terms.
         reason: String,
+        /// The deleted entry, field by field.
+        entry: CtRecord,
     },
     /// A client's packet (or an answer to it) was dropped or rejected by a node.
     Dropped {
         /// Client.
         client: String,
-        /// Query or connection number.
+        /// Query or connection number (JSON: `id`).
+        #[serde(rename = "id")]
         query: u32,
         /// Node.
         node: String,
@@ -198,6 +215,8 @@ pub enum What {
     Expectation {
         /// Name.
         name: String,
+        /// Its line in the scenario file.
+        line: u64,
         /// Passed.
         passed: bool,
         /// What was seen.
@@ -232,9 +251,12 @@ impl TimelineEvent {
             What::QueryAnswered {
                 client,
                 query,
-                rtt,
+                rtt_ns,
                 from,
-            } => format!("{client}: query #{query} answered by {from} in {rtt}"),
+            } => format!(
+                "{client}: query #{query} answered by {from} in {}",
+                SimDuration::from_nanos(*rtt_ns)
+            ),
             What::QueryTimedOut {
                 client,
                 query,
@@ -264,9 +286,14 @@ impl TimelineEvent {
                 src,
                 dst,
             } => format!("{client}: connection #{conn} {src} -> {dst} SYN"),
-            What::TcpDone { client, conn, rtt } => {
-                format!("{client}: connection #{conn} answered in {rtt}, closing")
-            }
+            What::TcpDone {
+                client,
+                conn,
+                rtt_ns,
+            } => format!(
+                "{client}: connection #{conn} answered in {}, closing",
+                SimDuration::from_nanos(*rtt_ns)
+            ),
             What::TcpFailed {
                 client,
                 conn,
@@ -292,7 +319,9 @@ impl TimelineEvent {
             What::SyncFailed { node, error } => {
                 format!("kube-proxy {node}: sync FAILED: {error}")
             }
-            What::CleanupDelete { node, line, reason } => {
+            What::CleanupDelete {
+                node, line, reason, ..
+            } => {
                 format!("kube-proxy {node}: cleanup deleted {line} ({reason})")
             }
             What::Dropped {
@@ -312,6 +341,7 @@ impl TimelineEvent {
                 name,
                 passed,
                 detail,
+                ..
             } => {
                 format!(
                     "expect {}: {name} ({detail})",
