@@ -7,7 +7,8 @@
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use nfsim::cluster::sim::{
-    EventSink, JsonLinesSink, RunOptions, RunResult, SimError, Simulation, TextSink,
+    DumpRecord, EndRecord, EventSink, JsonLinesSink, RunOptions, RunResult, SimError, Simulation,
+    StartRecord, TextSink,
 };
 use nfsim::scenario::{load_file, Scenario};
 use sim_core::{SimDuration, SimTime};
@@ -66,7 +67,8 @@ struct RunArgs {
     /// Stop at this simulated time (e.g. 10m); expectations after it (or at the end) are skipped.
     #[arg(long)]
     until: Option<SimDuration>,
-    /// Also write the timeline as JSON lines to FILE.
+    /// Also write the timeline as JSON lines to FILE (`-`: to stdout, instead of the text;
+    /// schema in docs/json-schema.md).
     #[arg(long, value_name = "FILE")]
     json: Option<String>,
     /// Print every node's `conntrack -L` at this simulated time (repeatable).
@@ -361,27 +363,48 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     }
     let show_progress = a.progress || std::io::stderr().is_terminal();
     let (file, seed, name) = (sc.file.clone(), sc.seed, sc.name.clone());
-    // The timeline is written as it happens: text to stdout, JSON lines to --json.
-    let stdout = Named::new("stdout", std::io::stdout());
-    let text = Rc::new(RefCell::new(TextSink::new(BufWriter::new(stdout))));
-    let mut sinks: Vec<Box<dyn EventSink>> = vec![Box::new(text.clone())];
-    let json = match &a.json {
+    // The timeline is written as it happens: text to stdout, JSON lines to --json (to stdout
+    // instead of the text with `--json -`).
+    let json_to_stdout = a.json.as_deref() == Some("-");
+    let text = (!json_to_stdout).then(|| {
+        let stdout = Named::new("stdout", std::io::stdout());
+        Rc::new(RefCell::new(TextSink::new(BufWriter::new(stdout))))
+    });
+    let mut sinks: Vec<Box<dyn EventSink>> = Vec::new();
+    if let Some(t) = &text {
+        sinks.push(Box::new(t.clone()));
+    }
+    type JsonOut = Rc<RefCell<JsonLinesSink<BufWriter<Named<Box<dyn Write>>>>>>;
+    let json: Option<JsonOut> = match &a.json {
         Some(path) => {
-            let f = std::fs::File::create(path).with_context(|| format!("writing {path}"))?;
-            let f = Named::new(path, f);
-            let j = Rc::new(RefCell::new(JsonLinesSink::new(BufWriter::new(f))));
+            let w: Box<dyn Write> = if json_to_stdout {
+                Box::new(std::io::stdout())
+            } else {
+                Box::new(std::fs::File::create(path).with_context(|| format!("writing {path}"))?)
+            };
+            let name = if json_to_stdout { "stdout" } else { path };
+            let j = Rc::new(RefCell::new(JsonLinesSink::new(BufWriter::new(
+                Named::new(name, w),
+            ))));
             sinks.push(Box::new(j.clone()));
-            Some((path, j))
+            Some(j)
         }
         None => None,
     };
-    {
-        let mut t = text.borrow_mut();
+    if let Some(t) = &text {
+        let mut t = t.borrow_mut();
         let w = t.writer();
         writeln!(w, "scenario {name} (seed {seed})")?;
         if !sc.description.is_empty() {
             writeln!(w, "  {}", sc.description.trim())?;
         }
+        writeln!(w)?;
+    }
+    if let Some(j) = &json {
+        let mut j = j.borrow_mut();
+        let w = j.writer();
+        let start = StartRecord::new(&name, &file, seed, sc.duration.as_nanos());
+        serde_json::to_writer(&mut *w, &start).map_err(std::io::Error::from)?;
         writeln!(w)?;
     }
     let opts = RunOptions {
@@ -399,46 +422,49 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     for at in ats {
         let t = SimTime::ZERO + at;
         sim.run_until(t)?;
-        let mut s = format!("{}  conntrack -L at {}:\n", t.hms(), t.hms());
-        for (i, n) in sim.node_names().iter().enumerate() {
-            let dump = sim.conntrack_dump(i);
-            let count = dump.lines().count();
-            s.push_str(&format!("--- {n} ---\n{dump}conntrack v1.4.7 (conntrack-tools): {count} flow entries have been shown.\n"));
+        if let Some(text) = &text {
+            let mut s = format!("{}  conntrack -L at {}:\n", t.hms(), t.hms());
+            for (i, n) in sim.node_names().iter().enumerate() {
+                let dump = sim.conntrack_dump(i);
+                let count = dump.lines().count();
+                s.push_str(&format!("--- {n} ---\n{dump}conntrack v1.4.7 (conntrack-tools): {count} flow entries have been shown.\n"));
+            }
+            text.borrow_mut().writer().write_all(s.as_bytes())?;
         }
-        text.borrow_mut().writer().write_all(s.as_bytes())?;
+        if let Some(j) = &json {
+            let mut j = j.borrow_mut();
+            let w = j.writer();
+            for (i, n) in sim.node_names().iter().enumerate() {
+                let rec = DumpRecord::new(n, t, &sim.conntrack_entries(i));
+                serde_json::to_writer(&mut *w, &rec).map_err(std::io::Error::from)?;
+                writeln!(w)?;
+            }
+        }
     }
     let result = sim.finish()?;
     if show_progress {
         let _ = write!(std::io::stderr(), "\r\x1b[K");
     }
-    {
-        let mut t = text.borrow_mut();
+    let mut replay = format!("nfsim run {file} --seed {seed}");
+    if let Some(u) = a.until {
+        replay.push_str(&format!(" --until {u}"));
+    }
+    if let Some(t) = &text {
+        let mut t = t.borrow_mut();
         let w = t.writer();
         w.write_all(render_end(&result, &skipped).as_bytes())?;
         if !result.passed() {
-            let mut replay = format!("nfsim run {file} --seed {seed}");
-            if let Some(u) = a.until {
-                replay.push_str(&format!(" --until {u}"));
-            }
             writeln!(w, "replay: {replay}")?;
         }
         w.flush()?;
+    } else if !result.passed() {
+        let _ = writeln!(std::io::stderr(), "replay: {replay}");
     }
-    if let Some((_, j)) = json {
+    if let Some(j) = json {
         let mut j = j.borrow_mut();
         let w = j.writer();
-        serde_json::to_writer(
-            &mut *w,
-            &serde_json::json!({
-                "kind": "run",
-                "scenario": name,
-                "file": file,
-                "seed": seed,
-                "passed": result.passed(),
-                "expectations": result.results,
-            }),
-        )
-        .map_err(std::io::Error::from)?;
+        let end = EndRecord::new(&name, &file, seed, &result, &skipped);
+        serde_json::to_writer(&mut *w, &end).map_err(std::io::Error::from)?;
         writeln!(w)?;
         w.flush()?;
     }

@@ -57,7 +57,7 @@ pub mod sink;
 mod timeline;
 
 pub use expect::ClientFigures;
-pub use record::{CtRecord, Summary, JSON_SCHEMA_VERSION};
+pub use record::{CtRecord, DumpRecord, EndRecord, StartRecord, Summary, JSON_SCHEMA_VERSION};
 pub use sink::{Collect, EventSink, JsonLinesSink, TextSink};
 pub use timeline::{TimelineEvent, What};
 
@@ -1524,6 +1524,14 @@ impl Simulation {
             .netns
             .conntrack()
             .dump(self.now, &Filter::all())
+    }
+
+    /// The entries [`Simulation::conntrack_dump`] shows, in its order.
+    pub fn conntrack_entries(&self, node: usize) -> Vec<sim_conntrack::CtEntry> {
+        self.nodes[node]
+            .netns
+            .conntrack()
+            .list(self.now, &Filter::all())
     }
 
     /// The number of entries [`Simulation::conntrack_dump`] would show.

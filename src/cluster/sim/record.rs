@@ -293,3 +293,112 @@ impl Summary {
         s
     }
 }
+
+/// The first JSON line of a run: `{"kind":"start","version":1,…}`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct StartRecord<'a> {
+    /// Always `start`.
+    pub kind: &'static str,
+    /// [`JSON_SCHEMA_VERSION`].
+    pub version: u32,
+    /// The scenario's name.
+    pub scenario: &'a str,
+    /// Its file.
+    pub file: &'a str,
+    /// The seed.
+    pub seed: u64,
+    /// The simulated duration, in nanoseconds.
+    pub duration_ns: u64,
+}
+
+impl<'a> StartRecord<'a> {
+    /// The record.
+    pub fn new(scenario: &'a str, file: &'a str, seed: u64, duration_ns: u64) -> StartRecord<'a> {
+        StartRecord {
+            kind: "start",
+            version: JSON_SCHEMA_VERSION,
+            scenario,
+            file,
+            seed,
+            duration_ns,
+        }
+    }
+}
+
+/// A node's conntrack table at one instant (`nfsim run --dump-conntrack`):
+/// `{"kind":"conntrack_dump",…,"entries":[…]}`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct DumpRecord<'a> {
+    /// Always `conntrack_dump`.
+    pub kind: &'static str,
+    /// Nanoseconds since the start.
+    pub t_ns: u64,
+    /// `HH:MM:SS.mmm`.
+    pub time: String,
+    /// The node.
+    pub node: &'a str,
+    /// Its entries, in `conntrack -L` order.
+    pub entries: Vec<CtRecord>,
+}
+
+impl<'a> DumpRecord<'a> {
+    /// The record of `entries` at `now`.
+    pub fn new(node: &'a str, now: SimTime, entries: &[CtEntry]) -> DumpRecord<'a> {
+        DumpRecord {
+            kind: "conntrack_dump",
+            t_ns: now.as_nanos(),
+            time: now.hms().to_string(),
+            node,
+            entries: entries.iter().map(|e| CtRecord::at(e, now)).collect(),
+        }
+    }
+}
+
+/// The last JSON line of a run: `{"kind":"run",…}` with the summary and every verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct EndRecord<'a> {
+    /// Always `run`.
+    pub kind: &'static str,
+    /// [`JSON_SCHEMA_VERSION`].
+    pub version: u32,
+    /// The scenario's name.
+    pub scenario: &'a str,
+    /// Its file.
+    pub file: &'a str,
+    /// The seed.
+    pub seed: u64,
+    /// Whether every expectation passed.
+    pub passed: bool,
+    /// Events processed.
+    pub events: u64,
+    /// Per client and per endpoint.
+    pub summary: &'a Summary,
+    /// Each expectation's verdict, in check order.
+    pub expectations: &'a [super::ExpectResult],
+    /// Expectations not checked (after `--until`).
+    pub skipped: &'a [String],
+}
+
+impl<'a> EndRecord<'a> {
+    /// The record of a finished run.
+    pub fn new(
+        scenario: &'a str,
+        file: &'a str,
+        seed: u64,
+        r: &'a super::RunResult,
+        skipped: &'a [String],
+    ) -> EndRecord<'a> {
+        EndRecord {
+            kind: "run",
+            version: JSON_SCHEMA_VERSION,
+            scenario,
+            file,
+            seed,
+            passed: r.passed(),
+            events: r.events,
+            summary: &r.summary_data,
+            expectations: &r.results,
+            skipped,
+        }
+    }
+}
