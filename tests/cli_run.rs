@@ -60,11 +60,14 @@ fn two_runs_are_byte_identical() {
         std::fs::read_to_string(j2).unwrap(),
     );
     assert_eq!(h(&ja), h(&jb));
-    // JSON lines carry stable field names.
+    // JSON lines carry stable field names: a versioned start line, then timed events.
     let first: serde_json::Value = serde_json::from_str(ja.lines().next().unwrap()).unwrap();
+    assert_eq!(first["kind"], "start", "{first}");
+    assert_eq!(first["version"], 1, "{first}");
+    let second: serde_json::Value = serde_json::from_str(ja.lines().nth(1).unwrap()).unwrap();
     assert!(
-        first.get("kind").is_some() && first.get("t_ns").is_some(),
-        "{first}"
+        second.get("kind").is_some() && second.get("t_ns").is_some(),
+        "{second}"
     );
     let last: serde_json::Value = serde_json::from_str(ja.lines().last().unwrap()).unwrap();
     assert_eq!(last["kind"], "run");
