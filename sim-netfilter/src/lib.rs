@@ -17,6 +17,9 @@
 //!   counters evaluation updates.
 //! - [`trace`]: the rule-by-rule [`Trace`] of a packet.
 //! - [`synth`]: kube-proxy-shaped rulesets of any size, for benchmarks and tests.
+//! - [`nft`]: nftables — tables, sets, verdict maps and chains as kube-proxy's nftables
+//!   proxier writes them; `nft -f` transactions, `nft list` text, and evaluation of base
+//!   chains, which the namespace pipeline interleaves with the iptables tables by priority.
 //!
 //! Long chains of `-d IP -p PROTO --dport N` rules (kube-proxy's `KUBE-SERVICES`) are
 //! evaluated through a first-match index (`index.rs`) that gives the same verdicts, NAT
@@ -49,6 +52,7 @@ pub mod eval;
 mod fmt;
 mod index;
 pub mod netns;
+pub mod nft;
 mod parse;
 pub mod rule;
 pub mod ruleset;
