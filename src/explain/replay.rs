@@ -152,6 +152,12 @@ pub fn replay(
                 *sum.rejected.entry(format!("{table} {hook}")).or_default() += 1;
                 format!("rejected by {table} {hook}")
             }
+            (Fate::RejectedNft { chain, hook }, _) => {
+                *sum.rejected
+                    .entry(format!("nft {chain} {hook}"))
+                    .or_default() += 1;
+                format!("rejected by nft chain {chain} ({hook})")
+            }
         };
         let survived = matches!(r.fate, Fate::Transmitted | Fate::Delivered);
         let translated = survived

@@ -177,6 +177,12 @@ pub enum StepJson {
         /// The text.
         text: String,
     },
+    /// A step through an nftables base chain, in nft's words (the chain entered, each rule
+    /// as `nft list` prints it with MATCH / no match, returns, policy, verdict).
+    Nft {
+        /// The text.
+        text: String,
+    },
 }
 
 /// A `statistic` draw, for JSON.
@@ -299,7 +305,7 @@ fn outcome_of(ns: &Netns, original: &Packet, r: &ProcessResult, steps: &[Step]) 
         Fate::Transmitted => "transmitted",
         Fate::Delivered => "delivered",
         Fate::Dropped(_) => "dropped",
-        Fate::Rejected { .. } => "rejected",
+        Fate::Rejected { .. } | Fate::RejectedNft { .. } => "rejected",
     };
     let (final_pkt, interface, next_hop) = match (&r.fate, r.out.first()) {
         (
@@ -533,6 +539,9 @@ fn step_json(s: &Step) -> StepJson {
         },
         Step::Confirm(e) => StepJson::Confirm { entry: e.clone() },
         Step::Fate(f) => StepJson::Fate { text: f.clone() },
+        Step::Nft(e) => StepJson::Nft {
+            text: e.to_string().trim().to_string(),
+        },
     }
 }
 

@@ -18,6 +18,10 @@
 //! | INPUT: mangle, filter, nat (SNAT), confirm → local delivery | POSTROUTING: mangle, nat (SNAT/MASQUERADE), confirm |
 //! | FORWARD: mangle, filter, then POSTROUTING: mangle, nat, confirm → transmit | a local destination loops back through PREROUTING on `lo` |
 //!
+//! nftables base chains ([`Netns::nft_apply`]) run among these by priority (`nft_hooks.rs`):
+//! `filter` chains between the built-in entries whose priorities bracket theirs, `nat` chains
+//! with the iptables nat table in the NAT core's lookup.
+//!
 //! The nat table is consulted only while NAT for that hook's manip type is not yet set up for
 //! the connection (`nf_nat_inet_fn`: ctinfo NEW or RELATED and `!nf_nat_initialized`); when no
 //! nat rule maps it a null binding is recorded. Every packet, replies included, is then
@@ -32,6 +36,7 @@
 //! `icmp_msgs_per_sec` limit and ICMPv6's limits are not modelled.
 
 mod icmp;
+mod nft_hooks;
 mod route;
 
 pub use icmp::IcmpRateLimit;
@@ -127,6 +132,13 @@ pub enum Fate {
         /// At which hook.
         hook: Hook,
     },
+    /// Rejected by an nftables rule.
+    RejectedNft {
+        /// The base chain, `ip kube-proxy filter-forward`.
+        chain: String,
+        /// At which hook.
+        hook: Hook,
+    },
 }
 
 /// Why a packet was dropped.
@@ -136,6 +148,13 @@ pub enum DropCause {
     Rule {
         /// Table.
         table: Table,
+        /// Hook.
+        hook: Hook,
+    },
+    /// A `drop` verdict (or policy) of an nftables base chain.
+    NftRule {
+        /// The base chain, `ip kube-proxy filter-forward`.
+        chain: String,
         /// Hook.
         hook: Hook,
     },
@@ -163,6 +182,9 @@ impl fmt::Display for DropCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DropCause::Rule { table, hook } => write!(f, "dropped by {table} {hook}"),
+            DropCause::NftRule { chain, hook } => {
+                write!(f, "dropped by nft chain {chain} ({hook})")
+            }
             DropCause::NoRoute => f.write_str("no route to host"),
             DropCause::TableFull => f.write_str("nf_conntrack: table full, dropping packet"),
             DropCause::InsertFailed => f.write_str("conntrack insert failed"),
@@ -215,6 +237,8 @@ pub enum Step {
     Route(String),
     /// The entry was confirmed (entered the table).
     Confirm(String),
+    /// The rule-level trace of an nftables base chain.
+    Nft(crate::nft::NftStep),
     /// How it ended.
     Fate(String),
 }
@@ -228,6 +252,7 @@ impl fmt::Display for Step {
                 None => write!(f, "  conntrack: {state}"),
             },
             Step::Rules(e) => write!(f, "  {e}"),
+            Step::Nft(e) => write!(f, "  {e}"),
             Step::NatSetup {
                 hook,
                 manip,
@@ -318,6 +343,8 @@ pub struct Netns {
     icmp_limit: IcmpRateLimit,
     /// The run's seed (a reboot builds a new conntrack table from it).
     seed: u64,
+    nft: crate::nft::NftRuleset,
+    nft_hooks: nft_hooks::NftHooks,
 }
 
 /// `addrtype` classification from the routing table (`inet_dev_addr_type`).
@@ -509,6 +536,8 @@ impl Netns {
             rules_state: RulesetState::new(),
             icmp_limit: IcmpRateLimit::default(),
             seed: cfg.seed,
+            nft: crate::nft::NftRuleset::new(),
+            nft_hooks: Default::default(),
         }
     }
 
@@ -522,6 +551,8 @@ impl Netns {
         self.conntrack = Conntrack::new(self.seed, &label, sysctls);
         self.ruleset = Ruleset::new();
         self.rules_state = RulesetState::new();
+        self.nft = crate::nft::NftRuleset::new();
+        self.nft_hooks = Default::default();
         let mut limit = IcmpRateLimit::default();
         limit.ratelimit = self.icmp_limit.ratelimit;
         limit.ratemask = self.icmp_limit.ratemask;
@@ -806,17 +837,34 @@ impl Netns {
 
     /// A received packet: PREROUTING, routing, then INPUT or FORWARD + POSTROUTING.
     fn receive(&mut self, now: SimTime, f: &mut Flight) -> Fate {
-        Self::step(f, |_| Step::Hook(Hook::PreRouting));
-        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Raw, Hook::PreRouting) {
+        use nft_hooks::prio as P;
+        let h = Hook::PreRouting;
+        Self::step(f, |_| Step::Hook(h));
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::FIRST, P::RAW) {
+            return fate;
+        }
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Raw, h) {
+            return fate;
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::RAW, P::CONNTRACK) {
             return fate;
         }
         if let Some(fate) = self.conntrack_in(now, f) {
             return fate;
         }
-        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, Hook::PreRouting) {
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::CONNTRACK, P::MANGLE) {
             return self.dropped(now, f, fate);
         }
-        if let Err(fate) = self.nat_hook(now, f, Hook::PreRouting) {
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, h) {
+            return self.dropped(now, f, fate);
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::MANGLE, P::NAT_DST) {
+            return self.dropped(now, f, fate);
+        }
+        if let Err(fate) = self.nat_hook(now, f, h) {
+            return self.dropped(now, f, fate);
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::NAT_DST, P::LAST) {
             return self.dropped(now, f, fate);
         }
         // Routing decision (ip_route_input_noref).
@@ -850,10 +898,22 @@ impl Netns {
         f.pkt.ttl -= 1;
         f.pkt.oif = Some(dev);
         Self::step(f, |_| Step::Hook(Hook::Forward));
-        for table in [Table::Mangle, Table::Filter] {
+        let (lo, hi) = (nft_hooks::prio::FIRST, nft_hooks::prio::LAST);
+        let mut from = lo;
+        for (table, at) in [
+            (Table::Mangle, nft_hooks::prio::MANGLE),
+            (Table::Filter, nft_hooks::prio::FILTER),
+        ] {
+            if let TableOutcome::Stop(fate) = self.nft_filter(now, f, Hook::Forward, from, at) {
+                return self.dropped(now, f, fate);
+            }
             if let TableOutcome::Stop(fate) = self.run_table(now, f, table, Hook::Forward) {
                 return self.dropped(now, f, fate);
             }
+            from = at;
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, Hook::Forward, from, hi) {
+            return self.dropped(now, f, fate);
         }
         self.postrouting(now, f, dev, next_hop)
     }
@@ -943,13 +1003,26 @@ impl Netns {
 
     /// INPUT: mangle, filter, nat (SNAT), confirm, deliver.
     fn input(&mut self, now: SimTime, f: &mut Flight) -> Fate {
+        use nft_hooks::prio as P;
         Self::step(f, |_| Step::Hook(Hook::Input));
-        for table in [Table::Mangle, Table::Filter] {
+        let mut from = P::FIRST;
+        for (table, at) in [(Table::Mangle, P::MANGLE), (Table::Filter, P::FILTER)] {
+            if let TableOutcome::Stop(fate) = self.nft_filter(now, f, Hook::Input, from, at) {
+                return self.dropped(now, f, fate);
+            }
             if let TableOutcome::Stop(fate) = self.run_table(now, f, table, Hook::Input) {
                 return self.dropped(now, f, fate);
             }
+            from = at;
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, Hook::Input, from, P::NAT_SRC) {
+            return self.dropped(now, f, fate);
         }
         if let Err(fate) = self.nat_hook(now, f, Hook::Input) {
+            return self.dropped(now, f, fate);
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, Hook::Input, P::NAT_SRC, P::LAST)
+        {
             return self.dropped(now, f, fate);
         }
         if let Some(fate) = self.confirm(now, f) {
@@ -971,21 +1044,41 @@ impl Netns {
             RouteDecision::Forward { dev, .. } => dev,
             _ => lo(),
         });
-        Self::step(f, |_| Step::Hook(Hook::Output));
-        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Raw, Hook::Output) {
+        use nft_hooks::prio as P;
+        let h = Hook::Output;
+        Self::step(f, |_| Step::Hook(h));
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::FIRST, P::RAW) {
+            return fate;
+        }
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Raw, h) {
+            return fate;
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::RAW, P::CONNTRACK) {
             return fate;
         }
         if let Some(fate) = self.conntrack_in(now, f) {
             return fate;
         }
-        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, Hook::Output) {
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::CONNTRACK, P::MANGLE) {
+            return self.dropped(now, f, fate);
+        }
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, h) {
+            return self.dropped(now, f, fate);
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::MANGLE, P::NAT_DST) {
             return self.dropped(now, f, fate);
         }
         let dst_before = f.pkt.dst;
-        if let Err(fate) = self.nat_hook(now, f, Hook::Output) {
+        if let Err(fate) = self.nat_hook(now, f, h) {
             return self.dropped(now, f, fate);
         }
-        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Filter, Hook::Output) {
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::NAT_DST, P::FILTER) {
+            return self.dropped(now, f, fate);
+        }
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Filter, h) {
+            return self.dropped(now, f, fate);
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::FILTER, P::LAST) {
             return self.dropped(now, f, fate);
         }
         // ip_route_me_harder: the destination changed (DNAT in OUTPUT), route again.
@@ -1047,11 +1140,22 @@ impl Netns {
     /// POSTROUTING: mangle, nat (SNAT/MASQUERADE), confirm, transmit.
     #[inline]
     fn postrouting(&mut self, now: SimTime, f: &mut Flight, dev: IfName, next_hop: IpAddr) -> Fate {
-        Self::step(f, |_| Step::Hook(Hook::PostRouting));
-        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, Hook::PostRouting) {
+        use nft_hooks::prio as P;
+        let h = Hook::PostRouting;
+        Self::step(f, |_| Step::Hook(h));
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::FIRST, P::MANGLE) {
+            return self.dropped(now, f, fate);
+        }
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, h) {
+            return self.dropped(now, f, fate);
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::MANGLE, P::NAT_SRC) {
             return self.dropped(now, f, fate);
         }
         if let Err(fate) = self.nat_postrouting(now, f, dev, next_hop) {
+            return self.dropped(now, f, fate);
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::NAT_SRC, P::LAST) {
             return self.dropped(now, f, fate);
         }
         if let Some(fate) = self.confirm(now, f) {
@@ -1381,6 +1485,19 @@ impl Netns {
         f: &mut Flight,
         hook: Hook,
     ) -> Result<Option<NatRequest>, Fate> {
+        if self.has_nft_nat(f, hook) {
+            return self.nat_lookups(now, f, hook);
+        }
+        self.run_iptables_nat(now, f, hook)
+    }
+
+    /// The iptables nat table's lookup for a connection's first packet at `hook`.
+    fn run_iptables_nat(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        hook: Hook,
+    ) -> Result<Option<NatRequest>, Fate> {
         let table = Table::Nat;
         let verdict = match self.replay(f, table, hook) {
             Some(v) => v,
@@ -1547,6 +1664,7 @@ fn fate_text(fate: &Fate, out: &[Egress]) -> String {
         },
         Fate::Dropped(c) => format!("dropped: {c}"),
         Fate::Rejected { table, hook } => format!("rejected by {table} {hook}"),
+        Fate::RejectedNft { chain, hook } => format!("rejected by nft chain {chain} ({hook})"),
     }
 }
 

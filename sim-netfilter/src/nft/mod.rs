@@ -38,7 +38,7 @@ use sim_core::SimTime;
 
 use crate::types::Hook;
 
-pub use eval::{NftDraw, NftStep};
+pub use eval::{BaseRef, NftDraw, NftStep};
 
 /// An address family of a table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -92,6 +92,9 @@ impl Simulation {
             let reason = match &r.fate {
                 Fate::Dropped(c) => Some(c.to_string()),
                 Fate::Rejected { table, hook } => Some(format!("rejected by {table} {hook}")),
+                Fate::RejectedNft { chain, hook } => {
+                    Some(format!("rejected by nft chain {chain} ({hook})"))
+                }
                 Fate::Transmitted | Fate::Delivered => None,
             };
             if let (Some(reason), Some(t)) = (reason, self.client_tag(&p, false)) {

@@ -1,0 +1,244 @@
+//! nftables base chains at the namespace's hooks, interleaved with the iptables tables by
+//! priority as the kernel orders a hook's entries (`nf_hook_entries_grow`: ascending
+//! priority; a new entry goes after the entries of equal priority, and the iptables tables
+//! and conntrack register before a ruleset is loaded, so at equal priority they run first).
+//!
+//! The built-in entries and their priorities (`enum nf_ip_hook_priorities`): raw −300,
+//! conntrack −200, mangle −150, NAT (DNAT) −100, filter 0, NAT (SNAT) 100, confirm last.
+//! The pipeline calls [`Netns::nft_filter`] between two of them with the half-open priority
+//! range `[lo, hi)` that lies between: a `filter` chain at −110 in prerouting runs after
+//! mangle and before DNAT (kube-proxy's `filter-prerouting-pre-dnat`).
+//!
+//! `nat` chains are not hook entries of their own: the NAT core calls them, with the iptables
+//! nat table, in priority order for a connection's first packet, and stops at the first
+//! that sets up a binding (`nf_nat_inet_fn` over `nf_nat_lookup_hook_priv`'s entries;
+//! the iptables nat table sits at −100 / 100 among them).
+
+use super::*;
+use crate::nft::{BaseRef, ChainType, NftError, NftRuleset, NftStep};
+
+/// Priorities of the built-in hook entries.
+pub(super) mod prio {
+    /// `NF_IP_PRI_RAW`.
+    pub const RAW: i32 = -300;
+    /// `NF_IP_PRI_CONNTRACK`.
+    pub const CONNTRACK: i32 = -200;
+    /// `NF_IP_PRI_MANGLE`.
+    pub const MANGLE: i32 = -150;
+    /// `NF_IP_PRI_NAT_DST`.
+    pub const NAT_DST: i32 = -100;
+    /// `NF_IP_PRI_FILTER`.
+    pub const FILTER: i32 = 0;
+    /// `NF_IP_PRI_NAT_SRC`.
+    pub const NAT_SRC: i32 = 100;
+    /// Below every priority.
+    pub const FIRST: i32 = i32::MIN;
+    /// Above every priority (`NF_IP_PRI_CONNTRACK_CONFIRM` is `INT_MAX`).
+    pub const LAST: i32 = i32::MAX;
+}
+
+/// The base chains per hook, kept sorted when the ruleset changes (so a packet does not
+/// search the tables).
+#[derive(Clone, Debug, Default)]
+pub(super) struct NftHooks {
+    /// `filter` chains per hook (IPv4, IPv6).
+    filter: [[Vec<BaseRef>; 5]; 2],
+    /// `nat` chains per hook (IPv4, IPv6).
+    nat: [[Vec<BaseRef>; 5]; 2],
+}
+
+impl NftHooks {
+    fn of(rs: &NftRuleset) -> NftHooks {
+        let mut h = NftHooks::default();
+        for hook in Hook::ALL {
+            for (i, v4) in [true, false].into_iter().enumerate() {
+                h.filter[i][hook as usize] = rs.base_chains(hook, ChainType::Filter, v4);
+                h.nat[i][hook as usize] = rs.base_chains(hook, ChainType::Nat, v4);
+            }
+        }
+        h
+    }
+}
+
+fn fam(pkt: &Packet) -> usize {
+    usize::from(!pkt.is_ipv4())
+}
+
+impl Netns {
+    /// Runs `nft -f` input (`file` names it in errors) as one transaction: all of it or,
+    /// on error, nothing.
+    pub fn nft_apply(&mut self, file: &str, text: &str, now: SimTime) -> Result<usize, NftError> {
+        let n = self.nft.apply(file, text, now)?;
+        self.nft_hooks = NftHooks::of(&self.nft);
+        Ok(n)
+    }
+
+    /// The nftables ruleset.
+    pub fn nft(&self) -> &NftRuleset {
+        &self.nft
+    }
+
+    /// `filter` base chains at `hook` with a priority in `[lo, hi)`, in order.
+    #[inline]
+    pub(super) fn nft_filter(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        hook: Hook,
+        lo: i32,
+        hi: i32,
+    ) -> TableOutcome {
+        if self.nft_hooks.filter[fam(&f.pkt)][hook as usize].is_empty() {
+            return TableOutcome::Continue;
+        }
+        self.nft_filter_run(now, f, hook, lo, hi)
+    }
+
+    #[inline(never)]
+    fn nft_filter_run(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        hook: Hook,
+        lo: i32,
+        hi: i32,
+    ) -> TableOutcome {
+        let (fi, hi_idx) = (fam(&f.pkt), hook as usize);
+        let mut i = 0;
+        while let Some(&at) = self.nft_hooks.filter[fi][hi_idx].get(i) {
+            i += 1;
+            if at.priority < lo {
+                continue;
+            }
+            if at.priority >= hi {
+                break;
+            }
+            let v = self.nft_eval(now, f, at);
+            match v.action {
+                Action::Accept => {}
+                Action::Drop => {
+                    return TableOutcome::Stop(Fate::Dropped(DropCause::NftRule {
+                        chain: self.nft_chain_name(at),
+                        hook,
+                    }))
+                }
+                Action::Reject(with) => {
+                    let src = if self.routes.is_local(f.pkt.dst) {
+                        f.pkt.dst
+                    } else {
+                        self.routes.source_for(f.pkt.src).unwrap_or(f.pkt.dst)
+                    };
+                    if let Some(answer) = with.response(&f.pkt, src) {
+                        self.send_error(now, f, answer);
+                    }
+                    return TableOutcome::Stop(Fate::RejectedNft {
+                        chain: self.nft_chain_name(at),
+                        hook,
+                    });
+                }
+            }
+        }
+        TableOutcome::Continue
+    }
+
+    /// `family table chain`, for fates.
+    fn nft_chain_name(&self, at: BaseRef) -> String {
+        self.nft
+            .tables
+            .get_index(at.table)
+            .and_then(|(_, t)| {
+                t.chains
+                    .get_index(at.chain)
+                    .map(|(c, _)| format!("{} {} {c}", t.family, t.name))
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether `nat` base chains are attached at `hook` for this packet's family.
+    #[inline]
+    pub(super) fn has_nft_nat(&self, f: &Flight, hook: Hook) -> bool {
+        !self.nft_hooks.nat[fam(&f.pkt)][hook as usize].is_empty()
+    }
+
+    /// The NAT lookups of a connection's first packet at `hook`: nftables `nat` chains and
+    /// the iptables nat table in priority order, until one sets up a binding.
+    #[inline(never)]
+    pub(super) fn nat_lookups(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        hook: Hook,
+    ) -> Result<Option<NatRequest>, Fate> {
+        let ipt_prio = match hook {
+            Hook::PreRouting | Hook::Output => prio::NAT_DST,
+            _ => prio::NAT_SRC,
+        };
+        let (fi, hi_idx) = (fam(&f.pkt), hook as usize);
+        let mut ipt_done = false;
+        let mut i = 0;
+        while let Some(&at) = self.nft_hooks.nat[fi][hi_idx].get(i) {
+            i += 1;
+            if !ipt_done && at.priority >= ipt_prio {
+                ipt_done = true;
+                if let Some(req) = self.run_iptables_nat(now, f, hook)? {
+                    return Ok(Some(req));
+                }
+            }
+            let v = self.nft_eval(now, f, at);
+            match v.action {
+                Action::Accept if v.nat.is_some() => return Ok(v.nat),
+                Action::Accept => {}
+                Action::Drop => {
+                    return Err(Fate::Dropped(DropCause::NftRule {
+                        chain: self.nft_chain_name(at),
+                        hook,
+                    }))
+                }
+                Action::Reject(_) => {
+                    return Err(Fate::RejectedNft {
+                        chain: self.nft_chain_name(at),
+                        hook,
+                    })
+                }
+            }
+        }
+        if ipt_done {
+            Ok(None)
+        } else {
+            self.run_iptables_nat(now, f, hook)
+        }
+    }
+
+    /// Walks one base chain for the packet in flight (its conntrack view, its mark), keeping
+    /// the mark the rules set and appending the chain's trace.
+    fn nft_eval(&mut self, now: SimTime, f: &mut Flight, at: BaseRef) -> crate::Verdict {
+        let ct = match f.view {
+            Some(ct) => ct,
+            None => {
+                let v = ct_state_of(&self.conntrack, f.handle, f.untracked, now);
+                f.view = Some(v);
+                v
+            }
+        };
+        let addr_types = AddrTypes(&self.routes);
+        let mut steps = f.trace.as_ref().map(|_| Vec::<NftStep>::new());
+        let mut ctx = EvalCtx {
+            packet: f.pkt,
+            ct,
+            addr_types: &addr_types,
+            now,
+            rng: &mut self.stat_rng,
+            local_origin: f.local_origin,
+        };
+        let v = self.nft.run_base_chain(at, &mut ctx, steps.as_mut());
+        f.pkt.mark = ctx.packet.mark;
+        if let (Some(t), Some(s)) = (f.trace.as_mut(), steps) {
+            t.steps.extend(s.into_iter().map(Step::Nft));
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+#[path = "nft_tests.rs"]
+mod tests;
