@@ -131,7 +131,7 @@ pub struct BranchReport {
 }
 
 /// `P(rule matches)` from its random statistic matches, exactly.
-fn match_probability(rule: &Rule) -> Dyadic {
+pub(crate) fn match_probability(rule: &Rule) -> Dyadic {
     let mut p = Dyadic::one();
     for m in &rule.matches {
         if let Match::Statistic(s) = m {

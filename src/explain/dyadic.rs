@@ -162,17 +162,19 @@ impl Dyadic {
         format!("{int}.{frac}")
     }
 
-    /// An approximation as `f64` (for sorting and tests).
+    /// An approximation as `f64` (for sorting and tests), correct to f64 precision however
+    /// long the numerator: only its top three limbs count, the rest is below f64's 53 bits.
     pub fn to_f64(&self) -> f64 {
+        let skip = self.num.len().saturating_sub(3);
         let mut v = 0f64;
-        for &l in self.num.iter().rev() {
+        for &l in self.num[skip..].iter().rev() {
             v = v * 4294967296.0 + f64::from(l);
         }
-        // Scale down in steps so a large exponent does not overflow 2^exp to infinity early.
-        let mut e = self.exp;
-        while e > 0 {
-            let step = e.min(1000);
-            v /= 2f64.powi(step as i32);
+        // v × 2^(32·skip − exp), scaled in steps so neither factor overflows on the way.
+        let mut e = 32 * skip as i64 - i64::from(self.exp);
+        while e != 0 {
+            let step = e.clamp(-1000, 1000);
+            v *= 2f64.powi(step as i32);
             e -= step;
         }
         v
@@ -326,6 +328,22 @@ fn to_decimal(v: &[u32]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn to_f64_of_a_long_product_stays_finite() {
+        // 40 factors of 2^31 − 1 over 2^31: numerator and denominator far beyond f64's range.
+        let q = Dyadic::new((1u64 << 31) - 1, 31);
+        let mut p = Dyadic::one();
+        for _ in 0..40 {
+            p = p.mul(&q);
+        }
+        let want = (1.0 - 1.0 / 2f64.powi(31)).powi(40);
+        assert!(
+            (p.to_f64() - want).abs() < 1e-15,
+            "{} vs {want}",
+            p.to_f64()
+        );
+    }
+
     use super::*;
 
     #[test]

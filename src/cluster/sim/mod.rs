@@ -51,6 +51,7 @@ use std::net::{IpAddr, SocketAddr};
 
 mod changes;
 mod expect;
+mod inject;
 mod network;
 pub mod record;
 pub mod sink;
@@ -58,6 +59,7 @@ mod timeline;
 
 pub use expect::ClientFigures;
 pub use record::{CtRecord, DumpRecord, EndRecord, StartRecord, Summary, JSON_SCHEMA_VERSION};
+pub use inject::{Origin, Sighting, INJECTED_TAG};
 pub use sink::{Collect, EventSink, JsonLinesSink, TextSink};
 pub use timeline::{TimelineEvent, What};
 
@@ -426,6 +428,10 @@ pub struct Simulation {
     /// packet (a packet that makes a node send another one through a node on the way takes
     /// a fresh buffer).
     egress: Vec<Egress>,
+    /// Packets injected so far ([`Simulation::inject`]).
+    injected: u32,
+    /// What was seen of them.
+    sightings: Vec<Sighting>,
 }
 
 fn eth0() -> IfName {
@@ -707,6 +713,8 @@ impl Simulation {
             cleanup_factory: cleanup,
             scaled_down: Vec::new(),
             egress: Vec::new(),
+            injected: 0,
+            sightings: Vec::new(),
             sc,
         };
         sim.proxy_running = vec![true; sim.groups.len()];

@@ -88,6 +88,16 @@ impl Simulation {
             .netns
             .process_into(self.now, p, from, &mut out);
         self.after_kernel(n);
+        if p.tag & INJECTED_TAG != 0 {
+            let reason = match &r.fate {
+                Fate::Dropped(c) => Some(c.to_string()),
+                Fate::Rejected { table, hook } => Some(format!("rejected by {table} {hook}")),
+                Fate::Transmitted | Fate::Delivered => None,
+            };
+            if reason.is_some() {
+                self.sighted(&Machine::Node(n), &p, reason);
+            }
+        }
         if self.recording {
             let reason = match &r.fate {
                 Fate::Dropped(c) => Some(c.to_string()),
@@ -245,6 +255,7 @@ impl Simulation {
     }
 
     pub(super) fn deliver_to_stack(&mut self, m: Machine, p: Packet) {
+        self.sighted(&m, &p, None);
         let (proto, dport) = match p.l4 {
             L4::Icmp {
                 body: sim_core::IcmpBody::Error(inner),
