@@ -2,8 +2,10 @@
 //! the same `nft -f` text through both, and `nft list ruleset` / `nft list table` compared
 //! byte for byte. Skips (passing) where `nft` or `unshare -n` is not available.
 
-#[path = "support/tools.rs"]
-mod tools;
+#[path = "support/kernel.rs"]
+mod kernel;
+
+use kernel::tools;
 
 use sim_core::SimTime;
 use sim_netfilter::nft::{Family, NftRuleset};
@@ -95,9 +97,6 @@ fn normalized_expressions_list_as_nft_does() {
 // ---------------------------------------------------------------------------------------------
 // Packets: the same `nft -f` ruleset and the same datagrams through the kernel lab and nfsim
 // ---------------------------------------------------------------------------------------------
-
-#[path = "support/kernel.rs"]
-mod kernel;
 
 use kernel::{parse_ct_line, CtEntry, Scenario};
 use sim_conntrack::Filter;

@@ -115,7 +115,7 @@ fn env_set(name: &str) -> bool {
 }
 
 #[path = "tools.rs"]
-mod tools;
+pub mod tools;
 
 use tools::find as find_in_path;
 
