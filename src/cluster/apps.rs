@@ -169,6 +169,27 @@ pub struct Outbox {
     pub packets: Vec<Packet>,
     /// Events for the timeline, in order, with the time they happened.
     pub events: Vec<(SimTime, AppEvent)>,
+    /// Local ports a client bound (`true`) or released (`false`), in order, so the host can
+    /// keep its table of ports in use without asking every socket.
+    pub ports: Vec<(u16, bool)>,
+}
+
+/// The ports bound on a host, as a client drawing an ephemeral port sees them.
+pub trait PortsInUse {
+    /// Whether `port` is taken.
+    fn in_use(&self, port: u16) -> bool;
+}
+
+impl PortsInUse for BTreeSet<u16> {
+    fn in_use(&self, port: u16) -> bool {
+        self.contains(&port)
+    }
+}
+
+impl<F: Fn(u16) -> bool> PortsInUse for F {
+    fn in_use(&self, port: u16) -> bool {
+        self(port)
+    }
 }
 
 impl Outbox {
@@ -696,17 +717,21 @@ pub struct UdpClient {
     next_k: u32,
     next_send: Option<SimTime>,
     inflight: BTreeMap<u32, Inflight>,
+    /// The queries in flight by deadline, and by port (oldest first): each send, timeout and
+    /// answer costs O(log n) in the queries in flight.
+    deadlines: BTreeSet<(SimTime, u32)>,
+    by_port: BTreeSet<(u16, u32)>,
     records: Vec<QueryRecord>,
 }
 
 /// Draws a free ephemeral port from `rng`, as `inet_hash_connect`/`udp_lib_get_port` pick a
 /// random start in `ip_local_port_range` and walk to a free port.
-pub fn draw_ephemeral_port(rng: &mut SimRng, in_use: &BTreeSet<u16>) -> Option<u16> {
+pub fn draw_ephemeral_port<P: PortsInUse + ?Sized>(rng: &mut SimRng, in_use: &P) -> Option<u16> {
     let span = (EPHEMERAL_PORT_LAST - EPHEMERAL_PORT_FIRST) as u64 + 1;
     let start = rng.below(span);
     (0..span)
         .map(|i| EPHEMERAL_PORT_FIRST + ((start + i) % span) as u16)
-        .find(|p| !in_use.contains(p))
+        .find(|p| !in_use.in_use(*p))
 }
 
 impl UdpClient {
@@ -722,6 +747,8 @@ impl UdpClient {
             next_k: 0,
             next_send: None,
             inflight: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            by_port: BTreeSet::new(),
             records: Vec::new(),
             cfg,
         };
@@ -742,9 +769,42 @@ impl UdpClient {
     /// The ports this client has bound right now (the fixed one, or those of queries in
     /// flight).
     pub fn bound_ports(&self) -> BTreeSet<u16> {
-        let mut s: BTreeSet<u16> = self.inflight.values().map(|i| i.port).collect();
+        let mut s: BTreeSet<u16> = self.by_port.iter().map(|(p, _)| *p).collect();
         s.extend(self.fixed_port);
         s
+    }
+
+    /// Whether it has `port` bound right now (O(log n)).
+    pub fn binds(&self, port: u16) -> bool {
+        self.fixed_port == Some(port) || self.oldest_on(port).is_some()
+    }
+
+    /// The oldest query in flight on `port`.
+    fn oldest_on(&self, port: u16) -> Option<u32> {
+        self.by_port
+            .range((port, 0)..=(port, u32::MAX))
+            .next()
+            .map(|(_, q)| *q)
+    }
+
+    fn track(&mut self, seq: u32, inf: Inflight, out: &mut Outbox) {
+        if self.fixed_port.is_none() && self.oldest_on(inf.port).is_none() {
+            out.ports.push((inf.port, true));
+        }
+        self.deadlines.insert((inf.deadline, seq));
+        self.by_port.insert((inf.port, seq));
+        self.inflight.insert(seq, inf);
+    }
+
+    fn untrack(&mut self, seq: u32, out: &mut Outbox) {
+        let Some(inf) = self.inflight.remove(&seq) else {
+            return;
+        };
+        self.deadlines.remove(&(inf.deadline, seq));
+        self.by_port.remove(&(inf.port, seq));
+        if self.fixed_port.is_none() && self.oldest_on(inf.port).is_none() {
+            out.ports.push((inf.port, false));
+        }
     }
 
     fn schedule_next(&mut self) {
@@ -768,7 +828,7 @@ impl UdpClient {
 
     /// The next instant it needs [`UdpClient::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<SimTime> {
-        let d = self.inflight.values().map(|i| i.deadline).min();
+        let d = self.deadlines.first().map(|(t, _)| *t);
         match (self.next_send, d) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -795,16 +855,22 @@ impl UdpClient {
         ));
     }
 
-    /// Sends due queries and retries, and ends tries whose timeout passed. `in_use` is the
-    /// set of UDP ports bound on this host by other sockets.
-    pub fn handle_timeout(&mut self, now: SimTime, in_use: &BTreeSet<u16>, out: &mut Outbox) {
-        // Timeouts first: a retry scheduled at the same instant as a new query goes first.
-        let due: Vec<u32> = self
-            .inflight
-            .iter()
-            .filter(|(_, i)| i.deadline <= now)
-            .map(|(k, _)| *k)
+    /// Sends due queries and retries, and ends tries whose timeout passed. `in_use` tells
+    /// the UDP ports bound on this host (by other sockets; its own may be included).
+    pub fn handle_timeout<P: PortsInUse + ?Sized>(
+        &mut self,
+        now: SimTime,
+        in_use: &P,
+        out: &mut Outbox,
+    ) {
+        // Timeouts first: a retry scheduled at the same instant as a new query goes first
+        // (in query order, as before).
+        let mut due: Vec<u32> = self
+            .deadlines
+            .range(..=(now, u32::MAX))
+            .map(|(_, k)| *k)
             .collect();
+        due.sort_unstable();
         for seq in due {
             self.try_failed(now, seq, None, out);
         }
@@ -817,12 +883,15 @@ impl UdpClient {
                 SourcePort::FixedEphemeral => {
                     if self.fixed_port.is_none() {
                         self.fixed_port = draw_ephemeral_port(&mut self.port_rng, in_use);
+                        out.ports.extend(self.fixed_port.map(|p| (p, true)));
                     }
                     self.fixed_port
                 }
                 SourcePort::PerQuery => {
-                    let mut busy = in_use.clone();
-                    busy.extend(self.inflight.values().map(|i| i.port));
+                    let by_port = &self.by_port;
+                    let busy = |p: u16| {
+                        in_use.in_use(p) || by_port.range((p, 0)..=(p, u32::MAX)).next().is_some()
+                    };
                     draw_ephemeral_port(&mut self.port_rng, &busy)
                 }
             };
@@ -845,13 +914,14 @@ impl UdpClient {
                 attempts: 1,
                 outcome: QueryOutcome::Pending,
             });
-            self.inflight.insert(
+            self.track(
                 seq,
                 Inflight {
                     port,
                     attempt: 0,
                     deadline: now + self.cfg.timeout,
                 },
+                out,
             );
             self.send(now, seq, port, 0, out);
         }
@@ -868,8 +938,10 @@ impl UdpClient {
         };
         if inf.attempt < self.cfg.retries {
             inf.attempt += 1;
-            inf.deadline = now + self.cfg.timeout;
+            let old = std::mem::replace(&mut inf.deadline, now + self.cfg.timeout);
             let (port, attempt) = (inf.port, inf.attempt);
+            self.deadlines.remove(&(old, seq));
+            self.deadlines.insert((now + self.cfg.timeout, seq));
             if let Some(r) = self.record_mut(seq) {
                 r.attempts = attempt + 1;
             }
@@ -877,7 +949,7 @@ impl UdpClient {
             return;
         }
         let attempts = inf.attempt + 1;
-        self.inflight.remove(&seq);
+        self.untrack(seq, out);
         let outcome = match icmp_code {
             Some(code) => {
                 out.events
@@ -914,7 +986,7 @@ impl UdpClient {
                 if pkt.dport() != Some(inf.port) {
                     return;
                 }
-                self.inflight.remove(&tag.seq);
+                self.untrack(tag.seq, out);
                 let from = SocketAddr::new(pkt.src, sport);
                 if let Some(r) = self.record_mut(tag.seq) {
                     r.outcome = QueryOutcome::Answered(now);
@@ -941,11 +1013,7 @@ impl UdpClient {
                     return;
                 }
                 // The oldest query in flight on the quoted port gets the error.
-                let seq = self
-                    .inflight
-                    .iter()
-                    .find(|(_, i)| i.port == inner.sport)
-                    .map(|(k, _)| *k);
+                let seq = self.oldest_on(inner.sport);
                 if let (Some(seq), false) = (seq, self.cfg.connected) {
                     out.events.push((
                         now,
@@ -1017,6 +1085,9 @@ pub struct TcpClient {
     next_k: u32,
     next_send: Option<SimTime>,
     conns: BTreeMap<u32, CliConn>,
+    /// The open connections by deadline and by local port: O(log n) per segment and timer.
+    deadlines: BTreeSet<(SimTime, u32)>,
+    by_port: BTreeMap<u16, u32>,
     records: Vec<QueryRecord>,
 }
 
@@ -1030,6 +1101,8 @@ impl TcpClient {
             next_k: 0,
             next_send: None,
             conns: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            by_port: BTreeMap::new(),
             records: Vec::new(),
             cfg,
         };
@@ -1046,7 +1119,35 @@ impl TcpClient {
     }
     /// Ports bound right now.
     pub fn bound_ports(&self) -> BTreeSet<u16> {
-        self.conns.values().map(|c| c.port).collect()
+        self.by_port.keys().copied().collect()
+    }
+    /// Whether it has `port` bound right now (O(log n)).
+    pub fn binds(&self, port: u16) -> bool {
+        self.by_port.contains_key(&port)
+    }
+    fn open(&mut self, c: CliConn, out: &mut Outbox) {
+        out.ports.push((c.port, true));
+        self.deadlines.insert((c.deadline, c.seq));
+        self.by_port.insert(c.port, c.seq);
+        self.conns.insert(c.seq, c);
+    }
+    fn close(&mut self, seq: u32, out: &mut Outbox) -> bool {
+        let Some(c) = self.conns.remove(&seq) else {
+            return false;
+        };
+        self.deadlines.remove(&(c.deadline, seq));
+        self.by_port.remove(&c.port);
+        out.ports.push((c.port, false));
+        true
+    }
+    /// Re-files connection `seq`'s deadline after a change from `old`.
+    fn refile(&mut self, seq: u32, old: SimTime) {
+        if let Some(c) = self.conns.get(&seq) {
+            if c.deadline != old {
+                self.deadlines.remove(&(old, seq));
+                self.deadlines.insert((c.deadline, seq));
+            }
+        }
     }
     fn schedule_next(&mut self) {
         let s = &self.cfg.schedule;
@@ -1063,7 +1164,7 @@ impl TcpClient {
     }
     /// The next instant it needs [`TcpClient::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<SimTime> {
-        let d = self.conns.values().map(|c| c.deadline).min();
+        let d = self.deadlines.first().map(|(t, _)| *t);
         match (self.next_send, d) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1078,7 +1179,7 @@ impl TcpClient {
         .pack()
     }
     fn fail(&mut self, now: SimTime, seq: u32, reason: TcpFailure, out: &mut Outbox) {
-        if self.conns.remove(&seq).is_none() {
+        if !self.close(seq, out) {
             return;
         }
         if let Some(r) = self.records.get_mut(seq as usize) {
@@ -1091,19 +1192,25 @@ impl TcpClient {
         out.events
             .push((now, AppEvent::TcpFailed { conn: seq, reason }));
     }
-    /// Starts due connections, retransmits SYNs and gives up on timeouts. `in_use` is the set
-    /// of TCP ports bound on this host by other sockets.
-    pub fn handle_timeout(&mut self, now: SimTime, in_use: &BTreeSet<u16>, out: &mut Outbox) {
-        let due: Vec<u32> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.deadline <= now)
-            .map(|(k, _)| *k)
+    /// Starts due connections, retransmits SYNs and gives up on timeouts. `in_use` tells the
+    /// TCP ports bound on this host (by other sockets; its own may be included).
+    pub fn handle_timeout<P: PortsInUse + ?Sized>(
+        &mut self,
+        now: SimTime,
+        in_use: &P,
+        out: &mut Outbox,
+    ) {
+        let mut due: Vec<u32> = self
+            .deadlines
+            .range(..=(now, u32::MAX))
+            .map(|(_, k)| *k)
             .collect();
+        due.sort_unstable();
         for seq in due {
             let Some(c) = self.conns.get_mut(&seq) else {
                 continue;
             };
+            let old = c.deadline;
             match c.state {
                 CliState::SynSent => {
                     let give_up = c.started + self.cfg.connect_timeout;
@@ -1129,11 +1236,12 @@ impl TcpClient {
                     );
                     p.tag = self.tag(seq, tries);
                     out.packets.push(p);
+                    self.refile(seq, old);
                 }
                 CliState::Requested => self.fail(now, seq, TcpFailure::RequestTimeout, out),
                 CliState::FinSent => {
                     // The server never closed: give up quietly; the exchange itself succeeded.
-                    self.conns.remove(&seq);
+                    self.close(seq, out);
                 }
             }
         }
@@ -1141,8 +1249,8 @@ impl TcpClient {
             let seq = self.next_k;
             self.next_k += 1;
             self.schedule_next();
-            let mut busy = in_use.clone();
-            busy.extend(self.conns.values().map(|c| c.port));
+            let own = &self.by_port;
+            let busy = |p: u16| in_use.in_use(p) || own.contains_key(&p);
             let Some(port) = draw_ephemeral_port(&mut self.port_rng, &busy) else {
                 self.records.push(QueryRecord {
                     seq,
@@ -1173,8 +1281,7 @@ impl TcpClient {
                 attempts: 1,
                 outcome: QueryOutcome::Pending,
             });
-            self.conns.insert(
-                seq,
+            self.open(
                 CliConn {
                     seq,
                     port,
@@ -1186,6 +1293,7 @@ impl TcpClient {
                     deadline: (now + SimDuration::from_secs(1)).min(now + self.cfg.connect_timeout),
                     answered_at: None,
                 },
+                out,
             );
         }
     }
@@ -1201,7 +1309,7 @@ impl TcpClient {
             } if inner.src == self.cfg.local_ip => (inner.sport, Some(code)),
             _ => return,
         };
-        let Some(seq) = self.conns.values().find(|c| c.port == port).map(|c| c.seq) else {
+        let Some(&seq) = self.by_port.get(&port) else {
             return;
         };
         if icmp_code.is_some() {
@@ -1224,6 +1332,7 @@ impl TcpClient {
         let Some(c) = self.conns.get_mut(&seq) else {
             return;
         };
+        let old = c.deadline;
         match c.state {
             CliState::SynSent if flags.contains(TcpFlags::SYN | TcpFlags::ACK) => {
                 c.rcv_nxt = pseq.wrapping_add(1);
@@ -1279,10 +1388,11 @@ impl TcpClient {
                     tcp_packet(local, self.cfg.dst, TcpFlags::ACK, c.snd_nxt, c.rcv_nxt, 0);
                 ack.tag = tag;
                 out.packets.push(ack);
-                self.conns.remove(&seq);
+                self.close(seq, out);
             }
             _ => {}
         }
+        self.refile(seq, old);
     }
 }
 
@@ -1414,6 +1524,80 @@ mod tests {
             .collect();
         let mut rng = SimRng::derive(1, "x");
         assert_eq!(draw_ephemeral_port(&mut rng, &busy), Some(45000));
+    }
+
+    /// The bind/release notes of `Outbox::ports`, applied in order, always give the ports the
+    /// client has bound (the host's table of ports in use is built from them alone).
+    #[test]
+    fn port_notes_track_the_bound_ports() {
+        fn apply(table: &mut BTreeSet<u16>, out: &mut Outbox) {
+            for (p, bound) in out.ports.drain(..) {
+                if bound {
+                    assert!(table.insert(p), "port {p} bound twice");
+                } else {
+                    assert!(table.remove(&p), "port {p} released but not bound");
+                }
+            }
+        }
+        let mut rng = SimRng::derive(3, "answers");
+        for mode in [SourcePort::PerQuery, SourcePort::FixedEphemeral] {
+            let mut c = UdpClient::new(
+                UdpClientConfig {
+                    index: 0,
+                    local_ip: "10.244.2.9".parse().unwrap(),
+                    dst: sa("10.96.0.10:53"),
+                    schedule: sched(1, None),
+                    source_port: mode,
+                    timeout: SimDuration::from_secs(3),
+                    retries: 1,
+                    connected: true,
+                },
+                7,
+                "c",
+            );
+            let mut table = BTreeSet::new();
+            let mut out = Outbox::new();
+            for k in 0..300u64 {
+                let now = SimTime::from_millis(500 * k);
+                c.handle_timeout(now, &BTreeSet::new(), &mut out);
+                for p in std::mem::take(&mut out.packets) {
+                    if rng.below(3) == 0 {
+                        let (Some(sp), Some(dp)) = (p.sport(), p.dport()) else {
+                            continue;
+                        };
+                        let mut ans =
+                            Packet::udp(SocketAddr::new(p.dst, dp), SocketAddr::new(p.src, sp));
+                        ans.tag = p.tag;
+                        c.handle_packet(now, &ans, &mut out);
+                    }
+                }
+                apply(&mut table, &mut out);
+                assert_eq!(table, c.bound_ports(), "{mode:?} at {k}");
+                assert!(c.poll_timeout().is_some());
+            }
+        }
+        // TCP: every connection times out (nothing answers).
+        let mut c = TcpClient::new(
+            TcpClientConfig {
+                index: 0,
+                local_ip: "10.244.2.9".parse().unwrap(),
+                dst: sa("10.96.0.1:443"),
+                schedule: sched(1, None),
+                connect_timeout: SimDuration::from_secs(5),
+                request_timeout: SimDuration::from_secs(5),
+                request_bytes: 10,
+            },
+            7,
+            "t",
+        );
+        let mut table = BTreeSet::new();
+        let mut out = Outbox::new();
+        for k in 0..100u64 {
+            c.handle_timeout(SimTime::from_millis(700 * k), &BTreeSet::new(), &mut out);
+            apply(&mut table, &mut out);
+            assert_eq!(table, c.bound_ports());
+        }
+        assert!(!table.is_empty() && table.len() <= 6, "{table:?}");
     }
 
     #[test]

@@ -213,8 +213,14 @@ impl ClientApp {
     }
     fn owns(&self, proto: u8, port: u16) -> bool {
         match self {
-            ClientApp::Udp(c) => proto == 17 && c.bound_ports().contains(&port),
-            ClientApp::Tcp(c) => proto == 6 && c.bound_ports().contains(&port),
+            ClientApp::Udp(c) => proto == 17 && c.binds(port),
+            ClientApp::Tcp(c) => proto == 6 && c.binds(port),
+        }
+    }
+    fn bound_ports(&self) -> BTreeSet<u16> {
+        match self {
+            ClientApp::Udp(c) => c.bound_ports(),
+            ClientApp::Tcp(c) => c.bound_ports(),
         }
     }
     fn proto(&self) -> u8 {
@@ -399,6 +405,10 @@ pub struct Simulation {
     pod_ids: BTreeMap<String, usize>,
     clients: Vec<ClientRt>,
     clients_by_ip: BTreeMap<IpAddr, Vec<usize>>,
+    /// The ports clients have bound, by (address, protocol, port), with the clients holding
+    /// each: kept up to date from [`Outbox::ports`], so a send's port draw and a packet's
+    /// delivery cost O(log n) in the sockets of the host.
+    client_ports: BTreeMap<(IpAddr, u8, u16), BTreeSet<usize>>,
     slices: Vec<EndpointSlice>,
     slice_sync_pending: bool,
     timeline: Vec<TimelineEvent>,
@@ -694,6 +704,7 @@ impl Simulation {
             pod_ids: BTreeMap::new(),
             clients: Vec::new(),
             clients_by_ip: BTreeMap::new(),
+            client_ports: BTreeMap::new(),
             slices: Vec::new(),
             slice_sync_pending: false,
             timeline: Vec::new(),
@@ -923,6 +934,12 @@ impl Simulation {
             ))),
         };
         self.clients_by_ip.entry(ip).or_default().push(index);
+        for p in app.bound_ports() {
+            self.client_ports
+                .entry((ip, app.proto(), p))
+                .or_default()
+                .insert(index);
+        }
         self.clients.push(ClientRt {
             def,
             machine,
@@ -1248,9 +1265,12 @@ impl Simulation {
                     .poll_timeout()
                     .is_some_and(|t| t <= self.now)
                 {
-                    let busy = self.busy_ports(i);
                     let mut out = Outbox::new();
-                    match &mut self.clients[i].app {
+                    let c = &mut self.clients[i];
+                    let (ip, proto) = (c.ip, c.app.proto());
+                    let table = &self.client_ports;
+                    let busy = |p: u16| table.contains_key(&(ip, proto, p));
+                    match &mut c.app {
                         ClientApp::Udp(c) => c.handle_timeout(self.now, &busy, &mut out),
                         ClientApp::Tcp(c) => c.handle_timeout(self.now, &busy, &mut out),
                     }

@@ -294,13 +294,10 @@ impl Simulation {
             self.arm_stack(&m);
             return;
         }
-        let owner = self.clients_by_ip.get(&p.dst).and_then(|list| {
-            list.iter().copied().find(|&i| {
-                self.clients[i].machine == m
-                    && self.clients[i].app.proto() == proto
-                    && self.clients[i].app.owns(proto, dport)
-            })
-        });
+        let owner = self
+            .client_ports
+            .get(&(p.dst, proto, dport))
+            .and_then(|set| set.iter().copied().find(|&i| self.clients[i].machine == m));
         if let Some(i) = owner {
             match &mut self.clients[i].app {
                 ClientApp::Udp(c) => c.handle_packet(now, &p, &mut out),
@@ -334,6 +331,7 @@ impl Simulation {
     }
 
     pub(super) fn client_output(&mut self, i: usize, out: Outbox) {
+        self.note_ports(i, &out.ports);
         let m = self.clients[i].machine.clone();
         let (name, events) = if self.recording {
             (self.clients[i].def.name.clone(), out.events)
@@ -401,19 +399,20 @@ impl Simulation {
         self.arm_client(i);
     }
 
-    pub(super) fn busy_ports(&self, i: usize) -> BTreeSet<u16> {
+    /// Files client `i`'s port changes in the host's table.
+    fn note_ports(&mut self, i: usize, changes: &[(u16, bool)]) {
         let c = &self.clients[i];
-        let mut s = BTreeSet::new();
-        if let Some(list) = self.clients_by_ip.get(&c.ip) {
-            for &j in list {
-                if j != i && self.clients[j].app.proto() == c.app.proto() {
-                    match &self.clients[j].app {
-                        ClientApp::Udp(x) => s.extend(x.bound_ports()),
-                        ClientApp::Tcp(x) => s.extend(x.bound_ports()),
-                    }
+        let (ip, proto) = (c.ip, c.app.proto());
+        for &(port, bound) in changes {
+            let key = (ip, proto, port);
+            if bound {
+                self.client_ports.entry(key).or_default().insert(i);
+            } else if let Some(set) = self.client_ports.get_mut(&key) {
+                set.remove(&i);
+                if set.is_empty() {
+                    self.client_ports.remove(&key);
                 }
             }
         }
-        s
     }
 }
