@@ -58,8 +58,8 @@ pub mod sink;
 mod timeline;
 
 pub use expect::ClientFigures;
-pub use record::{CtRecord, DumpRecord, EndRecord, StartRecord, Summary, JSON_SCHEMA_VERSION};
 pub use inject::{Origin, Sighting, INJECTED_TAG};
+pub use record::{CtRecord, DumpRecord, EndRecord, StartRecord, Summary, JSON_SCHEMA_VERSION};
 pub use sink::{Collect, EventSink, JsonLinesSink, TextSink};
 pub use timeline::{TimelineEvent, What};
 

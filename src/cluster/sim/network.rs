@@ -3,6 +3,18 @@
 
 use super::*;
 
+/// Why a node's namespace stopped a packet, for the timeline (`None`: it went on).
+fn fate_reason(fate: &Fate) -> Option<String> {
+    match fate {
+        Fate::Dropped(c) => Some(c.to_string()),
+        Fate::Rejected { table, hook } => Some(format!("rejected by {table} {hook}")),
+        Fate::RejectedNft { chain, hook } => {
+            Some(format!("rejected by nft chain {chain} ({hook})"))
+        }
+        Fate::Transmitted | Fate::Delivered => None,
+    }
+}
+
 impl Simulation {
     /// Sends packets from a machine into the network as that machine would.
     pub(super) fn send_from(&mut self, m: &Machine, packets: Vec<Packet>) {
@@ -89,24 +101,12 @@ impl Simulation {
             .process_into(self.now, p, from, &mut out);
         self.after_kernel(n);
         if p.tag & INJECTED_TAG != 0 {
-            let reason = match &r.fate {
-                Fate::Dropped(c) => Some(c.to_string()),
-                Fate::Rejected { table, hook } => Some(format!("rejected by {table} {hook}")),
-                Fate::Transmitted | Fate::Delivered => None,
-            };
-            if reason.is_some() {
-                self.sighted(&Machine::Node(n), &p, reason);
+            if let Some(reason) = fate_reason(&r.fate) {
+                self.sighted(&Machine::Node(n), &p, Some(reason));
             }
         }
         if self.recording {
-            let reason = match &r.fate {
-                Fate::Dropped(c) => Some(c.to_string()),
-                Fate::Rejected { table, hook } => Some(format!("rejected by {table} {hook}")),
-                Fate::RejectedNft { chain, hook } => {
-                    Some(format!("rejected by nft chain {chain} ({hook})"))
-                }
-                Fate::Transmitted | Fate::Delivered => None,
-            };
+            let reason = fate_reason(&r.fate);
             if let (Some(reason), Some(t)) = (reason, self.client_tag(&p, false)) {
                 let what = What::Dropped {
                     client: self.clients[t.client as usize].def.name.clone(),
