@@ -44,7 +44,13 @@ fn load_err(yaml: &str) -> String {
 
 #[test]
 fn the_shipped_event_scenarios_pass() {
-    for name in ["conntrack-delete.yaml", "service-scale-to-zero.yaml"] {
+    for name in [
+        "conntrack-delete.yaml",
+        "service-scale-to-zero.yaml",
+        "conntrack-table-full.yaml",
+        "nodelocal-dnscache.yaml",
+        "aws-cni-snat.yaml",
+    ] {
         let r = run(shipped(name));
         assert!(failed(&r).is_empty(), "{name}: {:?}", failed(&r));
     }
@@ -307,5 +313,51 @@ events:
     assert!(
         e.contains("3 replicas, but the scenario defines 1 pod(s)"),
         "{e}"
+    );
+}
+
+#[test]
+fn a_full_table_shows_its_early_drops_and_drops_in_conntrack_s() {
+    let r = run(shipped("conntrack-table-full.yaml"));
+    let stats: Vec<String> = lines(&r)
+        .into_iter()
+        .filter(|l| l.contains("node-2$ conntrack -S"))
+        .collect();
+    assert_eq!(stats.len(), 2, "{stats:#?}");
+    let field = |l: &str, k: &str| -> u64 {
+        l.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    // Only DNS: evictions, no drops. Then assured entries: drops.
+    assert!(
+        field(&stats[0], "early_drop=") > 0 && field(&stats[0], "drop=") == 0,
+        "{}",
+        stats[0]
+    );
+    assert!(field(&stats[1], "drop=") > 0, "{}", stats[1]);
+}
+
+#[test]
+fn the_nodes_own_rules_sit_next_to_kube_proxys() {
+    let sc = shipped("aws-cni-snat.yaml");
+    let mut sim = Simulation::new(sc, opts()).unwrap();
+    sim.run_until(SimTime::from_secs(60)).unwrap();
+    let rules = sim.rules(1);
+    let post: Vec<&str> = rules
+        .lines()
+        .filter(|l| l.starts_with("-A POSTROUTING"))
+        .collect();
+    assert_eq!(
+        post,
+        [
+            "-A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING",
+            "-A POSTROUTING -m comment --comment \"AWS SNAT CHAIN\" -j AWS-SNAT-CHAIN-0",
+        ]
+    );
+    assert!(
+        rules.contains("-j SNAT --to-source 10.0.1.12 --random-fully"),
+        "{rules}"
     );
 }

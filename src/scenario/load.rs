@@ -529,13 +529,20 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         let mut extra_addresses = Vec::new();
         for a in &d.extra_addresses {
             let x = &a.value;
-            if let Some(prev) = addrs.insert(x.address, format!("node {}", d.name.value)) {
+            let dev = x.interface.clone().unwrap_or_else(|| "eth0".into());
+            // An address on an interface of its own is the node's alone (several nodes may
+            // hold the same one); on eth0 it is on the node network and must be unique.
+            let dup = if dev == "eth0" {
+                addrs.insert(x.address, format!("node {}", d.name.value))
+            } else {
+                addrs.get(&x.address).cloned()
+            };
+            if let Some(prev) = dup {
                 return Err(ctx.err(
                     a,
                     format!("address {} is already used by {prev}", x.address),
                 ));
             }
-            let dev = x.interface.clone().unwrap_or_else(|| "eth0".into());
             let len = match x.len {
                 Some(l) => l,
                 None if dev == "eth0" => 0, // the node network's length, set below

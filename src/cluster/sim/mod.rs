@@ -604,8 +604,10 @@ impl Simulation {
         let mut owners = BTreeMap::new();
         for (i, n) in sc.nodes.iter().enumerate() {
             owners.insert(n.address, Owner::Node(i));
-            for (_, a, _) in &n.extra_addresses {
-                owners.insert(*a, Owner::Node(i));
+            for (dev, a, _) in &n.extra_addresses {
+                if dev == "eth0" {
+                    owners.insert(*a, Owner::Node(i));
+                }
             }
             nodes.push(NodeRt {
                 stack: Stack::build(&n.apps, seed, &format!("node/{}", n.name)),
