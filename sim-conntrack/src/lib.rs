@@ -44,6 +44,7 @@ pub mod entry;
 pub mod event;
 pub mod filter;
 mod index;
+pub mod listing;
 pub mod nat;
 pub mod table;
 mod track;
@@ -55,9 +56,11 @@ pub use entry::{
 };
 pub use event::{CtEvent, DestroyCause, EventKind, Stats};
 pub use filter::{AddrMatch, Filter, FilterError};
+pub use listing::{load_listing, parse_listing, AgeSource, ListedEntry, ListingError, LoadReport};
 pub use nat::{Manip, NatError, NatRange, NatRangeError};
 pub use table::{
-    ConfirmError, Conntrack, CtHandle, CtInfo, CtVerdict, DropReason, InvalidReason, BATCH,
+    ConfirmError, Conntrack, CtHandle, CtInfo, CtVerdict, DropReason, InsertError, InvalidReason,
+    NewEntry, BATCH,
 };
 pub use track::tcp_transition;
 pub use tuple::{Dir, Tuple, TupleV4};

@@ -256,6 +256,48 @@ impl Entry {
     }
 }
 
+/// An entry to insert from userspace ([`Conntrack::insert`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NewEntry {
+    /// The original tuple.
+    pub orig: Tuple,
+    /// The reply tuple (after NAT).
+    pub reply: Tuple,
+    /// Status bits (`CONFIRMED` is added).
+    pub status: Status,
+    /// The TCP state (TCP only; ESTABLISHED if not given).
+    pub tcp_state: Option<TcpState>,
+    /// The connection mark.
+    pub mark: u32,
+    /// Time left before it times out.
+    pub timeout: sim_core::SimDuration,
+    /// How long ago it was created.
+    pub age: sim_core::SimDuration,
+}
+
+/// Why [`Conntrack::insert`] refused an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsertError {
+    /// One of its tuples is in the table already (`conntrack -I`: "File exists").
+    Exists,
+    /// The table is full (`nf_conntrack_max`) and nothing could be early-dropped.
+    TableFull,
+    /// The tuples are of different protocols or address families.
+    Mismatch,
+}
+
+impl fmt::Display for InsertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            InsertError::Exists => "an entry with one of these tuples is already in the table",
+            InsertError::TableFull => "the table is full (nf_conntrack_max)",
+            InsertError::Mismatch => "the two tuples differ in protocol or address family",
+        })
+    }
+}
+
+impl std::error::Error for InsertError {}
+
 /// The connection tracking table of one network namespace. Sans-IO: every call that depends
 /// on time takes `now`, nothing reads a clock, and the outputs (events) are drained by the
 /// caller.
@@ -1158,6 +1200,51 @@ impl Conntrack {
         };
         self.destroy(slot, now, cause, false);
         Some(snap)
+    }
+
+    /// Inserts a confirmed entry from userspace, as `conntrack -I` does
+    /// (`ctnetlink_create_conntrack`): its tuples, status, TCP state, mark and timeout as
+    /// given, created `age` ago (which decides when a UDP entry's next packet may make it
+    /// ASSURED: more than 2 s after creation, `nf_conntrack_udp_packet`). Queues a `[NEW]`
+    /// event and counts `insert` (`nf_conntrack_hash_check_insert`). Refused when either
+    /// tuple is in the table already (the kernel's `EEXIST`) or the table is full.
+    pub fn insert(&mut self, now: SimTime, e: &NewEntry) -> Result<EntryId, InsertError> {
+        self.expire(now);
+        if e.orig.proto != e.reply.proto || e.orig.src.is_ipv4() != e.reply.src.is_ipv4() {
+            return Err(InsertError::Mismatch);
+        }
+        let (o, r) = (Key::from_tuple(&e.orig), Key::from_tuple(&e.reply));
+        let (ho, hr) = (o.hash(&self.hseed), r.hash(&self.hseed));
+        if self.lookup_key(ho, &o).is_some() || self.lookup_key(hr, &r).is_some() {
+            return Err(InsertError::Exists);
+        }
+        let slot = self.alloc(now, o, r, ho).ok_or(InsertError::TableFull)?;
+        let v = (slot as u32) << 1;
+        self.index.insert(hr, v | 1);
+        self.index.insert(ho, v);
+        let deadline = now.saturating_add(e.timeout);
+        let events = self.cfg.events != 0;
+        let ent = &mut self.slab[slot];
+        ent.status = e.status;
+        ent.status.insert(Status::CONFIRMED);
+        ent.mark = e.mark;
+        if e.orig.proto == IPPROTO_TCP {
+            ent.set_tcp_state(e.tcp_state.unwrap_or(TcpState::Established) as u8);
+        } else if e.orig.proto == sim_core::packet::IPPROTO_UDP {
+            // stream_ts = creation + 2 s.
+            let created = now.as_nanos().saturating_sub(e.age.as_nanos());
+            ent.set_stream_ts(SimTime::from_nanos(created.saturating_add(2_000_000_000)));
+        }
+        ent.timeout = deadline;
+        ent.armed = deadline;
+        ent.life = Life::Confirmed;
+        ent.pending = if events { ev::NEW } else { 0 };
+        let gen = ent.gen;
+        self.timers.push(Reverse((deadline, slot as u32, gen)));
+        self.confirmed += 1;
+        self.stats.insert += 1;
+        self.deliver(slot, now);
+        Ok(self.id_of(slot))
     }
 
     /// The whole `conntrack -L` output at `now` (stdout lines, then the stderr summary line
