@@ -155,11 +155,42 @@ impl NodeArgs {
 
 #[derive(Args, Debug)]
 struct TraceArgs {
+    /// A scenario: trace on its node --node as it is at --at (its interfaces, routes, rules
+    /// and conntrack table; the run is not changed).
+    scenario: Option<String>,
+    /// The scenario's node.
+    #[arg(long, requires = "scenario")]
+    node: Option<String>,
+    /// The scenario's instant (default: its start).
+    #[arg(long, requires = "scenario")]
+    at: Option<SimDuration>,
+    /// Inside a scenario: the pod (`ns/name` or `name`) or host that sends the packet (by
+    /// default the node's pod holding the source address, else from the network on eth0).
+    #[arg(long, requires = "scenario", conflicts_with = "local")]
+    from: Option<String>,
     /// The rules (iptables-save or iptables-restore text, loaded as `--noflush`).
-    #[arg(long)]
-    rules: String,
+    #[arg(
+        long,
+        required_unless_present = "scenario",
+        conflicts_with = "scenario"
+    )]
+    rules: Option<String>,
+    /// A real node's `conntrack -L` output (with or without `-o extended`) as the table the
+    /// packet meets.
+    #[arg(long, value_name = "FILE", conflicts_with = "scenario")]
+    conntrack: Option<String>,
+    /// The age of --conntrack entries whose line prints none (no delta-time=: the node had
+    /// nf_conntrack_timestamp=0); it decides whether a UDP entry's next packet makes it
+    /// ASSURED (more than 2 s after creation).
+    #[arg(
+        long,
+        value_name = "AGE",
+        default_value = "60s",
+        requires = "conntrack"
+    )]
+    conntrack_age: SimDuration,
     #[command(flatten)]
-    node: NodeArgs,
+    node_args: NodeArgs,
     /// The packet, as `udp 10.244.2.9:40000 -> 10.96.0.10:53` (tcp takes flags, default SYN).
     #[arg(long)]
     packet: String,
@@ -544,19 +575,52 @@ fn cmd_conntrack(a: ConntrackArgs) -> Result<ExitCode> {
 }
 
 fn cmd_trace(a: TraceArgs) -> Result<ExitCode> {
-    use nfsim::explain::{read_text, trace, TraceOptions};
-    let node = a.node.spec()?;
+    use nfsim::explain::{load_conntrack, read_text, trace, trace_in, TraceOptions};
     let packet: sim_core::Packet = a
         .packet
         .parse()
         .map_err(nfsim::explain::ExplainError::from)?;
-    let rules = read_text(&a.rules)?;
-    let base = node.build(&rules, &a.rules)?;
-    let opts = TraceOptions {
+    let mut opts = TraceOptions {
         local: a.local,
         all_branches: a.all_branches,
+        at: SimTime::ZERO,
     };
-    let report = trace(&node, &base, packet, &opts)?;
+    let report = if let Some(file) = &a.scenario {
+        let node = a
+            .node
+            .as_deref()
+            .ok_or_else(|| anyhow!("--node is required with a scenario: which node to trace on"))?;
+        let sc = load(file, None)?;
+        let at = SimTime::ZERO + a.at.unwrap_or(SimDuration::ZERO);
+        let seed = sc.seed;
+        let mut sim = Simulation::new(sc, RunOptions::default())?;
+        let n = sim.node_index(node)?;
+        sim.run_until(at)?;
+        let (ingress, reason) = sim.ingress_for(n, packet.src, a.from.as_deref(), a.local)?;
+        opts.at = sim.now();
+        let mut r = trace_in(sim.netns(n), packet, ingress, reason, seed, &opts)?;
+        r.notes.push(format!(
+            "{node} of {file} at {} ({} conntrack entries)",
+            sim.now().hms(),
+            sim.conntrack_count(n)
+        ));
+        r
+    } else {
+        let node = a.node_args.spec()?;
+        let rules_file = a.rules.as_deref().unwrap_or_default();
+        let rules = read_text(rules_file)?;
+        let mut base = node.build(&rules, rules_file)?;
+        let mut notes = Vec::new();
+        if let Some(ct) = &a.conntrack {
+            // Entries are loaded at an instant late enough that any age fits before it.
+            opts.at = SimTime::ZERO + SimDuration::from_secs(365 * 86_400);
+            let rep = load_conntrack(&mut base, ct, opts.at, a.conntrack_age)?;
+            notes.push(format!("conntrack from {ct}: {rep}"));
+        }
+        let mut r = trace(&node, &base, packet, &opts)?;
+        r.notes = notes;
+        r
+    };
     if a.json {
         out(&format!("{}\n", report.json()))?;
     } else {

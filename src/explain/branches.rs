@@ -205,6 +205,7 @@ pub(crate) fn explore(
     base: &Netns,
     pkt: Packet,
     ingress: Ingress,
+    now: sim_core::SimTime,
 ) -> Result<BranchReport, ExplainError> {
     struct Leaf {
         outcome: Outcome,
@@ -228,7 +229,7 @@ pub(crate) fn explore(
         }
         let mut ns = base.clone();
         apply_forcing(&mut ns, base, &forced)?;
-        let run = run_once(&mut ns, pkt, ingress);
+        let run = run_once(&mut ns, pkt, ingress, now);
         let is_forced = |r: &RuleRef| forced.iter().any(|(f, _)| f == r);
         match run.stat_rules.iter().find(|r| !is_forced(r)) {
             None => {

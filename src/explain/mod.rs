@@ -20,6 +20,7 @@ pub mod dyadic;
 mod node;
 mod normalize;
 mod replay;
+mod state;
 mod trace;
 
 pub use branches::{BranchOutcome, BranchReport, Decision, Probability, MAX_BRANCH_RUNS};
@@ -27,7 +28,8 @@ pub use dyadic::Dyadic;
 pub use node::{NodeSpec, CNI0, DEFAULT_NODE_ADDR, DEFAULT_NODE_PREFIX, ETH0};
 pub use normalize::normalize;
 pub use replay::{replay, ReplayOptions, ReplaySummary};
-pub use trace::{trace, Outcome, StepJson, TraceOptions, TraceReport};
+pub use state::{load_conntrack, DEFAULT_ASSUMED_AGE};
+pub use trace::{trace, trace_in, Outcome, StepJson, TraceOptions, TraceReport};
 
 use sim_core::packet::PacketParseError;
 use sim_core::pcap::{PcapReadError, PcapWriteError};
@@ -89,6 +91,14 @@ pub enum ExplainError {
     /// Writing the report failed (a closed pipe).
     #[error("writing the output: {0}")]
     Output(#[source] std::io::Error),
+    /// A `conntrack -L` listing did not load: `FILE: line L, column C: what`.
+    #[error("{file}: {message}")]
+    Conntrack {
+        /// The listing file.
+        file: String,
+        /// Where and what.
+        message: String,
+    },
     /// `--all-branches` would take more than [`MAX_BRANCH_RUNS`] runs.
     #[error("--all-branches: more than {limit} runs would be needed to follow every statistic branch of this packet (MAX_BRANCH_RUNS); the rules meet too many statistic matches on one path")]
     TooManyBranches {

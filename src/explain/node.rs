@@ -197,6 +197,13 @@ impl NodeSpec {
 
     /// The interfaces and routes, one line each, as `ip addr`/`ip route` would say them.
     pub fn describe(&self, ns: &Netns) -> (Vec<String>, Vec<String>) {
+        describe(ns)
+    }
+}
+
+/// A namespace's interfaces and routes, one line each, as `ip addr`/`ip route` would say them.
+pub fn describe(ns: &Netns) -> (Vec<String>, Vec<String>) {
+    {
         let ifaces = ns
             .routing()
             .interfaces()

@@ -17,6 +17,8 @@ pub struct TraceOptions {
     pub local: bool,
     /// Follow every `statistic` branch (see [`super::branches`]).
     pub all_branches: bool,
+    /// The instant the packet arrives (the namespace's conntrack entries are relative to it).
+    pub at: SimTime,
 }
 
 /// How a packet's journey ended, and what it looked like at the end. Two branches with equal
@@ -56,6 +58,9 @@ pub enum StepJson {
         state: String,
         /// The entry as `conntrack -L` prints it.
         entry: Option<String>,
+        /// Whether the entry was in the table before this packet (its NAT applies; the nat
+        /// rules are not consulted).
+        found: bool,
     },
     /// A table's built-in chain starts.
     Enter {
@@ -231,6 +236,10 @@ pub struct TraceReport {
     /// Every reachable outcome of the statistic matches (with `--all-branches`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub branches: Option<BranchReport>,
+    /// What the node's starting state was made of (`--conntrack`: how many entries, which
+    /// age was assumed), one line each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// The trace as text.
     #[serde(skip)]
     trace_text: String,
@@ -252,9 +261,9 @@ pub(crate) struct RuleRef {
     pub num: usize,
 }
 
-/// Pushes `pkt` through `ns` at time zero with a trace, and analyses what happened.
-pub(crate) fn run_once(ns: &mut Netns, pkt: Packet, ingress: Ingress) -> Run {
-    let result = ns.process_traced(SimTime::ZERO, pkt, ingress);
+/// Pushes `pkt` through `ns` at `now` with a trace, and analyses what happened.
+pub(crate) fn run_once(ns: &mut Netns, pkt: Packet, ingress: Ingress, now: SimTime) -> Run {
+    let result = ns.process_traced(now, pkt, ingress);
     let steps = result
         .trace
         .as_ref()
@@ -420,6 +429,7 @@ fn step_json(s: &Step) -> StepJson {
         Step::Conntrack { state, entry } => StepJson::Conntrack {
             state: state.clone(),
             entry: entry.clone(),
+            found: false,
         },
         Step::Rules(e) => match e {
             TraceEvent::Enter {
@@ -545,6 +555,62 @@ fn step_json(s: &Step) -> StepJson {
     }
 }
 
+/// Steps that say nothing: a rewrite that changed nothing, a table the node does not have.
+fn is_noop(s: &Step) -> bool {
+    match s {
+        Step::Rewrite { before, after, .. } => before == after,
+        Step::Rules(TraceEvent::Skip { reason, .. }) => reason == "table does not exist",
+        _ => false,
+    }
+}
+
+/// Whether a conntrack step found an entry already in the table (any state but NEW).
+fn entry_found(s: &Step) -> bool {
+    matches!(s, Step::Conntrack { state, entry: Some(_) } if !state.starts_with("NEW") && !state.starts_with("INVALID") && state != "UNTRACKED")
+}
+
+/// One step's line; an entry found in the table says so, with the NAT it carries.
+fn step_text(s: &Step, entry: Option<&sim_conntrack::CtEntry>) -> String {
+    if let (
+        true,
+        Step::Conntrack {
+            state,
+            entry: Some(line),
+        },
+    ) = (entry_found(s), s)
+    {
+        let mut nat = Vec::new();
+        if let Some(e) = entry {
+            if e.is_dst_nat() {
+                nat.push(format!(
+                    "DNAT from the entry ({} -> {})",
+                    endpoint(e.orig.dst, ports(e).then_some(e.orig.dport)),
+                    endpoint(e.reply.src, ports(e).then_some(e.reply.sport))
+                ));
+            }
+            if e.is_src_nat() {
+                nat.push(format!(
+                    "SNAT from the entry ({} -> {})",
+                    endpoint(e.orig.src, ports(e).then_some(e.orig.sport)),
+                    endpoint(e.reply.dst, ports(e).then_some(e.reply.dport))
+                ));
+            }
+        }
+        if nat.is_empty() {
+            nat.push("no NAT".to_string());
+        }
+        return format!(
+            "  conntrack: entry found: {line}\n    {state}, {}, nat rules not consulted",
+            nat.join(", ")
+        );
+    }
+    s.to_string()
+}
+
+fn ports(e: &sim_conntrack::CtEntry) -> bool {
+    sim_conntrack::tuple::has_ports(e.proto())
+}
+
 /// Traces `pkt` through a copy of `base` (the node's namespace, rules loaded) and, with
 /// [`TraceOptions::all_branches`], follows every statistic branch.
 ///
@@ -568,17 +634,32 @@ pub fn trace(
         });
     }
     let (ingress, reason) = node.ingress_for(&pkt, opts.local);
+    trace_in(base, pkt, ingress, reason, node.seed, opts)
+}
+
+/// Traces `pkt` entering `base` by `ingress` (`reason` says why there), read-only: the
+/// packet goes through a copy. For a namespace built elsewhere (a scenario's node at an
+/// instant).
+pub fn trace_in(
+    base: &Netns,
+    pkt: Packet,
+    ingress: Ingress,
+    reason: String,
+    seed: u64,
+    opts: &TraceOptions,
+) -> Result<TraceReport, ExplainError> {
     let mut ns = base.clone();
-    let run = run_once(&mut ns, pkt, ingress);
+    let run = run_once(&mut ns, pkt, ingress, opts.at);
     let steps: &[Step] = run
         .result
         .trace
         .as_ref()
         .map(|t| t.steps.as_slice())
         .unwrap_or(&[]);
-    let (interfaces, routes) = node.describe(base);
+    let (interfaces, routes) = super::node::describe(base);
+    let shown: Vec<&Step> = steps.iter().filter(|s| !is_noop(s)).collect();
     let branches = if opts.all_branches {
-        Some(branches::explore(base, pkt, ingress)?)
+        Some(branches::explore(base, pkt, ingress, opts.at)?)
     } else {
         None
     };
@@ -589,23 +670,31 @@ pub fn trace(
             Ingress::Interface(d) => d.to_string(),
         },
         ingress_reason: reason,
-        seed: node.seed,
+        seed,
         interfaces,
         routes,
-        steps: steps.iter().map(step_json).collect(),
+        steps: shown
+            .iter()
+            .map(|s| {
+                let mut j = step_json(s);
+                if let StepJson::Conntrack { found, .. } = &mut j {
+                    *found = entry_found(s);
+                }
+                j
+            })
+            .collect(),
         outcome: run.outcome.clone(),
         conntrack: run
             .result
             .entry
             .as_ref()
-            .map(|e| e.list_line(SimTime::ZERO).to_string()),
+            .map(|e| e.list_line(opts.at).to_string()),
         branches,
-        trace_text: run
-            .result
-            .trace
-            .as_ref()
-            .map(|t| t.to_string())
-            .unwrap_or_default(),
+        notes: Vec::new(),
+        trace_text: shown
+            .iter()
+            .map(|s| step_text(s, run.result.entry.as_ref()) + "\n")
+            .collect(),
     })
 }
 
@@ -636,6 +725,9 @@ impl TraceReport {
         let _ = writeln!(s, "routes:  {}", self.routes.join("; "));
         let _ = writeln!(s, "enters:  {}", self.ingress_reason);
         let _ = writeln!(s, "seed:    {}", self.seed);
+        for n in &self.notes {
+            let _ = writeln!(s, "state:   {n}");
+        }
         s.push('\n');
         s.push_str(&self.trace_text);
         s.push('\n');

@@ -378,6 +378,9 @@ pub enum SimError {
     /// An unknown node name.
     #[error("unknown node {0:?}")]
     UnknownNode(String),
+    /// `nfsim trace` inside a scenario: what it was asked cannot be set up.
+    #[error("{0}")]
+    Trace(String),
     /// A sink of [`RunOptions::sinks`] could not write (a closed pipe, a full disk): the run
     /// stopped there.
     #[error("{message}")]
@@ -1581,6 +1584,86 @@ impl Simulation {
     /// A node's network namespace: its interfaces and routes, rules and conntrack table.
     pub fn netns(&self, node: usize) -> &Netns {
         &self.nodes[node].netns
+    }
+
+    /// Where a packet with source `src` enters node `node` now, and why, for `nfsim trace`:
+    /// OUTPUT with `local`; a pod of this node (named by `from`, or holding `src`) sends
+    /// through its veth; another node's pod, a host or anything else arrives on `eth0`.
+    pub fn ingress_for(
+        &self,
+        node: usize,
+        src: IpAddr,
+        from: Option<&str>,
+        local: bool,
+    ) -> Result<(Ingress, String), SimError> {
+        let name = &self.nodes[node].def.name;
+        if local {
+            return Ok((
+                Ingress::Local,
+                format!("sent by a process of {name} (--local): OUTPUT"),
+            ));
+        }
+        let pod_here = |k: usize| {
+            let p = &self.pods[k];
+            (
+                Ingress::Interface(p.veth),
+                format!(
+                    "sent by pod {} through its veth {} on {name}",
+                    p.key, p.veth
+                ),
+            )
+        };
+        let eth0 = |why: String| {
+            (
+                Ingress::Interface(IfName::new("eth0").unwrap_or_else(|_| unreachable!())),
+                why,
+            )
+        };
+        match from {
+            Some(f) => {
+                let key = if f.contains('/') {
+                    f.to_string()
+                } else {
+                    format!("default/{f}")
+                };
+                if let Some(&k) = self.pod_ids.get(&key) {
+                    let p = &self.pods[k];
+                    if !p.state.has_network() {
+                        return Err(SimError::Trace(format!(
+                            "--from {f}: pod {key} has no network at this instant"
+                        )));
+                    }
+                    if p.state.def.node == node {
+                        return Ok(pod_here(k));
+                    }
+                    let other = &self.nodes[p.state.def.node].def.name;
+                    return Ok(eth0(format!(
+                        "from pod {key} on {other}: arrives on eth0 (as {other} forwards it)"
+                    )));
+                }
+                if self.hosts.iter().any(|(h, _)| h.name == f) {
+                    return Ok(eth0(format!("from host {f}: arrives on eth0")));
+                }
+                let mut known: Vec<String> = self.pod_ids.keys().cloned().collect();
+                known.extend(self.hosts.iter().map(|(h, _)| h.name.clone()));
+                Err(SimError::Trace(format!(
+                    "--from {f}: no pod or host of that name (known: {})",
+                    known.join(", ")
+                )))
+            }
+            None => {
+                for (key, &k) in &self.pod_ids {
+                    let p = &self.pods[k];
+                    if p.state.def.node == node && p.state.has_network() && p.ips.contains(&src) {
+                        let _ = key;
+                        return Ok(pod_here(k));
+                    }
+                }
+                Ok(eth0(format!(
+                    "source {src} is no pod of {name}: arrives on eth0"
+                )))
+            }
+        }
     }
 
     /// How many kube-proxy instances run (one per node, or fewer where nodes share one).

@@ -1,0 +1,171 @@
+//! `nfsim trace` on a scenario's node at an instant, and on a production node's saved rules and
+//! `conntrack -L` output: an existing entry is shown as found (its NAT applies, the nat rules
+//! are not consulted), no-op lines are left out, and a bad listing is a located error.
+
+use std::process::Command;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn nfsim(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_nfsim"))
+        .args(args)
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8(o.stdout).unwrap(),
+        String::from_utf8(o.stderr).unwrap(),
+    )
+}
+
+const PKT: &str = "udp 10.244.2.9:40000 -> 10.96.0.10:53";
+
+#[test]
+fn inside_a_scenario_the_stale_entry_is_found_and_the_run_is_unchanged() {
+    // At 6m coredns-a (10.244.1.5) is dead, yet node-2's entry still sends the sidecar there.
+    let (code, out, err) = nfsim(&[
+        "trace",
+        "scenarios/stale-dns-udp.yaml",
+        "--node",
+        "node-2",
+        "--at",
+        "6m",
+        "--packet",
+        PKT,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("enters:  sent by pod default/app through its veth"),
+        "{out}"
+    );
+    assert!(
+        out.contains("conntrack: entry found: udp      17 "),
+        "{out}"
+    );
+    assert!(
+        out.contains("ESTABLISHED, DNAT from the entry (10.96.0.10:53 -> 10.244.1.5:53), nat rules not consulted"),
+        "{out}"
+    );
+    assert!(!out.contains("-> nat PREROUTING"), "{out}");
+    // No-op lines are left out.
+    assert!(!out.contains("table does not exist"), "{out}");
+    for l in out.lines().filter(|l| l.contains("rewrite at")) {
+        let (a, b) = l.split_once("  =>  ").unwrap();
+        assert_ne!(a.split_once(": ").unwrap().1, b, "{l}");
+    }
+    // A new flow at the same instant is NEW and meets the rules.
+    let (_, out, _) = nfsim(&[
+        "trace",
+        "scenarios/stale-dns-udp.yaml",
+        "--node",
+        "node-2",
+        "--at",
+        "6m",
+        "--packet",
+        "udp 10.244.2.9:40001 -> 10.96.0.10:53",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ct = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "conntrack")
+        .unwrap();
+    assert_eq!(ct["found"], false);
+    assert!(v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["kind"] == "enter" && s["table"] == "nat"));
+    // Unknown names are errors.
+    let (code, _, err) = nfsim(&[
+        "trace",
+        "scenarios/stale-dns-udp.yaml",
+        "--node",
+        "node-9",
+        "--packet",
+        PKT,
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("node-9"), "{err}");
+    let (code, _, err) = nfsim(&[
+        "trace",
+        "scenarios/stale-dns-udp.yaml",
+        "--node",
+        "node-2",
+        "--from",
+        "nobody",
+        "--packet",
+        PKT,
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--from nobody"), "{err}");
+}
+
+#[test]
+fn from_production_the_saved_table_decides() {
+    let args = |ct: &'static str| {
+        vec![
+            "trace",
+            "--rules",
+            "examples/production-node/rules.txt",
+            "--conntrack",
+            ct,
+            "--node-addr",
+            "192.168.0.12",
+            "--pod-cidr",
+            "10.244.2.0/24",
+            "--packet",
+            PKT,
+            "--json",
+        ]
+    };
+    let (code, out, err) = nfsim(&args("examples/production-node/conntrack.txt"));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["outcome"]["dnat"], "10.96.0.10:53 -> 10.244.1.5:53");
+    let notes = v["notes"][0].as_str().unwrap();
+    assert!(
+        notes.contains("4 entries loaded") && notes.contains("assumed 1m old"),
+        "{notes}"
+    );
+    assert!(v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["kind"] == "conntrack" && s["found"] == true));
+    // Without the table the rules pick an endpoint themselves.
+    let (_, out, _) = nfsim(&[
+        "trace",
+        "--rules",
+        "examples/production-node/rules.txt",
+        "--node-addr",
+        "192.168.0.12",
+        "--pod-cidr",
+        "10.244.2.0/24",
+        "--packet",
+        PKT,
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["outcome"]["dnat"], "10.96.0.10:53 -> 10.244.2.5:53");
+
+    let dir = std::env::temp_dir().join(format!("nfsim-trace-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.txt");
+    std::fs::write(
+        &bad,
+        "udp      17 29 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.5 dst=10.244.2.9 sport=53 dport=x mark=0 use=1\n",
+    )
+    .unwrap();
+    let bad_s: &'static str = Box::leak(bad.to_str().unwrap().to_string().into_boxed_str());
+    let (code, _, err) = nfsim(&args(bad_s));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("bad.txt: line 1, column 106: dport=x"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
