@@ -111,6 +111,17 @@ pub fn apply_sync(
     out: &SyncOutput,
     memo: Option<&mut RestoreMemo>,
 ) -> Result<(), String> {
+    if out.mode == crate::kubeproxy::ProxyMode::Nftables {
+        // The stale-chain deletion is a transaction of its own; its failure is logged by
+        // kube-proxy and retried, never fatal.
+        if let Some(c) = &out.nft_cleanup {
+            let _ = ns.nft_apply("kube-proxy-stale-chains", c, out.at);
+        }
+        return ns
+            .nft_apply("kube-proxy", &out.restore, out.at)
+            .map(|_| ())
+            .map_err(|e| format!("nft -f: {e}"));
+    }
     for j in &out.jump_rules {
         ensure_jump_rule(ns, j)?;
     }

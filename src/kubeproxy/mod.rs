@@ -60,6 +60,7 @@ pub mod cleanup;
 pub mod ct_adapter;
 pub mod model;
 pub mod names;
+pub mod nftables;
 pub mod proxier;
 pub mod render;
 pub mod runner;
@@ -73,6 +74,7 @@ pub use model::{categorize_endpoints, Categorized, EndpointInfo, ProxyState, Ser
 pub use names::ServicePortName;
 pub use proxier::{KubeProxy, SyncOutput};
 pub use render::{
-    jump_rules, render_sync, JumpRule, LocalDetector, ProxierConfig, RenderedSync, SyncScope, Table,
+    jump_rules, render_sync, JumpRule, LocalDetector, ProxierConfig, ProxyMode, RenderedSync,
+    SyncScope, Table,
 };
 pub use runner::{SyncKind, SyncRunner, SyncTiming};

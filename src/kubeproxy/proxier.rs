@@ -38,6 +38,11 @@ pub struct SyncOutput {
     pub changed_services: BTreeSet<(String, String)>,
     /// Stale per-service chains this payload deletes.
     pub deleted_chains: Vec<String>,
+    /// iptables or nftables: `restore` is then an `nft -f` transaction.
+    pub mode: super::render::ProxyMode,
+    /// nftables mode: the separate transaction deleting long-stale chains, run first and
+    /// allowed to fail (`staleChains`).
+    pub nft_cleanup: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -45,6 +50,8 @@ struct Pending {
     state: ProxyState,
     active_nat_chains: BTreeSet<String>,
     cleaned_chains: bool,
+    nft_next: Option<super::nftables::NftProxierState>,
+    nft_failed: Option<super::nftables::NftProxierState>,
 }
 
 /// One node's kube-proxy. See the module documentation for the call order.
@@ -58,6 +65,7 @@ pub struct KubeProxy {
     nat_chains: BTreeSet<String>,
     last_chain_cleanup: Option<SimTime>,
     pending: Option<Pending>,
+    nft: super::nftables::NftProxierState,
 }
 
 impl KubeProxy {
@@ -78,6 +86,7 @@ impl KubeProxy {
             nat_chains: BTreeSet::new(),
             last_chain_cleanup: None,
             pending: None,
+            nft: Default::default(),
         }
     }
 
@@ -185,6 +194,33 @@ impl KubeProxy {
         let kind = self.runner.on_timeout(now)?;
         let state = self.current_state();
         let changed = self.applied.changed_services(&state);
+        if self.config.mode == super::render::ProxyMode::Nftables {
+            let sync = super::nftables::render_nft_sync(
+                &self.config,
+                &state,
+                &self.nft,
+                kind == SyncKind::Full,
+                &changed,
+                now,
+            );
+            self.pending = Some(Pending {
+                state,
+                active_nat_chains: BTreeSet::new(),
+                cleaned_chains: false,
+                nft_next: Some(sync.next),
+                nft_failed: Some(sync.failed),
+            });
+            return Some(SyncOutput {
+                at: now,
+                kind,
+                jump_rules: Vec::new(),
+                restore: sync.tx,
+                changed_services: changed,
+                deleted_chains: Vec::new(),
+                mode: super::render::ProxyMode::Nftables,
+                nft_cleanup: sync.cleanup,
+            });
+        }
         let total: usize = state
             .services
             .keys()
@@ -209,6 +245,8 @@ impl KubeProxy {
             state,
             active_nat_chains: rendered.active_nat_chains.clone(),
             cleaned_chains: clean_chains,
+            nft_next: None,
+            nft_failed: None,
         });
         Some(SyncOutput {
             at: now,
@@ -221,6 +259,8 @@ impl KubeProxy {
             restore: rendered.restore,
             changed_services: changed,
             deleted_chains: rendered.deleted_chains,
+            mode: super::render::ProxyMode::Iptables,
+            nft_cleanup: None,
         })
     }
 
@@ -239,6 +279,9 @@ impl KubeProxy {
         let before = std::mem::replace(&mut self.applied, p.state);
         match applied {
             Ok(()) => {
+                if let Some(next) = p.nft_next {
+                    self.nft = next;
+                }
                 if p.cleaned_chains {
                     self.last_chain_cleanup = Some(now);
                     self.nat_chains = p.active_nat_chains;
@@ -252,6 +295,9 @@ impl KubeProxy {
                 self.cleanup.after_sync(now, &input, ct)
             }
             Err(_) => {
+                if let Some(f) = p.nft_failed {
+                    self.nft = f;
+                }
                 self.runner.on_sync_failed(now);
                 CleanupReport::default()
             }

@@ -60,6 +60,21 @@ pub struct ProxierConfig {
     pub random_fully: bool,
     /// `net.netfilter.nf_conntrack_tcp_be_liberal` is set: no INVALID drop rule.
     pub conntrack_tcp_be_liberal: bool,
+    /// `--proxy-mode`: iptables (default) or nftables.
+    pub mode: ProxyMode,
+    /// The service CIDRs (nftables mode: the `Drop traffic to unallocated ClusterIPs` rule;
+    /// none by default).
+    pub service_cidrs: Vec<Cidr>,
+}
+
+/// `--proxy-mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// `iptables`: `iptables-restore --noflush` payloads.
+    #[default]
+    Iptables,
+    /// `nftables`: `nft -f` transactions on table `ip kube-proxy`.
+    Nftables,
 }
 
 impl ProxierConfig {
@@ -75,6 +90,8 @@ impl ProxierConfig {
             nfacct: false,
             random_fully: true,
             conntrack_tcp_be_liberal: false,
+            mode: ProxyMode::Iptables,
+            service_cidrs: Vec::new(),
         }
     }
     /// The mark as kube-proxy formats it: `fmt.Sprintf("%#08x", 1<<bit)` = `0x00004000`.

@@ -1,0 +1,240 @@
+//! kube-proxy's nftables proxier: its transactions load (into nfsim and into the real
+//! `nft`, which then list the same table byte for byte), partial syncs touch only what
+//! changed, stale chains are flushed then deleted a second later, and the rules it writes
+//! carry a packet to an endpoint.
+
+use nfsim::k8s::parse_objects;
+use nfsim::kubeproxy::{KubeProxy, MemConntrack, ProxierConfig, ProxyMode, SyncTiming, V133};
+use sim_core::{Packet, SimDuration, SimTime};
+use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig};
+use sim_netfilter::nft::{Family, NftRuleset};
+use std::process::Command;
+
+#[path = "support/tools.rs"]
+mod tools;
+
+const OBJECTS: &str = r#"
+kind: Service
+metadata: {name: kube-dns, namespace: kube-system}
+spec: {clusterIP: 10.96.0.10, ports: [{name: dns, port: 53, protocol: UDP}]}
+---
+kind: EndpointSlice
+metadata: {name: kube-dns-1, namespace: kube-system, labels: {kubernetes.io/service-name: kube-dns}}
+addressType: IPv4
+endpoints: [{addresses: [10.244.1.7]}, {addresses: [10.244.2.5]}]
+ports: [{name: dns, port: 53, protocol: UDP}]
+---
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  type: LoadBalancer
+  clusterIP: 10.96.0.20
+  ports: [{name: http, port: 80, protocol: TCP, nodePort: 30080}]
+  loadBalancerSourceRanges: [203.0.113.0/25]
+  sessionAffinity: ClientIP
+status: {loadBalancer: {ingress: [{ip: 5.6.7.8}]}}
+---
+kind: EndpointSlice
+metadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+endpoints: [{addresses: [10.244.1.9], nodeName: node-a}]
+ports: [{name: http, port: 8080, protocol: TCP}]
+---
+kind: Service
+metadata: {name: empty, namespace: shop}
+spec: {clusterIP: 10.96.0.30, ports: [{name: http, port: 80, protocol: TCP}]}
+"#;
+
+const DNS_ONE_ENDPOINT: &str = r#"
+kind: EndpointSlice
+metadata: {name: kube-dns-1, namespace: kube-system, labels: {kubernetes.io/service-name: kube-dns}}
+addressType: IPv4
+endpoints: [{addresses: [10.244.1.7]}]
+ports: [{name: dns, port: 53, protocol: UDP}]
+"#;
+
+fn proxy() -> KubeProxy {
+    let mut cfg = ProxierConfig::new(
+        "node-a",
+        "172.18.0.2".parse().unwrap(),
+        "10.244.0.0/16".parse().unwrap(),
+    );
+    cfg.mode = ProxyMode::Nftables;
+    cfg.service_cidrs = vec!["10.96.0.0/16".parse().unwrap()];
+    let mut kp = KubeProxy::new(
+        cfg,
+        SyncTiming::default(),
+        Box::new(V133::default()),
+        SimTime::ZERO,
+    );
+    for o in parse_objects(OBJECTS).unwrap() {
+        kp.upsert(SimTime::ZERO, o);
+    }
+    kp
+}
+
+/// Runs the sync due at or after `at`; returns its transactions (cleanup first).
+fn sync(kp: &mut KubeProxy, at: SimTime) -> (SimTime, Vec<String>) {
+    let t = kp.poll_timeout().unwrap().max(at);
+    let out = kp.on_timeout(t).expect("a sync is due");
+    assert_eq!(out.mode, ProxyMode::Nftables);
+    assert!(out.jump_rules.is_empty());
+    kp.complete_sync(t, Ok(()), &mut MemConntrack::default());
+    let mut v: Vec<String> = out.nft_cleanup.into_iter().collect();
+    v.push(out.restore);
+    (t, v)
+}
+
+fn real_nft_list(txs: &[String]) -> Option<String> {
+    if !tools::have_or_skip("kube-proxy nftables against the real nft", &["nft"]) {
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("nfsim-kpnft-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut script = String::from("set -e\n");
+    for (i, t) in txs.iter().enumerate() {
+        let f = dir.join(format!("{i}.nft"));
+        std::fs::write(&f, t).unwrap();
+        script.push_str(&format!("nft -f {}\n", f.display()));
+    }
+    script.push_str("nft list table ip kube-proxy\n");
+    let out = Command::new(tools::find("unshare").unwrap())
+        .args(["-n", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "real nft refused a transaction: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+#[test]
+fn syncs_load_in_nfsim_and_the_real_nft_alike() {
+    let mut kp = proxy();
+    let mut rs = NftRuleset::new();
+    let mut all = Vec::new();
+    let (t0, txs) = sync(&mut kp, SimTime::ZERO);
+    for t in &txs {
+        rs.apply("sync-1", t, t0)
+            .unwrap_or_else(|e| panic!("{e}\n{t}"));
+    }
+    all.extend(txs);
+    let first = rs.list_table(Family::Ip, "kube-proxy", t0).unwrap();
+    for want in [
+        "\tchain service-FY5PMXPG-kube-system/kube-dns/udp/dns {\n",
+        "numgen random mod 2 vmap { 0 : goto endpoint-",
+        "meta l4proto udp dnat to 10.244.1.7:53",
+        "ip daddr 10.96.0.10 udp dport 53 ip saddr != 10.244.0.0/16 jump mark-for-masquerade",
+        "10.96.0.30 . tcp . 80 comment \"shop/empty:http\" : goto reject-chain",
+        "ip saddr != 203.0.113.0/25 drop",
+        "flags dynamic,timeout",
+        "update @affinity-",
+        "type filter hook prerouting priority dstnat - 10; policy accept;",
+        "type filter hook output priority -90; policy accept;",
+        "ip daddr 10.96.0.0/16 drop comment \"Drop traffic to unallocated ClusterIPs\"",
+    ] {
+        assert!(first.contains(want), "missing {want:?} in\n{first}");
+    }
+
+    // kube-dns loses an endpoint: a partial sync rewrites kube-dns's chains only and
+    // flushes the endpoint chain that went away.
+    let obj = parse_objects(DNS_ONE_ENDPOINT).unwrap().remove(0);
+    kp.upsert(t0 + SimDuration::from_secs(5), obj);
+    let (t1, txs) = sync(&mut kp, t0 + SimDuration::from_secs(5));
+    let partial = txs.last().unwrap().clone();
+    assert!(!partial.contains("add table"), "a partial sync: {partial}");
+    assert!(
+        !partial.contains("shop/web"),
+        "web did not change: {partial}"
+    );
+    assert!(
+        partial.contains("flush chain ip kube-proxy endpoint-"),
+        "{partial}"
+    );
+    for t in &txs {
+        rs.apply("sync-2", t, t1)
+            .unwrap_or_else(|e| panic!("{e}\n{t}"));
+    }
+    all.extend(txs);
+    let stale = rs
+        .table(Family::Ip, "kube-proxy")
+        .unwrap()
+        .chains
+        .keys()
+        .filter(|c| c.contains("10.244.2.5"))
+        .count();
+    assert_eq!(
+        stale, 1,
+        "the stale chain is kept (flushed) until a later sync"
+    );
+
+    // A full resync an hour later deletes it first, in a transaction of its own.
+    let (t2, txs) = sync(&mut kp, t1 + SimDuration::from_secs(3600));
+    assert!(
+        txs.len() == 2 && txs[0].starts_with("delete chain ip kube-proxy endpoint-"),
+        "{txs:?}"
+    );
+    for t in &txs {
+        rs.apply("sync-3", t, t2)
+            .unwrap_or_else(|e| panic!("{e}\n{t}"));
+    }
+    all.extend(txs);
+    let ours = rs.list_table(Family::Ip, "kube-proxy", t2).unwrap();
+    assert!(!ours.contains("10.244.2.5"), "{ours}");
+
+    if let Some(real) = real_nft_list(&all) {
+        assert_eq!(
+            real, ours,
+            "nft list table ip kube-proxy: real nft vs nfsim"
+        );
+    }
+}
+
+#[test]
+fn a_cluster_ip_reaches_an_endpoint_through_the_proxiers_rules() {
+    let mut kp = proxy();
+    let (t0, txs) = sync(&mut kp, SimTime::ZERO);
+    let mut ns = Netns::new(NetnsConfig::new("node-a", 5));
+    ns.add_interface(
+        sim_core::IfName::new("eth0").unwrap(),
+        &[("172.18.0.2".parse().unwrap(), 16)],
+    )
+    .unwrap();
+    ns.add_route(
+        sim_netfilter::netns::Prefix::default_for(true),
+        Some("172.18.0.1".parse().unwrap()),
+        sim_core::IfName::new("eth0").unwrap(),
+    )
+    .unwrap();
+    for t in &txs {
+        ns.nft_apply("kp", t, t0).unwrap();
+    }
+    let q = Packet::udp(
+        "172.18.0.2:40000".parse().unwrap(),
+        "10.96.0.10:53".parse().unwrap(),
+    );
+    let r = ns.process(t0, q, Ingress::Local);
+    let Some(Egress::Transmit { packet, .. }) = r.out.first() else {
+        panic!("{:?}", r.fate)
+    };
+    assert!(
+        ["10.244.1.7", "10.244.2.5"].contains(&packet.dst.to_string().as_str()),
+        "{packet}"
+    );
+    // From the node (not a pod): masqueraded to the node's address.
+    assert_eq!(packet.src.to_string(), "172.18.0.2");
+    // A service without endpoints is rejected.
+    let q = Packet::tcp(
+        "172.18.0.2:40001".parse().unwrap(),
+        "10.96.0.30:80".parse().unwrap(),
+        sim_core::TcpFlags::SYN,
+    );
+    let r = ns.process(t0, q, Ingress::Local);
+    assert!(
+        matches!(r.fate, sim_netfilter::netns::Fate::RejectedNft { .. }),
+        "{:?}",
+        r.fate
+    );
+}
