@@ -119,9 +119,25 @@ struct ConntrackArgs {
     /// The node.
     #[arg(long)]
     node: String,
-    /// The simulated time.
+    /// The simulated time (-L, -C, -S, -D; default: the end of the run).
     #[arg(long)]
-    at: SimDuration,
+    at: Option<SimDuration>,
+    /// With -E: the first instant of the events shown.
+    #[arg(long, value_name = "T1")]
+    from: Option<SimDuration>,
+    /// With -E: the last instant of the events shown (default: the end of the run).
+    #[arg(long, value_name = "T2")]
+    to: Option<SimDuration>,
+    /// conntrack's own command and filters, as conntrack-tools 1.4.7 takes them: `-L`
+    /// (default), `-C`, `-S`, `-E`, or `-D` (shown, not applied: the run is read-only), then
+    /// filters such as `-p udp --orig-dst 10.96.0.10 --dport 53 --dst-nat --state
+    /// ESTABLISHED --mark 0x4000/0x4000`.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CONNTRACK ARGS"
+    )]
+    args: Vec<String>,
 }
 
 /// The node a packet is explained on (`nfsim trace`, `nfsim replay`).
@@ -560,18 +576,192 @@ fn cmd_rules(a: RulesArgs) -> Result<ExitCode> {
 }
 
 fn cmd_conntrack(a: ConntrackArgs) -> Result<ExitCode> {
+    use sim_conntrack::{deleted_summary, shown_summary, Filter};
+    let mut args = a.args.clone();
+    let cmd = match args.first().map(String::as_str) {
+        Some("-L" | "--dump") => {
+            args.remove(0);
+            'L'
+        }
+        Some("-C" | "--count") => {
+            args.remove(0);
+            'C'
+        }
+        Some("-S" | "--stats") => {
+            args.remove(0);
+            'S'
+        }
+        Some("-E" | "--event") => {
+            args.remove(0);
+            'E'
+        }
+        Some("-D" | "--delete") => {
+            args.remove(0);
+            'D'
+        }
+        _ => 'L',
+    };
+    // The real tool's own words for what it refuses, exit 2.
+    let refuse = |msg: String| -> Result<ExitCode> {
+        let _ = writeln!(
+            std::io::stderr(),
+            "conntrack v1.4.7 (conntrack-tools): {msg}\nTry `conntrack -h' or 'conntrack --help' for more information."
+        );
+        Ok(ExitCode::from(2))
+    };
+    // nfsim's --from/--to (for -E) may come among conntrack's options.
+    let (mut from, mut to) = (a.from, a.to);
+    let mut rest = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(x) = it.next() {
+        let (k, v) = match x.split_once('=') {
+            Some((k, v)) if k == "--from" || k == "--to" => (k.to_string(), Some(v.to_string())),
+            _ => (x.clone(), None),
+        };
+        if k == "--from" || k == "--to" {
+            let v = v
+                .or_else(|| it.next())
+                .ok_or_else(|| anyhow!("{k} needs a simulated time (e.g. 5m)"))?;
+            let d: SimDuration = v.parse().map_err(|e| anyhow!("{k} {v:?}: {e}"))?;
+            if k == "--from" {
+                from = Some(d);
+            } else {
+                to = Some(d);
+            }
+        } else {
+            rest.push(x);
+        }
+    }
+    let args = rest;
+    if matches!(cmd, 'S' | 'C') && !args.is_empty() {
+        // The long name conntrack-tools' option table gives it.
+        let long = match args[0].split('=').next().unwrap_or_default() {
+            "-p" | "--proto" => "--protonum",
+            "-s" | "--orig-src" => "--src",
+            "-d" | "--orig-dst" => "--dst",
+            "-r" => "--reply-src",
+            "-q" => "--reply-dst",
+            "-m" => "--mark",
+            "-u" => "--status",
+            "-f" => "--family",
+            "-n" => "--src-nat",
+            "-g" => "--dst-nat",
+            "-j" => "--any-nat",
+            other => other,
+        };
+        return refuse(format!("Illegal option `{long}' with this command"));
+    }
+    let filter = match Filter::parse_args(&args) {
+        Ok(f) => f,
+        Err(e) => return refuse(conntrack_refusal(&e)),
+    };
+    if cmd == 'D' {
+        if let Some(m) = filter.delete_refusal() {
+            return refuse(m);
+        }
+    }
     let sc = load(&a.file, None)?;
+    let end = sc.duration;
+    if cmd == 'E' {
+        if !args.is_empty() {
+            anyhow::bail!(
+                "-E: filters are not supported with -E yet (they are with -L, -C and -D)"
+            );
+        }
+        let from = SimTime::ZERO + from.unwrap_or(SimDuration::ZERO);
+        let to = SimTime::ZERO + to.unwrap_or(end);
+        let collect = Rc::new(RefCell::new(nfsim::cluster::sim::Collect::default()));
+        let opts = RunOptions {
+            record_timeline: false,
+            conntrack_events: true,
+            progress: None,
+        };
+        let mut sim = Simulation::builder(sc)
+            .options(opts)
+            .sink(Box::new(collect.clone()))
+            .build()?;
+        sim.run_until(to)?;
+        let mut text = String::new();
+        let mut count = 0;
+        for e in &collect.borrow().events {
+            if let nfsim::cluster::sim::What::Conntrack { node, line, .. } = &e.what {
+                if *node == a.node && e.t_ns >= from.as_nanos() && e.t_ns <= to.as_nanos() {
+                    // `conntrack -E -o timestamp`'s prefix (`[%-.8ld.%-.6ld]\t`), with
+                    // simulated seconds since the start.
+                    let us = e.t_ns / 1000;
+                    text.push_str(&format!(
+                        "[{:08}.{:06}]\t{line}\n",
+                        us / 1_000_000,
+                        us % 1_000_000
+                    ));
+                    count += 1;
+                }
+            }
+        }
+        out(&text)?;
+        let _ = writeln!(
+            std::io::stderr(),
+            "conntrack v1.4.7 (conntrack-tools): {count} flow events have been shown."
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut sim = Simulation::new(sc, RunOptions::default())?;
     let n = sim.node_index(&a.node)?;
-    sim.run_until(SimTime::ZERO + a.at)?;
-    let dump = sim.conntrack_dump(n);
-    out(&dump)?;
-    let _ = writeln!(
-        std::io::stderr(),
-        "conntrack v1.4.7 (conntrack-tools): {} flow entries have been shown.",
-        dump.lines().count()
-    );
+    sim.run_until(SimTime::ZERO + a.at.unwrap_or(end))?;
+    let now = sim.now();
+    let ct = sim.netns(n).conntrack();
+    match cmd {
+        'S' => {
+            out(&format!("{}\n", ct.stats()))?;
+        }
+        'C' => {
+            out(&format!("{}\n", ct.list(now, &Filter::all()).len()))?;
+        }
+        _ => {
+            let entries = ct.list(now, &filter);
+            let mut text = String::new();
+            for e in &entries {
+                text.push_str(&format!("{}\n", e.list_line(now)));
+            }
+            out(&text)?;
+            let summary = if cmd == 'D' {
+                deleted_summary(entries.len())
+            } else {
+                shown_summary(entries.len())
+            };
+            let _ = writeln!(std::io::stderr(), "{summary}");
+            if cmd == 'D' {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "(nfsim: shown, not deleted: the run is not changed)"
+                );
+                // The real tool exits 1 when nothing matched.
+                if entries.is_empty() {
+                    return Ok(ExitCode::from(1));
+                }
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// conntrack-tools 1.4.7's words for a filter it refuses (checked against the real tool):
+/// `unknown option `--sport'` (a protocol option before `-p`), `` `bogus' unsupported
+/// protocol``, ``unknown TCP state `FOO'``; other refusals keep nfsim's own text.
+fn conntrack_refusal(e: &sim_conntrack::FilterError) -> String {
+    use sim_conntrack::FilterError as E;
+    match e {
+        E::UnknownOption { opt, .. } => format!("unknown option `{opt}'"),
+        E::BadValue { opt, value, .. }
+            if opt == "-p" || opt == "--proto" || opt == "--protonum" =>
+        {
+            format!("`{value}' unsupported protocol")
+        }
+        E::BadValue { opt, value, .. } if opt == "--state" => {
+            format!("unknown TCP state `{value}'")
+        }
+        other => other.to_string(),
+    }
 }
 
 fn cmd_trace(a: TraceArgs) -> Result<ExitCode> {

@@ -381,6 +381,15 @@ impl Filter {
         Ok(f)
     }
 
+    /// The real tool's refusal of this filter with `-D`: `conntrack -D --any-nat` exits 2
+    /// with "Illegal option `--any-nat' with this command" (conntrack-tools 1.4.7's
+    /// per-command option table; checked against the real tool).
+    pub fn delete_refusal(&self) -> Option<String> {
+        self.any_nat
+            .is_some()
+            .then(|| "Illegal option `--any-nat' with this command".to_string())
+    }
+
     /// Whether the entry passes the filter.
     pub fn matches(&self, e: &CtEntry) -> bool {
         let (o, r) = (&e.orig, &e.reply);
@@ -433,28 +442,28 @@ impl Filter {
                 return false;
             }
         }
-        // libnetfilter_conntrack's IS_SNAT/IS_SPAT and IS_DNAT/IS_DPAT: the NAT is set up and
-        // the reply tuple differs from the original in the translated part.
-        let snat = e.status.contains(Status::SRC_NAT_DONE)
-            && (r.dst != o.src || (has_ports(o.proto) && r.dport != o.sport));
-        let dnat = e.status.contains(Status::DST_NAT_DONE)
-            && (r.src != o.dst || (has_ports(o.proto) && r.sport != o.dport));
-        if let Some(want) = self.src_nat {
-            if !snat || want.is_some_and(|ip| r.dst != ip) {
+        // conntrack-tools 1.4.7's filter_nat with libnetfilter_conntrack's IS_SNAT/IS_SPAT and
+        // IS_DNAT/IS_DPAT: the NAT is set up and the reply tuple differs from the original in
+        // the translated address, or in the raw 16-bit layer-4 words (`l4src.all` against the
+        // other direction's `l4dst.all`). For ICMP those words are the echo id against the
+        // type and code, which differ for any echo: an un-NAT'd ICMP echo entry is listed by
+        // --src-nat, --dst-nat and --any-nat, as the real tool does (checked with conntrack
+        // 1.4.7 on Linux 6.x). [`crate::Tuple`] keeps ICMP as sport = id and
+        // dport = type << 8 | code, the same words. The `=IP` of these options is accepted and,
+        // as by the real tool's listing, not compared.
+        let snat =
+            e.status.contains(Status::SRC_NAT_DONE) && (r.dst != o.src || r.dport != o.sport);
+        let dnat =
+            e.status.contains(Status::DST_NAT_DONE) && (r.src != o.dst || r.sport != o.dport);
+        if self.any_nat.is_some() {
+            if !(snat || dnat) {
                 return false;
             }
-        }
-        if let Some(want) = self.dst_nat {
-            if !dnat || want.is_some_and(|ip| r.src != ip) {
+        } else {
+            if self.src_nat.is_some() && !snat {
                 return false;
             }
-        }
-        if let Some(want) = self.any_nat {
-            let ok = match want {
-                None => snat || dnat,
-                Some(ip) => (snat && r.dst == ip) || (dnat && r.src == ip),
-            };
-            if !ok {
+            if self.dst_nat.is_some() && !dnat {
                 return false;
             }
         }
