@@ -225,10 +225,12 @@ fn masquerade_keeps_a_free_port_and_moves_a_taken_one() {
             .len(),
         2
     );
+    // conntrack 1.4.7 does not compare the `=IP` when listing (checked against the real
+    // tool: tests/conntrack_listing.rs).
     assert_eq!(
         ct.list(t(1), &Filter::parse("--src-nat=127.0.0.8").unwrap())
             .len(),
-        0
+        2
     );
     assert_eq!(ct.list(t(1), &Filter::parse("--dst-nat").unwrap()).len(), 0);
     // A low port is searched in 1..511.
