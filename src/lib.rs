@@ -105,6 +105,7 @@
 //! - [`explain`]: one packet through a node's hooks, rule by rule, with every `statistic` branch.
 //! - [`sweep`]: one scenario across many seeds and `--set` combinations: pass rates with
 //!   confidence intervals, distributions of the clients' figures, shards and their merge.
+//! - [`report`]: a run as one self-contained HTML page (`nfsim run --report`).
 //!
 //! Below them, the workspace's libraries: `sim-core` (packets, simulated time, seeded randomness),
 //! `sim-conntrack` (the connection tracking table) and `sim-netfilter` (rules, hooks, NAT, a
@@ -117,6 +118,7 @@ pub mod cluster;
 pub mod explain;
 pub mod k8s;
 pub mod kubeproxy;
+pub mod report;
 pub mod scenario;
 pub mod sweep;
 pub mod testkit;

@@ -71,6 +71,11 @@ struct RunArgs {
     /// schema in docs/json-schema.md).
     #[arg(long, value_name = "FILE")]
     json: Option<String>,
+    /// Also write the run as one self-contained HTML page to FILE: swimlanes over simulated
+    /// time (clients, conntrack entries, pods, EndpointSlices, kube-proxy), the
+    /// expectations and the command that replays the run.
+    #[arg(long, value_name = "FILE")]
+    report: Option<String>,
     /// Print every node's `conntrack -L` at this simulated time (repeatable).
     #[arg(long, value_name = "AT")]
     dump_conntrack: Vec<SimDuration>,
@@ -451,6 +456,14 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         }
         None => None,
     };
+    // The report follows the run event by event, like the other sinks.
+    let report = a
+        .report
+        .as_ref()
+        .map(|_| Rc::new(RefCell::new(nfsim::report::Report::new(&sc))));
+    if let Some(r) = &report {
+        sinks.push(Box::new(r.clone()));
+    }
     if let Some(t) = &text {
         let mut t = t.borrow_mut();
         let w = t.writer();
@@ -527,6 +540,13 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         serde_json::to_writer(&mut *w, &end).map_err(std::io::Error::from)?;
         writeln!(w)?;
         w.flush()?;
+    }
+    if let (Some(path), Some(report)) = (&a.report, report) {
+        let report = Rc::try_unwrap(report)
+            .map_err(|_| anyhow!("the report is still held by the run"))?
+            .into_inner();
+        let html = report.finish(&result, &format!("{replay} --report {path}"), &skipped);
+        std::fs::write(path, html).with_context(|| format!("writing {path}"))?;
     }
     if result.passed() {
         Ok(ExitCode::SUCCESS)

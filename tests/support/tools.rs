@@ -94,3 +94,31 @@ pub fn have_or_skip(test: &str, tools: &[&str]) -> bool {
         }
     }
 }
+
+/// Why `tools` cannot run here, for programs that need neither root nor a network namespace
+/// (a headless browser): the first one missing from PATH, or the skip variable.
+pub fn why_not_programs(tools: &[&str]) -> Option<String> {
+    if env_set(SKIP_ENV) {
+        return Some(format!("{SKIP_ENV} is set"));
+    }
+    tools
+        .iter()
+        .find(|t| find(t).is_none())
+        .map(|t| format!("{t} missing"))
+}
+
+/// Like [`have_or_skip`] for programs that run as any user outside a namespace: true when
+/// every one is in PATH; otherwise prints `skipped: <test>: <tool> missing` and returns false
+/// (panics instead when `NFSIM_REQUIRE_KERNEL_LAB` is set).
+pub fn have_programs_or_skip(test: &str, tools: &[&str]) -> bool {
+    match why_not_programs(tools) {
+        None => true,
+        Some(reason) => {
+            if env_set(REQUIRE_ENV) && !env_set(SKIP_ENV) {
+                panic!("{test}: the real tools are required ({REQUIRE_ENV}) but: {reason}");
+            }
+            eprintln!("skipped: {test}: {reason}");
+            false
+        }
+    }
+}
