@@ -306,7 +306,7 @@
       section("Pods", D.pods_hidden ? D.pods_hidden + " pods with no change during the run are not shown" : "");
       D.pods.forEach(function (p) {
         var h = 34;
-        laneStart("pod:" + p.pod, p.pod.split("/").pop(), p.node ? p.pod + " on " + p.node : p.pod, h);
+        laneStart("pod:" + p.pod, p.pod.split("/").pop(), p.pod.split("/")[0] + (p.node ? " · on " + p.node : ""), h);
         segs(p.segs, y + 8, 16, podFill, function (s) { return POD[s.state] || s.state; }, "pod", p.pod);
         p.marks.forEach(function (m) { mark(m, y + 4, "pod-change"); });
         laneEnd(h);
@@ -390,7 +390,7 @@
     var axis = "", step = tickStep(view.t1 - view.t0), first = Math.ceil(view.t0 / step) * step;
     for (var t = first; t <= view.t1; t += step) {
       var x = r1(X(t));
-      axis += '<g class="tick"><line x1="' + x + '" x2="' + x + '" y1="' + (AXIS_H - 6) + '" y2="' + total + '"/><text x="' + x + '" y="' + (AXIS_H - 10) + '" text-anchor="middle">' + hms(t, step < 1e9) + "</text></g>";
+      axis += '<g class="tick"><line x1="' + x + '" x2="' + x + '" y1="' + (AXIS_H - 6) + '" y2="' + total + '"/><text x="' + x + '" y="' + (AXIS_H - 10) + '" text-anchor="' + (x > LABEL_W + PW - 40 ? "end" : x < LABEL_W + 40 ? "start" : "middle") + '">' + hms(t, step < 1e9) + "</text></g>";
     }
     axis += '<line class="axis-line" x1="' + LABEL_W + '" x2="' + (LABEL_W + PW) + '" y1="' + (AXIS_H - 6) + '" y2="' + (AXIS_H - 6) + '"/>';
     var guides = "";
