@@ -169,3 +169,78 @@ fn from_production_the_saved_table_decides() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `trace --all-branches --json`: per outcome its exact probability, verdict, whether it was
+/// masqueraded, and per path every rule that matched on the way.
+#[test]
+fn all_branches_json_lists_the_rules_each_branch_passed() {
+    let dir = std::env::temp_dir().join(format!("nfsim-branches-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_, rules, _) = nfsim(&[
+        "rules",
+        "scenarios/stale-dns-udp.yaml",
+        "--node",
+        "node-2",
+        "--at",
+        "4m",
+    ]);
+    let f = dir.join("rules.txt");
+    std::fs::write(&f, rules).unwrap();
+    let (code, out, err) = nfsim(&[
+        "trace",
+        "--rules",
+        f.to_str().unwrap(),
+        "--node-addr",
+        "192.168.0.12",
+        "--pod-cidr",
+        "10.244.2.0/24",
+        "--packet",
+        PKT,
+        "--all-branches",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let outs = v["branches"]["outcomes"].as_array().unwrap();
+    assert_eq!(outs.len(), 2, "{out}");
+    let dnat: Vec<&str> = outs
+        .iter()
+        .map(|o| o["outcome"]["dnat"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        dnat,
+        [
+            "10.96.0.10:53 -> 10.244.1.5:53",
+            "10.96.0.10:53 -> 10.244.2.5:53"
+        ]
+    );
+    assert_eq!(outs[0]["probability"]["fraction"], "1/2");
+    for o in outs {
+        assert_eq!(o["outcome"]["verdict"], "transmitted");
+        assert_eq!(o["outcome"]["masqueraded"], false);
+        let rules = o["rules_matched"][0].as_array().unwrap();
+        let to = o["outcome"]["dnat"]
+            .as_str()
+            .unwrap()
+            .rsplit(' ')
+            .next()
+            .unwrap();
+        assert!(
+            rules.iter().any(|r| r
+                .as_str()
+                .unwrap()
+                .contains(&format!("-j DNAT --to-destination {to}"))),
+            "{rules:?}"
+        );
+    }
+    // The first endpoint's branch passed the statistic rule; the second's did not.
+    let stat = |o: &serde_json::Value| {
+        o["rules_matched"][0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.as_str().unwrap().contains("-m statistic"))
+    };
+    assert!(stat(&outs[0]) && !stat(&outs[1]));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -102,6 +102,9 @@ pub struct BranchOutcome {
     pub outcome: Outcome,
     /// The paths leading to it, each the decisions taken, in evaluation order.
     pub paths: Vec<Vec<Decision>>,
+    /// For each path (same order), every rule whose matches all matched on the way, in
+    /// evaluation order: `nat KUBE-SVC-X #2: -m statistic … -j KUBE-SEP-Y`.
+    pub rules_matched: Vec<Vec<String>>,
     #[serde(skip)]
     exact: Dyadic,
 }
@@ -211,6 +214,7 @@ pub(crate) fn explore(
         outcome: Outcome,
         prob: Dyadic,
         path: Vec<(RuleRef, bool, Dyadic)>,
+        matched: Vec<String>,
     }
     // Depth-first with an explicit stack: (forced decisions in order, their probabilities,
     // the path's probability).
@@ -245,8 +249,33 @@ pub(crate) fn explore(
                         }
                     }
                 }
+                let matched = run
+                    .result
+                    .trace
+                    .as_ref()
+                    .map(|t| {
+                        t.steps
+                            .iter()
+                            .take_while(|st| !matches!(st, sim_netfilter::netns::Step::Fate(_)))
+                            .filter_map(|st| match st {
+                                sim_netfilter::netns::Step::Rules(
+                                    sim_netfilter::TraceEvent::Rule {
+                                        table,
+                                        chain,
+                                        num,
+                                        matched: true,
+                                        spec,
+                                        ..
+                                    },
+                                ) => Some(format!("{} {chain} #{num}: {spec}", table.name())),
+                                _ => None,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 leaves.push(Leaf {
                     outcome: run.outcome,
+                    matched,
                     prob,
                     path: forced
                         .into_iter()
@@ -280,7 +309,8 @@ pub(crate) fn explore(
         }
     }
     // Merge equal outcomes, in the order first reached.
-    let mut merged: IndexMap<Outcome, (Dyadic, Vec<Vec<Decision>>)> = IndexMap::new();
+    type Merged = (Dyadic, Vec<Vec<Decision>>, Vec<Vec<String>>);
+    let mut merged: IndexMap<Outcome, Merged> = IndexMap::new();
     for leaf in leaves {
         let decisions = leaf
             .path
@@ -296,19 +326,21 @@ pub(crate) fn explore(
             .collect();
         let e = merged
             .entry(leaf.outcome)
-            .or_insert_with(|| (Dyadic::zero(), Vec::new()));
+            .or_insert_with(|| (Dyadic::zero(), Vec::new(), Vec::new()));
         e.0 = e.0.add(&leaf.prob);
         e.1.push(decisions);
+        e.2.push(leaf.matched);
     }
     let mut total = Dyadic::zero();
     let outcomes: Vec<BranchOutcome> = merged
         .into_iter()
-        .map(|(outcome, (p, paths))| {
+        .map(|(outcome, (p, paths, rules_matched))| {
             total = total.add(&p);
             BranchOutcome {
                 probability: Probability::from(&p),
                 outcome,
                 paths,
+                rules_matched,
                 exact: p,
             }
         })
