@@ -11,10 +11,13 @@
 //! - [`packet`]: the typed [`Packet`] all layers work on.
 //! - [`wire`]: conversion between packets and bytes (etherparse), used only at the edges.
 //! - [`pcap`]: reading and writing capture files.
+//! - [`manip`]: editing a captured packet's bytes in place as the kernel does (NAT, TTL,
+//!   checksums), and building the packets the kernel sends itself.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod manip;
 pub mod packet;
 pub mod pcap;
 pub mod queue;

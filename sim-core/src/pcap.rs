@@ -109,6 +109,11 @@ pub struct Record {
     pub captured_len: u32,
     /// Bytes the frame had on the wire.
     pub orig_len: u32,
+    /// Where the record's IP packet starts in [`Capture::ip_data`].
+    pub ip_at: usize,
+    /// How many bytes of the IP packet were captured (the IP length, or less when the snap
+    /// length cut it; link-layer padding and trailers not counted).
+    pub ip_captured: usize,
 }
 
 /// A frame that was skipped because it is not IP.
@@ -131,6 +136,20 @@ pub struct Capture {
     pub skipped: Vec<Skipped>,
     /// The earliest timestamp in the file, in nanoseconds since the Unix epoch (0 when empty).
     pub first_epoch_ns: u64,
+    /// The captured bytes of every record's IP packet, one after the other (see
+    /// [`Capture::ip_bytes`]).
+    pub ip_data: Vec<u8>,
+}
+
+impl Capture {
+    /// The captured bytes of `record`'s IP packet, from its IP header on: exactly what the
+    /// capture holds, cut where the IP length ends (an Ethernet frame's padding is not part of
+    /// it) or where the snap length cut it.
+    pub fn ip_bytes(&self, record: &Record) -> &[u8] {
+        self.ip_data
+            .get(record.ip_at..record.ip_at + record.ip_captured)
+            .unwrap_or(&[])
+    }
 }
 
 /// What went wrong reading a capture (see [`PcapReadError`] for where).
@@ -549,6 +568,7 @@ fn finish(raw: RawCapture<'_>, opts: &ReadOptions) -> Result<Capture, PcapErrorK
     let first_epoch_ns = raw.records.iter().map(|r| r.epoch_ns).min().unwrap_or(0);
     let mut records = Vec::with_capacity(raw.records.len());
     let mut skipped = Vec::new();
+    let mut ip_data = Vec::with_capacity(raw.records.iter().map(|r| r.data.len()).sum());
     for r in raw.records {
         let captured_len = r.data.len() as u32;
         let popts = ParseOptions {
@@ -576,6 +596,13 @@ fn finish(raw: RawCapture<'_>, opts: &ReadOptions) -> Result<Capture, PcapErrorK
             Timestamps::RelativeToFirst => SimTime::from_nanos(r.epoch_ns - first_epoch_ns),
             Timestamps::Absolute => SimTime::from_nanos(r.epoch_ns),
         };
+        // The frame parsed, so its IP header is where the link layer says.
+        let ip = wire::ip_offset(r.link, r.data)
+            .and_then(|at| r.data.get(at..))
+            .unwrap_or(&[]);
+        let ip = &ip[..wire::ip_total_len(ip).map_or(ip.len(), |n| n.min(ip.len()))];
+        let ip_at = ip_data.len();
+        ip_data.extend_from_slice(ip);
         records.push(Record {
             frame: r.frame,
             time,
@@ -583,6 +610,8 @@ fn finish(raw: RawCapture<'_>, opts: &ReadOptions) -> Result<Capture, PcapErrorK
             link: r.link,
             captured_len,
             orig_len: r.orig_len,
+            ip_at,
+            ip_captured: ip.len(),
         });
     }
     Ok(Capture {
@@ -590,6 +619,7 @@ fn finish(raw: RawCapture<'_>, opts: &ReadOptions) -> Result<Capture, PcapErrorK
         records,
         skipped,
         first_epoch_ns,
+        ip_data,
     })
 }
 
@@ -718,6 +748,18 @@ impl<W: Write> PcapWriter<W> {
 
     /// Appends an already encoded frame of this writer's link type, captured at `at`.
     pub fn write_frame(&mut self, at: SimTime, frame_bytes: &[u8]) -> Result<(), PcapWriteError> {
+        self.write_frame_snapped(at, frame_bytes, frame_bytes.len() as u32)
+    }
+
+    /// Appends a frame of this writer's link type captured at `at`, of which `frame_bytes`
+    /// were captured out of `orig_len` on the wire (a record cut by the snap length when
+    /// `orig_len` is larger).
+    pub fn write_frame_snapped(
+        &mut self,
+        at: SimTime,
+        frame_bytes: &[u8],
+        orig_len: u32,
+    ) -> Result<(), PcapWriteError> {
         let frame = self.frames + 1;
         if frame_bytes.len() > WRITE_SNAPLEN as usize {
             return Err(PcapWriteError::TooLong {
@@ -731,9 +773,9 @@ impl<W: Write> PcapWriter<W> {
             return Err(PcapWriteError::TimeOverflow { frame, at_ns: ns });
         }
         let ts = std::time::Duration::new(secs as u64, (ns % u128::from(NANOS_PER_SEC)) as u32);
-        let len = frame_bytes.len() as u32;
+        let orig_len = orig_len.max(frame_bytes.len() as u32);
         self.inner
-            .write_packet(&PcapPacket::new(ts, len, frame_bytes))
+            .write_packet(&PcapPacket::new(ts, orig_len, frame_bytes))
             .map_err(write_err)?;
         self.frames = frame;
         Ok(())

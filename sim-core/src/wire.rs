@@ -425,6 +425,36 @@ pub fn parse_link(link: LinkType, frame: &[u8], opts: &ParseOptions) -> Result<P
     }
 }
 
+/// Where the IP header starts in a frame of link type `link` (after the Ethernet header and
+/// its VLAN tags, or the cooked-capture header), or `None` when the frame is too short to
+/// say. It does not check that an IP packet follows: call it on frames that parsed.
+pub fn ip_offset(link: LinkType, frame: &[u8]) -> Option<usize> {
+    match link {
+        LinkType::RawIp | LinkType::Ipv4 | LinkType::Ipv6 => Some(0),
+        LinkType::LinuxSll => Some(SLL_HLEN),
+        LinkType::LinuxSll2 => Some(SLL2_HLEN),
+        LinkType::Ethernet => {
+            let mut ether_type = be16(frame.get(..ETH_HLEN)?, 12);
+            let mut at = ETH_HLEN;
+            while matches!(ether_type, ETH_P_8021Q | ETH_P_8021AD | ETH_P_QINQ1) {
+                ether_type = be16(frame.get(at..at + 4)?, 2);
+                at += 4;
+            }
+            Some(at)
+        }
+    }
+}
+
+/// The IP packet's length by its header (IPv4 total length, or 40 + the IPv6 payload
+/// length), or `None` when `ip` does not start with one.
+pub fn ip_total_len(ip: &[u8]) -> Option<usize> {
+    match ip.first()? >> 4 {
+        4 => Some(usize::from(be16(ip.get(..4)?, 2))),
+        6 => Some(40 + usize::from(be16(ip.get(..6)?, 4))),
+        _ => None,
+    }
+}
+
 /// ARPHRD_NETLINK: an SLL capture of netlink traffic, whose protocol field is a netlink family.
 const ARPHRD_NETLINK: u16 = 824;
 
@@ -618,22 +648,22 @@ fn ipv4_view<'a>(buf: &'a [u8], at: usize, opts: &ParseOptions) -> Result<IpView
 }
 
 /// Where the walk over IPv6 extension headers ended.
-struct ExtWalk {
+pub(crate) struct ExtWalk {
     /// The upper-layer protocol number.
-    proto: u8,
+    pub(crate) proto: u8,
     /// Offset of the upper-layer header from the start of the slice walked.
-    l4_off: usize,
+    pub(crate) l4_off: usize,
     /// A fragment header with offset 0 and M set was passed.
     first_fragment: bool,
     /// A fragment header with a non-zero offset was met (the walk stopped there).
-    later_fragment: bool,
+    pub(crate) later_fragment: bool,
 }
 
 /// Walks IPv6 extension headers starting at `off` with next header `nh`, as the kernel's
 /// `ipv6_skip_exthdr()` does: hop-by-hop, routing and destination options are `(len + 1) * 8`
 /// bytes, AH is `(len + 2) * 4`, a fragment header 8; the walk stops at anything else (ESP and
 /// "no next header" included), and at a fragment header whose offset is not zero.
-fn walk_ipv6_ext(
+pub(crate) fn walk_ipv6_ext(
     buf: &[u8],
     mut off: usize,
     mut nh: u8,

@@ -88,6 +88,17 @@ pub enum ExplainError {
         #[source]
         source: PcapWriteError,
     },
+    /// A packet that left the node could not be written from its captured bytes.
+    #[error("{file}: frame {frame}: {source}")]
+    Rewrite {
+        /// The capture.
+        file: String,
+        /// 1-based record number.
+        frame: usize,
+        /// Why.
+        #[source]
+        source: sim_core::manip::ManipError,
+    },
     /// Writing the report failed (a closed pipe).
     #[error("writing the output: {0}")]
     Output(#[source] std::io::Error),

@@ -10,9 +10,11 @@
 //! replayed. A record whose time goes backwards is processed at the previous record's time.
 
 use super::{ExplainError, NodeSpec};
-use sim_core::pcap::{Capture, PcapWriter, WriteLink};
-use sim_core::{Packet, SimTime};
+use sim_core::manip;
+use sim_core::pcap::{Capture, PcapWriter, Record, WriteLink};
+use sim_core::{IcmpBody, Packet, SimTime, TcpFlags, L4};
 use sim_netfilter::netns::{Egress, Fate, Ingress, Netns};
+use sim_netfilter::types::Hook;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::IpAddr;
@@ -23,7 +25,9 @@ pub struct ReplayOptions {
     /// Print each packet's trace after its line.
     pub trace: bool,
     /// Write every packet that left the node (transmitted, kernel answers included) to this
-    /// pcap file (raw IP, nanosecond timestamps, at the input's epoch times).
+    /// pcap file (raw IP, nanosecond timestamps, at the input's epoch times). A packet that
+    /// came in keeps every captured byte of its IP packet; only what the kernel changes is
+    /// changed (see [`sim_core::manip`]).
     pub pcap_out: Option<String>,
 }
 
@@ -72,6 +76,67 @@ fn ingress_for(node: &NodeSpec, ns: &Netns, pkt: &Packet) -> (Ingress, String) {
     (ingress, name)
 }
 
+/// The bytes of `packet`, which left the node while `rec` was processed, and its length on
+/// the wire. `own`: it is `rec`'s packet itself, so its captured bytes are edited in place
+/// into what left. Otherwise the kernel sent it: an ICMP error quoting `rec`'s bytes (lowered
+/// TTL if `forwarded`), a TCP reset, or anything else written from the packet model.
+fn left_bytes(
+    capture: &Capture,
+    rec: &Record,
+    packet: &Packet,
+    own: bool,
+    forwarded: bool,
+    ip_id: u16,
+) -> Result<(Vec<u8>, usize), manip::ManipError> {
+    let captured = capture.ip_bytes(rec);
+    if own {
+        let mut b = captured.to_vec();
+        manip::rewrite(&mut b, &rec.packet, packet)?;
+        return Ok((b, usize::from(packet.len)));
+    }
+    let emitted = |p: &Packet| {
+        sim_core::wire::emit_ip(p).map_err(|e| manip::ManipError::NotAnEdit {
+            from: rec.packet.to_string(),
+            to: format!("{p} ({e})"),
+        })
+    };
+    match packet.l4 {
+        L4::Icmp {
+            icmp_type,
+            body: IcmpBody::Error(_),
+            ..
+        } => {
+            // Time exceeded is sent before ip_decrease_ttl; REJECT in FORWARD after it.
+            let exceeded = if packet.is_ipv4() {
+                icmp_type == sim_core::packet::icmp::TIME_EXCEEDED
+            } else {
+                icmp_type == sim_core::packet::icmp::V6_TIME_EXCEEDED
+            };
+            let b = manip::icmp_error_bytes(
+                packet,
+                captured,
+                &rec.packet,
+                forwarded && !exceeded,
+                ip_id,
+            )?;
+            Ok((b.bytes, b.wire_len))
+        }
+        L4::Tcp { flags, .. } if flags.contains(TcpFlags::RST) => {
+            let b = manip::tcp_reset_bytes(packet).map_err(|e| manip::ManipError::NotAnEdit {
+                from: rec.packet.to_string(),
+                to: format!("{packet} ({e})"),
+            })?;
+            let n = b.len();
+            Ok((b, n))
+        }
+        _ => {
+            let b = emitted(packet)?;
+            let n = b.len();
+            Ok((b, n))
+        }
+    }
+}
+
 /// Replays `capture` (read from `file`) through `base`, writing one line per packet (and traces
 /// with [`ReplayOptions::trace`]) and then the summary to `out`.
 pub fn replay(
@@ -113,6 +178,9 @@ pub fn replay(
         &format!("replaying {file}: {} packets\n", capture.records.len()),
     )?;
     let mut now = SimTime::ZERO;
+    // Packets the kernel generated so far: their IPv4 identification (the kernel's is a keyed
+    // hash of the addresses, unknowable here).
+    let mut answers: u16 = 0;
     for rec in &capture.records {
         if rec.time < now {
             sum.reordered += 1;
@@ -195,11 +263,28 @@ pub fn replay(
                 w(out, &format!("        {l}\n"))?;
             }
         }
-        for e in &r.out {
+        for (i, e) in r.out.iter().enumerate() {
             if let Egress::Transmit { packet, .. } = e {
                 sum.left += 1;
                 if let Some((path, wr)) = writer.as_mut() {
-                    wr.write_packet(now, packet)
+                    let own = i == 0 && survived;
+                    let forwarded = matches!(
+                        r.fate,
+                        Fate::Rejected {
+                            hook: Hook::Forward,
+                            ..
+                        }
+                    );
+                    answers += u16::from(!own);
+                    let (bytes, wire_len) = left_bytes(
+                        capture, rec, packet, own, forwarded, answers,
+                    )
+                    .map_err(|source| ExplainError::Rewrite {
+                        file: file.to_string(),
+                        frame: rec.frame,
+                        source,
+                    })?;
+                    wr.write_frame_snapped(now, &bytes, wire_len as u32)
                         .map_err(|source| ExplainError::PcapWrite {
                             file: path.clone(),
                             source,
