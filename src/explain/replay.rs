@@ -273,6 +273,9 @@ pub fn replay(
                         Fate::Rejected {
                             hook: Hook::Forward,
                             ..
+                        } | Fate::RejectedNft {
+                            hook: Hook::Forward,
+                            ..
                         }
                     );
                     answers += u16::from(!own);
