@@ -253,6 +253,16 @@ struct ReplayArgs {
     /// Write what left the node to this pcap file.
     #[arg(long, value_name = "FILE")]
     pcap_out: Option<String>,
+    /// Print the conntrack table (`conntrack -L` form) at this capture time (repeatable).
+    #[arg(long, value_name = "T")]
+    conntrack_at: Vec<SimDuration>,
+    /// Set a conntrack sysctl before the replay, as `NAME=VALUE`
+    /// (`nf_conntrack_udp_timeout=60`; repeatable).
+    #[arg(long, value_name = "NAME=VALUE")]
+    sysctl: Vec<String>,
+    /// Start from this conntrack table: `conntrack -L` output of a real node.
+    #[arg(long, value_name = "CT.txt")]
+    conntrack: Option<String>,
     /// The capture (pcap or pcapng).
     capture: String,
 }
@@ -884,14 +894,40 @@ fn cmd_replay(a: ReplayArgs) -> Result<ExitCode> {
     use sim_core::pcap::{read_file, ReadOptions};
     let node = a.node.spec()?;
     let rules = read_text(&a.rules)?;
-    let base = node.build(&rules, &a.rules)?;
+    let mut base = node.build(&rules, &a.rules)?;
+    for kv in &a.sysctl {
+        let (name, value) = kv
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--sysctl {kv:?}: expected NAME=VALUE"))?;
+        base.conntrack_mut()
+            .sysctls_mut()
+            .set(name.trim(), value.trim())
+            .map_err(|e| anyhow!("--sysctl {kv:?}: {e}"))?;
+    }
+    let mut loaded = None;
+    if let Some(ct) = &a.conntrack {
+        let text = read_text(ct)?;
+        let entries = sim_conntrack::parse_listing(&text).map_err(|e| anyhow!("{ct}: {e}"))?;
+        let report = sim_conntrack::load_listing(
+            base.conntrack_mut(),
+            SimTime::ZERO,
+            &entries,
+            SimDuration::ZERO,
+        )
+        .map_err(|e| anyhow!("{ct}: {e}"))?;
+        loaded = Some(format!("conntrack from {ct}: {report}"));
+    }
     let capture = read_file(&a.capture, &ReadOptions::default())?;
     let opts = ReplayOptions {
         trace: a.trace,
         pcap_out: a.pcap_out.clone(),
+        conntrack_at: a.conntrack_at.iter().map(|d| SimTime::ZERO + *d).collect(),
     };
     let stdout = std::io::stdout();
     let mut w = BufWriter::new(Named::new("stdout", stdout.lock()));
+    if let Some(l) = loaded {
+        writeln!(w, "{l}")?;
+    }
     replay(&node, base, &capture, &a.capture, &opts, &mut w)?;
     w.flush()?;
     Ok(ExitCode::SUCCESS)

@@ -240,3 +240,120 @@ fn tshark_validates_every_checksum_of_the_output() {
         let _ = std::fs::remove_file(&out);
     }
 }
+
+fn nfsim(args: &[&str]) -> (bool, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_nfsim"))
+        .args(args)
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8(o.stdout).unwrap(),
+        String::from_utf8(o.stderr).unwrap(),
+    )
+}
+
+fn write_raw(path: &Path, packets: &[(u64, &str)]) {
+    let mut w = pcap::PcapWriter::new(Vec::new(), pcap::WriteLink::RawIp).unwrap();
+    for (ms, p) in packets {
+        let p: sim_core::Packet = p.parse().unwrap();
+        w.write_packet(sim_core::SimTime::from_millis(*ms), &p)
+            .unwrap();
+    }
+    std::fs::write(path, w.into_inner()).unwrap();
+}
+
+#[test]
+fn replay_warns_when_the_capture_does_not_fit_the_node() {
+    let cap = tmp("misfit.pcap");
+    // A pod's query, then its answer as the pod's veth shows it (after un-DNAT: from the
+    // ClusterIP), then loopback traffic.
+    write_raw(
+        &cap,
+        &[
+            (0, "udp 10.244.2.9:40000 -> 10.96.0.10:53"),
+            (1, "udp 10.96.0.10:53 -> 10.244.2.9:40000"),
+            (2, "udp 127.0.0.1:5000 -> 127.0.0.53:53"),
+            (3, "udp 127.0.0.1:5000 -> 127.0.0.53:53"),
+        ],
+    );
+    let (ok, out, err) = nfsim(&[
+        "replay",
+        "--rules",
+        RULES,
+        "--pod-cidr",
+        "10.244.0.0/16",
+        cap.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("warning: 2 packets on loopback addresses"),
+        "{out}"
+    );
+    assert!(
+        out.contains("warning: 1 packets answer a flow this node tracks but come from another address or port than its replies do")
+            && out.contains("First: frame 2: udp 10.96.0.10:53 -> 10.244.2.9:40000"),
+        "{out}"
+    );
+    // The table at the end, as conntrack -L prints it.
+    assert!(
+        out.contains("conntrack -L at 0.003000\nudp      17 29 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 [UNREPLIED] src=10.244.")
+            && out.contains("flow entries have been shown.\n"),
+        "{out}"
+    );
+    let _ = std::fs::remove_file(&cap);
+}
+
+#[test]
+fn replay_starts_from_a_conntrack_listing_with_sysctls_and_prints_the_table_when_asked() {
+    let cap = tmp("ct-start.pcap");
+    write_raw(&cap, &[(0, "udp 10.244.2.9:40000 -> 10.96.0.10:53")]);
+    let ct = tmp("ct-start.txt");
+    std::fs::write(
+        &ct,
+        "udp      17 25 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.8 dst=10.244.2.9 sport=53 dport=40000 [ASSURED] mark=0 use=1\n",
+    )
+    .unwrap();
+    let (ok, out, err) = nfsim(&[
+        "replay",
+        "--rules",
+        RULES,
+        "--pod-cidr",
+        "10.244.0.0/16",
+        "--conntrack",
+        ct.to_str().unwrap(),
+        "--sysctl",
+        "nf_conntrack_udp_timeout=45",
+        "--conntrack-at",
+        "0s",
+        cap.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("conntrack from "), "{out}");
+    // The loaded entry decides the endpoint, not the rules.
+    assert!(
+        out.contains("transmitted on cni0: udp 10.244.2.9:40000 -> 10.244.1.8:53"),
+        "{out}"
+    );
+    // Refreshed by the nf_conntrack_udp_timeout set by --sysctl (within 2 s of its creation
+    // the kernel refreshes even a replied entry by it, not by the stream timeout).
+    assert!(
+        out.contains(
+            "udp      17 45 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.8"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("conntrack -L at 0.000000\n"), "{out}");
+    let (ok, _, err) = nfsim(&[
+        "replay",
+        "--rules",
+        RULES,
+        "--sysctl",
+        "nf_conntrack_udp_timeout",
+        cap.to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("expected NAME=VALUE"), "{err}");
+    let _ = std::fs::remove_file(&cap);
+    let _ = std::fs::remove_file(&ct);
+}

@@ -29,6 +29,9 @@ pub struct ReplayOptions {
     /// came in keeps every captured byte of its IP packet; only what the kernel changes is
     /// changed (see [`sim_core::manip`]).
     pub pcap_out: Option<String>,
+    /// Print the conntrack table (`conntrack -L` form) at each of these times, as the replay
+    /// passes them (`--conntrack-at T`).
+    pub conntrack_at: Vec<SimTime>,
 }
 
 /// What a replay did, counted.
@@ -56,6 +59,20 @@ pub struct ReplaySummary {
     pub conntrack_entries: usize,
     /// The last record's time.
     pub end: SimTime,
+    /// Packets on loopback addresses (127.0.0.0/8, ::1): a capture on `lo`, which the node
+    /// delivers to itself or drops and never forwards.
+    pub loopback: usize,
+    /// Packets that started a new conntrack entry though they answer a flow the replay is
+    /// tracking (to its source address and port, from another address): replies captured on
+    /// the other side of a NAT than the one this node performs, remapped as new flows.
+    pub replies_as_new: usize,
+    /// The first such packet, for the warning.
+    pub replies_as_new_first: Option<String>,
+    /// Packets received on eth0 that the node sent back out of eth0 untranslated: traffic
+    /// between other hosts (a promiscuous capture), not for this node.
+    pub not_for_node: usize,
+    /// The conntrack table at the end, in `conntrack -L` form.
+    pub conntrack_table: String,
 }
 
 fn secs(t: SimTime) -> String {
@@ -181,13 +198,37 @@ pub fn replay(
     // Packets the kernel generated so far: their IPv4 identification (the kernel's is a keyed
     // hash of the addresses, unknowable here).
     let mut answers: u16 = 0;
+    let mut dumps = opts.conntrack_at.clone();
+    dumps.sort();
+    let mut dumps = dumps.into_iter().peekable();
+    // The original source of each flow the replay created (protocol, address, port), with
+    // the source its replies come from: only looked up, never iterated.
+    let mut originators: std::collections::HashMap<(u8, IpAddr, u16), (IpAddr, u16)> =
+        std::collections::HashMap::new();
+    let mut newest_seq = ns
+        .conntrack()
+        .list(now, &Default::default())
+        .iter()
+        .map(|e| e.seq)
+        .max();
     for rec in &capture.records {
+        while let Some(&t) = dumps.peek().filter(|&&t| t < rec.time.max(now)) {
+            dumps.next();
+            ns.handle_timeout(t.max(now));
+            w(
+                out,
+                &conntrack_listing(&ns, t.max(now), &format!("conntrack -L at {}", secs(t))),
+            )?;
+        }
         if rec.time < now {
             sum.reordered += 1;
         } else {
             now = rec.time;
         }
         ns.handle_timeout(now);
+        if rec.packet.src.is_loopback() || rec.packet.dst.is_loopback() {
+            sum.loopback += 1;
+        }
         let (ingress, from) = ingress_for(node, &ns, &rec.packet);
         let r = if opts.trace {
             ns.process_traced(now, rec.packet, ingress)
@@ -228,6 +269,48 @@ pub fn replay(
             }
         };
         let survived = matches!(r.fate, Fate::Transmitted | Fate::Delivered);
+        if let Some(e) = &r.entry {
+            let p = &rec.packet;
+            let new = newest_seq.is_none_or(|n| e.seq > n);
+            if new {
+                newest_seq = Some(e.seq);
+                if e.orig.src == p.src {
+                    let key = (e.orig.proto, e.orig.dst, e.orig.dport);
+                    // It is sent to a flow's originator, from elsewhere than that flow's
+                    // replies come from: an answer the node does not recognise.
+                    if let Some(&(rsrc, rport)) = originators
+                        .get(&key)
+                        .filter(|_| sim_conntrack::tuple::has_ports(e.orig.proto))
+                    {
+                        if (rsrc, rport) != (e.orig.src, e.orig.sport) {
+                            sum.replies_as_new += 1;
+                            if sum.replies_as_new_first.is_none() {
+                                sum.replies_as_new_first = Some(format!(
+                                    "frame {}: {p} (the flow's replies come from {})",
+                                    rec.frame,
+                                    std::net::SocketAddr::new(rsrc, rport)
+                                ));
+                            }
+                        }
+                    }
+                    originators.insert(
+                        (e.orig.proto, e.orig.src, e.orig.sport),
+                        (e.reply.src, e.reply.sport),
+                    );
+                }
+            }
+        }
+        if let (Ingress::Interface(i), Some(Egress::Transmit { dev, packet, .. })) =
+            (ingress, r.out.first())
+        {
+            if i.as_str() == "eth0"
+                && dev.as_str() == "eth0"
+                && packet.src == rec.packet.src
+                && packet.dst == rec.packet.dst
+            {
+                sum.not_for_node += 1;
+            }
+        }
         let translated = survived
             && r.out.first().is_some_and(|e| {
                 let p = match e {
@@ -306,11 +389,56 @@ pub fn replay(
     }
     sum.end = now;
     sum.conntrack_entries = ns.conntrack().len();
+    for t in dumps {
+        if t >= now {
+            ns.handle_timeout(t);
+        }
+        w(
+            out,
+            &conntrack_listing(&ns, t.max(now), &format!("conntrack -L at {}", secs(t))),
+        )?;
+    }
+    sum.conntrack_table = ns.conntrack().dump(now.max(sum.end), &Default::default());
     w(out, &sum.text(opts.pcap_out.as_deref()))?;
     Ok(sum)
 }
 
+/// The conntrack table of `ns` at `now` as `conntrack -L` prints it, under a `title` line, with
+/// conntrack-tools' closing line.
+fn conntrack_listing(ns: &Netns, now: SimTime, title: &str) -> String {
+    let d = ns.conntrack().dump(now, &Default::default());
+    format!(
+        "\n{title}\n{d}{}\n",
+        sim_conntrack::shown_summary(d.lines().count())
+    )
+}
+
 impl ReplaySummary {
+    /// The warnings about a capture that does not fit the node, once each with its count.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.loopback > 0 {
+            v.push(format!(
+                "{} packets on loopback addresses (127.0.0.0/8, ::1): a capture on lo? The node delivers them to itself or drops them and never forwards them, so they leave nothing in --pcap-out",
+                self.loopback
+            ));
+        }
+        if self.replies_as_new > 0 {
+            v.push(format!(
+                "{} packets answer a flow this node tracks but come from another address or port than its replies do, so they were treated as new flows (and remapped); were they captured on the other side of a NAT? First: {}",
+                self.replies_as_new,
+                self.replies_as_new_first.as_deref().unwrap_or("")
+            ));
+        }
+        if self.not_for_node > 0 {
+            v.push(format!(
+                "{} packets came in on eth0 and went straight back out of eth0 untranslated: traffic between other hosts (a promiscuous capture?), not for this node",
+                self.not_for_node
+            ));
+        }
+        v
+    }
+
     /// The summary block `nfsim replay` prints last.
     pub fn text(&self, pcap_out: Option<&str>) -> String {
         let mut s = String::from("\nsummary\n");
@@ -349,6 +477,13 @@ impl ReplaySummary {
             self.conntrack_entries,
             secs(self.end)
         ));
+        for warning in self.warnings() {
+            s.push_str(&format!("\nwarning: {warning}\n"));
+        }
+        s.push_str(&format!("\nconntrack -L at {}\n", secs(self.end)));
+        s.push_str(&self.conntrack_table);
+        s.push_str(&sim_conntrack::shown_summary(self.conntrack_entries));
+        s.push('\n');
         s
     }
 }
