@@ -294,6 +294,10 @@ struct SweepArgs {
     /// Print no table on stderr.
     #[arg(long, short)]
     quiet: bool,
+    /// Also write the sweep as one self-contained HTML page to FILE: pass rates with their
+    /// intervals, distributions of the clients' figures as histograms.
+    #[arg(long, value_name = "FILE")]
+    report: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -309,6 +313,9 @@ enum SweepSub {
         /// Print no table on stderr.
         #[arg(long, short)]
         quiet: bool,
+        /// Also write the merged sweep as one self-contained HTML page to FILE.
+        #[arg(long, value_name = "FILE")]
+        report: Option<String>,
     },
 }
 
@@ -326,10 +333,25 @@ fn finish_sweep(
     header: &nfsim::sweep::Header,
     runs: &[nfsim::sweep::RunRecord],
     quiet: bool,
+    report: Option<&str>,
 ) -> Result<ExitCode> {
     let agg = nfsim::sweep::stats::aggregate(header, runs);
     writeln!(w, "{}", nfsim::sweep::aggregate_line(&agg)).context("writing the output")?;
     w.flush().context("writing the output")?;
+    if let Some(path) = report {
+        // The command as typed (its arguments, quoted where they hold spaces).
+        let mut command = String::from("nfsim");
+        for arg in std::env::args().skip(1) {
+            if arg.contains(char::is_whitespace) || arg.is_empty() {
+                command.push_str(&format!(" '{arg}'"));
+            } else {
+                command.push(' ');
+                command.push_str(&arg);
+            }
+        }
+        let html = nfsim::report::render_sweep(header, runs, &agg, &command);
+        std::fs::write(path, html).with_context(|| format!("writing {path}"))?;
+    }
     if !quiet {
         eprint!("{}", nfsim::sweep::stats::render(&agg));
     }
@@ -338,7 +360,13 @@ fn finish_sweep(
 
 fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     use nfsim::sweep::{execute, header_line, merge, run_line, Sweep};
-    if let Some(SweepSub::Merge { files, out, quiet }) = a.sub {
+    if let Some(SweepSub::Merge {
+        files,
+        out,
+        quiet,
+        report,
+    }) = a.sub
+    {
         let mut inputs = Vec::new();
         for f in &files {
             let text = std::fs::read_to_string(f).with_context(|| format!("reading {f}"))?;
@@ -350,7 +378,7 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         for r in &runs {
             writeln!(w, "{}", run_line(r)).context("writing the output")?;
         }
-        return finish_sweep(&mut w, &header, &runs, quiet);
+        return finish_sweep(&mut w, &header, &runs, quiet, report.as_deref());
     }
     let file = a.file.ok_or_else(|| {
         anyhow!("usage: nfsim sweep FILE --seeds A..B [--set PATH=V1,V2] [--jobs N] [--shard i/N] | nfsim sweep merge FILES...")
@@ -378,7 +406,7 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     let mut w = open_out(a.out.as_deref())?;
     writeln!(w, "{}", header_line(&header)).context("writing the output")?;
     let runs = execute(&sweep, range, jobs, |r| writeln!(w, "{}", run_line(r)))?;
-    finish_sweep(&mut w, &header, &runs, a.quiet)
+    finish_sweep(&mut w, &header, &runs, a.quiet, a.report.as_deref())
 }
 
 fn load(file: &str, seed: Option<u64>) -> Result<Scenario> {

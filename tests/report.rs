@@ -406,3 +406,78 @@ fn many_clients_are_aggregated_per_node_and_per_service() {
     assert!(r.dom.contains("data-lane=\"node:n0\""));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_sweep_report_plots_pass_rates_and_distributions() {
+    let test = "a_sweep_report_plots_pass_rates_and_distributions";
+    let dir = scratch("sweep");
+    let (out, page) = (dir.join("sweep.jsonl"), dir.join("sweep.html"));
+    let st = Command::new(env!("CARGO_BIN_EXE_nfsim"))
+        .args([
+            "sweep",
+            "scenarios/stale-dns-udp.yaml",
+            "--seeds",
+            "1..4",
+            "--set",
+            "kubeProxy.release=v1.31,v1.32",
+            "-q",
+            "--jobs",
+            "1",
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--report")
+        .arg(&page)
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    for needle in ["http://", "https://", "<link", "src=\""] {
+        assert!(!html.contains(needle), "{needle}");
+    }
+    let at = html.find("id=\"nfsim-data\"").unwrap();
+    let data = &html[at..];
+    let data = &data[data.find('>').unwrap() + 1..data.find("</script>").unwrap()];
+    let v: serde_json::Value = serde_json::from_str(data).unwrap();
+    let combos = v["combos"].as_array().unwrap();
+    assert_eq!(combos.len(), 2);
+    // The aggregate line of the JSON output and the page agree on every pass rate.
+    let jsonl = std::fs::read_to_string(&out).unwrap();
+    let agg: serde_json::Value = serde_json::from_str(jsonl.lines().last().unwrap()).unwrap();
+    for (c, a) in combos.iter().zip(agg["combos"].as_array().unwrap()) {
+        assert_eq!(c["rate"]["passed"], a["passed"]);
+        assert_eq!(c["rate"]["runs"], 4);
+        // Every run lands in one bin of each histogram.
+        for f in c["clients"][0]["figures"].as_array().unwrap() {
+            let n: u64 = f["hist"]["counts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .sum();
+            assert_eq!(n, 4, "{f}");
+        }
+    }
+    if !tools::have_programs_or_skip(test, &["chromium"]) {
+        return;
+    }
+    let r = chromium(&dir, &page, &["--dump-dom"]);
+    assert!(
+        console_lines(&r.log).is_empty(),
+        "{:?}",
+        console_lines(&r.log)
+    );
+    assert_eq!(
+        attr(&r.dom, "id=\"nfsim-status\"", "data-state"),
+        Some("ok")
+    );
+    assert_eq!(tags(&r.dom, "class=\"combo\"").len(), 2);
+    assert!(tags(&r.dom, "class=\"hist\"").len() >= 4);
+    assert!(r.dom.contains("data-p=\"p90\""));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -762,7 +762,7 @@ impl Builder {
                 self.kp_mark(e, t, node, "cleanup");
                 if let Some(&n) = self.node_index.get(node) {
                     if self.detail_ct {
-                        let line = (self.lines.len() - 1) as u32;
+                        let line = self.line(e);
                         if let Some(&i) = self.ct_keys[n].get(&ct.key()) {
                             let entry = &mut self.ct[n][i];
                             entry.end = "cleanup";

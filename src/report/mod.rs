@@ -14,6 +14,11 @@
 //! are drawn aggregated: outcomes per node and per Service, live conntrack entries per node,
 //! counted in fixed buckets (at most about 720 over the run), so the file stays small.
 //!
+//! A sweep's page ([`render_sweep`], `nfsim sweep … --report sweep.html`) plots, per
+//! combination of `--set` values, the pass rate of the scenario and of each expectation with
+//! its 95 % interval, and the distribution across runs of each client's blackholed time and
+//! lost queries.
+//!
 //! The report is built event by event ([`Report::push`]), so it can follow a run as it goes;
 //! the same run gives the same bytes.
 //!
@@ -34,6 +39,9 @@
 mod adapter;
 mod build;
 mod ctline;
+mod sweep;
+
+pub use sweep::render_sweep;
 
 pub use build::{MAX_CLIENT_LANES, MAX_ENTRY_BARS, MAX_KP_LANES, MAX_POD_LANES};
 
@@ -41,8 +49,10 @@ use crate::cluster::sim::{EventSink, RunResult, TimelineEvent};
 use crate::scenario::Scenario;
 
 const TEMPLATE: &str = include_str!("template.html");
+const SWEEP_TEMPLATE: &str = include_str!("sweep.html");
 const CSS: &str = include_str!("report.css");
 const JS: &str = include_str!("report.js");
+const SWEEP_JS: &str = include_str!("sweep.js");
 
 /// A report being built from a run's events.
 pub struct Report {
@@ -107,7 +117,7 @@ impl Report {
         let data =
             self.builder
                 .finish(meta, expectations, skipped.to_vec(), result.summary.clone());
-        page(&title, &data)
+        page(&title, &data, JS)
     }
 }
 
@@ -120,7 +130,7 @@ impl EventSink for Report {
 
 /// Fills the template. The data goes in a `application/json` script element; `<`, `>` and
 /// `&` are written as JSON escapes so no text can end the element early.
-fn page(title: &str, data: &build::Data) -> String {
+fn page<T: serde::Serialize>(title: &str, data: &T, js: &str) -> String {
     let json = serde_json::to_string(data).unwrap_or_else(|_| unreachable!("plain data"));
     let mut safe = String::with_capacity(json.len() + 64);
     for c in json.chars() {
@@ -131,10 +141,15 @@ fn page(title: &str, data: &build::Data) -> String {
             c => safe.push(c),
         }
     }
-    TEMPLATE
+    let template = if js == SWEEP_JS {
+        SWEEP_TEMPLATE
+    } else {
+        TEMPLATE
+    };
+    template
         .replace("{{TITLE}}", &html_escape(title))
         .replace("/*{{CSS}}*/", CSS)
-        .replace("/*{{JS}}*/", JS)
+        .replace("/*{{JS}}*/", js)
         .replace("{{DATA}}", &safe)
 }
 
