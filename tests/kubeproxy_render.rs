@@ -317,3 +317,86 @@ ports: [{name: dns, port: 53, protocol: UDP}]
     // Filter rules landed too.
     assert!(out.contains("-A KUBE-SERVICES -d 172.30.0.46/32 -p tcp -m comment --comment \"ns6/svc6:p80 has no endpoints\" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable"), "{out}");
 }
+
+/// The `-A` lines of one table in iptables-save text.
+fn table_rules(save: &str, table: &str) -> Vec<String> {
+    let mut inside = false;
+    let mut out = Vec::new();
+    for l in save.lines() {
+        if let Some(t) = l.strip_prefix('*') {
+            inside = t == table;
+        } else if inside && l.starts_with("-A ") {
+            out.push(l.to_string());
+        }
+    }
+    out
+}
+
+/// kube-proxy's flags (detectLocalMode's interface variants, nodePortAddresses, the
+/// masquerade bit, --random-fully off, localhost NodePorts off): the real iptables-restore
+/// takes each payload, and the real iptables-save prints the rules as nfsim's does.
+#[test]
+fn real_iptables_takes_the_flag_variants_and_saves_them_as_nfsim_does() {
+    let test = "real_iptables_takes_the_flag_variants_and_saves_them_as_nfsim_does";
+    let (svcs, slices) = load("tests/golden/kubeproxy/overall_services.yaml");
+    let state = ProxyState::build("test-node", &svcs, &slices);
+    let base = ProxierConfig::new(
+        "test-node",
+        "192.168.0.2".parse().unwrap(),
+        "10.244.0.0/16".parse().unwrap(),
+    );
+    let mut variants = Vec::new();
+    let mut c = base.clone();
+    c.local_detector = LocalDetector::BridgeInterface("cbr0".into());
+    c.masquerade_bit = 10;
+    c.random_fully = false;
+    variants.push(c);
+    let mut c = base.clone();
+    c.local_detector = LocalDetector::InterfaceNamePrefix("veth".into());
+    c.localhost_node_ports = false;
+    c.node_port_addresses = Some(vec![
+        "192.168.0.2".parse().unwrap(),
+        "10.244.0.1".parse().unwrap(),
+    ]);
+    variants.push(c);
+    for cfg in variants {
+        let r = render_sync(
+            &cfg,
+            &state,
+            &SyncScope {
+                full: true,
+                changed: None,
+                existing_nat_chains: None,
+            },
+        );
+        let script = format!(
+            "set -e\n{jumps}iptables-restore --noflush < /dev/stdin\niptables-save\n",
+            jumps = jump_script()
+        );
+        let tools = ["iptables", "iptables-restore", "iptables-save"];
+        let Some((ok, real)) = in_netns(test, &tools, &script, &r.restore) else {
+            return;
+        };
+        assert!(
+            ok,
+            "iptables-restore refused:\n{real}\n--- payload:\n{}",
+            r.restore
+        );
+        let mut ns = sim_netfilter::netns::Netns::new(sim_netfilter::netns::NetnsConfig::new(
+            "test-node",
+            1,
+        ));
+        for j in jump_rules() {
+            nfsim::cluster::proxy::ensure_jump_rule(&mut ns, &j).unwrap();
+        }
+        ns.restore(&r.restore, true).unwrap();
+        let ours = ns.save(false);
+        for table in ["nat", "filter"] {
+            assert_eq!(
+                table_rules(&real, table),
+                table_rules(&ours, table),
+                "{table}, {cfg:?}"
+            );
+        }
+    }
+}

@@ -284,6 +284,13 @@ pub fn render_nft_sync(
             Some(format!("ip saddr {c}")),
             Some(format!("ip saddr != {c}")),
         ),
+        // IfLocalNFT / IfNotLocalNFT (pkg/proxy/util/localdetector.go).
+        LocalDetector::BridgeInterface(i) => {
+            (Some(format!("iif {i}")), Some(format!("iif != {i}")))
+        }
+        LocalDetector::InterfaceNamePrefix(p) => {
+            (Some(format!("iif {p}*")), Some(format!("iif != {p}*")))
+        }
         LocalDetector::None => (None, None),
     };
     let mut active = BTreeSet::new();

@@ -28,12 +28,35 @@ pub const NFACCT_CT_STATE_INVALID: &str = "ct_state_invalid_dropped_pkts";
 pub const NFACCT_LOCALHOST_NODEPORTS: &str = "localhost_nps_accepted_pkts";
 
 /// How kube-proxy tells pod traffic from other traffic (`--detect-local-mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LocalDetector {
     /// No detector: no `! -s` masquerade rule in KUBE-SVC, no pod short-circuit in KUBE-EXT.
     None,
-    /// `ClusterCIDR` mode: pods are `-s <cidr>`.
+    /// `ClusterCIDR` mode (or `NodeCIDR`, with the node's pod CIDR): pods are `-s <cidr>`
+    /// (`NewDetectLocalByCIDR`).
     ClusterCidr(Cidr),
+    /// `BridgeInterface` mode: pods are `-i <bridge>` (`NewDetectLocalByBridgeInterface`).
+    BridgeInterface(String),
+    /// `InterfaceNamePrefix` mode: pods are `-i <prefix>+`
+    /// (`NewDetectLocalByInterfaceNamePrefix`).
+    InterfaceNamePrefix(String),
+}
+
+impl LocalDetector {
+    /// kube-proxy's `IfLocal()` and `IfNotLocal()` arguments, if the detector is
+    /// implemented (pkg/proxy/util/localdetector.go).
+    pub fn args(&self) -> Option<(Vec<String>, Vec<String>)> {
+        let (flag, value) = match self {
+            LocalDetector::None => return None,
+            LocalDetector::ClusterCidr(c) => ("-s", c.to_string()),
+            LocalDetector::BridgeInterface(i) => ("-i", i.clone()),
+            LocalDetector::InterfaceNamePrefix(p) => ("-i", format!("{p}+")),
+        };
+        Some((
+            vec![flag.to_string(), value.clone()],
+            vec!["!".to_string(), flag.to_string(), value],
+        ))
+    }
 }
 
 /// The parts of kube-proxy's configuration that shape the rules.
@@ -65,6 +88,12 @@ pub struct ProxierConfig {
     /// The service CIDRs (nftables mode: the `Drop traffic to unallocated ClusterIPs` rule;
     /// none by default).
     pub service_cidrs: Vec<Cidr>,
+    /// `--nodeport-addresses` resolved to the node's addresses it selects (`GetNodeIPs`),
+    /// or `None` when it matches every address (empty, `0.0.0.0/0`): then one
+    /// `-m addrtype --dst-type LOCAL` jump to KUBE-NODEPORTS, else one `-d IP` jump per
+    /// address. kube-proxy collects the addresses in a Go map (any order); they are
+    /// written here in ascending order.
+    pub node_port_addresses: Option<Vec<IpAddr>>,
 }
 
 /// `--proxy-mode`.
@@ -92,6 +121,7 @@ impl ProxierConfig {
             conntrack_tcp_be_liberal: false,
             mode: ProxyMode::Iptables,
             service_cidrs: Vec::new(),
+            node_port_addresses: None,
         }
     }
     /// The mark as kube-proxy formats it: `fmt.Sprintf("%#08x", 1<<bit)` = `0x00004000`.
@@ -432,10 +462,7 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
         .map(|k| state.endpoints_of(k).len())
         .sum();
     let large = total_endpoints > LARGE_CLUSTER_ENDPOINTS_THRESHOLD;
-    let detector = match cfg.local_detector {
-        LocalDetector::None => None,
-        LocalDetector::ClusterCidr(c) => Some(c.to_string()),
-    };
+    let detector = cfg.local_detector.args();
 
     for (spn, svc) in &state.services {
         let proto = svc.protocol.lower();
@@ -788,10 +815,11 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
                 w.extend(base);
                 w.extend(["-j", KUBE_MARK_MASQ]);
                 rules.rule(&w);
-            } else if let Some(cidr) = &detector {
+            } else if let Some((_, not_local)) = &detector {
                 let mut w = vec!["-A", internal_chain.as_str()];
                 w.extend(base);
-                w.extend(["!", "-s", cidr, "-j", KUBE_MARK_MASQ]);
+                w.extend(not_local.iter().map(String::as_str));
+                w.extend(["-j", KUBE_MARK_MASQ]);
                 rules.rule(&w);
             }
         }
@@ -814,19 +842,12 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
                     KUBE_MARK_MASQ,
                 ]);
             } else {
-                if let Some(cidr) = &detector {
-                    rules.rule(&[
-                        "-A",
-                        &ext_chain,
-                        "-m",
-                        "comment",
-                        "--comment",
-                        &q(format!("pod traffic for {name} external destinations")),
-                        "-s",
-                        cidr,
-                        "-j",
-                        &cluster_chain,
-                    ]);
+                if let Some((local, _)) = &detector {
+                    let comment = q(format!("pod traffic for {name} external destinations"));
+                    let mut w = vec!["-A", &ext_chain, "-m", "comment", "--comment", &comment];
+                    w.extend(local.iter().map(String::as_str));
+                    w.extend(["-j", &cluster_chain]);
+                    rules.rule(&w);
                 }
                 rules.rule(&[
                     "-A",
@@ -987,24 +1008,55 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
         }
     }
 
-    // Finally, the jump to KUBE-NODEPORTS, last in KUBE-SERVICES.
-    let mut np = vec![
-        "-A",
-        KUBE_SERVICES,
-        "-m",
-        "comment",
-        "--comment",
-        "\"kubernetes service nodeports; NOTE: this must be the last rule in this chain\"",
-        "-m",
-        "addrtype",
-        "--dst-type",
-        "LOCAL",
-    ];
-    if !cfg.localhost_node_ports {
-        np.extend(["!", "-d", "127.0.0.0/8"]);
+    // Finally, the jump to KUBE-NODEPORTS, last in KUBE-SERVICES: for every local address
+    // (`nodePortAddresses.MatchAll()`), or one per selected node address.
+    const NODEPORTS_COMMENT: &str =
+        "\"kubernetes service nodeports; NOTE: this must be the last rule in this chain\"";
+    match &cfg.node_port_addresses {
+        None => {
+            let mut np = vec![
+                "-A",
+                KUBE_SERVICES,
+                "-m",
+                "comment",
+                "--comment",
+                NODEPORTS_COMMENT,
+                "-m",
+                "addrtype",
+                "--dst-type",
+                "LOCAL",
+            ];
+            if !cfg.localhost_node_ports {
+                np.extend(["!", "-d", "127.0.0.0/8"]);
+            }
+            np.extend(["-j", KUBE_NODEPORTS]);
+            nat_rules.rule(&np);
+        }
+        Some(ips) => {
+            let mut ips = ips.clone();
+            ips.sort();
+            ips.dedup();
+            for ip in ips {
+                // Loopback addresses only with localhostNodePorts (IPv4).
+                if ip.is_loopback() && (ip.is_ipv6() || !cfg.localhost_node_ports) {
+                    continue;
+                }
+                let ip = ip.to_string();
+                nat_rules.rule(&[
+                    "-A",
+                    KUBE_SERVICES,
+                    "-m",
+                    "comment",
+                    "--comment",
+                    NODEPORTS_COMMENT,
+                    "-d",
+                    &ip,
+                    "-j",
+                    KUBE_NODEPORTS,
+                ]);
+            }
+        }
     }
-    np.extend(["-j", KUBE_NODEPORTS]);
-    nat_rules.rule(&np);
 
     if !cfg.conntrack_tcp_be_liberal {
         let mut w = vec![

@@ -165,6 +165,70 @@ pub(super) fn kube_proxy_settings(
     if let Some(c) = &d.cluster_cidr {
         s.cluster_cidr = Some(c.value);
     }
+    if let Some(m) = &d.detect_local_mode {
+        let need = |v: &Option<S<String>>, key: &str| -> Result<String, ScenarioError> {
+            match v {
+                Some(x) if !x.value.is_empty() => Ok(x.value.clone()),
+                _ => Err(ctx.err(m, format!("detectLocalMode {} needs `{key}`", m.value))),
+            }
+        };
+        s.detect_local = Some(match m.value.as_str() {
+            "ClusterCIDR" => DetectLocal::ClusterCidr,
+            "NodeCIDR" => DetectLocal::NodeCidr,
+            "BridgeInterface" => {
+                DetectLocal::BridgeInterface(need(&d.bridge_interface, "bridgeInterface")?)
+            }
+            "InterfaceNamePrefix" => DetectLocal::InterfaceNamePrefix(need(
+                &d.interface_name_prefix,
+                "interfaceNamePrefix",
+            )?),
+            "None" | "none" => DetectLocal::None,
+            other => {
+                return Err(ctx.err(
+                    m,
+                    format!("unknown detectLocalMode {other:?}: expected ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix or None"),
+                ))
+            }
+        });
+    }
+    if let Some(list) = &d.node_port_addresses {
+        let mut v = Vec::new();
+        for a in &list.value {
+            if a == "primary" {
+                if list.value.len() != 1 {
+                    return Err(ctx.err(
+                        list,
+                        "`primary` must be the only entry of nodePortAddresses",
+                    ));
+                }
+                v.push(NodePortAddress::Primary);
+                continue;
+            }
+            let c: k8s::Cidr = a.parse().map_err(|_| {
+                ctx.err(
+                    list,
+                    format!("bad nodePortAddresses entry {a:?}: expected a CIDR (192.168.0.0/24) or `primary`"),
+                )
+            })?;
+            v.push(NodePortAddress::Cidr(c));
+        }
+        s.node_port_addresses = v;
+    }
+    if let Some(v) = d.localhost_node_ports {
+        s.localhost_node_ports = v;
+    }
+    if let Some(b) = &d.masquerade_bit {
+        if b.value > 31 {
+            return Err(ctx.err(b, format!("masqueradeBit {}: expected 0-31", b.value)));
+        }
+        s.masquerade_bit = b.value;
+    }
+    if let Some(v) = d.random_fully {
+        s.random_fully = v;
+    }
+    if let Some(v) = d.nfacct {
+        s.nfacct = v;
+    }
     Ok(s)
 }
 

@@ -713,13 +713,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     };
 
     // kube-proxy and control plane.
-    let defaults = KubeProxySettings {
-        release: Release::Latest,
-        min_sync_period: SimDuration::from_secs(1),
-        sync_period: SimDuration::from_secs(30),
-        masquerade_all: false,
-        cluster_cidr: None,
-    };
+    let defaults = KubeProxySettings::defaults();
     let kube_proxy = match &doc.kube_proxy {
         Some(k) => super::events::kube_proxy_settings(ctx, &defaults, k)?,
         None => defaults,

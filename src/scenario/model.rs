@@ -226,6 +226,62 @@ pub struct KubeProxySettings {
     pub masquerade_all: bool,
     /// `clusterCIDR`, if set.
     pub cluster_cidr: Option<k8s::Cidr>,
+    /// `detectLocalMode` (`None`: ClusterCIDR of `clusterCIDR`, else of each node's pod
+    /// CIDR, nfsim's default).
+    pub detect_local: Option<DetectLocal>,
+    /// `nodePortAddresses` (empty: every address).
+    pub node_port_addresses: Vec<NodePortAddress>,
+    /// `iptables.localhostNodePorts` (default true).
+    pub localhost_node_ports: bool,
+    /// `iptables.masqueradeBit` (default 14).
+    pub masquerade_bit: u8,
+    /// Whether iptables supports `MASQUERADE --random-fully` (default true).
+    pub random_fully: bool,
+    /// Whether the `-m nfacct` counters are on (default false).
+    pub nfacct: bool,
+}
+
+impl KubeProxySettings {
+    /// kube-proxy's defaults with nfsim's release (`latest`) and sync periods.
+    pub fn defaults() -> KubeProxySettings {
+        KubeProxySettings {
+            release: Release::Latest,
+            min_sync_period: SimDuration::from_secs(1),
+            sync_period: SimDuration::from_secs(30),
+            masquerade_all: false,
+            cluster_cidr: None,
+            detect_local: None,
+            node_port_addresses: Vec::new(),
+            localhost_node_ports: true,
+            masquerade_bit: 14,
+            random_fully: true,
+            nfacct: false,
+        }
+    }
+}
+
+/// `detectLocalMode` and its parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DetectLocal {
+    /// `ClusterCIDR`: `-s clusterCIDR` (without a `clusterCIDR`, no detector).
+    ClusterCidr,
+    /// `NodeCIDR`: `-s` the node's pod CIDR.
+    NodeCidr,
+    /// `BridgeInterface`: `-i BRIDGE`.
+    BridgeInterface(String),
+    /// `InterfaceNamePrefix`: `-i PREFIX+`.
+    InterfaceNamePrefix(String),
+    /// No detector.
+    None,
+}
+
+/// One entry of `nodePortAddresses`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodePortAddress {
+    /// A CIDR: the node's addresses inside it.
+    Cidr(k8s::Cidr),
+    /// `primary`: the node's primary address.
+    Primary,
 }
 
 /// Control-plane delays.

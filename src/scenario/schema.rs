@@ -221,6 +221,31 @@ pub struct KubeProxyDoc {
     /// CIDR.
     #[serde(default, rename = "clusterCIDR")]
     pub cluster_cidr: Option<S<k8s::Cidr>>,
+    /// `detectLocalMode`: `ClusterCIDR`, `NodeCIDR`, `BridgeInterface`,
+    /// `InterfaceNamePrefix`, `None`.
+    #[serde(default, rename = "detectLocalMode")]
+    pub detect_local_mode: Option<S<String>>,
+    /// `detectLocal.bridgeInterface`.
+    #[serde(default)]
+    pub bridge_interface: Option<S<String>>,
+    /// `detectLocal.interfaceNamePrefix`.
+    #[serde(default)]
+    pub interface_name_prefix: Option<S<String>>,
+    /// `nodePortAddresses`: CIDRs, or `[primary]`.
+    #[serde(default)]
+    pub node_port_addresses: Option<S<Vec<String>>>,
+    /// `iptables.localhostNodePorts` (default true).
+    #[serde(default)]
+    pub localhost_node_ports: Option<bool>,
+    /// `iptables.masqueradeBit` (default 14).
+    #[serde(default)]
+    pub masquerade_bit: Option<S<u8>>,
+    /// `MASQUERADE --random-fully` (default true).
+    #[serde(default)]
+    pub random_fully: Option<bool>,
+    /// The `-m nfacct` packet counters (default false).
+    #[serde(default)]
+    pub nfacct: Option<bool>,
 }
 
 /// `controlPlane:`.

@@ -41,6 +41,13 @@ impl Simulation {
             None => release_cleanup(kp.release),
         };
         let mut proxy = KubeProxy::new(cfg, timing, strategy, at);
+        let members = self.groups[g].nodes.clone();
+        for &n in &members {
+            self.kp_settings[n] = kp.clone();
+        }
+        for n in members {
+            self.ensure_nfacct(n);
+        }
         let now = self.now;
         for s in &self.sc.services {
             proxy.upsert_service(now, s.clone());
@@ -62,6 +69,23 @@ impl Simulation {
         grp.memo = RestoreMemo::new();
         self.proxy_running[g] = true;
         self.arm_proxy(g);
+    }
+
+    /// Creates kube-proxy's nfacct counters on node `n` if its settings turn them on (what
+    /// kube-proxy's start-up does with `nfacct add`; existing ones are kept).
+    pub(super) fn ensure_nfacct(&mut self, n: usize) {
+        if !self.kp_settings[n].nfacct {
+            return;
+        }
+        let ns = &mut self.nodes[n].netns;
+        for name in [
+            crate::kubeproxy::render::NFACCT_CT_STATE_INVALID,
+            crate::kubeproxy::render::NFACCT_LOCALHOST_NODEPORTS,
+        ] {
+            if !ns.ruleset().nfacct_names().contains(&name) {
+                let _ = ns.nfacct_add(name);
+            }
+        }
     }
 
     /// Applies `rules` with `iptables-restore` on node `n`, logging a refusal.

@@ -564,12 +564,61 @@ fn node_netns(sc: &Scenario, i: usize) -> Result<Netns, SimError> {
     Ok(ns)
 }
 
+/// The node's addresses `--nodeport-addresses` selects (`GetNodeIPs` over the node's
+/// interface addresses: `lo`'s 127.0.0.1, `eth0`'s, the others', and the pod CIDR's first
+/// address that its pod veths hold); `None` when it matches every address (empty list or a
+/// zero CIDR). `primary` is the node's `address`/32 (kube-proxy's `server.go`).
+fn node_port_ips(n: &NodeDef, list: &[NodePortAddress]) -> Option<Vec<IpAddr>> {
+    if list.is_empty() {
+        return None;
+    }
+    let mut cidrs = Vec::new();
+    for a in list {
+        match a {
+            NodePortAddress::Primary => {
+                let len = if n.address.is_ipv4() { 32 } else { 128 };
+                cidrs.push(
+                    crate::k8s::Cidr::new(n.address, len)
+                        .unwrap_or_else(|| unreachable!("a host prefix is valid")),
+                );
+            }
+            NodePortAddress::Cidr(c) if c.prefix_len() == 0 && c.addr().is_ipv4() => return None,
+            NodePortAddress::Cidr(c) => cidrs.push(*c),
+        }
+    }
+    let mut addrs = vec![IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), n.address];
+    addrs.extend(n.extra_addresses.iter().map(|(_, a, _)| *a));
+    addrs.push(pod_gateway(&n.pod_cidr));
+    Some(
+        addrs
+            .into_iter()
+            .filter(|a| a.is_ipv4() && cidrs.iter().any(|c| c.contains(*a)))
+            .collect(),
+    )
+}
+
 /// kube-proxy's configuration for node `i` with settings `kp`.
 fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) -> ProxierConfig {
     let n = &sc.nodes[i];
     let mut cfg = ProxierConfig::new(&n.name, n.address, n.pod_cidr);
-    cfg.local_detector = LocalDetector::ClusterCidr(kp.cluster_cidr.unwrap_or(n.pod_cidr));
+    cfg.local_detector = match &kp.detect_local {
+        None => LocalDetector::ClusterCidr(kp.cluster_cidr.unwrap_or(n.pod_cidr)),
+        Some(DetectLocal::ClusterCidr) => match kp.cluster_cidr {
+            Some(c) => LocalDetector::ClusterCidr(c),
+            // kube-proxy warns and uses the no-op detector.
+            None => LocalDetector::None,
+        },
+        Some(DetectLocal::NodeCidr) => LocalDetector::ClusterCidr(n.pod_cidr),
+        Some(DetectLocal::BridgeInterface(b)) => LocalDetector::BridgeInterface(b.clone()),
+        Some(DetectLocal::InterfaceNamePrefix(p)) => LocalDetector::InterfaceNamePrefix(p.clone()),
+        Some(DetectLocal::None) => LocalDetector::None,
+    };
     cfg.masquerade_all = kp.masquerade_all;
+    cfg.localhost_node_ports = kp.localhost_node_ports;
+    cfg.masquerade_bit = kp.masquerade_bit;
+    cfg.random_fully = kp.random_fully;
+    cfg.nfacct = kp.nfacct;
+    cfg.node_port_addresses = node_port_ips(n, &kp.node_port_addresses);
     // kube-proxy leaves out its INVALID drop rule when conntrack is liberal.
     cfg.conntrack_tcp_be_liberal =
         n.sysctls.get("net.netfilter.nf_conntrack_tcp_be_liberal") == Some(&1);
@@ -734,6 +783,10 @@ impl Simulation {
             sc,
         };
         sim.proxy_running = vec![true; sim.groups.len()];
+        // kube-proxy creates its nfacct counters at start-up (`nfacct add`) when asked to.
+        for n in 0..sim.nodes.len() {
+            sim.ensure_nfacct(n);
+        }
         // The nodes' own rules, there before kube-proxy's first sync.
         for n in 0..sim.nodes.len() {
             for (rules, noflush) in sim.nodes[n].def.extra_rules.clone() {
