@@ -229,6 +229,18 @@ pub(super) fn kube_proxy_settings(
     if let Some(v) = d.nfacct {
         s.nfacct = v;
     }
+    if let Some(m) = &d.mode {
+        s.mode = match m.value.as_str() {
+            "iptables" => crate::kubeproxy::ProxyMode::Iptables,
+            "nftables" => crate::kubeproxy::ProxyMode::Nftables,
+            other => {
+                return Err(ctx.err(
+                    m,
+                    format!("unknown kube-proxy mode {other:?}: expected iptables or nftables"),
+                ))
+            }
+        };
+    }
     Ok(s)
 }
 

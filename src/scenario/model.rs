@@ -239,6 +239,8 @@ pub struct KubeProxySettings {
     pub random_fully: bool,
     /// Whether the `-m nfacct` counters are on (default false).
     pub nfacct: bool,
+    /// `mode`: iptables or nftables.
+    pub mode: crate::kubeproxy::ProxyMode,
 }
 
 impl KubeProxySettings {
@@ -256,6 +258,7 @@ impl KubeProxySettings {
             masquerade_bit: 14,
             random_fully: true,
             nfacct: false,
+            mode: crate::kubeproxy::ProxyMode::Iptables,
         }
     }
 }

@@ -246,6 +246,9 @@ pub struct KubeProxyDoc {
     /// The `-m nfacct` packet counters (default false).
     #[serde(default)]
     pub nfacct: Option<bool>,
+    /// `mode` (`--proxy-mode`): `iptables` (default) or `nftables`.
+    #[serde(default)]
+    pub mode: Option<S<String>>,
 }
 
 /// `controlPlane:`.

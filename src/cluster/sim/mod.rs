@@ -619,6 +619,7 @@ fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) -> ProxierCon
     cfg.random_fully = kp.random_fully;
     cfg.nfacct = kp.nfacct;
     cfg.node_port_addresses = node_port_ips(n, &kp.node_port_addresses);
+    cfg.mode = kp.mode;
     // kube-proxy leaves out its INVALID drop rule when conntrack is liberal.
     cfg.conntrack_tcp_be_liberal =
         n.sysctls.get("net.netfilter.nf_conntrack_tcp_be_liberal") == Some(&1);
@@ -1629,9 +1630,20 @@ impl Simulation {
             .len()
     }
 
-    /// `iptables-save` of a node now (without the dated comment lines).
+    /// `iptables-save` of a node now (without the dated comment lines); for a node with
+    /// nftables tables (kube-proxy in nftables mode), `nft list ruleset` first, then the
+    /// iptables-save of any iptables tables it also has.
     pub fn rules(&self, node: usize) -> String {
-        self.nodes[node].netns.save(false)
+        let ns = &self.nodes[node].netns;
+        if ns.nft().is_empty() {
+            return ns.save(false);
+        }
+        let mut s = ns.nft().list_ruleset(self.now);
+        let ipt = ns.save(false);
+        if ipt.lines().any(|l| l.starts_with('*')) {
+            s.push_str(&ipt);
+        }
+        s
     }
 
     /// A node's network namespace: its interfaces and routes, rules and conntrack table.
