@@ -417,6 +417,36 @@ fn load(file: &str, seed: Option<u64>) -> Result<Scenario> {
     Ok(sc)
 }
 
+/// An instant given on the command line must fall within the run (a later one would show the
+/// state at the end as if it were later: entries that should have expired).
+fn within_run(flag: &str, at: SimDuration, sc: &Scenario) -> Result<()> {
+    if at > sc.duration {
+        return Err(anyhow!(
+            "{flag} {at} is after the end of the run ({}, the scenario's duration in {}): expected at most {}",
+            sc.duration,
+            sc.file,
+            sc.duration
+        ));
+    }
+    Ok(())
+}
+
+/// `--node` must name a node of the scenario.
+fn known_node(node: &str, sc: &Scenario) -> Result<()> {
+    if sc.nodes.iter().any(|n| n.name == node) {
+        return Ok(());
+    }
+    Err(anyhow!(
+        "--node {node:?}: no such node in {}: expected one of {}",
+        sc.file,
+        sc.nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
 /// Progress on stderr, at most every half second of wall time, only after the first second.
 fn progress_printer(enabled: bool) -> Option<Box<dyn FnMut(SimTime, SimTime)>> {
     if !enabled {
@@ -449,6 +479,12 @@ fn progress_printer(enabled: bool) -> Option<Box<dyn FnMut(SimTime, SimTime)>> {
 
 fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let mut sc = load(&a.file, a.seed)?;
+    if let Some(u) = a.until {
+        within_run("--until", u, &sc)?;
+    }
+    for &at in &a.dump_conntrack {
+        within_run("--dump-conntrack", at, &sc)?;
+    }
     let mut skipped = Vec::new();
     if let Some(u) = a.until {
         if u < sc.duration {
@@ -638,6 +674,10 @@ fn cmd_rules(a: RulesArgs) -> Result<ExitCode> {
         .node
         .ok_or_else(|| anyhow!("--node is required: which node's rules to print"))?;
     let sc = load(&file, None)?;
+    if let Some(at) = a.at {
+        within_run("--at", at, &sc)?;
+    }
+    known_node(&node, &sc)?;
     let at = SimTime::ZERO + a.at.unwrap_or(sc.duration);
     let mut sim = Simulation::new(sc, RunOptions::default())?;
     let n = sim.node_index(&node)?;
@@ -759,6 +799,12 @@ fn cmd_conntrack(a: ConntrackArgs) -> Result<ExitCode> {
         }
     }
     let sc = load(&a.file, None)?;
+    known_node(&a.node, &sc)?;
+    for (flag, t) in [("--at", a.at), ("--from", from), ("--to", to)] {
+        if let Some(t) = t {
+            within_run(flag, t, &sc)?;
+        }
+    }
     let end = sc.duration;
     if cmd == 'E' {
         if !args.is_empty() {

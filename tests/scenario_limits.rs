@@ -109,3 +109,145 @@ fn a_duration_beyond_seven_days_is_refused() {
     );
     load_str("t.yaml", &GOOD.replace("duration: 1m", "duration: 168h")).unwrap();
 }
+
+fn msg(text: &str) -> (u64, u64, String) {
+    let e = err(text);
+    (e.line, e.column, e.message)
+}
+
+#[test]
+fn impossible_probe_and_addresses_are_refused_at_load_time() {
+    let (l, _, m) = msg(&GOOD.replace(
+        "    labels: {app: dns}\n",
+        "    labels: {app: dns}\n    readinessProbe: {periodSeconds: 0}\n",
+    ));
+    assert_eq!(l, 8);
+    assert!(
+        m.contains("readinessProbe.periodSeconds 0: expected at least 1"),
+        "{m}"
+    );
+    for (addr, why) in [
+        ("0.0.0.0", "unspecified"),
+        ("255.255.255.255", "broadcast"),
+        ("127.0.0.1", "loopback"),
+        ("224.0.0.1", "multicast"),
+    ] {
+        let (l, c, m) = msg(&GOOD.replace("address: 192.168.0.1", &format!("address: {addr}")));
+        assert_eq!((l, c), (5, 14), "{m}");
+        assert!(m.contains(why), "{addr}: {m}");
+    }
+    let two_nodes = GOOD.replace(
+        "    podCIDR: 10.244.1.0/24\n",
+        "    podCIDR: 10.244.1.0/24\n  - name: n2\n    address: 10.244.1.200\n    podCIDR: 10.244.2.0/24\n",
+    );
+    let (l, _, m) = msg(&two_nodes);
+    assert_eq!(l, 8);
+    assert!(m.contains("inside node n1's pod CIDR"), "{m}");
+}
+
+#[test]
+fn pod_cidr_host_bits_and_broadcast_pod_ips_are_refused() {
+    let (l, c, m) = msg(&GOOD.replace("podCIDR: 10.244.1.0/24", "podCIDR: 10.244.1.7/24"));
+    assert_eq!((l, c), (6, 14));
+    assert!(
+        m.contains("has host bits set: expected 10.244.1.0/24"),
+        "{m}"
+    );
+    let (l, _, m) = msg(&GOOD.replace("ip: 10.244.1.5", "ip: 10.244.1.255"));
+    assert_eq!(l, 10);
+    assert!(m.contains("broadcast address"), "{m}");
+}
+
+#[test]
+fn repeated_service_ports_and_shared_fixed_source_ports_are_refused() {
+    let (_, _, m) = msg(&GOOD.replace(
+        "ports: [{name: dns, protocol: UDP, port: 53}]",
+        "ports: [{name: dns, protocol: UDP, port: 53}, {name: dns2, protocol: UDP, port: 53}]",
+    ));
+    assert!(m.contains("spec.ports[1] repeats port 53"), "{m}");
+    // The same port over TCP is another socket: fine.
+    load_str(
+        "t.yaml",
+        &GOOD.replace(
+            "ports: [{name: dns, protocol: UDP, port: 53}]",
+            "ports: [{name: dns, protocol: UDP, port: 53}, {name: dnst, protocol: TCP, port: 53}]",
+        )
+        .replace("default/dns:dns,", "default/dns:dns, sourcePort: 40000,"),
+    )
+    .unwrap();
+    let twice = GOOD
+        .replace("default/dns:dns,", "default/dns:dns, sourcePort: 40000,")
+        .replace(
+            "expectations:",
+            "  - name: d\n    node: n1\n    udp: {target: default/dns:dns, sourcePort: 40000, interval: 10s}\nexpectations:",
+        );
+    let (l, _, m) = msg(&twice);
+    assert_eq!(l, 24);
+    assert!(m.contains("EADDRINUSE"), "{m}");
+}
+
+#[test]
+fn an_unknown_tcp_state_is_refused_at_load_time() {
+    let text = GOOD.replace(
+        "  - client: {name: c, sent: 6}\n",
+        "  - client: {name: c, sent: 6}\n  - conntrack: {node: n1, state: DANCING}\n",
+    );
+    let (l, _, m) = msg(&text);
+    assert_eq!(l, 26, "{m}");
+    assert!(
+        m.contains("unknown TCP state \"DANCING\"") && m.contains("ESTABLISHED"),
+        "{m}"
+    );
+}
+
+#[test]
+fn yaml_errors_speak_of_the_scenario_not_of_the_reader() {
+    let (l, _, m) = msg(&GOOD.replace("duration: 1m\n", "duration: 1m\nname: u\n"));
+    assert_eq!(l, 3);
+    assert_eq!(
+        m,
+        "duplicate key name: each key may appear once in a mapping"
+    );
+    let (l, c, m) = msg(&GOOD.replace("name: t\n", ""));
+    assert_eq!((l, c), (1, 1));
+    assert!(
+        m.contains("missing field `name`: every scenario needs `name`"),
+        "{m}"
+    );
+    let (_, _, m) = msg(&GOOD.replace("nodes:\n", "nodes: 5\nxnodes:\n"));
+    assert!(
+        m.contains("expected a list") && m.contains("found `5`"),
+        "{m}"
+    );
+    let (_, _, m) = msg(&GOOD.replace("udpServer: {port: 53}", "udpServer: {port: 70000}"));
+    assert_eq!(m, "port: `70000` is not an integer from 0 to 65535");
+    let (_, _, m) = msg(&GOOD.replace("ip: 10.244.1.5", "ip: 10.244.1.500"));
+    assert!(m.contains("ip: `10.244.1.500` is not an IP address"), "{m}");
+    let (_, _, m) = msg(&GOOD.replace("duration: 1m\n", "duration: 1m\nname: u\n"));
+    assert!(
+        !m.contains("DuplicateKeyPolicy") && !m.contains("Options"),
+        "{m}"
+    );
+}
+
+#[test]
+fn expected_one_of_never_ends_in_nothing() {
+    let (_, _, m) = msg(&GOOD.replace("    node: n1\n    udp:", "    host: h1\n    udp:"));
+    assert!(m.contains("no host is defined"), "{m}");
+    let (_, _, m) = msg(&GOOD.replace("client: {name: c, sent: 6}", "client: {name: zz, sent: 6}").replace("clients:\n  - name: c\n    node: n1\n    udp: {target: default/dns:dns, interval: 10s}\n", ""));
+    assert!(m.contains("no client is defined"), "{m}");
+}
+
+#[test]
+fn an_endless_scenario_file_is_refused_at_64_mib() {
+    if !std::path::Path::new("/dev/zero").exists() {
+        println!("skipped: an_endless_scenario_file_is_refused_at_64_mib: no /dev/zero");
+        return;
+    }
+    let e = nfsim::scenario::load_file("/dev/zero").unwrap_err();
+    assert!(
+        e.message.contains("larger than 64 MiB") && e.message.contains("MAX_SCENARIO_BYTES"),
+        "{}",
+        e.message
+    );
+}

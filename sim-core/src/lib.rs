@@ -13,11 +13,13 @@
 //! - [`pcap`]: reading and writing capture files.
 //! - [`manip`]: editing a captured packet's bytes in place as the kernel does (NAT, TTL,
 //!   checksums), and building the packets the kernel sends itself.
+//! - [`input`]: reading input files with a size limit.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod manip;
+pub mod input;
 pub mod packet;
 pub mod pcap;
 pub mod queue;

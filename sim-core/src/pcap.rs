@@ -260,7 +260,9 @@ pub fn read_file(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<Capture, 
         file: Some(path.to_path_buf()),
         kind,
     };
-    let bytes = std::fs::read(path).map_err(|e| with_file(PcapErrorKind::Io(e)))?;
+    let bytes =
+        crate::input::read_limited(path, crate::input::MAX_CAPTURE_BYTES, "MAX_CAPTURE_BYTES")
+            .map_err(|e| with_file(PcapErrorKind::Io(e)))?;
     read(&bytes, opts).map_err(|e| with_file(e.kind))
 }
 

@@ -582,6 +582,10 @@ fn invalid(msg: impl Into<String>) -> RuleErrorKind {
     RuleErrorKind::Invalid(msg.into())
 }
 
+/// The largest `--hitcount` the kernel's `xt_recent` accepts (XT_RECENT_MAX_NSTAMPS − 1,
+/// checked on Linux 6.18).
+pub const RECENT_MAX_HITCOUNT: u32 = 65535;
+
 fn parse_u32(option: impl std::fmt::Display + Copy, s: &str) -> Result<u32, RuleErrorKind> {
     parse_c_uint(s)
         .and_then(|v| u32::try_from(v).ok())
@@ -1452,6 +1456,15 @@ impl MatchBuilder {
                     return Err(invalid(
                         "recent: option \"--reap\" also requires \"--seconds\"",
                     ));
+                }
+                // recent_mt_check refuses hit_count >= XT_RECENT_MAX_NSTAMPS with EINVAL
+                // ("hitcount (N) is larger than allowed maximum (65535)" on Linux 6.18, where
+                // the stamp index is 32 bits; kernels with 8-bit indexes stopped at 255).
+                if r.hitcount > RECENT_MAX_HITCOUNT {
+                    return Err(invalid(format!(
+                        "recent: hitcount ({}) is larger than allowed maximum ({RECENT_MAX_HITCOUNT}): the kernel refuses the rule (xt_recent)",
+                        r.hitcount
+                    )));
                 }
                 Match::Recent(r)
             }

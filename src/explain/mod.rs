@@ -168,7 +168,12 @@ impl ExplainError {
 
 /// Reads a text file, naming it in the error.
 pub fn read_text(file: &str) -> Result<String, ExplainError> {
-    std::fs::read_to_string(file).map_err(|source| ExplainError::Read {
+    sim_core::input::read_text_limited(
+        std::path::Path::new(file),
+        sim_core::input::MAX_RULES_BYTES,
+        "MAX_RULES_BYTES",
+    )
+    .map_err(|source| ExplainError::Read {
         file: file.to_string(),
         source,
     })

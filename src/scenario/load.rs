@@ -60,7 +60,14 @@ pub(super) struct Ctx<'a> {
 
 impl Ctx<'_> {
     pub(super) fn at(&self, loc: Location, message: impl Into<String>) -> ScenarioError {
-        let (line, column) = (loc.line(), loc.column());
+        self.at_line(loc.line(), loc.column(), message)
+    }
+    pub(super) fn at_line(
+        &self,
+        line: u64,
+        column: u64,
+        message: impl Into<String>,
+    ) -> ScenarioError {
         ScenarioError {
             file: self.file.to_string(),
             line,
@@ -79,7 +86,12 @@ impl Ctx<'_> {
 
 /// Reads and checks the scenario in `file`.
 pub fn load_file(file: &str) -> Result<Scenario, ScenarioError> {
-    let text = std::fs::read_to_string(file).map_err(|e| ScenarioError {
+    let text = sim_core::input::read_text_limited(
+        std::path::Path::new(file),
+        sim_core::input::MAX_SCENARIO_BYTES,
+        "MAX_SCENARIO_BYTES",
+    )
+    .map_err(|e| ScenarioError {
         file: file.to_string(),
         line: 0,
         column: 0,
@@ -95,15 +107,22 @@ pub fn load_str(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
         file,
         lines: text.lines().collect(),
     };
-    let doc: ScenarioDoc = serde_saphyr::from_str(text).map_err(|e| {
-        let loc = e.location().unwrap_or(Location::UNKNOWN);
-        let plain = e.without_snippet().to_string();
-        // serde-saphyr appends " at line L, column C"; we print the place in front instead.
-        let suffix = format!(" at line {}, column {}", loc.line(), loc.column());
-        let msg = plain.strip_suffix(&suffix).unwrap_or(&plain).to_string();
-        ctx.at(loc, msg)
-    })?;
+    let doc: ScenarioDoc = serde_saphyr::from_str_with_options(text, super::yaml::options())
+        .map_err(|e| {
+            let (line, column, msg) = super::yaml::describe(&e, &ctx.lines);
+            ctx.at_line(line, column, msg)
+        })?;
     check(&ctx, doc)
+}
+
+/// "expected one of a, b", or `none` when there is nothing to choose from.
+fn one_of(names: impl IntoIterator<Item = String>, none: &str) -> String {
+    let v: Vec<String> = names.into_iter().collect();
+    if v.is_empty() {
+        none.to_string()
+    } else {
+        format!("expected one of {}", v.join(", "))
+    }
 }
 
 fn opt_dur(d: Option<SimDuration>, default: SimDuration) -> SimDuration {
@@ -176,6 +195,67 @@ fn check_sysctls(
 
 /// A pod IP must lie in its node's pod CIDR and be neither the CIDR's network address nor
 /// its first address, which the node holds on its pod veths (the pods' gateway).
+/// A node's or host's address must be one a machine can hold on the node network:
+/// not unspecified, broadcast, loopback, multicast or link-local-free nonsense.
+fn check_node_address(ctx: &Ctx, a: &Spanned<IpAddr>, what: &str) -> Result<(), ScenarioError> {
+    let ip = a.value;
+    let bad = match ip {
+        IpAddr::V4(v) if v.is_unspecified() => Some("the unspecified address"),
+        IpAddr::V4(v) if v.is_broadcast() => Some("the limited broadcast address"),
+        IpAddr::V4(v) if v.is_loopback() => {
+            Some("a loopback address (127.0.0.0/8 stays inside each machine)")
+        }
+        IpAddr::V4(v) if v.is_multicast() => Some("a multicast address"),
+        IpAddr::V6(v) if v.is_unspecified() => Some("the unspecified address"),
+        IpAddr::V6(v) if v.is_loopback() => Some("the loopback address"),
+        IpAddr::V6(v) if v.is_multicast() => Some("a multicast address"),
+        _ => None,
+    };
+    match bad {
+        Some(why) => Err(ctx.err(
+            a,
+            format!("{what} address {ip} is {why}: expected a unicast address on the node network"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The CIDR as written must have no host bits set: the kernel refuses a route to it
+/// (`fib_table_insert`: "Invalid prefix for given prefix length").
+fn check_cidr_text(ctx: &Ctx, c: &Spanned<k8s::Cidr>) -> Result<(), ScenarioError> {
+    let loc = c.referenced;
+    let Some(line) = (loc.line() as usize)
+        .checked_sub(1)
+        .and_then(|i| ctx.lines.get(i))
+    else {
+        return Ok(());
+    };
+    let rest: String = line
+        .chars()
+        .skip((loc.column() as usize).saturating_sub(1))
+        .collect();
+    let rest = rest.trim_start().trim_start_matches(['"', '\'']);
+    let raw: String = rest
+        .chars()
+        .take_while(|ch| ch.is_ascii_hexdigit() || matches!(ch, '.' | ':' | '/'))
+        .collect();
+    let Some((a, _)) = raw.split_once('/') else {
+        return Ok(());
+    };
+    if let Ok(addr) = a.parse::<IpAddr>() {
+        if addr != c.value.addr() {
+            return Err(ctx.err(
+                c,
+                format!(
+                    "pod CIDR {raw} has host bits set: expected {} (the network address of the prefix)",
+                    c.value
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_pod_ip(ctx: &Ctx, ip: &Spanned<IpAddr>, node: &NodeDef) -> Result<(), ScenarioError> {
     let cidr = node.pod_cidr;
     if !cidr.contains(ip.value) {
@@ -186,6 +266,19 @@ fn check_pod_ip(ctx: &Ctx, ip: &Spanned<IpAddr>, node: &NodeDef) -> Result<(), S
                 ip.value, node.name
             ),
         ));
+    }
+    if let (IpAddr::V4(a), IpAddr::V4(net)) = (ip.value, cidr.addr()) {
+        let host_bits = 32 - u32::from(cidr.prefix_len());
+        let bcast = u32::from(net) | u32::MAX.checked_shr(32 - host_bits).unwrap_or(0);
+        if host_bits >= 2 && u32::from(a) == bcast {
+            return Err(ctx.err(
+                ip,
+                format!(
+                    "pod IP {} is the broadcast address of node {}'s pod CIDR {cidr}: expected another address in {cidr}",
+                    ip.value, node.name
+                ),
+            ));
+        }
     }
     let gw = crate::cluster::sim::pod_gateway(&cidr);
     if ip.value == cidr.addr() || ip.value == gw {
@@ -282,10 +375,26 @@ fn pod_def(ctx: &Ctx, pc: &PodCheck, p: &Spanned<PodDoc>) -> Result<PodDef, Scen
         failure_threshold: None,
         success_threshold: None,
     });
+    // Kubernetes refuses 0 for each (ValidateProbe: "must be greater than or equal to 1").
+    for (field, v) in [
+        ("periodSeconds", probe.period_seconds),
+        ("failureThreshold", probe.failure_threshold),
+        ("successThreshold", probe.success_threshold),
+    ] {
+        if v == Some(0) {
+            return Err(ctx.err(
+                p,
+                format!(
+                    "pod {}: readinessProbe.{field} 0: expected at least 1 (Kubernetes refuses 0)",
+                    d.name.value
+                ),
+            ));
+        }
+    }
     let probe = Probe {
-        period_seconds: probe.period_seconds.unwrap_or(10).max(1),
-        failure_threshold: probe.failure_threshold.unwrap_or(3).max(1),
-        success_threshold: probe.success_threshold.unwrap_or(1).max(1),
+        period_seconds: probe.period_seconds.unwrap_or(10),
+        failure_threshold: probe.failure_threshold.unwrap_or(3),
+        success_threshold: probe.success_threshold.unwrap_or(1),
     };
     Ok(PodDef {
         name: d.name.value.clone(),
@@ -395,12 +504,8 @@ fn resolve_target(
         return Err(ctx.err(
             t,
             format!(
-                "target Service {svc:?} is not defined: expected one of {}",
-                services
-                    .iter()
-                    .map(|s| s.key())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "target Service {svc:?} is not defined: {}",
+                one_of(services.iter().map(|s| s.key()), "no Service is defined")
             ),
         ));
     };
@@ -518,6 +623,8 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                 ),
             ));
         }
+        check_node_address(ctx, &d.address, "node")?;
+        check_cidr_text(ctx, &d.pod_cidr)?;
         if let Some(prev) = addrs.insert(d.address.value, format!("node {}", d.name.value)) {
             return Err(ctx.err(
                 &d.address,
@@ -562,6 +669,18 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         });
     }
     for (i, n) in doc.nodes.iter().enumerate() {
+        if let Some(m) = nodes
+            .iter()
+            .find(|m| m.pod_cidr.contains(n.value.address.value))
+        {
+            return Err(ctx.err(
+                &n.value.address,
+                format!(
+                    "node address {} is inside node {}'s pod CIDR {}: node addresses are on the node network, outside every pod CIDR",
+                    n.value.address.value, m.name, m.pod_cidr
+                ),
+            ));
+        }
         for (j, m) in nodes.iter().enumerate() {
             if i != j
                 && (m.pod_cidr.contains(n.value.pod_cidr.value.addr())
@@ -615,6 +734,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         {
             return Err(ctx.err(&d.name, format!("duplicate host name {:?}", d.name.value)));
         }
+        check_node_address(ctx, &d.address, "host")?;
         if let Some(n) = nodes.iter().find(|n| n.pod_cidr.contains(d.address.value)) {
             return Err(ctx.err(&d.address, format!("host address {} is inside node {}'s pod CIDR {}: a host sits outside the cluster", d.address.value, n.name, n.pod_cidr)));
         }
@@ -682,6 +802,21 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         if services.iter().any(|o| o.key() == s.value.key()) {
             return Err(ctx.err(s, format!("duplicate Service {}", s.value.key())));
         }
+        // ValidateService: "spec.ports[i]: Duplicate value" for a repeated (port, protocol).
+        let mut seen = BTreeSet::new();
+        for (i, sp) in s.value.spec.ports.iter().enumerate() {
+            if !seen.insert((sp.port, format!("{:?}", sp.protocol))) {
+                return Err(ctx.err(
+                    s,
+                    format!(
+                        "Service {}: spec.ports[{i}] repeats port {} {:?}: each (port, protocol) may appear once (Kubernetes refuses the Service)",
+                        s.value.key(),
+                        sp.port,
+                        sp.protocol
+                    ),
+                ));
+            }
+        }
         services.push(s.value.clone());
     }
     let endpoint_slices = match &doc.endpoint_slices {
@@ -740,6 +875,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         .collect();
     let mut clients: Vec<ClientDef> = Vec::new();
     let mut client_index = BTreeMap::new();
+    let mut fixed_ports: BTreeMap<(String, u16), String> = BTreeMap::new();
     for c in &doc.clients {
         let d = &c.value;
         names::check_display_name("client name", &d.name.value, names::DISPLAY_NAME_MAX, false)
@@ -762,9 +898,12 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                     ctx.err(
                         h,
                         format!(
-                            "unknown host {:?}: expected one of {}",
+                            "unknown host {:?}: {}",
                             h.value,
-                            host_index.keys().cloned().collect::<Vec<_>>().join(", ")
+                            one_of(
+                                host_index.keys().cloned(),
+                                "no host is defined (under `hosts`)"
+                            )
                         ),
                     )
                 })?)
@@ -833,6 +972,25 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             _ => return Err(ctx.err(c, "a client needs exactly one of `udp` or `tcp`")),
         };
         let target = resolve_target(ctx, &target_services, target_s)?;
+        // A second socket bound to the same address, protocol and port: bind() fails with
+        // EADDRINUSE (inet_csk_get_port / udp_lib_get_port without SO_REUSEPORT).
+        if let ClientKind::Udp {
+            source_port: SourcePort::Fixed(port),
+            ..
+        } = kind
+        {
+            if let Some(other) =
+                fixed_ports.insert((format!("{placement:?}"), port), d.name.value.clone())
+            {
+                return Err(ctx.err(
+                    &d.name,
+                    format!(
+                        "client {} binds UDP source port {port} where client {other} already has it: the kernel refuses the second bind (EADDRINUSE); give one of them another sourcePort",
+                        d.name.value
+                    ),
+                ));
+            }
+        }
         clients.push(ClientDef {
             name: d.name.value.clone(),
             placement,
@@ -984,9 +1142,12 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                 ctx.err(
                     &c.name,
                     format!(
-                        "unknown client {:?}: expected one of {}",
+                        "unknown client {:?}: {}",
                         c.name.value,
-                        client_index.keys().cloned().collect::<Vec<_>>().join(", ")
+                        one_of(
+                            client_index.keys().cloned(),
+                            "no client is defined (under `clients`)"
+                        )
                     ),
                 )
             })?;
@@ -1055,7 +1216,20 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                     endpoint: c.endpoint.as_ref().map(endpoint_ref).transpose()?,
                     assured: c.assured,
                     timeout: c.timeout,
-                    state: c.state.clone(),
+                    state: match &c.state {
+                        None => None,
+                        Some(st) if sim_conntrack::TcpState::from_name(st).is_some() => {
+                            Some(st.clone())
+                        }
+                        Some(st) => {
+                            return Err(ctx.err(
+                                &c.node,
+                                format!(
+                                    "unknown TCP state {st:?}: expected one of NONE, SYN_SENT, SYN_RECV, ESTABLISHED, FIN_WAIT, CLOSE_WAIT, LAST_ACK, TIME_WAIT, CLOSE, SYN_SENT2"
+                                ),
+                            ))
+                        }
+                    },
                 },
                 format!("conntrack on {} [{}]", c.node.value, filter),
             )

@@ -4,6 +4,7 @@
 //! - [`schema`]: the file as written (serde structures with spans).
 //! - [`load`]: parsing and checking, [`ScenarioError`].
 //! - [`model`]: the checked [`Scenario`].
+//! - [`yaml`]: the YAML reader's limits and its errors in the scenario's words.
 //! - [`names`]: Kubernetes' rules for the names of pods, nodes, namespaces and Services.
 //! - [`events`]: the events that change objects, kube-proxy, conntrack tables and nodes over
 //!   time, each checked against what exists at its instant.
@@ -13,6 +14,7 @@ pub mod load;
 pub mod model;
 pub mod names;
 pub mod schema;
+pub mod yaml;
 
 pub use load::{load_file, load_str, ScenarioError};
 pub use model::Scenario;

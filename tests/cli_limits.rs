@@ -1,0 +1,83 @@
+//! Impossible command-line values are errors before anything runs: an instant after the end
+//! of the run, an unknown node (the error lists the nodes), a rule the kernel refuses.
+
+use std::process::Command;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const SC: &str = "scenarios/stale-dns-udp.yaml";
+
+fn nfsim(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nfsim"))
+        .args(args)
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn instants_after_the_end_of_the_run_are_errors() {
+    for args in [
+        vec!["run", SC, "--until", "2h"],
+        vec!["run", SC, "--dump-conntrack", "2h"],
+        vec!["rules", SC, "--node", "node-1", "--at", "2h"],
+        vec!["conntrack", SC, "--node", "node-1", "--at", "2h"],
+    ] {
+        let (code, out, err) = nfsim(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: nothing runs");
+        assert!(
+            err.contains("2h is after the end of the run (1h") && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+    // The end itself is fine.
+    let (code, _, err) = nfsim(&["conntrack", SC, "--node", "node-1", "--at", "1h"]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn an_unknown_node_lists_the_nodes() {
+    for args in [
+        vec!["rules", SC, "--node", "node-9"],
+        vec!["conntrack", SC, "--node", "node-9", "--at", "1m"],
+    ] {
+        let (code, _, err) = nfsim(&args);
+        assert_eq!(code, 2);
+        assert!(
+            err.contains("--node \"node-9\"") && err.contains("expected one of node-1, node-2"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_recent_hitcount_the_kernel_refuses_is_an_error() {
+    let dir = std::env::temp_dir();
+    let rules = |n: u32| {
+        let p = dir.join(format!("nfsim-recent-{n}-{}.rules", std::process::id()));
+        std::fs::write(
+            &p,
+            format!("*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m recent --rcheck --hitcount {n} --name x -j DROP\nCOMMIT\n"),
+        )
+        .unwrap();
+        p
+    };
+    let ok = rules(65535);
+    let (code, out, err) = nfsim(&["rules", "normalize", ok.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("--hitcount 65535"), "{out}");
+    let bad = rules(65536);
+    let (code, _, err) = nfsim(&["rules", "normalize", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("hitcount (65536) is larger than allowed maximum (65535)"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(ok);
+    let _ = std::fs::remove_file(bad);
+}
