@@ -18,8 +18,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod manip;
 pub mod input;
+pub mod manip;
 pub mod packet;
 pub mod pcap;
 pub mod queue;
