@@ -13,6 +13,7 @@
 //! |---|---|---|
 //! | incident scenario, 1 h | 1.5–2.1 ms | |
 //! | 100 / 1,000 / 10,000 / 1,000 | 2.4–2.9 s | 257 MiB |
+//! | 1,000 / 5,000 / 50,000 / 10,000 (`examples/big_cluster.rs`, issue 15) | 43 s CPU | 7.1 GiB |
 //!
 //! Before the memo each node re-parsed the payload at start and at the hourly full resync:
 //! 26–33 s and 2,170 MiB at full size, 83 % of it in `Netns::restore`. What remains is
@@ -21,69 +22,15 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use nfsim::cluster::sim::{RunOptions, Simulation};
 use nfsim::scenario::{load_file, load_str};
 
+#[path = "support/big.rs"]
+mod big;
+use big::big_scenario;
+
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// A scenario text with `nodes` nodes, `services` UDP Services, `endpoints` pods spread over
-/// them and `clients` per-query-port clients querying a Service every 30 s.
-fn big_scenario(nodes: usize, services: usize, endpoints: usize, clients: usize) -> String {
-    // One cluster CIDR holding every pod CIDR, as kind and kubeadm configure kube-proxy.
-    let mut s =
-        String::from("name: big\nduration: 1h\nkubeProxy: {clusterCIDR: 10.100.0.0/14}\nnodes:\n");
-    for n in 0..nodes {
-        s.push_str(&format!(
-            "  - {{name: n{n}, address: 192.168.{}.{}, podCIDR: 10.{}.{}.0/24}}\n",
-            n / 250,
-            n % 250 + 1,
-            100 + n / 250,
-            n % 250
-        ));
-    }
-    s.push_str("pods:\n");
-    let per_node = endpoints.div_ceil(nodes).max(1) + clients.div_ceil(nodes);
-    assert!(per_node < 253, "too many pods per node for a /24");
-    let mut slot = vec![0usize; nodes];
-    let mut place = |i: usize| {
-        let n = i % nodes;
-        // .1 is the node's own address on its pod veths.
-        slot[n] += 1;
-        (
-            n,
-            format!("10.{}.{}.{}", 100 + n / 250, n % 250, slot[n] + 1),
-        )
-    };
-    for e in 0..endpoints {
-        let (n, ip) = place(e);
-        s.push_str(&format!(
-            "  - {{name: ep{e}, labels: {{svc: s{}}}, node: n{n}, ip: {ip}, apps: [{{udpServer: {{port: 53}}}}]}}\n",
-            e % services
-        ));
-    }
-    for c in 0..clients {
-        let (n, ip) = place(endpoints + c);
-        s.push_str(&format!("  - {{name: cl{c}, node: n{n}, ip: {ip}}}\n"));
-    }
-    s.push_str("services:\n");
-    for v in 0..services {
-        s.push_str(&format!(
-            "  - {{metadata: {{name: s{v}}}, spec: {{clusterIP: 10.96.{}.{}, selector: {{svc: s{v}}}, ports: [{{protocol: UDP, port: 53}}]}}}}\n",
-            v / 250,
-            v % 250 + 1
-        ));
-    }
-    s.push_str("clients:\n");
-    for c in 0..clients {
-        s.push_str(&format!(
-            "  - {{name: c{c}, pod: cl{c}, udp: {{target: default/s{}, interval: 30s, jitter: 1s, start: {}ms}}}}\n",
-            c % services,
-            c % 30_000
-        ));
-    }
-    s
 }
 
 fn vm_hwm_kib() -> Option<u64> {

@@ -290,10 +290,7 @@ impl Conntrack {
             e.status.insert(manip.nat_bit());
             if manip == Manip::Src {
                 let o = e.orig.tuple();
-                self.bysource
-                    .entry((o.proto, o.src, o.sport))
-                    .or_default()
-                    .push(id);
+                self.bysource.insert((o.proto, o.src, o.sport), id);
             }
         }
         let e = &mut self.slab[slot];
@@ -464,7 +461,7 @@ impl Conntrack {
 
     /// `find_appropriate_src`: an existing SNAT mapping of the same source, reused if it fits.
     fn find_appropriate_src(&self, t: &Tuple, r: &NatRange) -> Option<Tuple> {
-        let ids = self.bysource.get(&(t.proto, t.src, t.sport))?;
+        let ids = self.bysource.get((t.proto, t.src, t.sport));
         // The kernel adds at the head of the chain: newest first.
         for id in ids.iter().rev() {
             let Some(slot) = self.slot_of(*id) else {
@@ -720,5 +717,123 @@ mod tests {
             seen.insert(t.dst);
         }
         assert!(seen.len() > 5, "spread over the range: {seen:?}");
+    }
+}
+
+/// The key of [`BySource`]: protocol, source address, source port of the original tuple.
+pub(crate) type SrcKey = (u8, IpAddr, u16);
+
+/// The entries SNAT'd from each source (the kernel's `nf_nat_bysource` hash, which
+/// `find_appropriate_src` walks to give a source the mapping it already has), oldest first.
+///
+/// A hash map: it grows with every masqueraded flow, and an ordered map's search from the
+/// root costs a cache miss per level at a few hundred thousand sources. It is only ever
+/// looked up by key, never iterated, so its order cannot reach any output; the hasher is
+/// fixed ([`FxHasher`]), so runs are reproducible anyway. Most sources have one entry, kept
+/// inline.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct BySource {
+    map: std::collections::HashMap<SrcKey, SrcIds, std::hash::BuildHasherDefault<FxHasher>>,
+}
+
+#[derive(Clone, Debug)]
+enum SrcIds {
+    One(EntryId),
+    Many(Vec<EntryId>),
+}
+
+impl BySource {
+    pub(crate) fn insert(&mut self, key: SrcKey, id: EntryId) {
+        use std::collections::hash_map::Entry;
+        match self.map.entry(key) {
+            Entry::Vacant(v) => {
+                v.insert(SrcIds::One(id));
+            }
+            Entry::Occupied(mut o) => {
+                let ids = o.get_mut();
+                match ids {
+                    SrcIds::One(first) => *ids = SrcIds::Many(vec![*first, id]),
+                    SrcIds::Many(v) => v.push(id),
+                }
+            }
+        }
+    }
+
+    /// The entries of `key`, oldest first.
+    pub(crate) fn get(&self, key: SrcKey) -> &[EntryId] {
+        match self.map.get(&key) {
+            None => &[],
+            Some(SrcIds::One(id)) => std::slice::from_ref(id),
+            Some(SrcIds::Many(v)) => v,
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: SrcKey, id: EntryId) {
+        let gone = match self.map.get_mut(&key) {
+            None => false,
+            Some(SrcIds::One(x)) => *x == id,
+            Some(SrcIds::Many(v)) => {
+                v.retain(|x| *x != id);
+                v.is_empty()
+            }
+        };
+        if gone {
+            self.map.remove(&key);
+        }
+    }
+}
+
+/// A fixed, fast hasher for small keys (the multiply-rotate scheme of rustc's FxHasher):
+/// no per-process random seed, so nothing about a run depends on the process.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FxHasher(u64);
+
+impl FxHasher {
+    const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+    #[inline]
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(Self::K);
+    }
+}
+
+impl std::hash::Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().unwrap_or([0; 8])));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn write_u16(&mut self, i: u16) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        // The multiply leaves the low bits, which pick the bucket, poorly mixed: rotate the
+        // well-mixed high bits down (as rustc-hash 2 does).
+        self.0.rotate_left(26)
     }
 }

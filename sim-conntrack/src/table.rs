@@ -10,8 +10,9 @@ use crate::tuple::{icmp_is_error, reciprocal_scale, Dir, HashSeed, Key, Tuple};
 use sim_core::packet::IPPROTO_TCP;
 use sim_core::{IcmpBody, Packet, SimRng, SimTime, L4};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 use std::fmt;
+#[cfg(test)]
 use std::net::IpAddr;
 
 /// How many packets [`Conntrack::conntrack_in_many`] reads ahead for at once.
@@ -334,7 +335,7 @@ pub struct Conntrack {
     index: Index,
     hseed: HashSeed,
     timers: BinaryHeap<Reverse<(SimTime, u32, u32)>>,
-    pub(crate) bysource: BTreeMap<(u8, IpAddr, u16), Vec<EntryId>>,
+    pub(crate) bysource: crate::nat::BySource,
     pub(crate) nat_rng: SimRng,
     events: Vec<CtEvent>,
     pub(crate) stats: Stats,
@@ -365,7 +366,7 @@ impl Conntrack {
             index: Index::new(),
             hseed: HashSeed::new(&mut hrng),
             timers: BinaryHeap::new(),
-            bysource: BTreeMap::new(),
+            bysource: crate::nat::BySource::default(),
             nat_rng: SimRng::derive(seed, &format!("{label}/nat-port")),
             events: Vec::new(),
             stats: Stats::default(),
@@ -1073,13 +1074,7 @@ impl Conntrack {
         self.free.push(slot as u32);
         if nat_src {
             let o = o.tuple();
-            let key = (o.proto, o.src, o.sport);
-            if let Some(v) = self.bysource.get_mut(&key) {
-                v.retain(|x| *x != id);
-                if v.is_empty() {
-                    self.bysource.remove(&key);
-                }
-            }
+            self.bysource.remove((o.proto, o.src, o.sport), id);
         }
     }
 

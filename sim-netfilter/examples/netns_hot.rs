@@ -9,6 +9,8 @@
 //! - `established-into`: the same through `process_into` with one reused egress buffer;
 //! - `first`: N first packets of new flows (nat table, DNAT binding, MASQUERADE, confirm).
 //!
+//! `NFSIM_SERVICES=100` makes the ruleset hold 100 services instead of 10,000.
+//!
 //! No clock here (nfsim never reads one): time the loop with `perf stat` against a run with
 //! N = 0 (the setup alone), or profile it with `perf record -g`.
 use sim_core::{IfName, Packet, SimDuration, SimTime, TcpFlags};
@@ -17,7 +19,16 @@ use sim_netfilter::synth::KubeServices;
 use std::hint::black_box;
 use std::net::{IpAddr, SocketAddr};
 
+/// Services in the ruleset unless `NFSIM_SERVICES` says otherwise.
 const SERVICES: usize = 10_000;
+
+fn services() -> usize {
+    std::env::var("NFSIM_SERVICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(SERVICES)
+}
 
 fn node(k: &KubeServices) -> Netns {
     let mut n = Netns::new(NetnsConfig::new("hot", 1));
@@ -102,10 +113,25 @@ fn established_into_loop(ns: &mut Netns, flows: &[Packet], n: usize, from: Ingre
 #[inline(never)]
 fn first_loop(ns: &mut Netns, k: &KubeServices, n: usize, from: Ingress) {
     for i in 0..n {
-        let svc = i.wrapping_mul(7919) % SERVICES;
+        // The same walk over flows as with 10,000 services (distinct tuples), whatever the
+        // number of services.
+        let svc = i.wrapping_mul(7919) % SERVICES % k.services;
         let sport = 1024 + (i / SERVICES % 60_000) as u16;
         let client = (i / (SERVICES * 60_000)) as u8 + 1;
-        black_box(ns.process(SimTime::ZERO, packet(k, svc, sport, client), from));
+        let mut p = packet(k, svc, sport, client);
+        // Distinct tuples whatever the number of services: the source's third octet counts
+        // the round of 200 sources.
+        if let IpAddr::V4(a) = p.src {
+            let o = a.octets();
+            let i10k = i.wrapping_mul(7919) % SERVICES;
+            p.src = IpAddr::from([
+                o[0],
+                o[1],
+                o[2].wrapping_add((i10k / 200) as u8),
+                10 + (i10k % 200) as u8,
+            ]);
+        }
+        black_box(ns.process(SimTime::ZERO, p, from));
     }
 }
 
@@ -132,7 +158,7 @@ fn main() {
             }
         },
     };
-    let k = KubeServices::new(SERVICES, 2);
+    let k = KubeServices::new(services(), 2);
     let eth0 = Ingress::Interface(IfName::new("eth0").expect("valid interface name"));
     let mut ns = node(&k);
     match mode.as_str() {

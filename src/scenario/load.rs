@@ -107,11 +107,18 @@ pub fn load_str(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
         file,
         lines: text.lines().collect(),
     };
-    let doc: ScenarioDoc = serde_saphyr::from_str_with_options(text, super::yaml::options())
-        .map_err(|e| {
-            let (line, column, msg) = super::yaml::describe(&e, &ctx.lines);
-            ctx.at_line(line, column, msg)
-        })?;
+    // The YAML budget guards against YAML bombs; a generated cluster of 1,000 nodes and 50,000
+    // pods is bigger than the fixed limits, and honest. The limits grow with the text (a node or
+    // event takes at least one byte of it), so aliases still cannot blow a small file up.
+    let mut options = super::yaml::options();
+    if let Some(b) = &mut options.budget {
+        b.max_nodes = b.max_nodes.max(text.len());
+        b.max_events = b.max_events.max(2 * text.len());
+    }
+    let doc: ScenarioDoc = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
+        let (line, column, msg) = super::yaml::describe(&e, &ctx.lines);
+        ctx.at_line(line, column, msg)
+    })?;
     check(&ctx, doc)
 }
 
