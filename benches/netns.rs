@@ -32,8 +32,15 @@
 //! common case inline and its traced / first-packet / failure cases out of line; conntrack's
 //! inline TCP path for established segments, NAT rewrites straight from the stored key
 //! words; and LTO. (The counts include draining the conntrack events every 4,096 packets,
-//! as a driver does between steps, and forwarding's TTL decrement.) A first packet's time is cache misses in the growing conntrack table and
-//! the 10,000-service nat program.
+//! as a driver does between steps, and forwarding's TTL decrement.)
+//!
+//! A first packet (issue 15): 7,263 instructions at 10,000 services and 7,004 at 100 (8,452
+//! at 10,000 before `nf_nat_bysource` became a hash map), so the instructions are flat; the
+//! time is not (3.2–3.8 µs against 1.5–1.6 µs, `netns_hot first 65536` under `perf stat` at
+//! load average 19). `perf annotate` puts the difference on cache misses at the service's
+//! own data: the first touch of each compiled rule of its KUBE-SVC-/KUBE-SEP- chains
+//! (`eval.rs` `fast_matches`, `slot_uid`), and of each rule's counter slot (`state.rs`
+//! `slot_in`), about a dozen lines per packet spread over the 10,000-service program.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sim_core::{IfName, Packet, SimTime, TcpFlags};
