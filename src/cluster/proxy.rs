@@ -170,6 +170,8 @@ pub struct NodesConntrack<'a> {
     tables: Vec<(usize, &'a mut Conntrack)>,
     now: SimTime,
     requests: usize,
+    /// `list` calls made so far (each one `conntrack -L` / a netlink dump).
+    pub lists: usize,
     /// The entries deleted so far.
     pub deleted: Vec<Deleted>,
 }
@@ -181,6 +183,7 @@ impl<'a> NodesConntrack<'a> {
             tables,
             now,
             requests: 0,
+            lists: 0,
             deleted: Vec::new(),
         }
     }
@@ -189,6 +192,7 @@ impl<'a> NodesConntrack<'a> {
 impl ConntrackOps for NodesConntrack<'_> {
     fn list(&mut self, filter: &CtFilter) -> Vec<CtEntry> {
         let f = to_filter(filter);
+        self.lists += 1;
         let mut out = Vec::new();
         for (_, t) in &self.tables {
             out.extend(t.list(self.now, &f).iter().map(from_entry));
@@ -251,6 +255,8 @@ pub struct SyncResult {
     pub cleanup: CleanupReport,
     /// The entries the cleanup deleted.
     pub deleted: Vec<Deleted>,
+    /// The cleanup's `list` calls.
+    pub list_calls: usize,
 }
 
 impl ProxyGroup {
@@ -295,6 +301,7 @@ impl ProxyGroup {
             output,
             nodes: per_node,
             cleanup,
+            list_calls: ct.lists,
             deleted: ct.deleted,
         })
     }

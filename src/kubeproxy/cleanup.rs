@@ -269,8 +269,13 @@ impl CleanupReport {
     }
 }
 
-/// A stale-conntrack cleanup strategy, run by kube-proxy after each successful sync.
-pub trait ConntrackCleanup {
+/// A stale-conntrack reconciler: kube-proxy runs it after each successful sync, with the
+/// service and endpoint maps before and after, against the node's table through
+/// [`ConntrackOps`]. Every release's cleanup implements it ([`NoCleanup`], [`V131`], [`V132`],
+/// [`V133`], [`Latest`]), and so can yours: plug it into a cluster with
+/// `SimulationBuilder::cleanup` / `testkit::Cluster::with_cleanup`, or measure it under churn
+/// with `testkit::harness`. (Its earlier name, [`ConntrackCleanup`], stays as an alias.)
+pub trait Reconciler {
     /// A short name for timelines (`v1.31`, `v1.32`, …).
     fn name(&self) -> String;
     /// Runs after the sync at `now` wrote `input.after`.
@@ -281,6 +286,9 @@ pub trait ConntrackCleanup {
         ct: &mut dyn ConntrackOps,
     ) -> CleanupReport;
 }
+
+/// The name this trait had before it was called [`Reconciler`].
+pub use Reconciler as ConntrackCleanup;
 
 /// When a reconciler runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -296,7 +304,7 @@ pub enum ReconcileTrigger {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoCleanup;
 
-impl ConntrackCleanup for NoCleanup {
+impl Reconciler for NoCleanup {
     fn name(&self) -> String {
         "none".into()
     }
@@ -326,7 +334,7 @@ fn serving_count(eps: &[EndpointInfo]) -> usize {
     eps.iter().filter(|e| e.serving).count()
 }
 
-impl ConntrackCleanup for V131 {
+impl Reconciler for V131 {
     fn name(&self) -> String {
         if self.serving_fix {
             "v1.31".into()
@@ -437,7 +445,7 @@ pub struct V132 {
     pub trigger: ReconcileTrigger,
 }
 
-impl ConntrackCleanup for V132 {
+impl Reconciler for V132 {
     fn name(&self) -> String {
         "v1.32".into()
     }
@@ -606,7 +614,7 @@ impl Default for V133 {
     }
 }
 
-impl ConntrackCleanup for V133 {
+impl Reconciler for V133 {
     fn name(&self) -> String {
         "v1.33".into()
     }
@@ -696,7 +704,7 @@ pub struct Latest {
     pub trigger: ReconcileTrigger,
 }
 
-impl ConntrackCleanup for Latest {
+impl Reconciler for Latest {
     fn name(&self) -> String {
         "latest".into()
     }

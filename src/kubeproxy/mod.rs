@@ -67,7 +67,8 @@ pub mod runner;
 
 pub use cleanup::{
     CleanupDeletion, CleanupInput, CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry,
-    CtFilter, CtTuple, Latest, MemConntrack, NoCleanup, ReconcileTrigger, V131, V132, V133,
+    CtFilter, CtTuple, Latest, MemConntrack, NoCleanup, ReconcileTrigger, Reconciler, V131, V132,
+    V133,
 };
 pub use ct_adapter::SimConntrackOps;
 pub use model::{categorize_endpoints, Categorized, EndpointInfo, ProxyState, ServicePortInfo};

@@ -10,6 +10,7 @@
 //! | know the exact probability of each endpoint of a chain | [`Node::selection`], [`Selection`] |
 //! | write a property test over Services, endpoints, packets, churn | [`strategies`] (feature `proptest`, on by default) |
 //! | plug a stale-conntrack cleanup of your own into a cluster's kube-proxy | [`Reconciler`], [`Cluster::with_cleanup`] |
+//! | measure a reconciler under churn while UDP clients keep sending | [`harness`] |
 //!
 //! Times are simulated: [`SimTime`] is an instant since the start, [`SimDuration`] a span.
 //! Nothing reads a clock or the OS's randomness: a seed fixes every draw, so a test that
@@ -19,6 +20,8 @@
 
 mod cluster;
 pub mod examples;
+#[cfg(feature = "proptest")]
+pub mod harness;
 mod node;
 mod selection;
 #[cfg(feature = "proptest")]
@@ -28,7 +31,9 @@ pub use cluster::Cluster;
 pub use node::{Flow, Node, NodeBuilder};
 pub use selection::{Choice, Selection};
 
-pub use crate::cluster::sim::{Origin, RunResult, Sighting, Simulation, TimelineEvent, What};
+pub use crate::cluster::sim::{
+    CleanupTally, ClientFigures, Origin, RunResult, Sighting, Simulation, TimelineEvent, What,
+};
 pub use crate::explain::Dyadic;
 pub use crate::kubeproxy::{
     CleanupInput, CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry as CleanupEntry, CtFilter,
@@ -41,8 +46,7 @@ pub use sim_core::{Packet, SimDuration, SimTime, TcpFlags};
 pub use sim_netfilter::netns::{Egress, Fate};
 pub use sim_netfilter::Table;
 
-/// The reconciler interface: what every stale-conntrack cleanup implements.
-pub use crate::kubeproxy::ConntrackCleanup as Reconciler;
+pub use crate::kubeproxy::Reconciler;
 
 /// Why a testkit call failed. Errors caused by input say which input and what was expected.
 #[derive(Debug, thiserror::Error)]

@@ -38,6 +38,26 @@ pub struct Sighting {
     pub dropped: Option<String>,
 }
 
+/// What the kube-proxy cleanups (reconcilers) of a run did, summed over every sync and node:
+/// the figures the reconciler harness reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CleanupTally {
+    /// Syncs after which the cleanup ran.
+    pub runs: u64,
+    /// `list` calls (conntrack dumps).
+    pub list_calls: u64,
+    /// Delete requests (one per filter).
+    pub delete_calls: u64,
+    /// Entries deleted.
+    pub deleted: u64,
+    /// Of those, entries whose endpoint was still answering on the entry's port when the
+    /// entry was deleted (a live pod with a server there): a working flow cut.
+    pub valid_deleted: u64,
+    /// Of those, entries to a Service IP on a port none of its UDP ports has (a flow the
+    /// cleanup had no business with).
+    pub unrelated_deleted: u64,
+}
+
 impl Simulation {
     /// Sends `packet` from `origin` now (it is queued at the current instant and goes
     /// through the network like any packet). Returns its number, under which
@@ -84,6 +104,56 @@ impl Simulation {
     /// The timeline recorded so far ([`RunOptions::record_timeline`]).
     pub fn timeline(&self) -> &[TimelineEvent] {
         &self.timeline
+    }
+
+    /// What the cleanups did so far.
+    pub fn cleanup_tally(&self) -> CleanupTally {
+        self.cleanup_tally
+    }
+
+    /// Whether a pod with `ip` is alive and has a server for (`proto`, `port`).
+    fn endpoint_answers(&self, ip: IpAddr, proto: u8, port: u16) -> bool {
+        self.pods.iter().any(|p| {
+            p.state.def.ip == ip
+                && p.state.has_network()
+                && p.state.process_alive
+                && p.stack.servers.contains_key(&(proto, port))
+        })
+    }
+
+    pub(super) fn tally_cleanup(&mut self, r: &crate::cluster::proxy::SyncResult) {
+        let t = &mut self.cleanup_tally;
+        t.runs += u64::from(r.cleanup.ran);
+        t.list_calls += r.list_calls as u64;
+        t.delete_calls += r.cleanup.deletions.len() as u64;
+        t.deleted += r.deleted.len() as u64;
+        let mut valid = 0;
+        let mut unrelated = 0;
+        for d in &r.deleted {
+            let orig = d.entry.tuple(sim_conntrack::Dir::Original);
+            let reply = d.entry.tuple(sim_conntrack::Dir::Reply);
+            let proto = d.entry.proto();
+            if self.endpoint_answers(reply.src, proto, reply.sport) {
+                valid += 1;
+            }
+            let service_port = self.sc.services.iter().any(|s| {
+                s.ipv4_cluster_ip() == Some(orig.dst)
+                    && s.spec
+                        .ports
+                        .iter()
+                        .any(|p| p.port == orig.dport && p.protocol.lower() == "udp")
+            });
+            let service_ip = self
+                .sc
+                .services
+                .iter()
+                .any(|s| s.ipv4_cluster_ip() == Some(orig.dst));
+            if service_ip && !service_port {
+                unrelated += 1;
+            }
+        }
+        self.cleanup_tally.valid_deleted += valid;
+        self.cleanup_tally.unrelated_deleted += unrelated;
     }
 
     pub(super) fn machine_name(&self, m: &Machine) -> String {

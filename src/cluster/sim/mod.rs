@@ -58,7 +58,7 @@ pub mod sink;
 mod timeline;
 
 pub use expect::ClientFigures;
-pub use inject::{Origin, Sighting, INJECTED_TAG};
+pub use inject::{CleanupTally, Origin, Sighting, INJECTED_TAG};
 pub use record::{CtRecord, DumpRecord, EndRecord, StartRecord, Summary, JSON_SCHEMA_VERSION};
 pub use sink::{Collect, EventSink, JsonLinesSink, TextSink};
 pub use timeline::{TimelineEvent, What};
@@ -445,6 +445,8 @@ pub struct Simulation {
     injected: u32,
     /// What was seen of them.
     sightings: Vec<Sighting>,
+    /// What the cleanups did, summed over the run.
+    cleanup_tally: CleanupTally,
 }
 
 fn eth0() -> IfName {
@@ -781,6 +783,7 @@ impl Simulation {
             egress: Vec::new(),
             injected: 0,
             sightings: Vec::new(),
+            cleanup_tally: CleanupTally::default(),
             sc,
         };
         sim.proxy_running = vec![true; sim.groups.len()];
@@ -1550,6 +1553,7 @@ impl Simulation {
             return;
         };
         let served = grp.nodes.clone();
+        self.tally_cleanup(&result);
         if self.recording {
             self.log_sync(&result);
         }
