@@ -52,6 +52,22 @@ pub fn release_cleanup(release: Release) -> Box<dyn ConntrackCleanup> {
     }
 }
 
+/// The cleanup a node's kube-proxy runs under `settings`: the external reconciler process of
+/// `kubeProxy.cleanup` if there is one, else the release's.
+pub fn settings_cleanup(
+    settings: &crate::scenario::model::KubeProxySettings,
+    node: &str,
+) -> Box<dyn ConntrackCleanup> {
+    match &settings.cleanup {
+        Some(c) => Box::new(crate::kubeproxy::ExternalReconciler::new(
+            c.command.clone(),
+            node,
+            c.timeout,
+        )),
+        None => release_cleanup(settings.release),
+    }
+}
+
 /// Whether no Service makes kube-proxy's rules depend on which node renders them (see the
 /// module documentation).
 pub fn rules_are_node_independent(services: &[Service]) -> bool {

@@ -252,6 +252,12 @@ pub struct CleanupReport {
     pub listed: usize,
     /// Deletion requests, in the order made.
     pub deletions: Vec<CleanupDeletion>,
+    /// Each request an external reconciler made and its answer, for the timeline
+    /// (`list -p udp … → 2 entries`).
+    pub requests: Vec<String>,
+    /// Set when the reconciler failed (an external process that crashed, wrote garbage or
+    /// did not answer): where and why. The simulation stops with it.
+    pub error: Option<String>,
 }
 
 impl CleanupReport {

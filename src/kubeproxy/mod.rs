@@ -58,6 +58,7 @@
 
 pub mod cleanup;
 pub mod ct_adapter;
+pub mod external;
 pub mod model;
 pub mod names;
 pub mod nftables;
@@ -71,6 +72,7 @@ pub use cleanup::{
     V133,
 };
 pub use ct_adapter::SimConntrackOps;
+pub use external::ExternalReconciler;
 pub use model::{categorize_endpoints, Categorized, EndpointInfo, ProxyState, ServicePortInfo};
 pub use names::ServicePortName;
 pub use proxier::{KubeProxy, SyncOutput};

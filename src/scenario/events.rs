@@ -241,6 +241,25 @@ pub(super) fn kube_proxy_settings(
             }
         };
     }
+    if let Some(c) = &d.cleanup {
+        if c.value.command.is_empty() || c.value.command[0].is_empty() {
+            return Err(ctx.err(
+                c,
+                "cleanup.command is empty: expected the program and its arguments, e.g. [python3, examples/reconciler/python/reconciler.py]",
+            ));
+        }
+        let timeout = c.value.timeout.unwrap_or(SimDuration::from_secs(10));
+        if timeout.is_zero() {
+            return Err(ctx.err(
+                c,
+                "cleanup.timeout 0s: expected a positive duration (default 10s)",
+            ));
+        }
+        s.cleanup = Some(crate::scenario::model::ExternalCleanup {
+            command: c.value.command.clone(),
+            timeout: std::time::Duration::from_nanos(timeout.as_nanos()),
+        });
+    }
     Ok(s)
 }
 

@@ -241,6 +241,9 @@ pub struct KubeProxySettings {
     pub nfacct: bool,
     /// `mode`: iptables or nftables.
     pub mode: crate::kubeproxy::ProxyMode,
+    /// `cleanup.command`: an external reconciler process in place of the release's cleanup
+    /// (`docs/reconciler-protocol.md`).
+    pub cleanup: Option<ExternalCleanup>,
 }
 
 impl KubeProxySettings {
@@ -259,6 +262,7 @@ impl KubeProxySettings {
             random_fully: true,
             nfacct: false,
             mode: crate::kubeproxy::ProxyMode::Iptables,
+            cleanup: None,
         }
     }
 }
@@ -285,6 +289,15 @@ pub enum NodePortAddress {
     Cidr(k8s::Cidr),
     /// `primary`: the node's primary address.
     Primary,
+}
+
+/// `kubeProxy.cleanup`: the reconciler process each node's kube-proxy runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalCleanup {
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// Wall-clock wait for each line the process owes.
+    pub timeout: std::time::Duration,
 }
 
 /// Control-plane delays.

@@ -249,6 +249,20 @@ pub struct KubeProxyDoc {
     /// `mode` (`--proxy-mode`): `iptables` (default) or `nftables`.
     #[serde(default)]
     pub mode: Option<S<String>>,
+    /// An external reconciler process in place of the release's cleanup.
+    #[serde(default)]
+    pub cleanup: Option<S<CleanupDoc>>,
+}
+
+/// `kubeProxy.cleanup:` (`docs/reconciler-protocol.md`).
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CleanupDoc {
+    /// The program and its arguments: `[python3, reconciler.py]`.
+    pub command: Vec<String>,
+    /// Wall-clock wait for each line the process owes (default 10s).
+    #[serde(default)]
+    pub timeout: Option<SimDuration>,
 }
 
 /// `controlPlane:`.

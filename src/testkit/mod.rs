@@ -56,7 +56,7 @@ pub enum TestkitError {
     Explain(#[from] crate::explain::ExplainError),
     /// A scenario did not load (file, line, column, what was expected).
     #[error(transparent)]
-    Scenario(#[from] crate::scenario::ScenarioError),
+    Scenario(Box<crate::scenario::ScenarioError>),
     /// The simulation stopped.
     #[error(transparent)]
     Sim(#[from] crate::cluster::sim::SimError),
@@ -79,4 +79,10 @@ pub enum TestkitError {
         /// What was wrong, and what was expected.
         message: String,
     },
+}
+
+impl From<crate::scenario::ScenarioError> for TestkitError {
+    fn from(e: crate::scenario::ScenarioError) -> Self {
+        TestkitError::Scenario(Box::new(e))
+    }
 }

@@ -38,7 +38,7 @@ impl Simulation {
         };
         let strategy = match self.cleanup_factory.as_mut() {
             Some(make) => make(&self.sc.nodes[first].name),
-            None => release_cleanup(kp.release),
+            None => super::super::proxy::settings_cleanup(&kp, &self.sc.nodes[first].name),
         };
         let mut proxy = KubeProxy::new(cfg, timing, strategy, at);
         let members = self.groups[g].nodes.clone();

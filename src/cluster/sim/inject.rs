@@ -122,6 +122,9 @@ impl Simulation {
     }
 
     pub(super) fn tally_cleanup(&mut self, r: &crate::cluster::proxy::SyncResult) {
+        if let Some(e) = &r.cleanup.error {
+            self.cleanup_tally_error.get_or_insert_with(|| e.clone());
+        }
         let t = &mut self.cleanup_tally;
         t.runs += u64::from(r.cleanup.ran);
         t.list_calls += r.list_calls as u64;

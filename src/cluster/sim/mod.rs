@@ -35,8 +35,8 @@ use super::apps::{
 };
 use super::control::{derive_slices, Phase, PodState};
 use super::proxy::{
-    nat_rules_written, release_cleanup, rules_are_node_independent, same_rendering, CleanupFactory,
-    ProxyGroup, SyncResult,
+    nat_rules_written, rules_are_node_independent, same_rendering, CleanupFactory, ProxyGroup,
+    SyncResult,
 };
 use crate::k8s::EndpointSlice;
 use crate::kubeproxy::{KubeProxy, LocalDetector, ProxierConfig, SyncKind, SyncTiming};
@@ -381,6 +381,10 @@ pub enum SimError {
     /// `nfsim trace` inside a scenario: what it was asked cannot be set up.
     #[error("{0}")]
     Trace(String),
+    /// A node's external reconciler process misbehaved (`kubeProxy.cleanup`): the message
+    /// names the command, the node, the time and what was wrong.
+    #[error("{0}")]
+    Reconciler(String),
     /// A sink of [`RunOptions::sinks`] could not write (a closed pipe, a full disk): the run
     /// stopped there.
     #[error("{message}")]
@@ -447,6 +451,8 @@ pub struct Simulation {
     sightings: Vec<Sighting>,
     /// What the cleanups did, summed over the run.
     cleanup_tally: CleanupTally,
+    /// The first error a reconciler reported; the run stops at once.
+    cleanup_tally_error: Option<String>,
 }
 
 fn eth0() -> IfName {
@@ -722,6 +728,7 @@ impl Simulation {
             }
         }
         let share = cleanup.is_none()
+            && sc.kube_proxy.cleanup.is_none()
             && !one_kube_proxy_per_node
             && !per_node_events
             && rules_are_node_independent(&all_services);
@@ -739,7 +746,7 @@ impl Simulation {
             }
             let strategy = match cleanup.as_mut() {
                 Some(make) => make(&sc.nodes[i].name),
-                None => release_cleanup(sc.kube_proxy.release),
+                None => super::proxy::settings_cleanup(&sc.kube_proxy, &sc.nodes[i].name),
             };
             groups.push(ProxyGroup {
                 proxy: KubeProxy::new(cfg, timing, strategy, SimTime::ZERO),
@@ -784,6 +791,7 @@ impl Simulation {
             injected: 0,
             sightings: Vec::new(),
             cleanup_tally: CleanupTally::default(),
+            cleanup_tally_error: None,
             sc,
         };
         sim.proxy_running = vec![true; sim.groups.len()];
@@ -858,6 +866,9 @@ impl Simulation {
 
     /// The first sink error, as the run's error.
     fn output_status(&mut self) -> Result<(), SimError> {
+        if let Some(e) = self.cleanup_tally_error.take() {
+            return Err(SimError::Reconciler(e));
+        }
         match self.output_error.take() {
             None => Ok(()),
             Some(e) => Err(SimError::Output {
@@ -1582,6 +1593,22 @@ impl Simulation {
                 self.log(What::SyncFailed {
                     node,
                     error: e.clone(),
+                });
+            }
+        }
+        // An external reconciler's requests (a process serves one node).
+        if let Some(ns) = r.nodes.first() {
+            let node = self.nodes[ns.node].def.name.clone();
+            for req in &r.cleanup.requests {
+                self.log(What::Change {
+                    subject: format!("reconciler {node}"),
+                    change: req.clone(),
+                });
+            }
+            if let Some(e) = &r.cleanup.error {
+                self.log(What::Change {
+                    subject: format!("reconciler {node}"),
+                    change: format!("FAILED: {e}"),
                 });
             }
         }

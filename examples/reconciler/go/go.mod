@@ -1,0 +1,3 @@
+module nfsim.example/reconciler
+
+go 1.21
