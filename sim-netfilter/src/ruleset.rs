@@ -1141,6 +1141,7 @@ impl Ruleset {
                 }
             }
         }
+        // Looked up only (`contains`), never iterated: its order cannot reach any output.
         let mut kept: HashSet<u32> = HashSet::new();
         let mut recent_first: BTreeMap<String, (u32, u32)> = BTreeMap::new();
         for &id in &modified {

@@ -25,15 +25,14 @@ fn env_set(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| !v.is_empty())
 }
 
-/// The path of `tool` in PATH, or in the sbin directories a non-login PATH may lack.
+/// The path of `tool` in PATH, or `None`. Only PATH counts: the scripts the tests run inside
+/// the namespace find their programs through the same PATH, so a tool outside it (say in an
+/// sbin directory a non-login PATH lacks) is missing for them too, and the test skips.
 pub fn find(tool: &str) -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    for extra in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
-        dirs.push(PathBuf::from(extra));
-    }
-    dirs.into_iter().map(|d| d.join(tool)).find(|p| p.is_file())
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
 }
 
 fn uid() -> Option<u32> {
