@@ -1,23 +1,11 @@
 //! `nfsim conntrack FILE --node N --at T [conntrack's own options]`: conntrack-tools 1.4.7's
 //! filters, its refusals (exit 2, its words), -S, -C, -D shown but not applied, and -E.
 
-use std::process::Command;
+#[path = "support/cli.rs"]
+mod cli;
+use cli::nfsim;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const S: &str = "scenarios/stale-dns-udp-latest.yaml";
-
-fn nfsim(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_nfsim"))
-        .args(args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8(o.stdout).unwrap(),
-        String::from_utf8(o.stderr).unwrap(),
-    )
-}
 
 #[test]
 fn filters_refusals_and_commands() {

@@ -1,23 +1,11 @@
 //! Impossible command-line values are errors before anything runs: an instant after the end
 //! of the run, an unknown node (the error lists the nodes), a rule the kernel refuses.
 
-use std::process::Command;
+#[path = "support/cli.rs"]
+mod cli;
+use cli::nfsim;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const SC: &str = "scenarios/stale-dns-udp.yaml";
-
-fn nfsim(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nfsim"))
-        .args(args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
 
 #[test]
 fn instants_after_the_end_of_the_run_are_errors() {

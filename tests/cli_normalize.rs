@@ -19,21 +19,11 @@ use std::process::{Command, Stdio};
 #[path = "support/tools.rs"]
 mod tools;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const DIR: &str = "tests/fixtures/cli";
+#[path = "support/cli.rs"]
+mod cli;
+use cli::{nfsim, ROOT};
 
-fn nfsim(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nfsim"))
-        .args(args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
+const DIR: &str = "tests/fixtures/cli";
 
 fn golden(name: &str) -> String {
     std::fs::read_to_string(format!("{ROOT}/{DIR}/{name}")).unwrap()

@@ -4,24 +4,13 @@
 use sim_core::pcap::{self, PcapWriter, ReadOptions, WriteLink};
 use sim_core::{Packet, SimDuration, SimTime, TcpFlags};
 use std::path::PathBuf;
-use std::process::Command;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+#[path = "support/cli.rs"]
+mod cli;
+use cli::nfsim;
+
 const RULES: &str = "tests/fixtures/cli/kube-proxy.rules";
 const ENDPOINTS: [&str; 3] = ["10.244.1.7", "10.244.1.8", "10.244.2.5"];
-
-fn nfsim(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nfsim"))
-        .args(args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
 
 /// A file name in the temporary directory, unique to this process and test.
 fn tmp(name: &str) -> PathBuf {

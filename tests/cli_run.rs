@@ -2,22 +2,10 @@
 //! the replay command on failure. Bless the golden file with `NFSIM_BLESS=1 cargo test`.
 
 use sha2::{Digest, Sha256};
-use std::process::Command;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn nfsim(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nfsim"))
-        .args(args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
+#[path = "support/cli.rs"]
+mod cli;
+use cli::{nfsim, ROOT};
 
 #[test]
 fn incident_output_matches_the_golden_file() {

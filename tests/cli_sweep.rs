@@ -1,23 +1,11 @@
 //! `nfsim sweep`: the same bytes whatever --jobs, shards merged back into the whole sweep,
 //! the incident's probability measured, and located errors for bad --set paths.
 
-use std::process::Command;
+#[path = "support/cli.rs"]
+mod cli;
+use cli::nfsim;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const FILE: &str = "scenarios/stale-dns-udp.yaml";
-
-fn nfsim(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nfsim"))
-        .args(args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
 
 fn sweep(extra: &[&str]) -> String {
     let mut args = vec![

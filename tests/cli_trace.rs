@@ -3,24 +3,13 @@
 //! without endpoints; the node is 172.18.0.2/24 with pod CIDR 10.244.0.0/16 behind cni0.
 
 use serde_json::Value;
-use std::process::Command;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+#[path = "support/cli.rs"]
+mod cli;
+use cli::nfsim;
+
 const RULES: &str = "tests/fixtures/cli/kube-proxy.rules";
 const ENDPOINTS: [&str; 3] = ["10.244.1.7:53", "10.244.1.8:53", "10.244.2.5:53"];
-
-fn nfsim(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nfsim"))
-        .args(args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
 
 /// `nfsim trace --json` of `packet` with `extra` flags, parsed.
 fn trace_json(packet: &str, extra: &[&str]) -> Value {

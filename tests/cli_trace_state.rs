@@ -2,22 +2,9 @@
 //! `conntrack -L` output: an existing entry is shown as found (its NAT applies, the nat rules
 //! are not consulted), no-op lines are left out, and a bad listing is a located error.
 
-use std::process::Command;
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn nfsim(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_nfsim"))
-        .args(args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8(o.stdout).unwrap(),
-        String::from_utf8(o.stderr).unwrap(),
-    )
-}
+#[path = "support/cli.rs"]
+mod cli;
+use cli::nfsim;
 
 const PKT: &str = "udp 10.244.2.9:40000 -> 10.96.0.10:53";
 

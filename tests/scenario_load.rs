@@ -2,32 +2,9 @@
 
 use nfsim::scenario::load_str;
 
-const GOOD: &str = r#"name: t
-duration: 1m
-nodes:
-  - name: n1
-    address: 192.168.0.1
-    podCIDR: 10.244.1.0/24
-pods:
-  - name: dns
-    node: n1
-    ip: 10.244.1.5
-    labels: {app: dns}
-    apps:
-      - udpServer: {port: 53}
-services:
-  - metadata: {name: dns, namespace: default}
-    spec:
-      clusterIP: 10.96.0.10
-      selector: {app: dns}
-      ports: [{name: dns, protocol: UDP, port: 53}]
-clients:
-  - name: c
-    node: n1
-    udp: {target: default/dns:dns, interval: 10s}
-expectations:
-  - client: {name: c, sent: 6}
-"#;
+/// The smallest scenario that loads (one node, a DNS pod and Service, a client); the tests
+/// break one thing in it at a time.
+const GOOD: &str = include_str!("fixtures/scenario/minimal.yaml");
 
 fn err(text: &str) -> nfsim::scenario::ScenarioError {
     load_str("t.yaml", text).unwrap_err()
