@@ -716,28 +716,20 @@ fn cmd_rules(a: RulesArgs) -> Result<ExitCode> {
 fn cmd_conntrack(a: ConntrackArgs) -> Result<ExitCode> {
     use sim_conntrack::{deleted_summary, shown_summary, Filter};
     let mut args = a.args.clone();
+    // The command is the first word (conntrack's own order); `-L` when none is given.
     let cmd = match args.first().map(String::as_str) {
-        Some("-L" | "--dump") => {
-            args.remove(0);
-            'L'
-        }
-        Some("-C" | "--count") => {
-            args.remove(0);
-            'C'
-        }
-        Some("-S" | "--stats") => {
-            args.remove(0);
-            'S'
-        }
-        Some("-E" | "--event") => {
-            args.remove(0);
-            'E'
-        }
-        Some("-D" | "--delete") => {
-            args.remove(0);
-            'D'
-        }
-        _ => 'L',
+        Some("-L" | "--dump") => 'L',
+        Some("-C" | "--count") => 'C',
+        Some("-S" | "--stats") => 'S',
+        Some("-E" | "--event") => 'E',
+        Some("-D" | "--delete") => 'D',
+        _ => '?',
+    };
+    let cmd = if cmd == '?' {
+        'L'
+    } else {
+        args.remove(0);
+        cmd
     };
     // The real tool's own words for what it refuses, exit 2.
     let refuse = |msg: String| -> Result<ExitCode> {
