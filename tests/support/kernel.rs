@@ -861,6 +861,12 @@ impl LabRun {
 impl Lab {
     /// Runs `scenario` in a fresh private network namespace.
     pub fn run(&self, scenario: &Scenario) -> Result<LabRun, LabError> {
+        // One lab run at a time: runs measure wall-clock behaviour (sleeps, waits for answers,
+        // `conntrack -E` catching up), and several at once on a small machine skewed it enough
+        // to make an event differ now and then (kernel_diff's TCP case failed in a few full runs,
+        // never alone). Serialising them costs a few seconds.
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         scenario.check_loopback()?;
         let spec = serde_json::to_vec(scenario).map_err(|e| LabError::BadOutput {
             reason: format!("cannot encode the scenario: {e}"),
