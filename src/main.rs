@@ -187,6 +187,48 @@ impl NodeArgs {
     }
 }
 
+/// A real node's `recent` lists (sessionAffinity: ClientIP) as the starting state.
+#[derive(Args, Debug)]
+struct RecentArgs {
+    /// A copy of a real node's `/proc/net/xt_recent/NAME` loaded into the rules' recent list
+    /// NAME (kube-proxy's ClientIP affinity lists are named after the KUBE-SEP chain;
+    /// repeatable).
+    #[arg(long = "recent", value_name = "NAME=FILE")]
+    lists: Vec<String>,
+    /// The node's `jiffies` when the files were read (`grep -m1 ^jiffies /proc/timer_list`);
+    /// default: the newest stamp in the files.
+    #[arg(long = "recent-jiffies", value_name = "JIFFIES", requires = "lists")]
+    jiffies: Option<u64>,
+    /// The node kernel's CONFIG_HZ, jiffies per second (`1000` on RHEL and Fedora kernels).
+    #[arg(long = "recent-hz", value_name = "HZ", default_value_t = sim_netfilter::DEFAULT_HZ,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    hz: u32,
+}
+
+impl RecentArgs {
+    /// `(NAME, FILE)` pairs, or an error naming the malformed one.
+    fn pairs(&self) -> Result<Vec<(String, String)>> {
+        self.lists
+            .iter()
+            .map(|kv| match kv.split_once('=') {
+                Some((n, f)) if !n.is_empty() && !f.is_empty() => {
+                    Ok((n.to_string(), f.to_string()))
+                }
+                _ => Err(anyhow!(
+                    "--recent {kv:?}: expected NAME=FILE (the list's name, = and the file)"
+                )),
+            })
+            .collect()
+    }
+
+    fn clock(&self) -> nfsim::explain::RecentClock {
+        nfsim::explain::RecentClock {
+            now: self.jiffies,
+            hz: self.hz,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 struct TraceArgs {
     /// A scenario: trace on its node --node as it is at --at (its interfaces, routes, rules
@@ -223,6 +265,8 @@ struct TraceArgs {
         requires = "conntrack"
     )]
     conntrack_age: SimDuration,
+    #[command(flatten)]
+    recent: RecentArgs,
     #[command(flatten)]
     node_args: NodeArgs,
     /// The packet, as `udp 10.244.2.9:40000 -> 10.96.0.10:53` (tcp takes flags, default SYN).
@@ -916,6 +960,11 @@ fn cmd_trace(a: TraceArgs) -> Result<ExitCode> {
             .node
             .as_deref()
             .ok_or_else(|| anyhow!("--node is required with a scenario: which node to trace on"))?;
+        if !a.recent.lists.is_empty() {
+            anyhow::bail!(
+                "--recent goes with --rules: a scenario's recent lists are those its own run built"
+            );
+        }
         let sc = load(file, None)?;
         let at = SimTime::ZERO + a.at.unwrap_or(SimDuration::ZERO);
         let seed = sc.seed;
@@ -937,11 +986,22 @@ fn cmd_trace(a: TraceArgs) -> Result<ExitCode> {
         let rules = read_text(rules_file)?;
         let mut base = node.build(&rules, rules_file)?;
         let mut notes = Vec::new();
-        if let Some(ct) = &a.conntrack {
+        let recent = a.recent.pairs()?;
+        if a.conntrack.is_some() || !recent.is_empty() {
             // Entries are loaded at an instant late enough that any age fits before it.
             opts.at = SimTime::ZERO + SimDuration::from_secs(365 * 86_400);
+        }
+        if let Some(ct) = &a.conntrack {
             let rep = load_conntrack(&mut base, ct, opts.at, a.conntrack_age)?;
             notes.push(format!("conntrack from {ct}: {rep}"));
+        }
+        if !recent.is_empty() {
+            notes.extend(nfsim::explain::load_recent(
+                &mut base,
+                &recent,
+                a.recent.clock(),
+                opts.at,
+            )?);
         }
         let mut r = trace(&node, &base, packet, &opts)?;
         r.notes = notes;

@@ -231,3 +231,130 @@ fn all_branches_json_lists_the_rules_each_branch_passed() {
     assert!(stat(&outs[0]) && !stat(&outs[1]));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// kube-proxy's ClientIP affinity for kube-dns on node-2 (3 endpoints, rules as nfsim's v1.31
+/// model renders them) and a copy of the node's `/proc/net/xt_recent/KUBE-SEP-5SZA7C4MJLLQPPFI`
+/// (the list of endpoint 10.244.1.6:53) in which 10.244.2.9 was last seen at jiffies
+/// 4299390000.
+const AFFINITY_RULES: &str = "tests/fixtures/cli/affinity.save";
+const RECENT_LIST: &str =
+    "KUBE-SEP-5SZA7C4MJLLQPPFI=tests/fixtures/cli/xt_recent.KUBE-SEP-5SZA7C4MJLLQPPFI";
+
+fn trace_affinity(extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec![
+        "trace",
+        "--rules",
+        AFFINITY_RULES,
+        "--node-addr",
+        "192.168.0.12",
+        "--pod-cidr",
+        "10.244.2.0/24",
+        "--packet",
+        PKT,
+    ];
+    args.extend_from_slice(extra);
+    nfsim(&args)
+}
+
+#[test]
+fn a_saved_xt_recent_list_sends_the_client_to_its_recorded_endpoint() {
+    // Without the list, the statistic rules (seed 1) pick 10.244.2.5.
+    let (code, out, err) = trace_affinity(&[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("DNAT:         10.96.0.10:53 -> 10.244.2.5:53"),
+        "{out}"
+    );
+    // With it, read 60 s after the newest stamp of the file (15000 jiffies at HZ=250): the
+    // client was seen 64.7 s before, within --seconds 10800, so --rcheck pins it to 10.244.1.6.
+    let (code, out, err) =
+        trace_affinity(&["--recent", RECENT_LIST, "--recent-jiffies", "4299406173"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("KUBE-SVC-TCOU7JCQXEZGVUNU #3 MATCH     -m comment --comment \"kube-system/kube-dns:dns -> 10.244.1.6:53\" -m recent --rcheck"),
+        "{out}"
+    );
+    assert!(
+        out.contains("DNAT:         10.96.0.10:53 -> 10.244.1.6:53"),
+        "{out}"
+    );
+    assert!(
+        out.contains("recent list KUBE-SEP-5SZA7C4MJLLQPPFI from tests/fixtures/cli/xt_recent.KUBE-SEP-5SZA7C4MJLLQPPFI: 2 addresses, stamps in jiffies read at 4299406173 with HZ=250"),
+        "{out}"
+    );
+    // Without --recent-jiffies the file is taken as read at its newest stamp: still pinned.
+    let (_, out, _) = trace_affinity(&["--recent", RECENT_LIST]);
+    assert!(
+        out.contains("DNAT:         10.96.0.10:53 -> 10.244.1.6:53"),
+        "{out}"
+    );
+    assert!(
+        out.contains("(the newest stamp: --recent-jiffies not given)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_recent_stamp_older_than_the_affinity_timeout_no_longer_pins() {
+    // Read 10801 s after the client's newest stamp (at HZ=250): --rcheck --seconds 10800 fails,
+    // the statistic rules decide again.
+    let late = (4_299_390_000u64 + 10_801 * 250).to_string();
+    let (code, out, err) = trace_affinity(&["--recent", RECENT_LIST, "--recent-jiffies", &late]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("DNAT:         10.96.0.10:53 -> 10.244.2.5:53"),
+        "{out}"
+    );
+    // At HZ=1000 the same jiffies are only 2700 s: pinned.
+    let (_, out, _) = trace_affinity(&[
+        "--recent",
+        RECENT_LIST,
+        "--recent-jiffies",
+        &late,
+        "--recent-hz",
+        "1000",
+    ]);
+    assert!(
+        out.contains("DNAT:         10.96.0.10:53 -> 10.244.1.6:53"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_bad_xt_recent_file_is_a_located_error() {
+    let bad = std::env::temp_dir().join(format!("nfsim-xt-recent-{}", std::process::id()));
+    std::fs::write(
+        &bad,
+        "src=10.244.2.7 ttl: 63 last_seen: 4299391173 oldest_pkt: 1 4299391173\n\
+         src=10.244.2.9 ttl: 64 last_seen: 4299390000 oldest_pkt: 3 4299380000 4299385000\n",
+    )
+    .unwrap();
+    let arg = format!("KUBE-SEP-5SZA7C4MJLLQPPFI={}", bad.display());
+    let (code, _, err) = trace_affinity(&["--recent", &arg]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(&format!(
+            "{}: line 2, column 70: expected \",\" (stamps are separated by \", \")",
+            bad.display()
+        )),
+        "{err}"
+    );
+    // A list no rule uses: the kernel would have no such file.
+    let (code, _, err) = trace_affinity(&[
+        "--recent",
+        "KUBE-SEP-NOPE=tests/fixtures/cli/xt_recent.KUBE-SEP-5SZA7C4MJLLQPPFI",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("no rule uses recent list \"KUBE-SEP-NOPE\""),
+        "{err}"
+    );
+    // A stamp after the jiffies the file was read at.
+    let (code, _, err) =
+        trace_affinity(&["--recent", RECENT_LIST, "--recent-jiffies", "4299390000"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("line 1, column 1: stamp 4299391173 is after"),
+        "{err}"
+    );
+}

@@ -461,3 +461,94 @@ fn lab_reports_what_failed_in_the_namespace() {
     assert_ne!(run.output("bad").rc, 0);
     assert!(!run.output("bad").stderr.is_empty());
 }
+
+/// docs/kernel-model.md §10: `/proc/net/xt_recent/NAME` as the kernel prints it parses, loads
+/// into nfsim's list with its stamps in time order, and a ring that wrapped unrolls.
+#[test]
+fn xt_recent_proc_files_parse_and_load() {
+    let Some(lab) = kernel::lab_or_skip("xt_recent_proc_files_parse_and_load") else {
+        return;
+    };
+    const RULES: &str = "\
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -i lo -p udp -m udp --dport 9999 -m recent --set --name AFF --mask 255.255.255.255 --rsource
+-A INPUT -p udp -m udp --dport 9998 -m recent --rcheck --hitcount 5 --name HC --mask 255.255.255.255 --rsource
+COMMIT
+";
+    let mut sc = Scenario::new()
+        .rules(RULES)
+        .udp_listen("127.0.0.1:9999", false);
+    for i in 0..3 {
+        sc = sc.udp_send_wait(
+            &format!("a{i}"),
+            Some("127.0.0.2:40000"),
+            "127.0.0.1:9999",
+            20,
+        );
+    }
+    sc = sc.udp_send_wait("b", Some("127.0.0.3:40000"), "127.0.0.1:9999", 20);
+    let mut sc = sc.command("aff", &["cat", "/proc/net/xt_recent/AFF"], None);
+    for i in 0..12 {
+        sc = sc.command(
+            &format!("w{i}"),
+            &["sh", "-c", "echo +127.0.0.4 > /proc/net/xt_recent/HC"],
+            None,
+        );
+    }
+    let sc = sc
+        .command("hc", &["cat", "/proc/net/xt_recent/HC"], None)
+        .command(
+            "jiffies",
+            &["grep", "-m1", "^jiffies", "/proc/timer_list"],
+            None,
+        );
+    let run = lab.run(&sc).expect("lab run");
+    let aff = &run.output("aff").stdout;
+    let parsed = sim_netfilter::parse_proc_recent(aff).unwrap_or_else(|e| panic!("{e}\n{aff}"));
+    assert_eq!(parsed.len(), 2, "{aff}");
+    let two = parsed
+        .iter()
+        .find(|e| e.addr.to_string() == "127.0.0.2")
+        .expect(aff);
+    assert_eq!((two.ttl, two.index, two.stamps.len()), (64, 3, 3), "{aff}");
+    let hc = &run.output("hc").stdout;
+    let parsed_hc = sim_netfilter::parse_proc_recent(hc).unwrap_or_else(|e| panic!("{e}\n{hc}"));
+    // 12 stamps written into the 8 slots a `--hitcount 5` list keeps: the next goes to slot 4.
+    assert_eq!(parsed_hc[0].stamps.len(), 8, "{hc}");
+    assert_eq!(parsed_hc[0].index, 4, "{hc}");
+    // Loaded into nfsim's own lists, the rules keep as many stamps as the kernel's.
+    let mut rs = sim_netfilter::Ruleset::new();
+    rs.restore(RULES, &sim_netfilter::RestoreOptions::default())
+        .unwrap();
+    let mut st = sim_netfilter::RulesetState::new();
+    let jiffies = run
+        .output("jiffies")
+        .stdout
+        .trim()
+        .trim_start_matches("jiffies:")
+        .trim()
+        .parse::<u64>()
+        .ok();
+    let clock = sim_netfilter::Jiffies {
+        now: jiffies.unwrap_or(parsed.iter().map(|e| e.last_seen).max().unwrap()),
+        hz: 1000,
+    };
+    let at = sim_core::SimTime::from_secs(3600);
+    for (name, entries) in [("AFF", &parsed), ("HC", &parsed_hc)] {
+        let views: Vec<_> = entries
+            .iter()
+            .map(|e| e.to_view(clock, at).unwrap())
+            .collect();
+        st.load_recent(&rs, name, &views)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for v in st.recent_list(&rs, name).unwrap() {
+            assert!(v.stamps.windows(2).all(|w| w[0] <= w[1]), "{name}: {v:?}");
+        }
+    }
+    // LRU order: 127.0.0.3 was stamped last.
+    let list = st.recent_list(&rs, "AFF").unwrap();
+    assert_eq!(list.last().unwrap().addr.to_string(), "127.0.0.3");
+}

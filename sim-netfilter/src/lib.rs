@@ -15,6 +15,8 @@
 //!   stream) and returns a [`Verdict`] (accept/drop/reject, NAT request, notrack, ct mark).
 //! - [`state`]: [`RulesetState`], the counters, nth counters, `recent` lists and `nfacct`
 //!   counters evaluation updates.
+//! - [`recent`]: `/proc/net/xt_recent/NAME` text parsed back into `recent` list entries, with
+//!   jiffies mapped to simulated time, to start from a real node's session affinity state.
 //! - [`trace`]: the rule-by-rule [`Trace`] of a packet.
 //! - [`synth`]: kube-proxy-shaped rulesets of any size, for benchmarks and tests.
 //! - [`nft`]: nftables — tables, sets, verdict maps and chains as kube-proxy's nftables
@@ -54,6 +56,7 @@ mod index;
 pub mod netns;
 pub mod nft;
 mod parse;
+pub mod recent;
 pub mod rule;
 pub mod ruleset;
 pub mod state;
@@ -67,6 +70,7 @@ pub use eval::{
     Verdict,
 };
 pub use fmt::{matches_summary, rule_spec, target_spec};
+pub use recent::{parse_proc_recent, Jiffies, ProcRecentEntry, ProcRecentError, DEFAULT_HZ};
 pub use rule::{
     AddrType, ConnmarkOp, CtDirection, IpMatch, LogOptions, Match, NatRange, PortNat, RejectWith,
     Rule, Target,
@@ -75,6 +79,6 @@ pub use ruleset::{
     Chain, Lineage, ListOptions, NfacctError, RestoreMemo, RestoreOptions, RestoreReport, Ruleset,
     SaveOptions,
 };
-pub use state::{RecentEntryView, RulesetState};
+pub use state::{RecentEntryView, RecentLoadError, RulesetState};
 pub use trace::{StatDraw, Trace, TraceEvent};
 pub use types::{Counters, Hook, Ipv4Net, Policy, PortRange, Table};

@@ -57,6 +57,16 @@ pub struct RecentEntryView {
     pub stamps: Vec<SimTime>,
 }
 
+/// Why [`RulesetState::load_recent`] refused a list.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct RecentLoadError {
+    /// The entry at fault (an index into the entries given), if one is.
+    pub entry: Option<usize>,
+    /// What was wrong.
+    pub message: String,
+}
+
 /// Counters and lists that change while packets are evaluated. See the module docs.
 #[derive(Clone, Debug, Default)]
 pub struct RulesetState {
@@ -391,6 +401,84 @@ impl RulesetState {
                 .collect(),
             _ => Vec::new(),
         })
+    }
+
+    /// Replaces the addresses of `recent` list `name` with `entries` (a real node's
+    /// `/proc/net/xt_recent/NAME`, see [`crate::recent`]): each with its TTL and stamps,
+    /// oldest first. The list's LRU order is taken from the newest stamps (ties keep the
+    /// given order), as every `--set`/`--update` moves the address it stamps to the tail.
+    pub fn load_recent(
+        &mut self,
+        rs: &Ruleset,
+        name: &str,
+        entries: &[RecentEntryView],
+    ) -> Result<(), RecentLoadError> {
+        let b = rs.recent_bind(name).ok_or_else(|| RecentLoadError {
+            entry: None,
+            message: {
+                let names = rs.recent_names();
+                format!(
+                    "no rule uses recent list {name:?} (the kernel has no /proc/net/xt_recent/{name} without one); {}",
+                    if names.is_empty() {
+                        "the rules use no recent list".to_string()
+                    } else {
+                        format!("the rules use {}", names.join(", "))
+                    }
+                )
+            },
+        })?;
+        let (mask, cap) = rs.recent_shape(b);
+        if entries.len() > RECENT_MAX_ENTRIES {
+            return Err(RecentLoadError {
+                entry: Some(RECENT_MAX_ENTRIES),
+                message: format!(
+                    "{} addresses, more than a list holds ({RECENT_MAX_ENTRIES}, ip_list_tot)",
+                    entries.len()
+                ),
+            });
+        }
+        let mut loaded: Vec<(usize, RecentEntry)> = Vec::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            let fail = |message: String| RecentLoadError {
+                entry: Some(i),
+                message,
+            };
+            let addr = u32::from(e.addr);
+            if addr & mask != addr {
+                return Err(fail(format!(
+                    "{} is not masked by the list's --mask {}",
+                    e.addr,
+                    Ipv4Addr::from(mask)
+                )));
+            }
+            if e.stamps.is_empty() {
+                return Err(fail("an address without stamps".into()));
+            }
+            if e.stamps.len() > cap {
+                return Err(fail(format!(
+                    "{} stamps, but the rules' list keeps {cap} per address (32, or --hitcount rounded up to a power of two)",
+                    e.stamps.len()
+                )));
+            }
+            if e.stamps.windows(2).any(|w| w[1] < w[0]) {
+                return Err(fail("stamps are not in time order".into()));
+            }
+            if loaded.iter().any(|(_, x)| x.addr == addr) {
+                return Err(fail(format!("{} appears twice", e.addr)));
+            }
+            loaded.push((
+                i,
+                RecentEntry {
+                    addr,
+                    ttl: e.ttl,
+                    stamps: e.stamps.iter().copied().collect(),
+                },
+            ));
+        }
+        loaded.sort_by_key(|(i, e)| (e.stamps.back().copied(), *i));
+        let t = self.recent_table(b);
+        t.entries = loaded.into_iter().map(|(_, e)| e).collect();
+        Ok(())
     }
 
     /// `iptables -Z [-t table]`: zero rule and policy counters (nth counters and recent lists

@@ -870,3 +870,31 @@ fn ipv6_packets_and_missing_tables_are_accepted_untouched() {
     );
     assert!(matches!(r.trace.events[0], TraceEvent::Skip { .. }));
 }
+
+#[test]
+fn a_loaded_recent_list_keeps_as_many_stamps_as_its_rules() {
+    // `--hitcount 5` alone: the kernel keeps 8 stamps per address (recent_mt_check rounds the
+    // hit count up to a power of two; measured on Linux 6.18 by writing +ADDR twelve times to
+    // /proc/net/xt_recent/HC).
+    let mut rs = Ruleset::new();
+    rs.restore(
+        "*filter\n:INPUT ACCEPT [0:0]\n\
+         -A INPUT -m recent --rcheck --hitcount 5 --name HC -j DROP\n\
+         COMMIT\n",
+        &RestoreOptions::default(),
+    )
+    .unwrap();
+    let mut st = RulesetState::new();
+    let entry = |n: u64| RecentEntryView {
+        addr: "10.0.0.3".parse().unwrap(),
+        ttl: 64,
+        stamps: (0..n).map(|i| SimTime::from_secs(i + 1)).collect(),
+    };
+    let e = st.load_recent(&rs, "HC", &[entry(9)]).unwrap_err();
+    assert!(e.message.contains("keeps 8 per address"), "{e}");
+    st.load_recent(&rs, "HC", &[entry(8)]).unwrap();
+    assert_eq!(st.recent_list(&rs, "HC").unwrap(), vec![entry(8)]);
+    // A list no rule names.
+    let e = st.load_recent(&rs, "OTHER", &[entry(1)]).unwrap_err();
+    assert!(e.message.contains("the rules use HC"), "{e}");
+}

@@ -6,6 +6,8 @@
 //! - [`NodeSpec`]: the node a packet is explained on, built from the command line's flags into
 //!   a [`Netns`](sim_netfilter::netns::Netns): `eth0` with the node's address, the pod CIDR
 //!   behind a bridge `cni0`, a default route. It also decides where a packet enters ([`NodeSpec::ingress_for`]).
+//! - [`load_conntrack`] and [`load_recent`]: a real node's `conntrack -L` output and
+//!   `/proc/net/xt_recent/NAME` files as the node's starting state.
 //! - [`trace()`]: one new packet through every hook, rule by rule, to its verdict and final
 //!   tuple ([`TraceReport`], text or JSON); with [`TraceOptions::all_branches`] every reachable
 //!   outcome of the `statistic` matches it meets, with its exact probability ([`branches`]).
@@ -28,7 +30,7 @@ pub use dyadic::Dyadic;
 pub use node::{NodeSpec, CNI0, DEFAULT_NODE_ADDR, DEFAULT_NODE_PREFIX, ETH0};
 pub use normalize::normalize;
 pub use replay::{replay, ReplayOptions, ReplaySummary};
-pub use state::{load_conntrack, DEFAULT_ASSUMED_AGE};
+pub use state::{load_conntrack, load_recent, RecentClock, DEFAULT_ASSUMED_AGE};
 pub use trace::{trace, trace_in, Outcome, StepJson, TraceOptions, TraceReport};
 
 use sim_core::packet::PacketParseError;
@@ -106,6 +108,14 @@ pub enum ExplainError {
     #[error("{file}: {message}")]
     Conntrack {
         /// The listing file.
+        file: String,
+        /// Where and what.
+        message: String,
+    },
+    /// A `/proc/net/xt_recent` file did not parse or load: `FILE: line L, column C: what`.
+    #[error("{file}: {message}")]
+    Recent {
+        /// The file.
         file: String,
         /// Where and what.
         message: String,

@@ -656,6 +656,16 @@ impl Netns {
         &self.rules_state
     }
 
+    /// Replaces the addresses of `recent` list `name` (see [`RulesetState::load_recent`]):
+    /// a real node's `/proc/net/xt_recent/NAME` as the starting state.
+    pub fn load_recent(
+        &mut self,
+        name: &str,
+        entries: &[crate::RecentEntryView],
+    ) -> Result<(), crate::RecentLoadError> {
+        self.rules_state.load_recent(&self.ruleset, name, entries)
+    }
+
     /// Sets whether long chains use the first-match index (on by default).
     pub fn set_rule_indexing(&mut self, on: bool) {
         self.ruleset.set_indexing(on);
