@@ -15,6 +15,7 @@
 //! The socket layer that is not an application (no socket bound → ICMP port unreachable for
 //! UDP, RST for TCP) is [`closed_port_response`].
 
+use crate::cluster::ports::ConnectPorts;
 use sim_core::packet::icmp;
 use sim_core::{Packet, SimDuration, SimRng, SimTime, TcpFlags, L4};
 use std::collections::{BTreeMap, BTreeSet};
@@ -1039,7 +1040,14 @@ enum CliState {
     SynSent,
     Requested,
     FinSent,
+    /// The client closed first and the server's FIN came: the socket holds its 4-tuple for
+    /// `TCP_TIMEWAIT_LEN` (60 s), so `connect()` does not pick it again toward the same
+    /// destination (`__inet_check_established`).
+    TimeWait,
 }
+
+/// How long a socket that closed first stays in TIME_WAIT (`TCP_TIMEWAIT_LEN`, 60 s).
+pub const TCP_TIMEWAIT_LEN: SimDuration = SimDuration::from_secs(60);
 
 #[derive(Debug, Clone)]
 struct CliConn {
@@ -1076,11 +1084,15 @@ pub struct TcpClientConfig {
 
 /// A TCP client: per interval, connects, sends one request, waits for the response, closes
 /// (FIN), and acknowledges the server's FIN. A RST or ICMP error fails the exchange.
+///
+/// Source ports come from the host's [`ConnectPorts`] (Linux's `__inet_hash_connect`), and a
+/// closed connection keeps its port in TIME_WAIT for [`TCP_TIMEWAIT_LEN`]: it is not picked
+/// again for that long, and segments for it are absorbed (a FIN is acknowledged again and
+/// restarts the 60 s, a RST ends TIME_WAIT), as `tcp_timewait_state_process` does.
 #[derive(Debug, Clone)]
 pub struct TcpClient {
     cfg: TcpClientConfig,
     jitter_rng: SimRng,
-    port_rng: SimRng,
     isn_rng: SimRng,
     next_k: u32,
     next_send: Option<SimTime>,
@@ -1096,7 +1108,6 @@ impl TcpClient {
     pub fn new(cfg: TcpClientConfig, seed: u64, label: &str) -> TcpClient {
         let mut c = TcpClient {
             jitter_rng: SimRng::child(seed, label, "jitter"),
-            port_rng: SimRng::child(seed, label, "ports"),
             isn_rng: SimRng::child(seed, label, "isn"),
             next_k: 0,
             next_send: None,
@@ -1193,11 +1204,13 @@ impl TcpClient {
             .push((now, AppEvent::TcpFailed { conn: seq, reason }));
     }
     /// Starts due connections, retransmits SYNs and gives up on timeouts. `in_use` tells the
-    /// TCP ports bound on this host (by other sockets; its own may be included).
+    /// TCP ports bound on this host (by other sockets; its own may be included); `connect`
+    /// is the host's port picker.
     pub fn handle_timeout<P: PortsInUse + ?Sized>(
         &mut self,
         now: SimTime,
         in_use: &P,
+        connect: &mut ConnectPorts,
         out: &mut Outbox,
     ) {
         let mut due: Vec<u32> = self
@@ -1243,6 +1256,9 @@ impl TcpClient {
                     // The server never closed: give up quietly; the exchange itself succeeded.
                     self.close(seq, out);
                 }
+                CliState::TimeWait => {
+                    self.close(seq, out);
+                }
             }
         }
         while self.next_send.is_some_and(|t| t <= now) {
@@ -1251,7 +1267,7 @@ impl TcpClient {
             self.schedule_next();
             let own = &self.by_port;
             let busy = |p: u16| in_use.in_use(p) || own.contains_key(&p);
-            let Some(port) = draw_ephemeral_port(&mut self.port_rng, &busy) else {
+            let Some(port) = connect.pick(self.cfg.local_ip, self.cfg.dst, &busy) else {
                 self.records.push(QueryRecord {
                     seq,
                     sent_at: now,
@@ -1312,6 +1328,31 @@ impl TcpClient {
         let Some(&seq) = self.by_port.get(&port) else {
             return;
         };
+        let local = SocketAddr::new(self.cfg.local_ip, port);
+        if let Some(c) = self
+            .conns
+            .get_mut(&seq)
+            .filter(|c| c.state == CliState::TimeWait)
+        {
+            // tcp_timewait_state_process: a RST ends TIME_WAIT (net.ipv4.tcp_rfc1337 = 0); a
+            // retransmitted FIN is acknowledged again and restarts the 60 s; anything else
+            // (an ICMP error included) leaves it be.
+            let L4::Tcp { flags, .. } = pkt.l4 else {
+                return;
+            };
+            if flags.contains(TcpFlags::RST) {
+                self.close(seq, out);
+            } else if flags.contains(TcpFlags::FIN) {
+                let old = c.deadline;
+                c.deadline = now + TCP_TIMEWAIT_LEN;
+                let mut ack =
+                    tcp_packet(local, self.cfg.dst, TcpFlags::ACK, c.snd_nxt, c.rcv_nxt, 0);
+                ack.tag = pkt.tag;
+                out.packets.push(ack);
+                self.refile(seq, old);
+            }
+            return;
+        }
         if icmp_code.is_some() {
             self.fail(now, seq, TcpFailure::Unreachable, out);
             return;
@@ -1326,7 +1367,6 @@ impl TcpClient {
             self.fail(now, seq, TcpFailure::Reset, out);
             return;
         }
-        let local = SocketAddr::new(self.cfg.local_ip, port);
         let tag = self.tag(seq, 0);
         let req = self.cfg.request_bytes;
         let Some(c) = self.conns.get_mut(&seq) else {
@@ -1388,7 +1428,8 @@ impl TcpClient {
                     tcp_packet(local, self.cfg.dst, TcpFlags::ACK, c.snd_nxt, c.rcv_nxt, 0);
                 ack.tag = tag;
                 out.packets.push(ack);
-                self.close(seq, out);
+                c.state = CliState::TimeWait;
+                c.deadline = now + TCP_TIMEWAIT_LEN;
             }
             _ => {}
         }
@@ -1593,7 +1634,12 @@ mod tests {
         let mut table = BTreeSet::new();
         let mut out = Outbox::new();
         for k in 0..100u64 {
-            c.handle_timeout(SimTime::from_millis(700 * k), &BTreeSet::new(), &mut out);
+            c.handle_timeout(
+                SimTime::from_millis(700 * k),
+                &BTreeSet::new(),
+                &mut ConnectPorts::default(),
+                &mut out,
+            );
             apply(&mut table, &mut out);
             assert_eq!(table, c.bound_ports());
         }
@@ -1735,7 +1781,12 @@ mod tests {
         for _ in 0..20 {
             let mut out = Outbox::new();
             if c.poll_timeout().is_some_and(|d| d <= now) {
-                c.handle_timeout(now, &BTreeSet::new(), &mut out);
+                c.handle_timeout(
+                    now,
+                    &BTreeSet::new(),
+                    &mut ConnectPorts::default(),
+                    &mut out,
+                );
             }
             for p in to_client.drain(..) {
                 c.handle_packet(now, &p, &mut out);
@@ -1787,5 +1838,159 @@ mod tests {
             c.records()[0].outcome,
             QueryOutcome::Reset(SimTime::from_millis(1))
         );
+    }
+
+    /// Drives a TCP client and server against each other with 1 ms one-way delay, event by
+    /// event, until `end`; `taken` marks ports as bound by other sockets of the host.
+    /// Returns the client and, per connection, (port, SYN time, time the client closed).
+    fn tcp_run(
+        interval_ms: u64,
+        count: u32,
+        end: SimTime,
+        taken: &BTreeSet<u16>,
+    ) -> (TcpClient, Vec<(u16, SimTime, Option<SimTime>)>) {
+        let mut c = TcpClient::new(
+            TcpClientConfig {
+                index: 0,
+                local_ip: "10.244.1.5".parse().unwrap(),
+                dst: sa("10.96.0.1:443"),
+                schedule: ClientSchedule {
+                    interval: SimDuration::from_millis(interval_ms),
+                    ..sched(1, Some(count))
+                },
+                connect_timeout: SimDuration::from_secs(10),
+                request_timeout: SimDuration::from_secs(10),
+                request_bytes: 100,
+            },
+            1,
+            "tcp",
+        );
+        let mut s = TcpServer::new(443, SimDuration::from_millis(5), SimRng::derive(1, "srv"));
+        let mut connect = ConnectPorts::new(1, "pod/client");
+        let delay = SimDuration::from_millis(1);
+        // (arrival, seq, to_server, packet)
+        let mut wire: BTreeMap<(SimTime, u64), (bool, Packet)> = BTreeMap::new();
+        let mut n = 0u64;
+        let mut conns: Vec<(u16, SimTime, Option<SimTime>)> = Vec::new();
+        let mut released: BTreeMap<u16, SimTime> = BTreeMap::new();
+        loop {
+            let next = [
+                wire.keys().next().map(|k| k.0),
+                c.poll_timeout(),
+                s.poll_timeout(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let Some(now) = next.filter(|t| *t <= end) else {
+                break;
+            };
+            let mut cout = Outbox::new();
+            let mut sout = Outbox::new();
+            while let Some((&k, _)) = wire.iter().next().filter(|(k, _)| k.0 <= now) {
+                let (to_server, p) = wire.remove(&k).unwrap();
+                if to_server {
+                    s.handle_packet(now, &p, &mut sout);
+                } else {
+                    c.handle_packet(now, &p, &mut cout);
+                }
+            }
+            if c.poll_timeout().is_some_and(|d| d <= now) {
+                c.handle_timeout(now, taken, &mut connect, &mut cout);
+            }
+            if s.poll_timeout().is_some_and(|d| d <= now) {
+                s.handle_timeout(now, &mut sout);
+            }
+            for (_, e) in &cout.events {
+                if let AppEvent::TcpConnecting { src, .. } = e {
+                    conns.push((src.port(), now, None));
+                }
+            }
+            for (p, bound) in cout.ports.drain(..) {
+                if !bound {
+                    released.insert(p, now);
+                }
+            }
+            for p in cout.packets {
+                if p.tcp_flags() == Some(TcpFlags::ACK)
+                    && conns
+                        .iter()
+                        .any(|c| c.0 == p.sport().unwrap() && c.2.is_none())
+                {
+                    // The client's last ACK: closed, TIME_WAIT starts.
+                    let tag = Tag::unpack(p.tag).unwrap();
+                    if let Some(r) = conns.get_mut(tag.seq as usize) {
+                        if matches!(
+                            c.records()[tag.seq as usize].outcome,
+                            QueryOutcome::Answered(_)
+                        ) {
+                            r.2 = Some(now);
+                        }
+                    }
+                }
+                n += 1;
+                wire.insert((now + delay, n), (true, p));
+            }
+            for p in sout.packets {
+                n += 1;
+                wire.insert((now + delay, n), (false, p));
+            }
+        }
+        (c, conns)
+    }
+
+    /// `__inet_check_established` + `tcp_twsk_unique`: a 4-tuple in TIME_WAIT is not picked
+    /// again. With only three ports free, the fourth connection within 60 s finds none
+    /// (EADDRNOTAVAIL) and each port comes back 60 s after its connection closed.
+    #[test]
+    fn a_port_in_time_wait_is_not_reused_toward_the_same_destination() {
+        let free = [40000u16, 40002, 40004];
+        let taken: BTreeSet<u16> = (EPHEMERAL_PORT_FIRST..=EPHEMERAL_PORT_LAST)
+            .filter(|p| !free.contains(p))
+            .collect();
+        let (c, conns) = tcp_run(1_000, 70, SimTime::from_secs(80), &taken);
+        let outcomes: Vec<QueryOutcome> = c.records().iter().map(|r| r.outcome).collect();
+        assert!(matches!(outcomes[0], QueryOutcome::Answered(_)));
+        assert!(matches!(outcomes[2], QueryOutcome::Answered(_)));
+        assert_eq!(
+            outcomes[3],
+            QueryOutcome::NoPort(t(3)),
+            "all three in TIME_WAIT"
+        );
+        assert_eq!(outcomes[59], QueryOutcome::NoPort(t(59)));
+        // Connection 0 closed about 10 ms after its SYN at 0 s: its port is free again at 60 s
+        // and the connection started at 61 s gets it.
+        let closed0 = conns[0].2.unwrap();
+        assert!(closed0 < SimTime::from_millis(20), "{closed0:?}");
+        assert_eq!(c.records()[61].src_port, conns[0].0);
+        assert!(matches!(outcomes[61], QueryOutcome::Answered(_)));
+        for (i, a) in conns.iter().enumerate() {
+            for b in &conns[i + 1..] {
+                if a.0 == b.0 {
+                    let closed = a.2.expect("closed before its port came back");
+                    assert!(b.1 >= closed + TCP_TIMEWAIT_LEN, "{a:?} then {b:?}");
+                }
+            }
+        }
+    }
+
+    /// 1,800 connections, one every 100 ms (about 600 in TIME_WAIT at any time): no 4-tuple
+    /// is met again within TIME_WAIT (with uniform draws 7 of them were).
+    #[test]
+    fn eighteen_hundred_connections_never_reuse_a_four_tuple_within_time_wait() {
+        let (c, conns) = tcp_run(100, 1_800, SimTime::from_secs(300), &BTreeSet::new());
+        assert_eq!(conns.len(), 1_800);
+        assert!(c
+            .records()
+            .iter()
+            .all(|r| matches!(r.outcome, QueryOutcome::Answered(_))));
+        let mut last: BTreeMap<u16, (SimTime, Option<SimTime>)> = BTreeMap::new();
+        for (port, syn, closed) in &conns {
+            if let Some((_, prev_closed)) = last.get(port) {
+                let prev_closed = prev_closed.expect("closed");
+                assert!(*syn >= prev_closed + TCP_TIMEWAIT_LEN, "port {port} reused");
+            }
+            last.insert(*port, (*syn, *closed));
+        }
     }
 }

@@ -3,11 +3,13 @@
 //!
 //! - [`apps`]: servers and clients as sans-IO state machines.
 //! - [`control`]: pod lifecycle and the EndpointSlice controller.
+//! - [`ports`]: the source ports of TCP `connect()`, as Linux picks them.
 //! - [`proxy`]: kube-proxy on the nodes, applied to their network namespaces.
 //! - [`sim`]: the driver: each node a `sim_netfilter::netns::Netns`, the network between
 //!   them, expectations and outputs.
 
 pub mod apps;
 pub mod control;
+pub mod ports;
 pub mod proxy;
 pub mod sim;

@@ -34,6 +34,7 @@ use super::apps::{
     TcpClient, TcpClientConfig, TcpServer, UdpClient, UdpClientConfig, UdpServer,
 };
 use super::control::{derive_slices, Phase, PodState};
+use super::ports::ConnectPorts;
 use super::proxy::{
     nat_rules_written, rules_are_node_independent, same_rendering, CleanupFactory, ProxyGroup,
     SyncResult,
@@ -150,11 +151,16 @@ struct Stack {
     /// The ICMP error rate limit of a pod's or host's own kernel namespace (a node's
     /// stack uses its `Netns`'s, shared with what its rules send).
     icmp: IcmpRateLimit,
+    /// How this kernel picks the source ports of TCP `connect()` (`table_perturb`).
+    connect: ConnectPorts,
 }
 
 impl Stack {
     fn build(apps: &[AppDef], seed: u64, label: &str) -> Stack {
-        let mut s = Stack::default();
+        let mut s = Stack {
+            connect: ConnectPorts::new(seed, label),
+            ..Stack::default()
+        };
         for a in apps {
             match *a {
                 AppDef::UdpServer {
@@ -1339,13 +1345,24 @@ impl Simulation {
                     .is_some_and(|t| t <= self.now)
                 {
                     let mut out = Outbox::new();
+                    let m = self.clients[i].machine.clone();
+                    // The host's connect() port state, lent to the client for this call.
+                    let mut connect = self
+                        .stack_mut(&m)
+                        .map(|s| std::mem::take(&mut s.connect))
+                        .unwrap_or_default();
                     let c = &mut self.clients[i];
                     let (ip, proto) = (c.ip, c.app.proto());
                     let table = &self.client_ports;
                     let busy = |p: u16| table.contains_key(&(ip, proto, p));
                     match &mut c.app {
                         ClientApp::Udp(c) => c.handle_timeout(self.now, &busy, &mut out),
-                        ClientApp::Tcp(c) => c.handle_timeout(self.now, &busy, &mut out),
+                        ClientApp::Tcp(c) => {
+                            c.handle_timeout(self.now, &busy, &mut connect, &mut out)
+                        }
+                    }
+                    if let Some(s) = self.stack_mut(&m) {
+                        s.connect = connect;
                     }
                     self.client_output(i, out);
                 } else {
