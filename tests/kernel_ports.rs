@@ -3,7 +3,6 @@
 //! apart, and no 4-tuple in TIME_WAIT is picked again.
 
 #[path = "support/kernel.rs"]
-#[allow(dead_code)]
 mod kernel;
 
 use kernel::Scenario;
