@@ -48,6 +48,7 @@
 // Restore errors carry the offending line and a structured kind; they are rare and cold.
 #![allow(clippy::result_large_err)]
 
+pub mod branch;
 mod compile;
 pub mod error;
 pub mod eval;

@@ -22,7 +22,7 @@ use crate::rule::Bind;
 use crate::ruleset::{Registry, Ruleset, TableData};
 use crate::types::{Counters, Hook, Table};
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SlotState {
     pub uid: u64,
     /// Packets (for the slot of a `statistic --mode nth` match: its counter).
@@ -31,7 +31,7 @@ pub(crate) struct SlotState {
 }
 
 /// One address of a `recent` table (kernel `struct recent_entry`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RecentEntry {
     pub addr: u32,
     pub ttl: u8,
@@ -39,7 +39,7 @@ pub(crate) struct RecentEntry {
     pub stamps: VecDeque<SimTime>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RecentTable {
     pub uid: u64,
     /// Least recently used first.

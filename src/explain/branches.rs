@@ -3,16 +3,19 @@
 //!
 //! **How.** A `-m statistic --mode random --probability p` match is stored as
 //! `t = round(p × 2^31)` and matches when a 31-bit draw is below `t` (`statistic_mt` in
-//! `net/netfilter/xt_statistic.c`): exactly with probability `t / 2^31`. Its outcome can be
-//! forced without touching the engine by rewriting the rule: `t = 2^31` (printed `1.00000000000`)
-//! always matches, `t = 0` never does (`!` inverts both). The explorer runs the packet through
-//! a fresh copy of the node, finds the first rule with a random draw on its path that is not
-//! forced yet, and branches on it depth-first (matched first): one copy with the rule forced
-//! to match, with probability `P(match)`, one forced not to, with `1 − P(match)`. A path whose
-//! every random rule is forced is an outcome; its probability is the product of its
-//! decisions' probabilities. Branches of probability zero (`--probability 0` or `1`) are not
-//! followed. Outcomes with the same [`Outcome`] (verdict, final tuple, interface, NAT) are
-//! merged and their probabilities added; the sum over all outcomes is checked to be exactly 1.
+//! `net/netfilter/xt_statistic.c`): exactly with probability `t / 2^31`. The packet goes
+//! through a copy of the node with [`Netns::process_branching`]: each table's walk forks at
+//! every random statistic rule it reaches ([`sim_netfilter::branch`]), going on with the rule
+//! made to match and keeping the walk as it stands to go on later with the rule made to fail,
+//! so the rules the branches share are walked once. The run follows the first leaf (every
+//! fork matched) through the rest of the node (later hooks, conntrack, routing); every other
+//! leaf becomes a run of its own that is handed that leaf at that walk instead of walking it
+//! again, depth-first, matched first. A run is one path, an outcome; its probability is the
+//! product of its decisions' probabilities, worked out once per shared prefix. Branches of
+//! probability zero (`--probability 0` or `1`) are not followed, but a certain decision is
+//! still listed on the path. Outcomes with the same [`Outcome`] (verdict, final tuple,
+//! interface, NAT) are merged and their probabilities added; the sum over all outcomes is
+//! checked to be exactly 1.
 //!
 //! `P(match)` of a rule with several random statistic matches is the product over them (each
 //! `t/2^31`, or `1 − t/2^31` when inverted).
@@ -20,59 +23,84 @@
 //! For kube-proxy's cascade of n endpoints (probabilities 1/n, 1/(n−1), …, 1/2, then the last
 //! endpoint unconditionally) this gives n outcomes, each 1/n up to the quantization: for three,
 //! 715827883/2147483648 ≈ 0.333333333489 and twice 1431655765/4294967296 ≈ 0.333333333256.
+//! The cascade is walked once (n forks, O(n) rule evaluations) and the node is run n times.
 //!
 //! **Limits, stated.** `--mode nth` matches are deterministic (they follow the rule's packet
 //! counter, which is 0 for the traced packet in a fresh namespace) and are not branched. A rule
-//! evaluated twice on one path (reached from two hooks) is forced alike both times, where the
+//! evaluated twice on one path (reached from two hooks) is decided alike both times, where the
 //! kernel would draw twice; the report notes it. Other random choices (a `--random-fully` NAT
 //! port) come from the node's seeded stream, the same in every branch. At most
 //! [`MAX_BRANCH_RUNS`] runs.
 
 use super::dyadic::Dyadic;
-use super::trace::{run_once, Outcome, RuleRef};
+use super::trace::{outcome_of, Outcome};
 use super::ExplainError;
 use indexmap::IndexMap;
 use serde::Serialize;
 use sim_core::Packet;
-use sim_netfilter::netns::{Ingress, Netns};
+use sim_netfilter::branch::{Branching, PathNode, WalkLeaf};
+use sim_netfilter::netns::{Ingress, Netns, Step};
 use sim_netfilter::rule::{Rule, StatisticMode};
-use sim_netfilter::{rule_spec, Match};
-use std::collections::BTreeMap;
+use sim_netfilter::{rule_spec, Match, Table, TraceEvent};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
+use std::sync::Arc;
 
-/// The most runs `--all-branches` makes for one packet (each run is one path prefix).
+/// The most runs `--all-branches` makes for one packet (each run is one path).
 pub const MAX_BRANCH_RUNS: usize = 4096;
-
-/// `round(p × 2^31)` for p = 1: the stored probability of a match that always matches.
-const ALWAYS: u32 = 0x8000_0000;
 
 /// Digits after the point in printed decimals.
 const DECIMAL_DIGITS: u32 = 12;
 
-/// An exact probability, printed every way a reader may want it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Probability {
+/// An exact probability. It serialises as every form a reader may want: `fraction`
+/// (`1431655765/4294967296`, or `1`), `numerator` and `denominator` (a power of two) in
+/// decimal, `denominator_log2`, `decimal` (rounded half-up to 12 places) and `float` (the
+/// nearest `f64`). The strings are made when asked for: a path through a thousand statistic
+/// rules has a numerator of thousands of digits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probability(Dyadic);
+
+impl Probability {
+    /// The exact value.
+    pub fn exact(&self) -> &Dyadic {
+        &self.0
+    }
+
     /// The reduced fraction, `1431655765/4294967296` (or `1`).
-    pub fraction: String,
-    /// Its numerator, in decimal.
-    pub numerator: String,
-    /// Its denominator (a power of two), in decimal.
-    pub denominator: String,
-    /// log2 of the denominator.
-    pub denominator_log2: u32,
-    /// Rounded to 12 decimal places.
-    pub decimal: String,
+    pub fn fraction(&self) -> String {
+        self.0.fraction()
+    }
+
+    /// Rounded half-up to 12 decimal places.
+    pub fn decimal(&self) -> String {
+        self.0.decimal(DECIMAL_DIGITS)
+    }
 }
 
 impl From<&Dyadic> for Probability {
     fn from(d: &Dyadic) -> Self {
-        Probability {
-            fraction: d.fraction(),
-            numerator: d.numerator_string(),
-            denominator: d.denominator_string(),
-            denominator_log2: d.denominator_log2(),
-            decimal: d.decimal(DECIMAL_DIGITS),
-        }
+        Probability(d.clone())
+    }
+}
+
+impl Serialize for Probability {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let num = self.0.numerator_string();
+        let den = self.0.denominator_string();
+        let fraction = if self.0.denominator_log2() == 0 {
+            num.clone()
+        } else {
+            format!("{num}/{den}")
+        };
+        let mut st = s.serialize_struct("Probability", 6)?;
+        st.serialize_field("fraction", &fraction)?;
+        st.serialize_field("numerator", &num)?;
+        st.serialize_field("denominator", &den)?;
+        st.serialize_field("denominator_log2", &self.0.denominator_log2())?;
+        st.serialize_field("decimal", &self.0.decimal(DECIMAL_DIGITS))?;
+        st.serialize_field("float", &self.0.to_f64())?;
+        st.end()
     }
 }
 
@@ -100,28 +128,28 @@ pub struct BranchOutcome {
     pub probability: Probability,
     /// What happens.
     pub outcome: Outcome,
-    /// The paths leading to it, each the decisions taken, in evaluation order.
-    pub paths: Vec<Vec<Decision>>,
+    /// The paths leading to it, each the decisions taken, in evaluation order (a decision
+    /// shared by many paths is one value).
+    pub paths: Vec<Vec<Arc<Decision>>>,
     /// For each path (same order), every rule whose matches all matched on the way, in
     /// evaluation order: `nat KUBE-SVC-X #2: -m statistic … -j KUBE-SEP-Y`.
     pub rules_matched: Vec<Vec<String>>,
-    #[serde(skip)]
-    exact: Dyadic,
 }
 
 impl BranchOutcome {
     /// The exact probability.
     pub fn exact(&self) -> &Dyadic {
-        &self.exact
+        self.probability.exact()
     }
 }
 
 /// Every reachable outcome of the statistic matches.
 #[derive(Clone, Debug, Serialize)]
 pub struct BranchReport {
-    /// Runs made (path prefixes explored).
+    /// Runs of the packet through the node made (one per path: the walks that fork are walked
+    /// once, see the module docs).
     pub runs: usize,
-    /// Distinct statistic rules branched on.
+    /// Distinct statistic rules decided on some path.
     pub statistic_rules: usize,
     /// The outcomes, in the order first reached (matched branches first).
     pub outcomes: Vec<BranchOutcome>,
@@ -147,62 +175,6 @@ pub(crate) fn match_probability(rule: &Rule) -> Dyadic {
     p
 }
 
-/// `rule` with its random statistic matches forced to all match (`matched`) or all fail.
-fn forced_rule(rule: &Rule, matched: bool) -> Rule {
-    let mut r = rule.clone();
-    for m in &mut r.matches {
-        if let Match::Statistic(s) = m {
-            if let StatisticMode::Random { probability } = &mut s.mode {
-                // Non-inverted: matches iff draw < t. Inverted: matches iff draw >= t.
-                *probability = if matched != s.inv { ALWAYS } else { 0 };
-            }
-        }
-    }
-    r
-}
-
-fn base_rule<'a>(base: &'a Netns, r: &RuleRef) -> Option<&'a Rule> {
-    base.ruleset()
-        .rules(r.table, &r.chain)
-        .and_then(|rules| rules.get(r.num.wrapping_sub(1)))
-}
-
-/// Rewrites the forced rules of a copy of `base` in place (`-D CHAIN N` then `-I CHAIN N …`,
-/// one `--noflush` restore per table).
-fn apply_forcing(
-    ns: &mut Netns,
-    base: &Netns,
-    forced: &[(RuleRef, bool)],
-) -> Result<(), ExplainError> {
-    let mut per_table: BTreeMap<&'static str, String> = BTreeMap::new();
-    for (r, matched) in forced {
-        let rule = base_rule(base, r).ok_or_else(|| {
-            ExplainError::Netns(format!(
-                "internal: traced rule {} {} #{} is not in the ruleset",
-                r.table, r.chain, r.num
-            ))
-        })?;
-        let text = per_table.entry(r.table.name()).or_default();
-        let _ = writeln!(text, "-D {} {}", r.chain, r.num);
-        let _ = writeln!(
-            text,
-            "-I {} {} {}",
-            r.chain,
-            r.num,
-            rule_spec(&forced_rule(rule, *matched))
-        );
-    }
-    for (table, cmds) in per_table {
-        let text = format!("*{table}\n{cmds}COMMIT\n");
-        ns.restore(&text, true).map_err(|e| {
-            ExplainError::Netns(format!(
-                "internal: forcing statistic rules failed: {e}\n{text}"
-            ))
-        })?;
-    }
-    Ok(())
-}
-
 /// Explores every statistic branch of `pkt` entering `base` at `ingress`.
 pub(crate) fn explore(
     base: &Netns,
@@ -210,21 +182,18 @@ pub(crate) fn explore(
     ingress: Ingress,
     now: sim_core::SimTime,
 ) -> Result<BranchReport, ExplainError> {
-    struct Leaf {
-        outcome: Outcome,
-        prob: Dyadic,
-        path: Vec<(RuleRef, bool, Dyadic)>,
-        matched: Vec<String>,
-    }
-    // Depth-first with an explicit stack: (forced decisions in order, their probabilities,
-    // the path's probability).
-    type Pending = (Vec<(RuleRef, bool)>, Vec<Dyadic>, Dyadic);
-    let mut stack: Vec<Pending> = vec![(Vec::new(), Vec::new(), Dyadic::one())];
-    let mut leaves: Vec<Leaf> = Vec::new();
+    // Depth-first: each entry is the leaves to follow at the walks that forked earlier.
+    let mut stack: Vec<Vec<(usize, Arc<WalkLeaf>)>> = vec![Vec::new()];
     let mut runs = 0usize;
-    let mut branched: BTreeMap<RuleRef, ()> = BTreeMap::new();
+    // Per path node (by address; `heads` keeps every node alive, so no address is reused):
+    // the path's probability up to and including it, and the decision it stands for.
+    let mut heads: Vec<Arc<PathNode>> = Vec::new();
+    let mut memo: HashMap<usize, (Dyadic, Arc<Decision>)> = HashMap::new();
+    let mut decided: BTreeSet<(Table, Arc<str>, usize)> = BTreeSet::new();
     let mut notes: Vec<String> = Vec::new();
-    while let Some((forced, probs, prob)) = stack.pop() {
+    type Merged = (Dyadic, Vec<Vec<Arc<Decision>>>, Vec<Vec<String>>);
+    let mut merged: IndexMap<Outcome, Merged> = IndexMap::new();
+    while let Some(inject) = stack.pop() {
         runs += 1;
         if runs > MAX_BRANCH_RUNS {
             return Err(ExplainError::TooManyBranches {
@@ -232,104 +201,86 @@ pub(crate) fn explore(
             });
         }
         let mut ns = base.clone();
-        apply_forcing(&mut ns, base, &forced)?;
-        let run = run_once(&mut ns, pkt, ingress, now);
-        let is_forced = |r: &RuleRef| forced.iter().any(|(f, _)| f == r);
-        match run.stat_rules.iter().find(|r| !is_forced(r)) {
-            None => {
-                for (r, _) in &forced {
-                    let n = run.stat_rules.iter().filter(|x| *x == r).count();
-                    if n > 1 {
-                        let note = format!(
-                            "{} {} #{} was evaluated {n} times on one path; its forced outcome applied to every evaluation, where the kernel draws each time, so that path counts one draw",
-                            r.table, r.chain, r.num
-                        );
-                        if !notes.contains(&note) {
-                            notes.push(note);
-                        }
-                    }
-                }
-                let matched = run
-                    .result
-                    .trace
-                    .as_ref()
-                    .map(|t| {
-                        t.steps
-                            .iter()
-                            .take_while(|st| !matches!(st, sim_netfilter::netns::Step::Fate(_)))
-                            .filter_map(|st| match st {
-                                sim_netfilter::netns::Step::Rules(
-                                    sim_netfilter::TraceEvent::Rule {
-                                        table,
-                                        chain,
-                                        num,
-                                        matched: true,
-                                        spec,
-                                        ..
-                                    },
-                                ) => Some(format!("{} {chain} #{num}: {spec}", table.name())),
-                                _ => None,
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                leaves.push(Leaf {
-                    outcome: run.outcome,
-                    matched,
-                    prob,
-                    path: forced
-                        .into_iter()
-                        .zip(probs)
-                        .map(|((r, m), p)| (r, m, p))
-                        .collect(),
-                });
+        let (result, br) = ns.process_branching(now, pkt, ingress, Branching::new(inject));
+        let steps: &[Step] = result
+            .trace
+            .as_ref()
+            .map(|t| t.steps.as_slice())
+            .unwrap_or(&[]);
+        let outcome = outcome_of(&ns, &pkt, &result, steps);
+        // The path's decisions and probability, each node worked out once.
+        let nodes = PathNode::in_order(br.path());
+        let mut prob = Dyadic::one();
+        let mut path = Vec::with_capacity(nodes.len());
+        for n in nodes {
+            let key = Arc::as_ptr(n) as usize;
+            if let Some((p, d)) = memo.get(&key) {
+                prob = p.clone();
+                path.push(d.clone());
+                continue;
             }
-            Some(r) => {
-                let rule = base_rule(base, r).ok_or_else(|| {
+            let rule = base
+                .ruleset()
+                .rules(n.table, &n.chain)
+                .and_then(|rules| rules.get(n.num.wrapping_sub(1)))
+                .ok_or_else(|| {
                     ExplainError::Netns(format!(
                         "internal: traced rule {} {} #{} is not in the ruleset",
-                        r.table, r.chain, r.num
+                        n.table, n.chain, n.num
                     ))
                 })?;
-                branched.insert(r.clone(), ());
-                let p = match_probability(rule);
-                let q = p.complement();
-                // Pushed second, popped first: the matched branch is explored first.
-                for (matched, pp) in [(false, q), (true, p)] {
-                    if pp.is_zero() {
-                        continue;
-                    }
-                    let mut f = forced.clone();
-                    f.push((r.clone(), matched));
-                    let mut ps = probs.clone();
-                    ps.push(pp.clone());
-                    stack.push((f, ps, prob.mul(&pp)));
-                }
+            let p = match_probability(rule);
+            let p = if n.matched { p } else { p.complement() };
+            prob = prob.mul(&p);
+            let d = Arc::new(Decision {
+                table: n.table.name().to_string(),
+                chain: n.chain.to_string(),
+                rule: n.num,
+                matched: n.matched,
+                probability: Probability(p),
+                spec: rule_spec(rule),
+            });
+            decided.insert((n.table, n.chain.clone(), n.num));
+            memo.insert(key, (prob.clone(), d.clone()));
+            path.push(d);
+        }
+        if let Some(h) = br.path() {
+            heads.push(h.clone());
+        }
+        let mut repeats: BTreeMap<(Table, &str, usize), usize> = BTreeMap::new();
+        for (t, c, num) in br.repeats() {
+            *repeats.entry((*t, c, *num)).or_insert(1) += 1;
+        }
+        for ((t, c, num), n) in repeats {
+            let note = format!(
+                "{t} {c} #{num} was evaluated {n} times on one path; its forced outcome applied to every evaluation, where the kernel draws each time, so that path counts one draw"
+            );
+            if !notes.contains(&note) {
+                notes.push(note);
             }
         }
-    }
-    // Merge equal outcomes, in the order first reached.
-    type Merged = (Dyadic, Vec<Vec<Decision>>, Vec<Vec<String>>);
-    let mut merged: IndexMap<Outcome, Merged> = IndexMap::new();
-    for leaf in leaves {
-        let decisions = leaf
-            .path
+        let matched: Vec<String> = steps
             .iter()
-            .map(|(r, matched, p)| Decision {
-                table: r.table.name().to_string(),
-                chain: r.chain.clone(),
-                rule: r.num,
-                matched: *matched,
-                probability: Probability::from(p),
-                spec: base_rule(base, r).map(rule_spec).unwrap_or_default(),
+            .take_while(|st| !matches!(st, Step::Fate(_)))
+            .filter_map(|st| match st {
+                Step::Rules(TraceEvent::Rule {
+                    table,
+                    chain,
+                    num,
+                    matched: true,
+                    spec,
+                    ..
+                }) => Some(format!("{} {chain} #{num}: {spec}", table.name())),
+                _ => None,
             })
             .collect();
         let e = merged
-            .entry(leaf.outcome)
+            .entry(outcome)
             .or_insert_with(|| (Dyadic::zero(), Vec::new(), Vec::new()));
-        e.0 = e.0.add(&leaf.prob);
-        e.1.push(decisions);
-        e.2.push(leaf.matched);
+        e.0 = e.0.add(&prob);
+        e.1.push(path);
+        e.2.push(matched);
+        stack.extend(br.alternatives());
     }
     let mut total = Dyadic::zero();
     let outcomes: Vec<BranchOutcome> = merged
@@ -337,19 +288,19 @@ pub(crate) fn explore(
         .map(|(outcome, (p, paths, rules_matched))| {
             total = total.add(&p);
             BranchOutcome {
-                probability: Probability::from(&p),
+                probability: Probability(p),
                 outcome,
                 paths,
                 rules_matched,
-                exact: p,
             }
         })
         .collect();
+    drop(heads);
     Ok(BranchReport {
         runs,
-        statistic_rules: branched.len(),
+        statistic_rules: decided.len(),
         sums_to_one: total.is_one(),
-        total: Probability::from(&total),
+        total: Probability(total),
         outcomes,
         notes,
     })
@@ -374,8 +325,8 @@ impl BranchReport {
                 s,
                 "  [{}] p = {} ≈ {}",
                 i + 1,
-                o.probability.fraction,
-                o.probability.decimal
+                o.probability.fraction(),
+                o.probability.decimal()
             );
             let _ = writeln!(s, "      {}", o.outcome.detail);
             let _ = writeln!(s, "      {}", o.outcome.nat_summary());
@@ -393,7 +344,7 @@ impl BranchReport {
                             d.chain,
                             d.rule,
                             if d.matched { "matched" } else { "not matched" },
-                            d.probability.fraction
+                            d.probability.fraction()
                         )
                     })
                     .collect();
@@ -403,7 +354,7 @@ impl BranchReport {
         let _ = writeln!(
             s,
             "  total: {} ({})",
-            self.total.fraction,
+            self.total.fraction(),
             if self.sums_to_one {
                 "exactly 1"
             } else {

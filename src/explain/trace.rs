@@ -249,16 +249,6 @@ pub struct TraceReport {
 pub(crate) struct Run {
     pub result: ProcessResult,
     pub outcome: Outcome,
-    /// The rules with a `--mode random` statistic draw, in evaluation order (repeats kept).
-    pub stat_rules: Vec<RuleRef>,
-}
-
-/// A rule by table, chain and 1-based number.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct RuleRef {
-    pub table: Table,
-    pub chain: String,
-    pub num: usize,
 }
 
 /// Pushes `pkt` through `ns` at `now` with a trace, and analyses what happened.
@@ -270,28 +260,7 @@ pub(crate) fn run_once(ns: &mut Netns, pkt: Packet, ingress: Ingress, now: SimTi
         .map(|t| t.steps.as_slice())
         .unwrap_or(&[]);
     let outcome = outcome_of(ns, &pkt, &result, steps);
-    let stat_rules = steps
-        .iter()
-        .filter_map(|s| match s {
-            Step::Rules(TraceEvent::Rule {
-                table,
-                chain,
-                num,
-                draws,
-                ..
-            }) if draws.iter().any(|d| matches!(d, StatDraw::Random { .. })) => Some(RuleRef {
-                table: *table,
-                chain: chain.clone(),
-                num: *num,
-            }),
-            _ => None,
-        })
-        .collect();
-    Run {
-        result,
-        outcome,
-        stat_rules,
-    }
+    Run { result, outcome }
 }
 
 fn endpoint(a: IpAddr, port: Option<u16>) -> String {
@@ -302,7 +271,7 @@ fn endpoint(a: IpAddr, port: Option<u16>) -> String {
     }
 }
 
-fn outcome_of(ns: &Netns, original: &Packet, r: &ProcessResult, steps: &[Step]) -> Outcome {
+pub(crate) fn outcome_of(ns: &Netns, original: &Packet, r: &ProcessResult, steps: &[Step]) -> Outcome {
     let detail = steps
         .iter()
         .find_map(|s| match s {

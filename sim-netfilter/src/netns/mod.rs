@@ -345,6 +345,8 @@ pub struct Netns {
     seed: u64,
     nft: crate::nft::NftRuleset,
     nft_hooks: nft_hooks::NftHooks,
+    /// Set only during [`Netns::process_branching`].
+    branching: Option<Box<crate::branch::Branching>>,
 }
 
 /// `addrtype` classification from the routing table (`inet_dev_addr_type`).
@@ -538,6 +540,7 @@ impl Netns {
             seed: cfg.seed,
             nft: crate::nft::NftRuleset::new(),
             nft_hooks: Default::default(),
+            branching: None,
         }
     }
 
@@ -737,6 +740,24 @@ impl Netns {
     /// index).
     pub fn process_traced(&mut self, now: SimTime, pkt: Packet, from: Ingress) -> ProcessResult {
         self.process_result(now, pkt, from, true)
+    }
+
+    /// Like [`Netns::process_traced`], following given branches of the `statistic` matches
+    /// ([`crate::branch`]): each iptables walk uses the leaf `branching` gives for it, or
+    /// forks at every random statistic match and follows its first leaf. The returned
+    /// [`Branching`](crate::branch::Branching) holds the path taken and the runs still to make
+    /// for the other leaves. The trace holds every event but the rules that did not match.
+    pub fn process_branching(
+        &mut self,
+        now: SimTime,
+        pkt: Packet,
+        from: Ingress,
+        branching: crate::branch::Branching,
+    ) -> (ProcessResult, crate::branch::Branching) {
+        self.branching = Some(Box::new(branching));
+        let r = self.process_result(now, pkt, from, true);
+        let b = self.branching.take().map(|b| *b).unwrap_or_default();
+        (r, b)
     }
 
     fn process_result(
@@ -1339,14 +1360,45 @@ impl Netns {
             now,
             rng: &mut self.stat_rng,
             local_origin: f.local_origin,
+            force_random: None,
         };
-        let verdict = self.ruleset.run_hook(
-            table,
-            hook,
-            &mut ctx,
-            &mut self.rules_state,
-            rule_trace.as_mut(),
-        );
+        let verdict = match (self.branching.as_mut(), rule_trace.as_mut()) {
+            (Some(br), Some(rt)) => {
+                let j = br.walks;
+                br.walks += 1;
+                let (leaf, others) = match br.injected(j) {
+                    Some(l) => (l, Vec::new()),
+                    None => {
+                        let path = br.path().cloned();
+                        let (first, rest) = self.ruleset.walk_all(
+                            table,
+                            hook,
+                            &mut ctx,
+                            &mut self.rules_state,
+                            path,
+                        );
+                        (
+                            std::sync::Arc::new(first),
+                            rest.into_iter().map(std::sync::Arc::new).collect(),
+                        )
+                    }
+                };
+                ctx.packet.mark = leaf.mark;
+                *ctx.rng = leaf.rng.clone();
+                leaf.state.apply(&mut self.rules_state);
+                rt.events.extend(leaf.events.iter().cloned());
+                let v = leaf.verdict.clone();
+                br.took(j, leaf, others);
+                v
+            }
+            _ => self.ruleset.run_hook(
+                table,
+                hook,
+                &mut ctx,
+                &mut self.rules_state,
+                rule_trace.as_mut(),
+            ),
+        };
         // Rules change nothing of the packet but its mark (MARK, CONNMARK --restore-mark).
         f.pkt.mark = ctx.packet.mark;
         if let (Some(t), Some(rt)) = (f.trace.as_mut(), rule_trace) {

@@ -229,6 +229,7 @@ impl Netns {
             now,
             rng: &mut self.stat_rng,
             local_origin: f.local_origin,
+            force_random: None,
         };
         let v = self.nft.run_base_chain(at, &mut ctx, steps.as_mut());
         f.pkt.mark = ctx.packet.mark;

@@ -1,0 +1,536 @@
+//! Every way a packet's walk through a table can go, given its `statistic --mode random`
+//! matches: one walk that forks at each such rule instead of one walk per outcome.
+//!
+//! A random statistic match draws `get_random_u32() & 0x7fffffff` and matches when the draw
+//! is below the stored threshold (`statistic_mt`, `net/netfilter/xt_statistic.c`), so each
+//! such rule the walk reaches either matches or not. [`Ruleset::walk_all`] follows both: it
+//! walks the table once, and where it reaches a random statistic match whose outcome is not
+//! certain it keeps a copy of the walk as it stands (position, jump stack, mark, random
+//! stream, rule state) to continue later with the rule forced to fail, and goes on with the
+//! rule forced to match. The rules before the fork are evaluated once for all branches: a
+//! kube-proxy service of n endpoints costs n forks and O(n) rule evaluations, not O(n²).
+//! Each finished branch is a [`WalkLeaf`]: its verdict, mark, random stream, rule-state
+//! changes, the trace events that matter for its outcome (every event but the rules that
+//! did not match) and its path of decisions ([`PathNode`], shared with the branches it forked
+//! from).
+//!
+//! A rule whose outcome is certain (`--probability 1`, `0`, or inverted) is decided without
+//! a fork but still recorded on the path. A rule decided earlier on the path (reached again
+//! through another jump, or at another hook) gets the same decision again, where the kernel
+//! would draw anew; [`WalkLeaf::repeats`] lists them so the caller can say so.
+//!
+//! [`Netns::process_branching`](crate::netns::Netns::process_branching) runs the rest of the
+//! packet's way (later hooks, conntrack, routing) for one leaf of each branching walk and
+//! hands back the others ([`Branching::alternatives`]) to be run the same way: every
+//! outcome, and the walks that fork are walked once.
+
+use std::sync::Arc;
+
+use sim_core::SimRng;
+
+use crate::eval::{effect, rule_matches, Action, EvalCtx, Pkt, Verdict, MAX_DEPTH};
+use crate::rule::{Match, Rule, StatisticMode, Target};
+use crate::ruleset::{Ruleset, TableData};
+use crate::state::{RecentTable, RulesetState, SlotState};
+use crate::trace::{StatDraw, Trace, TraceEvent};
+use crate::types::{Hook, Table};
+
+/// One decision on a path: a rule with random statistic matches, forced to match or not.
+/// The path is a list from the newest decision back to the first (shared between the
+/// branches that have it in common).
+#[derive(Debug)]
+pub struct PathNode {
+    /// Table.
+    pub table: Table,
+    /// Chain.
+    pub chain: Arc<str>,
+    /// 1-based rule number.
+    pub num: usize,
+    /// Whether its random statistic matches were made to match.
+    pub matched: bool,
+    /// The decision before it on the path.
+    pub prev: Option<Arc<PathNode>>,
+}
+
+impl PathNode {
+    /// The decisions from the first to `head`, in the order they were taken.
+    pub fn in_order(head: Option<&Arc<PathNode>>) -> Vec<&Arc<PathNode>> {
+        let mut v = Vec::new();
+        let mut at = head;
+        while let Some(n) = at {
+            v.push(n);
+            at = n.prev.as_ref();
+        }
+        v.reverse();
+        v
+    }
+
+    fn find<'a>(
+        head: Option<&'a Arc<PathNode>>,
+        table: Table,
+        chain: &str,
+        num: usize,
+    ) -> Option<&'a PathNode> {
+        let mut at = head;
+        while let Some(n) = at {
+            if n.table == table && n.num == num && &*n.chain == chain {
+                return Some(n);
+            }
+            at = n.prev.as_ref();
+        }
+        None
+    }
+}
+
+/// What a walk changed in the rule state (counters, nth counters, recent lists, nfacct):
+/// the slots that differ from before the walk, and the lists when they differ.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StateDelta {
+    slots: Vec<(usize, SlotState)>,
+    recent: Option<Vec<RecentTable>>,
+    nfacct: Option<Vec<SlotState>>,
+}
+
+/// The rule state a walk can change.
+#[derive(Clone, Debug)]
+struct StateSnap {
+    slots: Vec<SlotState>,
+    recent: Vec<RecentTable>,
+    nfacct: Vec<SlotState>,
+}
+
+impl StateSnap {
+    fn of(s: &RulesetState) -> StateSnap {
+        StateSnap {
+            slots: s.slots.clone(),
+            recent: s.recent.clone(),
+            nfacct: s.nfacct.clone(),
+        }
+    }
+
+    fn restore(&self, s: &mut RulesetState) {
+        s.slots.clone_from(&self.slots);
+        s.recent.clone_from(&self.recent);
+        s.nfacct.clone_from(&self.nfacct);
+    }
+
+    /// What `s` changed since this snapshot.
+    fn delta(&self, s: &RulesetState) -> StateDelta {
+        let slots = s
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(i, v)| self.slots.get(*i) != Some(v))
+            .map(|(i, v)| (i, *v))
+            .collect();
+        StateDelta {
+            slots,
+            recent: (s.recent != self.recent).then(|| s.recent.clone()),
+            nfacct: (s.nfacct != self.nfacct).then(|| s.nfacct.clone()),
+        }
+    }
+}
+
+impl StateDelta {
+    pub(crate) fn apply(&self, s: &mut RulesetState) {
+        for (i, v) in &self.slots {
+            if *i >= s.slots.len() {
+                s.slots.resize(*i + 1, SlotState::default());
+            }
+            s.slots[*i] = *v;
+        }
+        if let Some(r) = &self.recent {
+            s.recent.clone_from(r);
+        }
+        if let Some(n) = &self.nfacct {
+            s.nfacct.clone_from(n);
+        }
+    }
+}
+
+/// One way a table's walk ended.
+#[derive(Clone, Debug)]
+pub struct WalkLeaf {
+    pub(crate) verdict: Verdict,
+    pub(crate) mark: u32,
+    pub(crate) rng: SimRng,
+    pub(crate) state: StateDelta,
+    pub(crate) events: Vec<TraceEvent>,
+    /// The decisions on the path up to the end of this walk (those before it included).
+    pub path: Option<Arc<PathNode>>,
+    /// Rules decided before on the path and met again in this walk, their decision
+    /// reapplied: (table, chain, rule number).
+    pub repeats: Vec<(Table, Arc<str>, usize)>,
+}
+
+/// A walk in progress, as it stands where it forked.
+#[derive(Clone)]
+struct Cont {
+    chain_id: u32,
+    pos: usize,
+    stack: [(u32, u32); MAX_DEPTH],
+    sp: usize,
+    out: Verdict,
+    mark: u32,
+    rng: SimRng,
+    /// `None`: the state as the walk found it.
+    snap: Option<Arc<StateSnap>>,
+    events: Trace,
+    path: Option<Arc<PathNode>>,
+    repeats: Vec<(Table, Arc<str>, usize)>,
+    /// The decision for the rule at `pos` (the fork's other side).
+    force_next: Option<bool>,
+}
+
+/// Whether a rule's random statistic matches all match, as far as a decision can say:
+/// `Some(true)` certainly (every threshold is 2^31, or 0 when inverted), `Some(false)`
+/// certainly not (one is 0, or 2^31 when inverted), `None` either.
+fn certain(rule: &Rule) -> Option<bool> {
+    let mut all_one = true;
+    for m in &rule.matches {
+        if let Match::Statistic(s) = m {
+            if let StatisticMode::Random { probability } = s.mode {
+                let p_one = (probability >= 0x8000_0000) != s.inv;
+                let p_zero = (probability == 0) != s.inv;
+                if p_zero {
+                    return Some(false);
+                }
+                all_one &= p_one;
+            }
+        }
+    }
+    all_one.then_some(true)
+}
+
+fn has_random(rule: &Rule) -> bool {
+    rule.matches.iter().any(|m| {
+        matches!(
+            m,
+            Match::Statistic(s) if matches!(s.mode, StatisticMode::Random { .. })
+        )
+    })
+}
+
+impl Ruleset {
+    /// Every way the walk of `table` at `hook` can end for the packet in `ctx`, forking at
+    /// each random statistic match not decided on `path` (see the module docs): the first
+    /// (every fork matched) and the others, in depth-first, matched-first order. `ctx` (mark, random stream) and `state` are as they were on return; the
+    /// caller applies the leaf it follows ([`WalkLeaf`]).
+    pub(crate) fn walk_all(
+        &self,
+        table: Table,
+        hook: Hook,
+        ctx: &mut EvalCtx<'_>,
+        state: &mut RulesetState,
+        path: Option<Arc<PathNode>>,
+    ) -> (WalkLeaf, Vec<WalkLeaf>) {
+        let mut events = Trace::new();
+        let td = match &self.tables[table.index()] {
+            Some(td) if td.builtin[hook as usize].is_some() && ctx.packet.is_ipv4() => td,
+            _ => {
+                // Nothing to walk: what run_hook says, one leaf.
+                let v = self.run_hook(table, hook, ctx, state, Some(&mut events));
+                let leaf = WalkLeaf {
+                    verdict: v,
+                    mark: ctx.packet.mark,
+                    rng: ctx.rng.clone(),
+                    state: StateDelta::default(),
+                    events: events.events,
+                    path,
+                    repeats: Vec::new(),
+                };
+                return (leaf, Vec::new());
+            }
+        };
+        events.push(TraceEvent::Enter {
+            table,
+            hook,
+            packet: ctx.packet.to_string(),
+            ct: ctx.ct.describe(),
+        });
+        let before = Arc::new(StateSnap::of(state));
+        let (mark0, rng0) = (ctx.packet.mark, ctx.rng.clone());
+        let base = td.builtin[hook as usize].unwrap_or_default();
+        let start = Cont {
+            chain_id: base,
+            pos: 0,
+            stack: [(0, 0); MAX_DEPTH],
+            sp: 0,
+            out: Verdict::accept(),
+            mark: mark0,
+            rng: rng0.clone(),
+            snap: None,
+            events,
+            path,
+            repeats: Vec::new(),
+            force_next: None,
+        };
+        let mut pending = Vec::new();
+        let leaf = self.walk_from(td, table, hook, ctx, state, start, &mut pending);
+        let first = WalkLeaf {
+            state: before.delta(state),
+            ..leaf
+        };
+        let mut others = Vec::new();
+        while let Some(c) = pending.pop() {
+            match &c.snap {
+                Some(s) => s.restore(state),
+                None => before.restore(state),
+            }
+            ctx.packet.mark = c.mark;
+            *ctx.rng = c.rng.clone();
+            let leaf = self.walk_from(td, table, hook, ctx, state, c, &mut pending);
+            others.push(WalkLeaf {
+                state: before.delta(state),
+                ..leaf
+            });
+        }
+        before.restore(state);
+        ctx.packet.mark = mark0;
+        *ctx.rng = rng0;
+        (first, others)
+    }
+
+    /// Walks on from `c` to the end, pushing the other side of every fork to `pending`.
+    #[allow(clippy::too_many_arguments)]
+    fn walk_from(
+        &self,
+        td: &TableData,
+        table: Table,
+        hook: Hook,
+        ctx: &mut EvalCtx<'_>,
+        state: &mut RulesetState,
+        mut c: Cont,
+        pending: &mut Vec<Cont>,
+    ) -> WalkLeaf {
+        let pk = Pkt::of(ctx);
+        let base = td.builtin[hook as usize].unwrap_or_default();
+        let mut chain = td.chain(c.chain_id);
+        loop {
+            if c.pos >= chain.rules.len() {
+                match c.sp.checked_sub(1) {
+                    None => {
+                        let out = c.out.clone();
+                        let v = self.policy(td, base, table, state, &pk, out, Some(&mut c.events));
+                        return finish(c, v, ctx);
+                    }
+                    Some(top) => {
+                        c.sp = top;
+                        let (cid, p) = c.stack[top];
+                        c.events.push(TraceEvent::Return {
+                            table,
+                            from: chain.name().to_string(),
+                            to: td.chain(cid).name().to_string(),
+                        });
+                        c.chain_id = cid;
+                        chain = td.chain(cid);
+                        c.pos = p as usize;
+                        continue;
+                    }
+                }
+            }
+            let rule = &chain.rules[c.pos];
+            let mut draws = Vec::new();
+            let matched = if has_random(rule) {
+                let num = c.pos + 1;
+                let earlier = PathNode::find(c.path.as_ref(), table, chain.name(), num)
+                    .map(|n| n.matched);
+                let mut forked = false;
+                let force = match (c.force_next.take(), earlier, certain(rule)) {
+                    (Some(f), _, _) => f,
+                    (None, Some(m), _) => m,
+                    (None, None, Some(m)) => m,
+                    (None, None, None) => {
+                        // The other side of the fork: this walk as it stands, to evaluate
+                        // this rule again forced to fail.
+                        let mut other = c.clone();
+                        other.force_next = Some(false);
+                        other.mark = ctx.packet.mark;
+                        other.rng = ctx.rng.clone();
+                        other.snap = Some(Arc::new(StateSnap::of(state)));
+                        pending.push(other);
+                        forked = true;
+                        true
+                    }
+                };
+                ctx.force_random = Some(force);
+                let m = rule_matches(self, rule, hook, ctx, &pk, state, Some(&mut draws));
+                ctx.force_random = None;
+                let reached = draws.iter().any(|d| matches!(d, StatDraw::Random { .. }));
+                if reached {
+                    if earlier.is_some() {
+                        c.repeats.push((table, chain.name().into(), num));
+                    } else {
+                        c.path = Some(Arc::new(PathNode {
+                            table,
+                            chain: chain.name().into(),
+                            num,
+                            matched: force,
+                            prev: c.path.take(),
+                        }));
+                    }
+                } else if forked {
+                    // Not reached (an earlier match failed): no fork after all.
+                    pending.pop();
+                }
+                m
+            } else {
+                rule_matches(self, rule, hook, ctx, &pk, state, Some(&mut draws))
+            };
+            if matched {
+                c.events.push(TraceEvent::Rule {
+                    table,
+                    chain: chain.name().to_string(),
+                    num: c.pos + 1,
+                    matched,
+                    draws,
+                    spec: crate::fmt::rule_spec(rule),
+                });
+            } else {
+                c.pos += 1;
+                continue;
+            }
+            let s = state.slot(rule.slot, rule.initial_counters);
+            s.packets += 1;
+            s.bytes += pk.len;
+            match &rule.target {
+                Target::None => c.pos += 1,
+                Target::Accept => {
+                    let v = c.out.clone();
+                    return finish(c, v, ctx);
+                }
+                Target::Drop => {
+                    let mut v = c.out.clone();
+                    v.action = Action::Drop;
+                    return finish(c, v, ctx);
+                }
+                Target::Return => match c.sp.checked_sub(1) {
+                    None => {
+                        let out = c.out.clone();
+                        let v = self.policy(td, base, table, state, &pk, out, Some(&mut c.events));
+                        return finish(c, v, ctx);
+                    }
+                    Some(top) => {
+                        c.sp = top;
+                        let (cid, p) = c.stack[top];
+                        c.events.push(TraceEvent::Return {
+                            table,
+                            from: chain.name().to_string(),
+                            to: td.chain(cid).name().to_string(),
+                        });
+                        c.chain_id = cid;
+                        chain = td.chain(cid);
+                        c.pos = p as usize;
+                    }
+                },
+                Target::Jump(j) | Target::Goto(j) => {
+                    if matches!(rule.target, Target::Jump(_)) {
+                        if c.sp >= MAX_DEPTH {
+                            let mut v = c.out.clone();
+                            v.action = Action::Drop;
+                            return finish(c, v, ctx);
+                        }
+                        c.stack[c.sp] = (c.chain_id, (c.pos + 1) as u32);
+                        c.sp += 1;
+                    }
+                    c.chain_id = j.id.idx;
+                    chain = td.chain(c.chain_id);
+                    c.pos = 0;
+                }
+                other => {
+                    if effect(other, ctx, &mut c.out, Some(&mut c.events)) {
+                        let v = c.out.clone();
+                        return finish(c, v, ctx);
+                    }
+                    c.pos += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The forcing and forking of one traced run ([`Netns::process_branching`]): the leaves to
+/// follow for walks that forked in an earlier run, and what this run found.
+///
+/// [`Netns::process_branching`]: crate::netns::Netns::process_branching
+#[derive(Clone, Debug, Default)]
+pub struct Branching {
+    /// Walks (by their number in the run, from 0) whose leaf is given.
+    inject: Vec<(usize, Arc<WalkLeaf>)>,
+    /// Walks so far in this run.
+    pub(crate) walks: usize,
+    /// Every leaf this run followed, by walk number.
+    taken: Vec<(usize, Arc<WalkLeaf>)>,
+    /// The leaves of forking walks this run did not follow, by walk number.
+    found: Vec<(usize, Vec<Arc<WalkLeaf>>)>,
+}
+
+impl Branching {
+    /// A run that follows `inject`'s leaf at each of its walks (and the first leaf of every
+    /// other walk that forks). `Branching::default()` starts from nothing.
+    pub fn new(inject: Vec<(usize, Arc<WalkLeaf>)>) -> Branching {
+        Branching {
+            inject,
+            ..Branching::default()
+        }
+    }
+
+    /// The leaf given for walk `j`, if any.
+    pub(crate) fn injected(&self, j: usize) -> Option<Arc<WalkLeaf>> {
+        self.inject
+            .iter()
+            .find(|(w, _)| *w == j)
+            .map(|(_, l)| l.clone())
+    }
+
+    /// Notes that walk `j` followed `leaf`, leaving `others`.
+    pub(crate) fn took(&mut self, j: usize, leaf: Arc<WalkLeaf>, others: Vec<Arc<WalkLeaf>>) {
+        self.taken.push((j, leaf));
+        if !others.is_empty() {
+            self.found.push((j, others));
+        }
+    }
+
+    /// The path of decisions this run took (the last walk's leaf holds it all).
+    pub fn path(&self) -> Option<&Arc<PathNode>> {
+        self.taken.iter().rev().find_map(|(_, l)| l.path.as_ref())
+    }
+
+    /// Rules met again on this run's path, their earlier decision reapplied.
+    pub fn repeats(&self) -> impl Iterator<Item = &(Table, Arc<str>, usize)> {
+        self.taken.iter().flat_map(|(_, l)| l.repeats.iter())
+    }
+
+    /// The runs still to make for the leaves this run did not follow, each as the leaves to
+    /// inject: in the order to push them on a stack so that popping gives depth-first,
+    /// matched-first order (a later walk's alternatives come out before an earlier one's).
+    pub fn alternatives(&self) -> Vec<Vec<(usize, Arc<WalkLeaf>)>> {
+        let mut out = Vec::new();
+        for (j, others) in &self.found {
+            let prefix: Vec<(usize, Arc<WalkLeaf>)> = self
+                .taken
+                .iter()
+                .filter(|(w, _)| w < j)
+                .cloned()
+                .collect();
+            for leaf in others.iter().rev() {
+                let mut inj = prefix.clone();
+                inj.push((*j, leaf.clone()));
+                out.push(inj);
+            }
+        }
+        out
+    }
+}
+
+fn finish(c: Cont, verdict: Verdict, ctx: &EvalCtx<'_>) -> WalkLeaf {
+    WalkLeaf {
+        verdict,
+        mark: ctx.packet.mark,
+        rng: ctx.rng.clone(),
+        state: StateDelta::default(),
+        events: c.events.events,
+        path: c.path,
+        repeats: c.repeats,
+    }
+}
