@@ -24,6 +24,7 @@
 //! hands back the others ([`Branching::alternatives`]) to be run the same way: every
 //! outcome, and the walks that fork are walked once.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use sim_core::SimRng;
@@ -173,8 +174,11 @@ struct Cont {
     out: Verdict,
     mark: u32,
     rng: SimRng,
-    /// `None`: the state as the walk found it.
+    /// `None`: the state as the walk found it (nothing stateful evaluated yet).
     snap: Option<Arc<StateSnap>>,
+    /// A stateful match (`--mode nth`, `recent`, `nfacct`) was evaluated on the way: the
+    /// rule state may differ from the walk's start.
+    touched: bool,
     events: Trace,
     path: Option<Arc<PathNode>>,
     repeats: Vec<(Table, Arc<str>, usize)>,
@@ -200,6 +204,24 @@ fn certain(rule: &Rule) -> Option<bool> {
         }
     }
     all_one.then_some(true)
+}
+
+/// Whether evaluating the rule can change the rule state (besides its counters).
+fn is_stateful(rule: &Rule) -> bool {
+    rule.matches.iter().any(|m| match m {
+        Match::Statistic(s) => matches!(s.mode, StatisticMode::Nth { .. }),
+        Match::Recent(_) | Match::Nfacct(_) => true,
+        _ => false,
+    })
+}
+
+/// A cheap key for "this rule may have been decided before": table, number and a hash of the
+/// chain's name (a collision only costs an exact look along the path).
+fn maybe_key(table: Table, chain: &str, num: usize) -> (Table, usize, u64) {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    chain.hash(&mut h);
+    (table, num, h.finish())
 }
 
 fn has_random(rule: &Rule) -> bool {
@@ -260,49 +282,70 @@ impl Ruleset {
             mark: mark0,
             rng: rng0.clone(),
             snap: None,
+            touched: false,
             events,
             path,
             repeats: Vec::new(),
             force_next: None,
         };
-        let mut pending = Vec::new();
-        let leaf = self.walk_from(td, table, hook, ctx, state, start, &mut pending);
+        let mut w = Walker {
+            td,
+            table,
+            hook,
+            pending: Vec::new(),
+            incoming: start.path.clone(),
+            before: None,
+            decided: HashSet::new(),
+        };
+        let (leaf, mut dirty) = self.walk_from(&mut w, ctx, state, start);
         let first = WalkLeaf {
-            state: before.delta(state),
+            state: if dirty {
+                before.delta(state)
+            } else {
+                StateDelta::default()
+            },
             ..leaf
         };
         let mut others = Vec::new();
-        while let Some(c) = pending.pop() {
+        while let Some(c) = w.pending.pop() {
             match &c.snap {
                 Some(s) => s.restore(state),
-                None => before.restore(state),
+                None if dirty => before.restore(state),
+                None => {}
             }
             ctx.packet.mark = c.mark;
             *ctx.rng = c.rng.clone();
-            let leaf = self.walk_from(td, table, hook, ctx, state, c, &mut pending);
+            let (leaf, touched) = self.walk_from(&mut w, ctx, state, c);
+            dirty = touched;
             others.push(WalkLeaf {
-                state: before.delta(state),
+                state: if touched {
+                    before.delta(state)
+                } else {
+                    StateDelta::default()
+                },
                 ..leaf
             });
         }
-        before.restore(state);
+        if dirty {
+            before.restore(state);
+        }
         ctx.packet.mark = mark0;
         *ctx.rng = rng0;
         (first, others)
     }
 
-    /// Walks on from `c` to the end, pushing the other side of every fork to `pending`.
-    #[allow(clippy::too_many_arguments)]
+    /// Walks on from `c` to the end, pushing the other side of every fork to `w.pending`.
+    /// Returns the leaf and whether a stateful match was evaluated on its way. Rule and
+    /// policy counters are not counted: the branches are followed in copies of the node that
+    /// are thrown away, and no branch's outcome depends on them.
     fn walk_from(
         &self,
-        td: &TableData,
-        table: Table,
-        hook: Hook,
+        w: &mut Walker<'_>,
         ctx: &mut EvalCtx<'_>,
         state: &mut RulesetState,
         mut c: Cont,
-        pending: &mut Vec<Cont>,
-    ) -> WalkLeaf {
+    ) -> (WalkLeaf, bool) {
+        let (td, table, hook) = (w.td, w.table, w.hook);
         let pk = Pkt::of(ctx);
         let base = td.builtin[hook as usize].unwrap_or_default();
         let mut chain = td.chain(c.chain_id);
@@ -310,8 +353,7 @@ impl Ruleset {
             if c.pos >= chain.rules.len() {
                 match c.sp.checked_sub(1) {
                     None => {
-                        let out = c.out.clone();
-                        let v = self.policy(td, base, table, state, &pk, out, Some(&mut c.events));
+                        let v = policy(td, base, table, &c.out, &mut c.events);
                         return finish(c, v, ctx);
                     }
                     Some(top) => {
@@ -333,8 +375,12 @@ impl Ruleset {
             let mut draws = Vec::new();
             let matched = if has_random(rule) {
                 let num = c.pos + 1;
-                let earlier = PathNode::find(c.path.as_ref(), table, chain.name(), num)
-                    .map(|n| n.matched);
+                let key = maybe_key(table, chain.name(), num);
+                let earlier = if w.may_be_decided(key) {
+                    PathNode::find(c.path.as_ref(), table, chain.name(), num).map(|n| n.matched)
+                } else {
+                    None
+                };
                 let mut forked = false;
                 let force = match (c.force_next.take(), earlier, certain(rule)) {
                     (Some(f), _, _) => f,
@@ -347,12 +393,15 @@ impl Ruleset {
                         other.force_next = Some(false);
                         other.mark = ctx.packet.mark;
                         other.rng = ctx.rng.clone();
-                        other.snap = Some(Arc::new(StateSnap::of(state)));
-                        pending.push(other);
+                        if c.touched {
+                            other.snap = Some(Arc::new(StateSnap::of(state)));
+                        }
+                        w.pending.push(other);
                         forked = true;
                         true
                     }
                 };
+                c.touched |= is_stateful(rule);
                 ctx.force_random = Some(force);
                 let m = rule_matches(self, rule, hook, ctx, &pk, state, Some(&mut draws));
                 ctx.force_random = None;
@@ -361,6 +410,7 @@ impl Ruleset {
                     if earlier.is_some() {
                         c.repeats.push((table, chain.name().into(), num));
                     } else {
+                        w.decided.insert(key);
                         c.path = Some(Arc::new(PathNode {
                             table,
                             chain: chain.name().into(),
@@ -371,10 +421,11 @@ impl Ruleset {
                     }
                 } else if forked {
                     // Not reached (an earlier match failed): no fork after all.
-                    pending.pop();
+                    w.pending.pop();
                 }
                 m
             } else {
+                c.touched |= is_stateful(rule);
                 rule_matches(self, rule, hook, ctx, &pk, state, Some(&mut draws))
             };
             if matched {
@@ -390,9 +441,6 @@ impl Ruleset {
                 c.pos += 1;
                 continue;
             }
-            let s = state.slot(rule.slot, rule.initial_counters);
-            s.packets += 1;
-            s.bytes += pk.len;
             match &rule.target {
                 Target::None => c.pos += 1,
                 Target::Accept => {
@@ -406,8 +454,7 @@ impl Ruleset {
                 }
                 Target::Return => match c.sp.checked_sub(1) {
                     None => {
-                        let out = c.out.clone();
-                        let v = self.policy(td, base, table, state, &pk, out, Some(&mut c.events));
+                        let v = policy(td, base, table, &c.out, &mut c.events);
                         return finish(c, v, ctx);
                     }
                     Some(top) => {
@@ -507,12 +554,8 @@ impl Branching {
     pub fn alternatives(&self) -> Vec<Vec<(usize, Arc<WalkLeaf>)>> {
         let mut out = Vec::new();
         for (j, others) in &self.found {
-            let prefix: Vec<(usize, Arc<WalkLeaf>)> = self
-                .taken
-                .iter()
-                .filter(|(w, _)| w < j)
-                .cloned()
-                .collect();
+            let prefix: Vec<(usize, Arc<WalkLeaf>)> =
+                self.taken.iter().filter(|(w, _)| w < j).cloned().collect();
             for leaf in others.iter().rev() {
                 let mut inj = prefix.clone();
                 inj.push((*j, leaf.clone()));
@@ -523,8 +566,60 @@ impl Branching {
     }
 }
 
-fn finish(c: Cont, verdict: Verdict, ctx: &EvalCtx<'_>) -> WalkLeaf {
-    WalkLeaf {
+/// The built-in chain's policy decides (its counters, like the rules', are not counted).
+fn policy(td: &TableData, base: u32, table: Table, out: &Verdict, events: &mut Trace) -> Verdict {
+    let c = td.chain(base);
+    events.push(TraceEvent::Policy {
+        table,
+        chain: c.name().to_string(),
+        policy: c.policy(),
+    });
+    let mut v = out.clone();
+    if c.policy() == crate::types::Policy::Drop {
+        v.action = Action::Drop;
+    }
+    v
+}
+
+/// What one walk's branches share.
+struct Walker<'a> {
+    td: &'a TableData,
+    table: Table,
+    hook: Hook,
+    /// The other sides of the forks met, to walk on from later (last in, first out).
+    pending: Vec<Cont>,
+    /// The path on the way in.
+    incoming: Option<Arc<PathNode>>,
+    /// [`maybe_key`]s of its decisions, made when a walk first needs them.
+    before: Option<HashSet<(Table, usize, u64)>>,
+    /// [`maybe_key`]s of the rules decided by the branches of this walk.
+    decided: HashSet<(Table, usize, u64)>,
+}
+
+impl Walker<'_> {
+    /// Whether the rule may be decided on a path already: only then is the path searched.
+    fn may_be_decided(&mut self, key: (Table, usize, u64)) -> bool {
+        if self.decided.contains(&key) {
+            return true;
+        }
+        let incoming = &self.incoming;
+        self.before
+            .get_or_insert_with(|| {
+                let mut set = HashSet::new();
+                let mut at = incoming.as_ref();
+                while let Some(n) = at {
+                    set.insert(maybe_key(n.table, &n.chain, n.num));
+                    at = n.prev.as_ref();
+                }
+                set
+            })
+            .contains(&key)
+    }
+}
+
+fn finish(c: Cont, verdict: Verdict, ctx: &EvalCtx<'_>) -> (WalkLeaf, bool) {
+    let touched = c.touched;
+    let leaf = WalkLeaf {
         verdict,
         mark: ctx.packet.mark,
         rng: ctx.rng.clone(),
@@ -532,5 +627,6 @@ fn finish(c: Cont, verdict: Verdict, ctx: &EvalCtx<'_>) -> WalkLeaf {
         events: c.events.events,
         path: c.path,
         repeats: c.repeats,
-    }
+    };
+    (leaf, touched)
 }

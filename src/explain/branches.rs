@@ -188,7 +188,9 @@ pub(crate) fn explore(
     // Per path node (by address; `heads` keeps every node alive, so no address is reused):
     // the path's probability up to and including it, and the decision it stands for.
     let mut heads: Vec<Arc<PathNode>> = Vec::new();
-    let mut memo: HashMap<usize, (Dyadic, Arc<Decision>)> = HashMap::new();
+    // Per node: the probability of the path up to it, and its decisions.
+    type Memo = (Dyadic, Arc<Vec<Arc<Decision>>>);
+    let mut memo: HashMap<usize, Memo> = HashMap::new();
     let mut decided: BTreeSet<(Table, Arc<str>, usize)> = BTreeSet::new();
     let mut notes: Vec<String> = Vec::new();
     type Merged = (Dyadic, Vec<Vec<Arc<Decision>>>, Vec<Vec<String>>);
@@ -208,17 +210,24 @@ pub(crate) fn explore(
             .map(|t| t.steps.as_slice())
             .unwrap_or(&[]);
         let outcome = outcome_of(&ns, &pkt, &result, steps);
-        // The path's decisions and probability, each node worked out once.
-        let nodes = PathNode::in_order(br.path());
-        let mut prob = Dyadic::one();
-        let mut path = Vec::with_capacity(nodes.len());
-        for n in nodes {
-            let key = Arc::as_ptr(n) as usize;
-            if let Some((p, d)) = memo.get(&key) {
-                prob = p.clone();
-                path.push(d.clone());
-                continue;
+        // The path's decisions and probability: back from its last decision to the first
+        // one worked out by an earlier run (paths share their prefixes), then forward.
+        let mut fresh: Vec<&Arc<PathNode>> = Vec::new();
+        let mut at = br.path();
+        let mut known: Option<&Memo> = None;
+        while let Some(n) = at {
+            if let Some(k) = memo.get(&(Arc::as_ptr(n) as usize)) {
+                known = Some(k);
+                break;
             }
+            fresh.push(n);
+            at = n.prev.as_ref();
+        }
+        let (mut prob, mut path) = match known {
+            Some((p, path)) => (p.clone(), path.clone()),
+            None => (Dyadic::one(), Arc::new(Vec::new())),
+        };
+        for n in fresh.into_iter().rev() {
             let rule = base
                 .ruleset()
                 .rules(n.table, &n.chain)
@@ -232,18 +241,21 @@ pub(crate) fn explore(
             let p = match_probability(rule);
             let p = if n.matched { p } else { p.complement() };
             prob = prob.mul(&p);
-            let d = Arc::new(Decision {
+            let mut v = Vec::with_capacity(path.len() + 1);
+            v.extend(path.iter().cloned());
+            v.push(Arc::new(Decision {
                 table: n.table.name().to_string(),
                 chain: n.chain.to_string(),
                 rule: n.num,
                 matched: n.matched,
                 probability: Probability(p),
                 spec: rule_spec(rule),
-            });
+            }));
+            path = Arc::new(v);
             decided.insert((n.table, n.chain.clone(), n.num));
-            memo.insert(key, (prob.clone(), d.clone()));
-            path.push(d);
+            memo.insert(Arc::as_ptr(n) as usize, (prob.clone(), path.clone()));
         }
+        let path: Vec<Arc<Decision>> = path.to_vec();
         if let Some(h) = br.path() {
             heads.push(h.clone());
         }

@@ -57,6 +57,12 @@ impl Dyadic {
 
     /// `self × other`.
     pub fn mul(&self, other: &Dyadic) -> Dyadic {
+        if self.is_one() {
+            return other.clone();
+        }
+        if other.is_one() {
+            return self.clone();
+        }
         let mut out = vec![0u32; self.num.len() + other.num.len()];
         for (i, &a) in self.num.iter().enumerate() {
             let mut carry = 0u64;
@@ -77,6 +83,12 @@ impl Dyadic {
 
     /// `self + other`.
     pub fn add(&self, other: &Dyadic) -> Dyadic {
+        if self.is_zero() {
+            return other.clone();
+        }
+        if other.is_zero() {
+            return self.clone();
+        }
         let exp = self.exp.max(other.exp);
         let a = shl(&self.num, exp - self.exp);
         let b = shl(&other.num, exp - other.exp);

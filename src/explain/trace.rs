@@ -271,7 +271,12 @@ fn endpoint(a: IpAddr, port: Option<u16>) -> String {
     }
 }
 
-pub(crate) fn outcome_of(ns: &Netns, original: &Packet, r: &ProcessResult, steps: &[Step]) -> Outcome {
+pub(crate) fn outcome_of(
+    ns: &Netns,
+    original: &Packet,
+    r: &ProcessResult,
+    steps: &[Step],
+) -> Outcome {
     let detail = steps
         .iter()
         .find_map(|s| match s {

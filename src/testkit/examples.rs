@@ -78,3 +78,54 @@ pub fn svc_chain(service_port_name: &str, protocol: &str) -> String {
         ))
     )
 }
+
+/// kube-proxy's nat rules (iptables-restore text) for one UDP Service 10.96.0.10:53 with `n`
+/// endpoints `10.244.{1 + i/250}.{1 + i%250}`: `KUBE-SERVICES` jumps to `KUBE-SVC-X`, whose
+/// statistic cascade gives endpoint `i` `--probability 1/(n−i)` printed as kube-proxy prints
+/// it (`%0.10f`) and the last endpoint the rest; each `KUBE-SEP-i` marks hairpin traffic and
+/// DNATs; `KUBE-POSTROUTING` masquerades marked packets. For `nfsim trace --all-branches` at
+/// scale (`tests/trace_branches.rs`, `benches/branches.rs`).
+pub fn kube_proxy_cascade_rules(n: usize) -> String {
+    let ep = |i: usize| format!("10.244.{}.{}", 1 + i / 250, 1 + i % 250);
+    let mut s = String::from(
+        "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n:KUBE-POSTROUTING - [0:0]\n:KUBE-SVC-X - [0:0]\n",
+    );
+    for i in 0..n {
+        s += &format!(":KUBE-SEP-{i} - [0:0]\n");
+    }
+    s += "-A PREROUTING -j KUBE-SERVICES\n-A POSTROUTING -j KUBE-POSTROUTING\n";
+    s += "-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN\n";
+    s += "-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000\n";
+    s += "-A KUBE-POSTROUTING -j MASQUERADE --random-fully\n";
+    s += "-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\n";
+    s += "-A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m udp --dport 53 -j KUBE-SVC-X\n";
+    s += "-A KUBE-SVC-X -d 10.96.0.10/32 ! -s 10.244.0.0/16 -p udp -m udp --dport 53 -j KUBE-MARK-MASQ\n";
+    for i in 0..n {
+        if i + 1 < n {
+            s += &format!(
+                "-A KUBE-SVC-X -m statistic --mode random --probability {:.10} -j KUBE-SEP-{i}\n",
+                1.0 / (n - i) as f64
+            );
+        } else {
+            s += &format!("-A KUBE-SVC-X -j KUBE-SEP-{i}\n");
+        }
+    }
+    for i in 0..n {
+        s += &format!("-A KUBE-SEP-{i} -s {}/32 -j KUBE-MARK-MASQ\n", ep(i));
+        s += &format!(
+            "-A KUBE-SEP-{i} -p udp -m udp -j DNAT --to-destination {}:53\n",
+            ep(i)
+        );
+    }
+    s + "COMMIT\n"
+}
+
+/// A filter table whose FORWARD chain jumps to `X`, holding `n` rules
+/// `-m statistic --mode random --probability 1` without a target: each always matches.
+pub fn always_met_statistic_rules(n: usize) -> String {
+    let mut s = String::from("*filter\n:X - [0:0]\n-A FORWARD -j X\n");
+    for _ in 0..n {
+        s += "-A X -m statistic --mode random --probability 1\n";
+    }
+    s + "COMMIT\n"
+}
