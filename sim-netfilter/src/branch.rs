@@ -194,8 +194,13 @@ fn certain(rule: &Rule) -> Option<bool> {
     for m in &rule.matches {
         if let Match::Statistic(s) = m {
             if let StatisticMode::Random { probability } = s.mode {
-                let p_one = (probability >= 0x8000_0000) != s.inv;
-                let p_zero = (probability == 0) != s.inv;
+                // Matches when draw < t, draw in [0, 2^31): never for t = 0, always for t = 2^31.
+                let (never, always) = (probability == 0, probability >= 0x8000_0000);
+                let (p_zero, p_one) = if s.inv {
+                    (always, never)
+                } else {
+                    (never, always)
+                };
                 if p_zero {
                     return Some(false);
                 }
