@@ -85,6 +85,15 @@ struct RunArgs {
     /// Show progress on stderr (default: only when stderr is a terminal).
     #[arg(long)]
     progress: bool,
+    /// Write what `tcpdump -i IF` would capture on every node's eth0 and every pod's veth
+    /// into DIR (created if missing), one pcap file per interface: NODE-eth0.pcap,
+    /// NODE-veth-POD.pcap (see the README's "Captures" section).
+    #[arg(long, value_name = "DIR")]
+    pcap: Option<String>,
+    /// The Unix time of the scenario's start, for the --pcap timestamps (default 0,
+    /// 1970-01-01 UTC, as `nfsim rules --epoch`).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    epoch: u64,
 }
 
 #[derive(Args, Debug)]
@@ -606,6 +615,17 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let mut b = Simulation::builder(sc).options(opts);
     for s in sinks {
         b = b.sink(s);
+    }
+    if let Some(dir) = &a.pcap {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the --pcap directory {dir}"))?;
+        let epoch_ns = a.epoch.checked_mul(1_000_000_000).ok_or_else(|| {
+            anyhow!(
+                "--epoch {}: more seconds than a capture's time holds",
+                a.epoch
+            )
+        })?;
+        b = b.capture(Box::new(nfsim::cluster::sim::PcapDir::new(dir, epoch_ns)));
     }
     let mut sim = b.build()?;
     let mut ats = a.dump_conntrack.clone();

@@ -583,6 +583,7 @@ mod tests {
                 sport,
                 dport,
                 icmp_type: 0,
+                ttl: 64,
             })),
         ];
         prop_oneof![

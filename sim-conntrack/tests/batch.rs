@@ -32,6 +32,7 @@ fn l4() -> impl Strategy<Value = L4> {
                 sport: 1000 + p,
                 dport: 53,
                 icmp_type: 0,
+                ttl: 64,
             }),
         }),
     ]

@@ -48,6 +48,7 @@ fn l4() -> impl Strategy<Value = L4> {
                     sport: 1000 + p,
                     dport: 53,
                     icmp_type: 8,
+                    ttl: 64,
                 })
             }),
         Just(L4::Icmp {

@@ -474,6 +474,7 @@ fn inner_header_of(p: &Packet) -> InnerHeader {
             sport: 0,
             dport: 0,
             icmp_type: 0,
+            ttl: p.ttl,
         },
     }
 }

@@ -225,6 +225,10 @@ pub struct InnerHeader {
     pub dport: u16,
     /// For a quoted ICMP packet, its type; else 0.
     pub icmp_type: u8,
+    /// The quoted packet's TTL / hop limit, as the host that sent the error received it
+    /// (the quote is a copy of the packet's first bytes: `__icmp_send` copies from the
+    /// offending packet's network header).
+    pub ttl: u8,
 }
 
 /// What follows the type and code of an ICMP or ICMPv6 message.
@@ -455,6 +459,7 @@ impl Packet {
                 L4::Icmp { icmp_type, .. } => icmp_type,
                 _ => 0,
             },
+            ttl: about.ttl,
         };
         let mut p = Packet::with_l4(
             router,

@@ -49,11 +49,13 @@
 //! checksums: IPv4 with a 20-byte header (identification 0, don't-fragment set), IPv6 with a
 //! 40-byte header and no extension header; TCP with a 20-byte header (no options, window
 //! 65535); UDP with 8 bytes; SCTP with its 12-byte common header (verification tag 0, CRC32c);
-//! ICMP with its 8-byte header (for errors, the quoted header: an IP header plus 8 bytes of
-//! the quoted packet's layer 4, as RFC 792 asks); the rest is zero-filled, except that
-//! [`Packet::tag`] is written as 8 big-endian bytes at the start of the payload when there is
-//! room. [`emit_ethernet`] puts an Ethernet II header in front (no padding to 60 bytes, no
-//! FCS, as a capture on the sending host shows it). Emitted packets are never fragments.
+//! ICMP with its 8-byte header (for errors, the quoted header: an IP header with the quoted
+//! packet's TTL, plus 8 bytes of its layer 4, as RFC 792 asks); the rest is zero-filled,
+//! except that [`Packet::tag`] is written as 8 big-endian bytes at the start of the payload
+//! when there is room. [`emit_ip_with_payload`] writes the same headers around a payload of
+//! the caller's (for an ICMP error, the whole quoted packet). [`emit_ethernet`] puts an
+//! Ethernet II header in front (no padding to 60 bytes, no FCS, as a capture on the sending
+//! host shows it). Emitted packets are never fragments.
 //!
 //! Round trip: `parse_ip(&emit_ip(p)?)` gives `p` back, except for what is not on the wire
 //! (`mark`, `iif` and `oif` come back as 0 / `None`), a `tag` without 8 bytes of payload to
@@ -261,6 +263,13 @@ pub enum EmitError {
         needed: usize,
         /// Which headers.
         what: String,
+    },
+    /// The headers and payload given to [`emit_ip_with_payload`] are more than an IP
+    /// packet holds (65,535 bytes).
+    #[error("{len} bytes of headers and payload is more than an IP packet holds (65535)")]
+    TooLong {
+        /// The length asked for.
+        len: usize,
     },
     /// An ICMP error quotes a packet of the other IP family.
     #[error("an {outer} ICMP error cannot quote an {inner} packet ({src} -> {dst})")]
@@ -871,7 +880,7 @@ fn parse_icmp(v: &IpView<'_>, v4: bool) -> Result<L4, WireError> {
 /// ICMP (8 bytes, as `icmp_pkt_to_tuple()` reads), nothing for other protocols or a quoted
 /// later fragment.
 fn parse_quote(q: &[u8], at: usize, v4: bool) -> Result<InnerHeader, WireError> {
-    let (src, dst, proto, l4_off, later) = if v4 {
+    let (src, dst, proto, l4_off, later, ttl) = if v4 {
         use etherparse::err::ipv4::{HeaderError, HeaderSliceError};
         let h = Ipv4HeaderSlice::from_slice(q).map_err(|e| match e {
             HeaderSliceError::Len(l) => truncated(Layer::QuotedIp, at, l.required_len, l.len),
@@ -896,6 +905,7 @@ fn parse_quote(q: &[u8], at: usize, v4: bool) -> Result<InnerHeader, WireError> 
             h.protocol().0,
             h.slice().len(),
             h.fragments_offset().value() != 0,
+            h.ttl(),
         )
     } else {
         use etherparse::err::ipv6::{HeaderError, HeaderSliceError};
@@ -922,6 +932,7 @@ fn parse_quote(q: &[u8], at: usize, v4: bool) -> Result<InnerHeader, WireError> 
             walk.proto,
             walk.l4_off,
             walk.later_fragment,
+            h.hop_limit(),
         )
     };
     let mut inner = InnerHeader {
@@ -931,6 +942,7 @@ fn parse_quote(q: &[u8], at: usize, v4: bool) -> Result<InnerHeader, WireError> 
         sport: 0,
         dport: 0,
         icmp_type: 0,
+        ttl,
     };
     if later {
         return Ok(inner);
@@ -1038,6 +1050,69 @@ pub fn emit_ip(p: &Packet) -> Result<Vec<u8>, EmitError> {
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             let ip = ipv6_header(s, d, p.ttl, proto, l4.len());
             fill_l4(p, &mut l4, &L4Pseudo::V6(&ip))?;
+            out.extend_from_slice(&ip.to_bytes());
+        }
+        _ => unreachable!("families checked above"),
+    }
+    out.extend_from_slice(&l4);
+    Ok(out)
+}
+
+/// Writes `p` as an IPv4 or IPv6 packet carrying `payload`: the headers [`emit_ip`] writes,
+/// then `payload` after the layer-4 header (TCP 20 bytes, UDP 8, SCTP 12, ICMP 8: for an
+/// ICMP error, `payload` is the quoted packet, written as given instead of the quote
+/// [`emit_ip`] makes from the [`InnerHeader`]), with the IP length of headers plus payload
+/// (`p.len` is not used) and every checksum computed over it. The tag is not written.
+pub fn emit_ip_with_payload(p: &Packet, payload: &[u8]) -> Result<Vec<u8>, EmitError> {
+    if p.src.is_ipv4() != p.dst.is_ipv4() {
+        return Err(EmitError::MixedFamilies {
+            src: p.src,
+            dst: p.dst,
+        });
+    }
+    let ip_len = if p.is_ipv4() { 20 } else { 40 };
+    let l4h = match p.l4 {
+        L4::Tcp { .. } => TcpHeader::MIN_LEN,
+        L4::Udp { .. } => UdpHeader::LEN,
+        L4::Sctp { .. } => SCTP_HLEN,
+        L4::Icmp { .. } => 8,
+        L4::Other { .. } => 0,
+    };
+    let total = ip_len + l4h + payload.len();
+    if total > usize::from(u16::MAX) {
+        return Err(EmitError::TooLong { len: total });
+    }
+    let mut l4 = vec![0u8; l4h + payload.len()];
+    l4[l4h..].copy_from_slice(payload);
+    // The quote is the payload: fill the ICMP header as for a message without a body.
+    let mut head = *p;
+    if let L4::Icmp {
+        icmp_type, code, ..
+    } = p.l4
+    {
+        head.l4 = L4::Icmp {
+            icmp_type,
+            code,
+            body: match p.l4 {
+                L4::Icmp {
+                    body: b @ IcmpBody::Query { .. },
+                    ..
+                } => b,
+                _ => IcmpBody::Other,
+            },
+        };
+    }
+    let proto = p.protocol();
+    let mut out = Vec::with_capacity(total);
+    match (p.src, p.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let ip = ipv4_header(s, d, p.ttl, proto, l4.len());
+            fill_l4(&head, &mut l4, &L4Pseudo::V4(&ip))?;
+            out.extend_from_slice(&ip.to_bytes());
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let ip = ipv6_header(s, d, p.ttl, proto, l4.len());
+            fill_l4(&head, &mut l4, &L4Pseudo::V6(&ip))?;
             out.extend_from_slice(&ip.to_bytes());
         }
         _ => unreachable!("families checked above"),
@@ -1211,12 +1286,12 @@ fn fill_l4(p: &Packet, l4: &mut [u8], ip: &L4Pseudo<'_>) -> Result<(), EmitError
 fn write_quote(inner: &InnerHeader, out: &mut [u8]) {
     let ip_len = match (inner.src, inner.dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let h = ipv4_header(s, d, 64, inner.proto, 8).to_bytes();
+            let h = ipv4_header(s, d, inner.ttl, inner.proto, 8).to_bytes();
             out[..h.len()].copy_from_slice(&h);
             h.len()
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let h = ipv6_header(s, d, 64, inner.proto, 8).to_bytes();
+            let h = ipv6_header(s, d, inner.ttl, inner.proto, 8).to_bytes();
             out[..h.len()].copy_from_slice(&h);
             h.len()
         }
@@ -1719,6 +1794,7 @@ mod tests {
                     sport: if ports || is_icmp { sport } else { 0 },
                     dport: if ports { dport } else { 0 },
                     icmp_type: if is_icmp { t } else { 0 },
+                    ttl: 64,
                 }
             })
     }

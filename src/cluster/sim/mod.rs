@@ -50,6 +50,7 @@ use sim_netfilter::RestoreMemo;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
+pub mod capture;
 mod changes;
 mod expect;
 mod inject;
@@ -58,6 +59,7 @@ pub mod record;
 pub mod sink;
 mod timeline;
 
+pub use capture::{CapturePoint, CaptureSink, PcapDir};
 pub use expect::ClientFigures;
 pub use inject::{CleanupTally, Origin, Sighting, INJECTED_TAG};
 pub use record::{CtRecord, DumpRecord, EndRecord, StartRecord, Summary, JSON_SCHEMA_VERSION};
@@ -70,8 +72,8 @@ pub const MAX_EVENTS_PER_RUN: u64 = 500_000_000;
 /// Where a packet is handed next.
 #[derive(Debug, Clone)]
 enum Dest {
-    /// Into a node's namespace, received on an interface.
-    NodeIn(usize, IfName),
+    /// Into a node's namespace, received on an interface from a sender (for captures).
+    NodeIn(usize, IfName, capture::Hop),
     /// Into a node's namespace from a local process (OUTPUT).
     NodeOut(usize),
     /// To a node's own sockets (after INPUT).
@@ -322,6 +324,7 @@ pub struct SimulationBuilder {
     cleanup: Option<CleanupFactory>,
     one_kube_proxy_per_node: bool,
     sinks: Vec<Box<dyn EventSink>>,
+    capture: Option<Box<dyn CaptureSink>>,
 }
 
 impl SimulationBuilder {
@@ -357,6 +360,15 @@ impl SimulationBuilder {
     /// called in the order they were added.
     pub fn sink(mut self, sink: Box<dyn EventSink>) -> SimulationBuilder {
         self.sinks.push(sink);
+        self
+    }
+
+    /// Captures every packet on every node's `eth0` and pod veth, as `tcpdump -i` there
+    /// would (see [`capture`]): each capture point is opened on `sink` as it appears, and
+    /// each frame handed to it as it passes. A sink error stops the run, as an event sink's
+    /// does.
+    pub fn capture(mut self, sink: Box<dyn CaptureSink>) -> SimulationBuilder {
+        self.capture = Some(sink);
         self
     }
 
@@ -459,6 +471,8 @@ pub struct Simulation {
     cleanup_tally: CleanupTally,
     /// The first error a reconciler reported; the run stops at once.
     cleanup_tally_error: Option<String>,
+    /// Packet captures, when asked for ([`SimulationBuilder::capture`]).
+    tap: Option<capture::Tap>,
 }
 
 fn eth0() -> IfName {
@@ -655,6 +669,7 @@ impl Simulation {
             cleanup: None,
             one_kube_proxy_per_node: false,
             sinks: Vec::new(),
+            capture: None,
         }
     }
 
@@ -665,6 +680,7 @@ impl Simulation {
             mut cleanup,
             one_kube_proxy_per_node,
             sinks,
+            capture,
         } = b;
         let seed = sc.seed;
         let mut nodes = Vec::new();
@@ -798,8 +814,10 @@ impl Simulation {
             sightings: Vec::new(),
             cleanup_tally: CleanupTally::default(),
             cleanup_tally_error: None,
+            tap: capture.map(|sink| capture::Tap::new(sink, &sc)),
             sc,
         };
+        sim.tap_nodes();
         sim.proxy_running = vec![true; sim.groups.len()];
         // kube-proxy creates its nfacct counters at start-up (`nfacct add`) when asked to.
         for n in 0..sim.nodes.len() {
@@ -911,6 +929,7 @@ impl Simulation {
             None => self.pods.len(),
         };
         n.veths.insert(veth, id);
+        let number = self.veth_counter;
         let stack = Stack::build(
             &def.apps,
             self.sc.seed,
@@ -958,6 +977,7 @@ impl Simulation {
         } else {
             self.pods[id] = rt;
         }
+        self.tap_veth(node, veth, number, id);
         if announce {
             self.pod_changed();
         }
@@ -1804,6 +1824,10 @@ impl Simulation {
                 message: e.to_string(),
             })?;
         }
+        self.tap_finish().map_err(|e| SimError::Output {
+            kind: e.kind(),
+            message: e.to_string(),
+        })?;
         let summary_data = self.summary();
         let summary = self.summary_text(&summary_data);
         let clients = self.client_figures();

@@ -1,6 +1,7 @@
 //! Routing between machines: what a machine sends, the network and router between nodes,
 //! each node's kernel, and delivery to pods', hosts' and nodes' stacks and clients.
 
+use super::capture::Hop;
 use super::*;
 
 /// Why a node's namespace stopped a packet, for the timeline (`None`: it went on).
@@ -25,7 +26,10 @@ impl Simulation {
                         if pod.state.has_network() {
                             self.queue.push(
                                 self.now,
-                                Ev::Deliver(Dest::NodeIn(pod.state.def.node, pod.veth), p),
+                                Ev::Deliver(
+                                    Dest::NodeIn(pod.state.def.node, pod.veth, Hop::Pod),
+                                    p,
+                                ),
                             );
                         }
                     }
@@ -42,12 +46,25 @@ impl Simulation {
     /// The node network: delivers to the machine owning `next_hop` after the link latency;
     /// an address nobody has swallows the packet. `from` is the sending node.
     pub(super) fn network(&mut self, next_hop: IpAddr, p: Packet, from: Option<usize>) {
+        let hop = match from {
+            Some(n) => Hop::Node(n),
+            None => Hop::Router,
+        };
         let dest = match self.owners.get(&next_hop) {
-            Some(Owner::Node(n)) => Dest::NodeIn(*n, eth0()),
+            Some(Owner::Node(n)) => Dest::NodeIn(*n, eth0(), hop),
             Some(Owner::Host(h)) => Dest::Host(*h),
-            Some(Owner::Router) => return self.router(p, from),
+            Some(Owner::Router) => {
+                if let Some(n) = from {
+                    self.tap_eth0_tx(n, next_hop, &p);
+                }
+                return self.router(p, from);
+            }
+            // No neighbour answers: nothing is transmitted.
             None => return self.network_drop(&p, format!("nobody has {next_hop}")),
         };
+        if let Some(n) = from {
+            self.tap_eth0_tx(n, next_hop, &p);
+        }
         self.queue
             .push(self.now + self.sc.latency, Ev::Deliver(dest, p));
     }
@@ -56,7 +73,7 @@ impl Simulation {
     /// back to the node the packet came from.
     pub(super) fn router(&mut self, p: Packet, from: Option<usize>) {
         let dest = match self.owners.get(&p.dst) {
-            Some(Owner::Node(n)) => Some(Dest::NodeIn(*n, eth0())),
+            Some(Owner::Node(n)) => Some(Dest::NodeIn(*n, eth0(), Hop::Router)),
             Some(Owner::Host(h)) => Some(Dest::Host(*h)),
             Some(Owner::Router) => None,
             None => self
@@ -64,7 +81,7 @@ impl Simulation {
                 .iter()
                 .position(|n| n.def.pod_cidr.contains(p.dst))
                 .filter(|&n| Some(n) != from)
-                .map(|n| Dest::NodeIn(n, eth0())),
+                .map(|n| Dest::NodeIn(n, eth0(), Hop::Router)),
         };
         match dest {
             Some(d) => {
@@ -151,6 +168,7 @@ impl Simulation {
                         packet.oif = None;
                         self.network(next_hop, packet, Some(n));
                     } else if let Some(&id) = self.nodes[n].veths.get(&dev) {
+                        self.tap_veth_tx(n, dev, &packet);
                         self.queue
                             .push(self.now, Ev::Deliver(Dest::Pod(id), packet));
                     }
@@ -189,7 +207,10 @@ impl Simulation {
 
     pub(super) fn deliver(&mut self, dest: Dest, p: Packet) {
         match dest {
-            Dest::NodeIn(n, dev) => self.node_kernel(n, p, Ingress::Interface(dev)),
+            Dest::NodeIn(n, dev, hop) => {
+                self.tap_rx(n, dev, hop, &p);
+                self.node_kernel(n, p, Ingress::Interface(dev))
+            }
             Dest::NodeOut(n) => self.node_kernel(n, p, Ingress::Local),
             Dest::NodeStack(n) => self.deliver_to_stack(Machine::Node(n), p),
             Dest::Host(h) => self.deliver_to_stack(Machine::Host(h), p),
