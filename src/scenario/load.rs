@@ -122,6 +122,64 @@ pub fn load_str(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
     check(&ctx, doc)
 }
 
+/// `nodes[].state`: reads the files (relative to the scenario file's directory) and checks
+/// them as the node would take them: the rules restore into an empty namespace, the listing
+/// parses. Errors name the scenario's line and the file's.
+fn node_state(
+    ctx: &Ctx,
+    st: &Spanned<super::schema::NodeStateDoc>,
+) -> Result<NodeState, ScenarioError> {
+    let d = &st.value;
+    if d.rules.is_none() && d.conntrack.is_none() {
+        return Err(ctx.err(
+            st,
+            "state: expected `rules` (an iptables-save file), `conntrack` (a conntrack -L file) or both",
+        ));
+    }
+    let base = std::path::Path::new(ctx.file)
+        .parent()
+        .unwrap_or(std::path::Path::new(""));
+    let read = |f: &Spanned<String>| -> Result<(String, String), ScenarioError> {
+        let path = base.join(&f.value);
+        let shown = path.display().to_string();
+        let text = sim_core::input::read_text_limited(
+            &path,
+            sim_core::input::MAX_RULES_BYTES,
+            "MAX_RULES_BYTES",
+        )
+        .map_err(|e| ctx.err(f, format!("cannot read {shown}: {e}")))?;
+        Ok((shown, text))
+    };
+    let mut out = NodeState::default();
+    if let Some(f) = &d.rules {
+        let (path, text) = read(f)?;
+        let mut ns =
+            sim_netfilter::netns::Netns::new(sim_netfilter::netns::NetnsConfig::new("check", 1));
+        if let Err(e) = ns.restore(&text, false) {
+            let why = match e {
+                sim_netfilter::netns::NetnsError::Restore(error) => {
+                    crate::explain::ExplainError::Rules {
+                        file: path.clone(),
+                        error,
+                        into_netns: true,
+                    }
+                    .to_string()
+                }
+                other => format!("{path}: {other}"),
+            };
+            return Err(ctx.err(f, format!("state.rules: {why}")));
+        }
+        out.rules = Some((path, text));
+    }
+    if let Some(f) = &d.conntrack {
+        let (path, text) = read(f)?;
+        let entries = sim_conntrack::parse_listing(&text)
+            .map_err(|e| ctx.err(f, format!("state.conntrack: {path}: {e}")))?;
+        out.conntrack = Some((path, entries));
+    }
+    Ok(out)
+}
+
 /// "expected one of a, b", or `none` when there is nothing to choose from.
 fn one_of(names: impl IntoIterator<Item = String>, none: &str) -> String {
     let v: Vec<String> = names.into_iter().collect();
@@ -673,6 +731,10 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             apps: app_defs(ctx, &d.apps)?,
             extra_addresses,
             extra_rules: Vec::new(),
+            state: match &d.state {
+                Some(st) => node_state(ctx, st)?,
+                None => NodeState::default(),
+            },
         });
     }
     for (i, n) in doc.nodes.iter().enumerate() {

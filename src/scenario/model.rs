@@ -64,6 +64,19 @@ pub struct NodeDef {
     /// The node's own rules (CNI, operator): iptables-restore text and `--noflush`, applied
     /// before kube-proxy's first sync and again after a reboot.
     pub extra_rules: Vec<(String, bool)>,
+    /// A real node's saved state it starts from (`nodes[].state`).
+    pub state: NodeState,
+}
+
+/// `nodes[].state`: a real node's saved rules and conntrack table, read and checked when the
+/// scenario is loaded.
+#[derive(Debug, Clone, Default)]
+pub struct NodeState {
+    /// The `iptables-save` file (as the scenario names it, resolved against the scenario's
+    /// directory) and its text.
+    pub rules: Option<(String, String)>,
+    /// The `conntrack -L` file and its entries.
+    pub conntrack: Option<(String, Vec<sim_conntrack::ListedEntry>)>,
 }
 
 /// A host outside the cluster.

@@ -105,6 +105,21 @@ pub struct NodeDoc {
     /// an interface of its own.
     #[serde(default)]
     pub extra_addresses: Vec<S<super::events::ExtraAddressDoc>>,
+    /// A real node's saved state to start from: `iptables-save` and `conntrack -L` output.
+    #[serde(default)]
+    pub state: Option<S<NodeStateDoc>>,
+}
+
+/// `nodes[].state:` files saved on a real node, relative to the scenario file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeStateDoc {
+    /// `iptables-save` output: the node's tables before kube-proxy's first sync.
+    #[serde(default)]
+    pub rules: Option<S<String>>,
+    /// `conntrack -L` output (with or without `-o extended`): the node's table at time 0.
+    #[serde(default)]
+    pub conntrack: Option<S<String>>,
 }
 
 /// One entry of `hosts:`.

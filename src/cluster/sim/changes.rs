@@ -112,6 +112,52 @@ impl Simulation {
         });
     }
 
+    /// Loads node `n`'s saved state (`nodes[].state`) at time 0: its `iptables-save` as
+    /// `iptables-restore` (the tables it names replaced), its `conntrack -L` entries with the
+    /// seconds left they print (their `[NEW]` events are the starting state, not traffic). A
+    /// listed entry's age saturates at the run's start (docs/scenario-reference.md).
+    pub(super) fn load_node_state(&mut self, n: usize) -> Result<(), SimError> {
+        let state = self.nodes[n].def.state.clone();
+        let node = self.nodes[n].def.name.clone();
+        if let Some((file, text)) = &state.rules {
+            self.nodes[n]
+                .netns
+                .restore(text, false)
+                .map_err(|e| SimError::Netns {
+                    node: node.clone(),
+                    message: format!("state.rules {file}: {e}"),
+                })?;
+            let rules = text
+                .lines()
+                .filter(|l| l.starts_with("-A ") || l.starts_with("-I "))
+                .count();
+            self.log(What::Change {
+                subject: format!("node {node}"),
+                change: format!("saved state: iptables-restore of {file}: {rules} rule(s) loaded"),
+            });
+        }
+        if let Some((file, entries)) = &state.conntrack {
+            let now = self.now;
+            let ns = &mut self.nodes[n].netns;
+            let report = sim_conntrack::load_listing(
+                ns.conntrack_mut(),
+                now,
+                entries,
+                crate::explain::DEFAULT_ASSUMED_AGE,
+            )
+            .map_err(|e| SimError::Netns {
+                node: node.clone(),
+                message: format!("state.conntrack {file}: {e}"),
+            })?;
+            ns.drain_conntrack_events();
+            self.log(What::Change {
+                subject: format!("node {node}"),
+                change: format!("saved state: conntrack from {file}: {report}"),
+            });
+        }
+        Ok(())
+    }
+
     /// Runs one of the actions of `scenario::events`.
     pub(super) fn change(&mut self, action: Action) -> Result<(), SimError> {
         match action {

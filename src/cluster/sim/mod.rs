@@ -753,6 +753,7 @@ impl Simulation {
             && sc.kube_proxy.cleanup.is_none()
             && !one_kube_proxy_per_node
             && !per_node_events
+            && sc.nodes.iter().all(|n| n.state.rules.is_none())
             && rules_are_node_independent(&all_services);
         let mut groups: Vec<ProxyGroup> = Vec::new();
         for i in 0..sc.nodes.len() {
@@ -823,10 +824,28 @@ impl Simulation {
         for n in 0..sim.nodes.len() {
             sim.ensure_nfacct(n);
         }
-        // The nodes' own rules, there before kube-proxy's first sync.
+        // A saved node state (`nodes[].state`), then the nodes' own rules, there before
+        // kube-proxy's first sync.
         for n in 0..sim.nodes.len() {
+            sim.load_node_state(n)?;
             for (rules, noflush) in sim.nodes[n].def.extra_rules.clone() {
                 sim.node_restore(n, &rules, noflush);
+            }
+        }
+        // A kube-proxy starting on a node with rules finds the chains there
+        // (`GetChainsFromTable` of `iptables-save -t nat`), as on a restart: its first sync
+        // replaces its own chains and deletes stale service chains.
+        for g in 0..sim.groups.len() {
+            let first = sim.groups[g].nodes[0];
+            if sim.nodes[first].def.state.rules.is_some() {
+                let chains = sim.nodes[first]
+                    .netns
+                    .ruleset()
+                    .chains(sim_netfilter::Table::Nat)
+                    .iter()
+                    .map(|c| c.name().to_string())
+                    .collect();
+                sim.groups[g].proxy.set_existing_nat_chains(chains);
             }
         }
         for p in sim.sc.pods.clone() {

@@ -1,0 +1,127 @@
+//! `nodes[].state`: a scenario node starting from a real node's saved `iptables-save` and
+//! `conntrack -L` (scenarios/from-production-node.yaml): kube-proxy's first sync runs over the
+//! saved rules as on a restart, its cleanup sees the saved entries, and bad files are located
+//! errors.
+
+#[path = "support/cli.rs"]
+mod cli;
+use cli::nfsim;
+
+use nfsim::cluster::sim::{RunOptions, Simulation};
+use nfsim::scenario::load_str;
+use sim_core::SimTime;
+
+const SCENARIO: &str = "scenarios/from-production-node.yaml";
+
+#[test]
+fn the_shipped_scenario_passes_and_the_first_sync_replaces_only_kube_proxys_chains() {
+    let (code, out, err) = nfsim(&["run", SCENARIO]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("node node-2: saved state: iptables-restore of scenarios/from-production-node/rules.txt: 36 rule(s) loaded"),
+        "{out}"
+    );
+    assert!(out.contains("kube-proxy node-2: cleanup deleted udp      17 117 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.5"), "{out}");
+    let (code, rules, err) = nfsim(&["rules", SCENARIO, "--node", "node-2", "--at", "10s"]);
+    assert_eq!(code, 0, "{err}");
+    // coredns-a's chain was in the dump; kube-proxy's first sync deleted it (-X), as it does
+    // with service chains it finds and no longer writes.
+    let saved = std::fs::read_to_string("scenarios/from-production-node/rules.txt").unwrap();
+    assert!(saved.contains(":KUBE-SEP-CEYPGFB7VCORONY3 - [0:0]"));
+    assert!(!rules.contains("KUBE-SEP-CEYPGFB7VCORONY3"), "{rules}");
+    assert!(
+        rules.contains("-j DNAT --to-destination 10.244.2.5:53"),
+        "{rules}"
+    );
+    // flannel's chains and jumps are left as they were.
+    for l in saved.lines().filter(|l| l.contains("FLANNEL")) {
+        assert!(rules.lines().any(|r| r == l), "{l} missing:\n{rules}");
+    }
+    // kube-proxy's jump rules are not doubled.
+    assert_eq!(
+        rules
+            .lines()
+            .filter(|l| l
+                .contains("-A POSTROUTING -m comment --comment \"kubernetes postrouting rules\""))
+            .count(),
+        1,
+        "{rules}"
+    );
+}
+
+#[test]
+fn a_release_without_cleanup_leaves_the_loaded_entry_and_blackholes_the_client() {
+    let text = std::fs::read_to_string(SCENARIO)
+        .unwrap()
+        .replace("release: v1.33", "release: none");
+    let sc = load_str(SCENARIO, &text).unwrap_or_else(|e| panic!("{e}"));
+    let mut sim = Simulation::new(sc, RunOptions::default()).unwrap();
+    let n = sim.node_index("node-2").unwrap();
+    sim.run_until(SimTime::from_secs(300)).unwrap();
+    let dump = sim.conntrack_dump(n);
+    assert!(
+        dump.contains("src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.5"),
+        "{dump}"
+    );
+    let r = sim.finish().unwrap();
+    let failed: Vec<_> = r.results.iter().filter(|x| !x.passed).collect();
+    assert!(
+        failed
+            .iter()
+            .any(|x| x.detail.contains("answered 0, expected 10")),
+        "{failed:?}"
+    );
+}
+
+fn load_with(files: &[(&str, &str)], state: &str) -> String {
+    let dir = std::env::temp_dir().join(format!(
+        "nfsim-node-state-{}-{}",
+        std::process::id(),
+        files.len() + state.len()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let yaml = format!(
+        "name: t\nduration: 1m\nnodes:\n  - name: node-1\n    address: 192.168.0.11\n    podCIDR: 10.244.1.0/24\n    state: {state}\n"
+    );
+    let file = dir.join("s.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    let err = nfsim::scenario::load_file(file.to_str().unwrap())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    std::fs::remove_dir_all(&dir).ok();
+    err.replace(&dir.display().to_string(), "DIR")
+}
+
+#[test]
+fn bad_state_files_are_located_errors() {
+    let err = load_with(
+        &[(
+            "rules.txt",
+            "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m nosuchmatch -j ACCEPT\nCOMMIT\n",
+        )],
+        "{rules: rules.txt}",
+    );
+    assert!(
+        err.starts_with("DIR/s.yaml:7:20: state.rules: DIR/rules.txt:3:"),
+        "{err}"
+    );
+    let err = load_with(
+        &[(
+            "ct.txt",
+            "udp      17 30 src=10.0.0.1 dst=10.0.0.2 sport=1\n",
+        )],
+        "{conntrack: ct.txt}",
+    );
+    assert!(
+        err.starts_with("DIR/s.yaml:7:24: state.conntrack: DIR/ct.txt: line 1"),
+        "{err}"
+    );
+    let err = load_with(&[], "{rules: missing.txt}");
+    assert!(err.contains("cannot read DIR/missing.txt"), "{err}");
+    let err = load_with(&[], "{}");
+    assert!(err.contains("state: expected `rules`"), "{err}");
+}
