@@ -6,7 +6,8 @@
 //! - `lookup_refresh_hot_1m`: flows picked from 4,096 active ones in the same table (the
 //!   CPU cost without the two cache misses a random pick over 180 MB pays).
 //! - `lookup_refresh_1m_batched`: the packets of `lookup_refresh_1m`, 64 per
-//!   `conntrack_in_many` call (same results as one call each; the reads of 16 packets overlap).
+//!   `conntrack_in_many` call (same results as one call each; index slots are prefetched 16
+//!   packets ahead and entries 8 ahead, so the misses of many packets overlap).
 //! - `create_confirm`: a new flow's first packet: allocation, tracker, confirm (index insert,
 //!   timer), with events on (`nf_conntrack_events=1`, drained in batches) and off, one call
 //!   per packet and `_batched` (64 packets per `conntrack_in_many`, then their confirms).

@@ -79,6 +79,12 @@ impl Index {
         (s != EMPTY).then_some(s as u32)
     }
 
+    /// Asks the CPU to start loading the home slot of `hash` (a hint only: nothing is read).
+    #[inline(always)]
+    pub(crate) fn prefetch_home(&self, hash: u32) {
+        crate::prefetch::line(&self.slots[self.home(hash)]);
+    }
+
     /// Adds a key; the caller has checked it is not present.
     pub(crate) fn insert(&mut self, hash: u32, val: u32) {
         if (self.len + 1) * 4 > self.slots.len() * 3 {

@@ -15,7 +15,8 @@ use std::fmt;
 #[cfg(test)]
 use std::net::IpAddr;
 
-/// How many packets [`Conntrack::conntrack_in_many`] reads ahead for at once.
+/// How many packets ahead of the one it tracks [`Conntrack::conntrack_in_many`] starts
+/// reading (the prefetch distance of the index; entries are prefetched half as far ahead).
 pub const BATCH: usize = 16;
 
 /// Below this many index slots (a 2 MiB index, 64K–128K entries) `conntrack_in_many` does
@@ -580,9 +581,13 @@ impl Conntrack {
     /// nothing in between: a new entry is not confirmed before the next packet).
     ///
     /// Faster on a large table: a single call waits for two dependent memory reads (the
-    /// index line, then the entry), while this starts them for [`BATCH`] packets at once
-    /// before tracking any, so their cache misses overlap. On a table small enough to stay
-    /// in the caches it simply calls `conntrack_in` for each packet.
+    /// index line, then the entry), while this works as a pipeline over the packets: while
+    /// it tracks packet `i`, it has asked the CPU (software prefetch) for the home index slot
+    /// of packet `i +` [`BATCH`] and for the entry named by the home slot of packet
+    /// `i + BATCH / 2`, so the cache misses of many packets are in flight at once and mostly
+    /// over by the time each packet is tracked. Prefetches are hints: what the packets find
+    /// is decided by the same reads as in `conntrack_in`. On a table small enough to stay in
+    /// the caches it simply calls `conntrack_in` for each packet.
     pub fn conntrack_in_many(&mut self, now: SimTime, pkts: &[Packet], out: &mut Vec<CtVerdict>) {
         out.reserve(pkts.len());
         if self.index.slot_count() < READ_AHEAD_MIN_SLOTS {
@@ -592,40 +597,88 @@ impl Conntrack {
             }
             return;
         }
-        for chunk in pkts.chunks(BATCH) {
-            let mut keys = [Key([0; 5]); BATCH];
-            let mut hashes = [0u32; BATCH];
-            for (i, p) in chunk.iter().enumerate() {
-                keys[i] = Key::from_packet(p);
-                hashes[i] = keys[i].hash(&self.hseed);
+        // Stages, by distance ahead of the packet being tracked: hash the key and prefetch
+        // its home index slot (AHEAD_INDEX); read that slot and prefetch the entry it names
+        // (AHEAD_ENTRY); compare that entry's key, and for a packet whose tuple is not at
+        // home (most likely a new flow), prefetch the home slot of its reply tuple, which
+        // the new entry's confirm will look up (AHEAD_CHECK).
+        const AHEAD_INDEX: usize = BATCH;
+        const AHEAD_ENTRY: usize = BATCH / 2;
+        const AHEAD_CHECK: usize = 2;
+        const RING: usize = 2 * BATCH;
+        let n = pkts.len();
+        let mut keys = [Key([0; 5]); RING];
+        let mut hashes = [0u32; RING];
+        let mut homes: [Option<u32>; RING] = [None; RING];
+        for j in 0..AHEAD_INDEX.min(n) {
+            self.stage_index(pkts, j, &mut keys, &mut hashes);
+        }
+        for j in 0..AHEAD_ENTRY.min(n) {
+            homes[j % RING] = self.stage_entry(hashes[j % RING]);
+        }
+        for j in 0..AHEAD_CHECK.min(n) {
+            self.stage_check(&keys[j % RING], homes[j % RING]);
+        }
+        for i in 0..n {
+            let j = i + AHEAD_INDEX;
+            if j < n {
+                self.stage_index(pkts, j, &mut keys, &mut hashes);
             }
-            // Read ahead, for the cache only (every read is repeated for real below), in
-            // rounds whose reads do not wait for each other: each packet's home index slot;
-            // the entry that slot names; then, for a packet whose tuple is not in the table,
-            // the home slot of its reply tuple, which the new entry's confirm will look up.
-            let mut first = [None; BATCH];
-            for i in 0..chunk.len() {
-                first[i] = self.index.home_value(hashes[i]);
+            let j = i + AHEAD_ENTRY;
+            if j < n {
+                homes[j % RING] = self.stage_entry(hashes[j % RING]);
             }
-            let mut acc = 0u64;
-            for v in first[..chunk.len()].iter().flatten() {
-                if let Some(e) = self.slab.get((v >> 1) as usize) {
-                    acc ^= e.timeout.as_nanos();
-                }
+            let j = i + AHEAD_CHECK;
+            if j < n {
+                self.stage_check(&keys[j % RING], homes[j % RING]);
             }
-            for (key, v) in keys.iter().zip(&first[..chunk.len()]) {
-                let at_home = v.and_then(|v| self.slab.get((v >> 1) as usize).map(|e| (e, v)));
-                if at_home.is_some_and(|(e, v)| e.key_at(v & 1).same(key)) {
-                    continue;
-                }
-                if let Some(r) = key.swapped() {
-                    acc ^= u64::from(self.index.home_value(r.hash(&self.hseed)).unwrap_or(0));
-                }
+            let r = i % RING;
+            out.push(self.conntrack_in_keyed(now, &pkts[i], keys[r], hashes[r]));
+        }
+    }
+
+    /// Pipeline stage of `conntrack_in_many`: packet `j`'s key and hash into the ring, and a
+    /// prefetch of its home index slot.
+    #[inline(always)]
+    fn stage_index(
+        &self,
+        pkts: &[Packet],
+        j: usize,
+        keys: &mut [Key; 2 * BATCH],
+        hashes: &mut [u32; 2 * BATCH],
+    ) {
+        let r = j % (2 * BATCH);
+        keys[r] = Key::from_packet(&pkts[j]);
+        hashes[r] = keys[r].hash(&self.hseed);
+        self.index.prefetch_home(hashes[r]);
+    }
+
+    /// Pipeline stage of `conntrack_in_many`: reads the home index slot of `hash` (fetched
+    /// by then) and prefetches the entry it names: its first line (original key, state,
+    /// deadline), and for a reply-direction key also the line of the reply key. Returns the
+    /// slot's value.
+    #[inline(always)]
+    fn stage_entry(&self, hash: u32) -> Option<u32> {
+        let v = self.index.home_value(hash)?;
+        if let Some(e) = self.slab.get((v >> 1) as usize) {
+            crate::prefetch::line(&e.orig);
+            if v & 1 == 1 {
+                crate::prefetch::line(&e.reply);
             }
-            std::hint::black_box(acc);
-            for (i, p) in chunk.iter().enumerate() {
-                out.push(self.conntrack_in_keyed(now, p, keys[i], hashes[i]));
-            }
+        }
+        Some(v)
+    }
+
+    /// Pipeline stage of `conntrack_in_many`: if the entry at the key's home slot is not the
+    /// key's, prefetch the home index slot of the key's reply tuple.
+    #[inline(always)]
+    fn stage_check(&self, key: &Key, home: Option<u32>) {
+        let at_home = home.and_then(|v| self.slab.get((v >> 1) as usize).map(|e| (e, v)));
+        if at_home.is_some_and(|(e, v)| e.key_at(v & 1).same(key)) {
+            return;
+        }
+        if let Some(r) = key.swapped() {
+            self.index.prefetch_home(r.hash(&self.hseed));
         }
     }
 
