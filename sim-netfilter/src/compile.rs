@@ -12,7 +12,7 @@
 
 use crate::rule::*;
 use crate::ruleset::{Chain, TableData};
-use crate::types::PortRange;
+use crate::types::{Counters, PortRange};
 
 pub(crate) const SRC_INV: u8 = 1 << 0;
 pub(crate) const DST_INV: u8 = 1 << 1;
@@ -28,6 +28,10 @@ pub(crate) const HAS_PROTO: u8 = 1 << 6;
 /// Any IP-part test at all: a rule without one (kube-proxy's `-m conntrack …` and
 /// `-m comment …` rules) skips them with one test.
 pub(crate) const IP_TESTS: u8 = HAS_SRC | HAS_DST | HAS_PROTO | SLOW_IP;
+/// The rule's counters start from non-zero values (a restore with `-c` or `[p:b]`): a slot
+/// taken over by it must read them from the original rule. Without this bit they start at
+/// zero, and the walk never touches the original rule to count a packet.
+pub(crate) const HAS_INIT: u8 = 1 << 7;
 
 /// The target of a compiled rule.
 #[derive(Clone, Copy, Debug)]
@@ -362,10 +366,49 @@ fn compile_match(m: &Match, idx: usize) -> Option<CMatch> {
     })
 }
 
-/// Flattens `td` (whose jumps are resolved), in one pass over its rules in chain-id order
-/// (the order they were parsed in, so the pass reads memory mostly in sequence). The same
-/// pass collects each chain's [`MemoSpec`] features and jump targets, from which each hook's
-/// spec follows.
+/// The order in which `td`'s chains are laid out (compiled rules, and counter slots of a
+/// freshly restored table): depth first from the built-in chains in hook order, each chain
+/// followed by the chains it jumps or goes to that were not placed before, in rule order;
+/// then the chains no built-in chain reaches, by id. kube-proxy's `KUBE-SVC-…` chain then
+/// sits right before its `KUBE-SEP-…` chains, so a new flow's walk through one service reads
+/// one short stretch of memory instead of lines scattered over the whole table (its chains'
+/// names are hashes, so id order, iptables-save's sorted order, scatters them).
+pub(crate) fn layout_order(td: &TableData) -> Vec<u32> {
+    let n = td.chains.len();
+    let mut placed = vec![false; n];
+    let mut order = Vec::with_capacity(n);
+    let mut todo: Vec<u32> = Vec::new();
+    let mut targets: Vec<u32> = Vec::new();
+    for base in td.builtin.iter().flatten() {
+        todo.push(*base);
+        while let Some(id) = todo.pop() {
+            let Some(Some(c)) = td.chains.get(id as usize) else {
+                continue;
+            };
+            if std::mem::replace(&mut placed[id as usize], true) {
+                continue;
+            }
+            order.push(id);
+            targets.clear();
+            targets.extend(c.rules.iter().filter_map(|r| match &r.target {
+                Target::Jump(t) | Target::Goto(t) => Some(t.id.idx),
+                _ => None,
+            }));
+            // The stack pops the first target first.
+            todo.extend(targets.iter().rev().filter(|&&t| !placed[t as usize]));
+        }
+    }
+    for (id, c) in td.chains.iter().enumerate() {
+        if c.is_some() && !placed[id] {
+            order.push(id as u32);
+        }
+    }
+    order
+}
+
+/// Flattens `td` (whose jumps are resolved), in one pass over its chains in
+/// [`layout_order`]. The same pass collects each chain's [`MemoSpec`] features and jump
+/// targets, from which each hook's spec follows.
 pub(crate) fn compile(td: &TableData) -> Program {
     let n = td.chains.len();
     let mut p = Program {
@@ -380,8 +423,9 @@ pub(crate) fn compile(td: &TableData) -> Program {
     let mut features: Vec<Option<MemoSpec>> = vec![None; n];
     let mut edge_at: Vec<(u32, u32)> = vec![(0, 0); n];
     let mut edges: Vec<u32> = Vec::new();
-    for (id, c) in td.chains.iter().enumerate() {
-        let Some(c) = c else { continue };
+    for id in layout_order(td) {
+        let id = id as usize;
+        let Some(c) = &td.chains[id] else { continue };
         let first_edge = edges.len() as u32;
         let mut spec = Some(MemoSpec::default());
         compile_chain(&mut p, id, c, &mut spec, &mut edges);
@@ -448,6 +492,9 @@ fn compile_chain(
         }
         if ip.proto != 0 {
             flags |= HAS_PROTO;
+        }
+        if r.initial_counters != Counters::default() {
+            flags |= HAS_INIT;
         }
         let mut compiled = r
             .matches

@@ -17,8 +17,8 @@ use sim_core::packet::icmp;
 use sim_core::{Packet, SimRng, SimTime, TcpFlags, L4};
 
 use crate::compile::{
-    CMatch, CRule, CTarget, MemoSpec, Program, DST_INV, HAS_DST, HAS_PROTO, HAS_SRC, IP_TESTS,
-    PROTO_INV, SLOW_IP, SRC_INV,
+    CMatch, CRule, CTarget, MemoSpec, Program, DST_INV, HAS_DST, HAS_INIT, HAS_PROTO, HAS_SRC,
+    IP_TESTS, PROTO_INV, SLOW_IP, SRC_INV,
 };
 use crate::fmt::rule_spec;
 use crate::index::{Key, Lookup};
@@ -1557,7 +1557,13 @@ impl Ruleset {
                 idx: cr.slot_idx,
                 uid: cr.slot_uid,
             };
-            let s = state.slot_lazy(bind, || origin_rule(td, prog, pos).initial_counters);
+            let s = state.slot_lazy(bind, || {
+                if cr.flags & HAS_INIT != 0 {
+                    origin_rule(td, prog, pos).initial_counters
+                } else {
+                    Counters::default()
+                }
+            });
             s.packets += 1;
             s.bytes += pk.len;
             if let Some(r) = rec.as_deref_mut() {

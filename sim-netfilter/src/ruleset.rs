@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::compile::{compile, Program};
+use crate::compile::{compile, layout_order, Program};
 use crate::error::{RestoreError, RestoreErrorKind, RuleErrorKind};
 use crate::fmt as pr;
 use crate::index::{ChainIndex, FastMap, KeyHasher};
@@ -1160,7 +1160,16 @@ impl Ruleset {
         // Looked up only (`contains`), never iterated: its order cannot reach any output.
         let mut kept: HashSet<u32> = HashSet::new();
         let mut recent_first: BTreeMap<String, (u32, u32)> = BTreeMap::new();
-        for &id in &modified {
+        // Counter slots first, in the layout order of the compiled program
+        // (`compile::layout_order`): a fresh table's slots then lie in the order a walk
+        // meets its rules, one service's counters next to each other.
+        let mut rank = vec![u32::MAX; b.work.chains.len()];
+        for (i, id) in layout_order(&b.work).into_iter().enumerate() {
+            rank[id as usize] = i as u32;
+        }
+        let mut by_layout = modified.clone();
+        by_layout.sort_by_key(|&id| rank[id as usize]);
+        for &id in &by_layout {
             let c = b.work.chain_mut(id);
             if c.hook.is_some() {
                 if c.policy_slot.uid == 0 {
@@ -1184,8 +1193,8 @@ impl Ruleset {
                     kept.insert(r.slot.idx);
                 }
                 for m in &mut r.matches {
-                    match m {
-                        Match::Statistic(s) if matches!(s.mode, StatisticMode::Nth { .. }) => {
+                    if let Match::Statistic(s) = m {
+                        if matches!(s.mode, StatisticMode::Nth { .. }) {
                             if s.slot.uid == 0 {
                                 s.slot = Bind {
                                     idx: self.alloc.take(),
@@ -1196,6 +1205,15 @@ impl Ruleset {
                                 kept.insert(s.slot.idx);
                             }
                         }
+                    }
+                }
+            }
+        }
+        for &id in &modified {
+            let c = b.work.chain_mut(id);
+            for r in &mut c.rules {
+                for m in &mut r.matches {
+                    match m {
                         Match::Recent(rm) => {
                             let idx = self.recent.get_or_add(&rm.name);
                             rm.table = Bind { idx, uid: 0 };

@@ -1,0 +1,139 @@
+//! kube-proxy's two modes side by side (issue 14): the first packet of a new flow through a
+//! node holding 10,000 Services of two endpoints each, as kube-proxy writes them in iptables
+//! mode (`KUBE-SERVICES`: one rule per Service port, walked in order; nfsim indexes that
+//! walk) and in nftables mode (the `service-ips` verdict map, one lookup keyed
+//! `ipv4_addr . inet_proto . inet_service`), in one run. The rules come from nfsim's own
+//! kube-proxy model (`render_sync` / `render_nft_sync`) for the same Services and
+//! EndpointSlices, applied as the cluster applies them (`cluster::proxy::apply_sync`).
+//!
+//! Each packet is a host-network client's (172.18.x.y, through eth0) first packet to a
+//! Service: DNAT to an endpoint (`statistic` / `numgen` picks it), MASQUERADE (the source is
+//! outside the cluster CIDR) and the conntrack entry confirmed, as in
+//! `netns/first_packet_10k_services`. 100 Services too, to show how flat each mode is.
+//!
+//! `cargo bench --bench proxy_modes`; figures in the README's speed table.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use nfsim::cluster::proxy::apply_sync;
+use nfsim::k8s::parse_objects;
+use nfsim::kubeproxy::{KubeProxy, MemConntrack, ProxierConfig, ProxyMode, SyncTiming, V133};
+use sim_core::{IfName, Packet, SimTime};
+use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig, Prefix};
+use std::hint::black_box;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+#[path = "support/proxy_objects.rs"]
+mod proxy_objects;
+use proxy_objects::{cluster_ip, objects};
+
+/// A node (eth0 172.18.0.2/16 with the default route, cni0 10.244.0.1/16 to the pods) with
+/// kube-proxy's first full sync in `mode` applied.
+fn node(mode: ProxyMode, services: usize) -> Netns {
+    let mut cfg = ProxierConfig::new(
+        "bench",
+        "172.18.0.2".parse().unwrap(),
+        "10.244.0.0/16".parse().unwrap(),
+    );
+    cfg.mode = mode;
+    cfg.service_cidrs = vec!["10.96.0.0/16".parse().unwrap()];
+    let mut kp = KubeProxy::new(
+        cfg,
+        SyncTiming::default(),
+        Box::new(V133::default()),
+        SimTime::ZERO,
+    );
+    for o in parse_objects(&objects(services)).expect("generated objects parse") {
+        kp.upsert(SimTime::ZERO, o);
+    }
+    let at = kp.poll_timeout().expect("a sync is due");
+    let out = kp.on_timeout(at).expect("a sync is due");
+    let mut n = Netns::new(NetnsConfig::new("bench", 1));
+    let eth0 = IfName::new("eth0").unwrap();
+    let cni0 = IfName::new("cni0").unwrap();
+    n.add_interface(eth0, &[("172.18.0.2".parse().unwrap(), 16)])
+        .unwrap();
+    n.add_interface(cni0, &[("10.244.0.1".parse().unwrap(), 16)])
+        .unwrap();
+    n.add_route(
+        Prefix::default_for(true),
+        Some("172.18.0.1".parse().unwrap()),
+        eth0,
+    )
+    .unwrap();
+    apply_sync(&mut n, &out, None).expect("kube-proxy's sync applies");
+    kp.complete_sync(at, Ok(()), &mut MemConntrack::default());
+    n
+}
+
+/// New flows a node takes before the bench starts over from a fresh copy of it.
+const FIRST_BATCH: u64 = 65_536;
+
+/// The `i`-th new flow: to Service `i × 7919 mod services`, from one of 10,000 clients
+/// (172.18.1–50.10–209) and a source port moving on every 10,000 flows: no tuple repeats.
+fn first_packet(services: usize, i: usize) -> Packet {
+    let pick = i.wrapping_mul(7919) % 10_000;
+    let sport = 1024 + (i / 10_000 % 60_000) as u16;
+    let src = SocketAddr::new(
+        IpAddr::V4([172, 18, 1 + (pick / 200) as u8, 10 + (pick % 200) as u8].into()),
+        sport,
+    );
+    let dst = SocketAddr::new(IpAddr::V4(cluster_ip(pick % services)), 80);
+    Packet::udp(src, dst)
+}
+
+fn bench(c: &mut Criterion) {
+    let eth0 = Ingress::Interface(IfName::new("eth0").unwrap());
+    let mut g = c.benchmark_group("proxy_modes");
+    g.measurement_time(Duration::from_secs(3));
+    g.throughput(Throughput::Elements(1));
+    for services in [10_000, 100] {
+        for (label, mode) in [
+            ("iptables", ProxyMode::Iptables),
+            ("nftables", ProxyMode::Nftables),
+        ] {
+            let base = node(mode, services);
+            // The rules do what they should: DNAT to one of the Service's endpoints,
+            // masqueraded to the node's address.
+            {
+                let mut n = base.clone();
+                let p = first_packet(services, 1);
+                let r = n.process(SimTime::ZERO, p, eth0);
+                let Some(Egress::Transmit { packet, .. }) = r.out.first() else {
+                    panic!("{label}: {p} not forwarded: {:?}", r.fate);
+                };
+                assert!(
+                    packet.dst.to_string().starts_with("10.244.") && packet.dport() == Some(8080),
+                    "{label}: {p} went to {packet}"
+                );
+                assert_eq!(packet.src.to_string(), "172.18.0.2", "{label}: {packet}");
+            }
+            let mut i = 0usize;
+            g.bench_function(format!("first_packet_{services}_services_{label}"), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    let mut done = 0u64;
+                    while done < iters {
+                        let batch = (iters - done).min(FIRST_BATCH);
+                        let mut n = base.clone();
+                        let packets: Vec<Packet> = (0..batch as usize)
+                            .map(|j| first_packet(services, i + j))
+                            .collect();
+                        let t = std::time::Instant::now();
+                        for p in packets {
+                            black_box(n.process(SimTime::ZERO, p, eth0));
+                        }
+                        total += t.elapsed();
+                        i += batch as usize;
+                        done += batch;
+                    }
+                    total
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,37 @@
+//! The Services of `benches/proxy_modes.rs` and `examples/proxy_payload.rs`: `services`
+//! UDP Services on port 80, two endpoints each, as `kubectl get -o yaml` prints them.
+
+use std::fmt::Write;
+use std::net::Ipv4Addr;
+
+/// Cluster IP of Service `i`: 10.96.0.0/16 from 10.96.0.1 up (port 80, UDP).
+pub fn cluster_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 96, 0, 1)) + i as u32)
+}
+
+/// `services` Services (UDP port 80) with one EndpointSlice of two endpoints each
+/// (10.244.0.0/16, port 8080), as `kubectl get -o yaml` prints them.
+pub fn objects(services: usize) -> String {
+    let mut s = String::new();
+    for i in 0..services {
+        let ep = |j: usize| {
+            Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 244, 0, 2)) + 2 * i as u32 + j as u32)
+        };
+        let _ = write!(
+            s,
+            "kind: Service\nmetadata: {{name: svc{i}, namespace: ns{}}}\n\
+             spec: {{clusterIP: {}, ports: [{{name: http, port: 80, protocol: UDP}}]}}\n---\n\
+             kind: EndpointSlice\n\
+             metadata: {{name: svc{i}-1, namespace: ns{}, labels: {{kubernetes.io/service-name: svc{i}}}}}\n\
+             addressType: IPv4\n\
+             endpoints: [{{addresses: [{}]}}, {{addresses: [{}]}}]\n\
+             ports: [{{name: http, port: 8080, protocol: UDP}}]\n---\n",
+            i % 50,
+            cluster_ip(i),
+            i % 50,
+            ep(0),
+            ep(1),
+        );
+    }
+    s
+}
