@@ -41,6 +41,16 @@
 //! own data: the first touch of each compiled rule of its KUBE-SVC-/KUBE-SEP- chains
 //! (`eval.rs` `fast_matches`, `slot_uid`), and of each rule's counter slot (`state.rs`
 //! `slot_in`), about a dozen lines per packet spread over the 10,000-service program.
+//!
+//! Second round (issue 15): the compiled program lays chains out depth first from the
+//! built-in chains (`compile::layout_order`), so a service's `KUBE-SVC-` chain sits right
+//! before its `KUBE-SEP-` chains (their hashed names scattered them over the program), and a
+//! fresh table's counter slots follow the same order; a rule whose counters start at zero no
+//! longer reads its original rule when its slot first counts (three lines); counter slots
+//! live in pages allocated on first use. callgrind `--cache-sim=yes` over 20,000 first
+//! packets (`netns_hot first 20000`): L1 data read misses per packet 42.0 → 31.4 at 10,000
+//! services, 24.6 → 25.7 at 100; instructions 7,492 → 7,592 and 7,233 → 7,326 (the page
+//! lookup).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sim_core::{IfName, Packet, SimTime, TcpFlags};

@@ -33,6 +33,9 @@ pub(crate) const IP_TESTS: u8 = HAS_SRC | HAS_DST | HAS_PROTO | SLOW_IP;
 /// zero, and the walk never touches the original rule to count a packet.
 pub(crate) const HAS_INIT: u8 = 1 << 7;
 
+/// In a compiled jump's or goto's `end`: the target chain has a first-match index.
+pub(crate) const END_INDEXED: u32 = 1 << 31;
+
 /// The target of a compiled rule.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum CTarget {
@@ -40,10 +43,17 @@ pub(crate) enum CTarget {
     Accept,
     Drop,
     Return,
-    /// Jump to the chain with this id.
-    Jump(u32),
-    /// Goto the chain with this id.
-    Goto(u32),
+    /// Jump to the chain whose compiled rules are `start..end & !END_INDEXED` (the span
+    /// is in the rule itself, so following a jump reads no other line).
+    Jump {
+        start: u32,
+        end: u32,
+    },
+    /// Goto the chain at `start..end & !END_INDEXED`.
+    Goto {
+        start: u32,
+        end: u32,
+    },
     /// Jump to a chain without rules: it returns at once, so only the jump's own counters
     /// and the jump-stack limit matter.
     JumpEmpty,
@@ -440,11 +450,17 @@ pub(crate) fn compile(td: &TableData) -> Program {
             });
         }
     }
+    // Jumps were compiled with the target's chain id in `start` (its span was not known
+    // yet): now the span.
     for r in &mut p.rules {
-        if let CTarget::Jump(c) = r.target {
-            let span = p.spans[c as usize];
-            if span.start == span.end {
+        let jump = matches!(r.target, CTarget::Jump { .. });
+        if let CTarget::Jump { start, end } | CTarget::Goto { start, end } = &mut r.target {
+            let span = p.spans[*start as usize];
+            if jump && span.start == span.end {
                 r.target = CTarget::JumpEmpty;
+            } else {
+                *start = span.start;
+                *end = span.end | if span.indexed { END_INDEXED } else { 0 };
             }
         }
     }
@@ -509,8 +525,14 @@ fn compile_chain(
             Target::Accept => CTarget::Accept,
             Target::Drop => CTarget::Drop,
             Target::Return => CTarget::Return,
-            Target::Jump(c) => CTarget::Jump(c.id.idx),
-            Target::Goto(c) => CTarget::Goto(c.id.idx),
+            Target::Jump(c) => CTarget::Jump {
+                start: c.id.idx,
+                end: 0,
+            },
+            Target::Goto(c) => CTarget::Goto {
+                start: c.id.idx,
+                end: 0,
+            },
             Target::Mark { value, mask } => CTarget::Mark {
                 value: *value,
                 mask: *mask,

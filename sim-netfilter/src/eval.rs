@@ -17,8 +17,8 @@ use sim_core::packet::icmp;
 use sim_core::{Packet, SimRng, SimTime, TcpFlags, L4};
 
 use crate::compile::{
-    CMatch, CRule, CTarget, MemoSpec, Program, DST_INV, HAS_DST, HAS_INIT, HAS_PROTO, HAS_SRC,
-    IP_TESTS, PROTO_INV, SLOW_IP, SRC_INV,
+    CMatch, CRule, CTarget, MemoSpec, Program, DST_INV, END_INDEXED, HAS_DST, HAS_INIT, HAS_PROTO,
+    HAS_SRC, IP_TESTS, PROTO_INV, SLOW_IP, SRC_INV,
 };
 use crate::fmt::rule_spec;
 use crate::index::{Key, Lookup};
@@ -1486,9 +1486,9 @@ impl Ruleset {
             dport: d,
         });
         let mut out = Verdict::accept();
-        let mut stack = [(0u32, 0u32); MAX_DEPTH];
+        // The chains jumped from: (start, end with END_INDEXED, position to return to).
+        let mut stack = [(0u32, 0u32, 0u32); MAX_DEPTH];
         let mut sp = 0usize;
-        let mut chain = base;
         let span = prog.spans[base as usize];
         let mut start = span.start as usize;
         let mut end = span.end as usize;
@@ -1508,12 +1508,10 @@ impl Ruleset {
                     }
                     Some(top) => {
                         sp = top;
-                        let (c, p) = stack[top];
-                        chain = c;
-                        let span = prog.spans[c as usize];
-                        start = span.start as usize;
-                        end = span.end as usize;
-                        indexed = span.indexed;
+                        let (s, e, p) = stack[top];
+                        start = s as usize;
+                        end = (e & !END_INDEXED) as usize;
+                        indexed = e & END_INDEXED != 0;
                         pos = p as usize;
                         continue;
                     }
@@ -1521,6 +1519,8 @@ impl Ruleset {
             }
             let mut known = false;
             if indexed {
+                // An indexed chain has rules: its first one says which chain it is.
+                let chain = prog.origins[start].0;
                 if let Some(ix) = &td.chain(chain).index {
                     match ix.lookup(pos - start, key) {
                         Lookup::Outside => {}
@@ -1582,20 +1582,19 @@ impl Ruleset {
                 // RETURN is falling off the end of the chain: the top of the loop pops the
                 // stack, or applies the built-in chain's policy.
                 CTarget::Return => pos = end,
-                CTarget::Jump(c) | CTarget::Goto(c) => {
-                    if matches!(cr.target, CTarget::Jump(_)) {
+                CTarget::Jump { start: s, end: e } | CTarget::Goto { start: s, end: e } => {
+                    if matches!(cr.target, CTarget::Jump { .. }) {
                         if sp >= MAX_DEPTH {
                             out.action = Action::Drop;
                             return out;
                         }
-                        stack[sp] = (chain, (pos + 1) as u32);
+                        let here = end as u32 | if indexed { END_INDEXED } else { 0 };
+                        stack[sp] = (start as u32, here, (pos + 1) as u32);
                         sp += 1;
                     }
-                    chain = c;
-                    let span = prog.spans[c as usize];
-                    start = span.start as usize;
-                    end = span.end as usize;
-                    indexed = span.indexed;
+                    start = s as usize;
+                    end = (e & !END_INDEXED) as usize;
+                    indexed = e & END_INDEXED != 0;
                     pos = start;
                 }
                 CTarget::JumpEmpty => {
