@@ -32,7 +32,7 @@ use sim_core::SimRng;
 use crate::eval::{effect, rule_matches, Action, EvalCtx, Pkt, Verdict, MAX_DEPTH};
 use crate::rule::{Match, Rule, StatisticMode, Target};
 use crate::ruleset::{Ruleset, TableData};
-use crate::state::{RecentTable, RulesetState, SlotState};
+use crate::state::{RecentTable, RulesetState, SlotState, Slots};
 use crate::trace::{StatDraw, Trace, TraceEvent};
 use crate::types::{Hook, Table};
 
@@ -95,7 +95,7 @@ pub(crate) struct StateDelta {
 /// The rule state a walk can change.
 #[derive(Clone, Debug)]
 struct StateSnap {
-    slots: Vec<SlotState>,
+    slots: Slots,
     recent: Vec<RecentTable>,
     nfacct: Vec<SlotState>,
 }
@@ -120,7 +120,6 @@ impl StateSnap {
         let slots = s
             .slots
             .iter()
-            .enumerate()
             .filter(|(i, v)| self.slots.get(*i) != Some(v))
             .map(|(i, v)| (i, *v))
             .collect();
@@ -135,10 +134,7 @@ impl StateSnap {
 impl StateDelta {
     pub(crate) fn apply(&self, s: &mut RulesetState) {
         for (i, v) in &self.slots {
-            if *i >= s.slots.len() {
-                s.slots.resize(*i + 1, SlotState::default());
-            }
-            s.slots[*i] = *v;
+            *s.slots.get_or_add(*i) = *v;
         }
         if let Some(r) = &self.recent {
             s.recent.clone_from(r);

@@ -83,20 +83,31 @@ pub(crate) struct Slots {
 impl Slots {
     /// Slot `i`, if its page exists.
     #[inline]
-    fn get(&self, i: usize) -> Option<&SlotState> {
+    pub(crate) fn get(&self, i: usize) -> Option<&SlotState> {
         let page = self.pages.get(i / SLOT_PAGE)?.as_deref()?;
         Some(&page[i % SLOT_PAGE])
     }
 
     /// Slot `i`, its page allocated (all slots unused, uid 0) if it did not exist.
     #[inline]
-    fn get_or_add(&mut self, i: usize) -> &mut SlotState {
+    pub(crate) fn get_or_add(&mut self, i: usize) -> &mut SlotState {
         let p = i / SLOT_PAGE;
         if p >= self.pages.len() {
             self.pages.resize_with(p + 1, || None);
         }
         let page = self.pages[p].get_or_insert_with(|| Box::new([SlotState::default(); SLOT_PAGE]));
         &mut page[i % SLOT_PAGE]
+    }
+
+    /// The slots of the pages that exist, with their numbers, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, &SlotState)> {
+        self.pages.iter().enumerate().flat_map(|(p, page)| {
+            page.iter().flat_map(move |pg| {
+                pg.iter()
+                    .enumerate()
+                    .map(move |(j, v)| (p * SLOT_PAGE + j, v))
+            })
+        })
     }
 }
 
