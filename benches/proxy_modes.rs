@@ -43,8 +43,10 @@ fn node(mode: ProxyMode, services: usize) -> Netns {
         Box::new(V133::default()),
         SimTime::ZERO,
     );
-    for o in parse_objects(&objects(services)).expect("generated objects parse") {
-        kp.upsert(SimTime::ZERO, o);
+    for text in objects(services) {
+        for o in parse_objects(&text).expect("generated objects parse") {
+            kp.upsert(SimTime::ZERO, o);
+        }
     }
     let at = kp.poll_timeout().expect("a sync is due");
     let out = kp.on_timeout(at).expect("a sync is due");

@@ -47,10 +47,12 @@ fn main() {
         Box::new(V133::default()),
         SimTime::ZERO,
     );
-    let objects = parse_objects(&proxy_objects::objects(services))
-        .unwrap_or_else(|e| fail(&format!("generated objects: {e}")));
-    for o in objects {
-        kp.upsert(SimTime::ZERO, o);
+    for text in proxy_objects::objects(services) {
+        let objects =
+            parse_objects(&text).unwrap_or_else(|e| fail(&format!("generated objects: {e}")));
+        for o in objects {
+            kp.upsert(SimTime::ZERO, o);
+        }
     }
     let at = kp.poll_timeout().unwrap_or_else(|| fail("no sync due"));
     let out = kp.on_timeout(at).unwrap_or_else(|| fail("no sync due"));

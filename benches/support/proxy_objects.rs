@@ -10,10 +10,15 @@ pub fn cluster_ip(i: usize) -> Ipv4Addr {
 }
 
 /// `services` Services (UDP port 80) with one EndpointSlice of two endpoints each
-/// (10.244.0.0/16, port 8080), as `kubectl get -o yaml` prints them.
-pub fn objects(services: usize) -> String {
-    let mut s = String::new();
+/// (10.244.0.0/16, port 8080), as `kubectl get -o yaml` prints them: texts of at most 400
+/// Services each (`parse_objects` takes at most 1,024 documents at once).
+pub fn objects(services: usize) -> Vec<String> {
+    let mut out = Vec::new();
     for i in 0..services {
+        if i % 400 == 0 {
+            out.push(String::new());
+        }
+        let s = out.last_mut().expect("a text was started");
         let ep = |j: usize| {
             Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 244, 0, 2)) + 2 * i as u32 + j as u32)
         };
@@ -33,5 +38,5 @@ pub fn objects(services: usize) -> String {
             ep(1),
         );
     }
-    s
+    out
 }
