@@ -36,21 +36,54 @@ use crate::state::{RecentTable, RulesetState, SlotState, Slots};
 use crate::trace::{StatDraw, Trace, TraceEvent};
 use crate::types::{Hook, Table};
 
-/// One decision on a path: a rule with random statistic matches, forced to match or not.
-/// The path is a list from the newest decision back to the first (shared between the
-/// branches that have it in common).
+/// One decision on a path: a rule with random statistic matches forced to match or not, or
+/// an nftables `numgen random` forced to one value. The path is a list from the newest
+/// decision back to the first (shared between the branches that have it in common).
 #[derive(Debug)]
 pub struct PathNode {
-    /// Table.
-    pub table: Table,
     /// Chain.
     pub chain: Arc<str>,
     /// 1-based rule number.
     pub num: usize,
-    /// Whether its random statistic matches were made to match.
-    pub matched: bool,
+    /// What was decided.
+    pub choice: Choice,
     /// The decision before it on the path.
     pub prev: Option<Arc<PathNode>>,
+}
+
+/// What a [`PathNode`] decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// An iptables rule's random statistic matches all matched, or one failed.
+    Statistic {
+        /// Table.
+        table: Table,
+        /// Whether they matched.
+        matched: bool,
+    },
+    /// An nftables rule's `numgen random mod N offset O` gave `index + O`.
+    Numgen {
+        /// `ip kube-proxy`.
+        table: Arc<str>,
+        /// N.
+        modulus: u32,
+        /// O.
+        offset: u32,
+        /// The result before the offset, below N.
+        index: u32,
+        /// The rule as `nft list` prints it.
+        text: Arc<str>,
+    },
+}
+
+impl PathNode {
+    /// The iptables table and whether it matched, for a statistic decision.
+    pub fn statistic(&self) -> Option<(Table, bool)> {
+        match self.choice {
+            Choice::Statistic { table, matched } => Some((table, matched)),
+            Choice::Numgen { .. } => None,
+        }
+    }
 }
 
 impl PathNode {
@@ -74,7 +107,8 @@ impl PathNode {
     ) -> Option<&'a PathNode> {
         let mut at = head;
         while let Some(n) = at {
-            if n.table == table && n.num == num && &*n.chain == chain {
+            if n.statistic().is_some_and(|(t, _)| t == table) && n.num == num && &*n.chain == chain
+            {
                 return Some(n);
             }
             at = n.prev.as_ref();
@@ -378,7 +412,9 @@ impl Ruleset {
                 let num = c.pos + 1;
                 let key = maybe_key(table, chain.name(), num);
                 let earlier = if w.may_be_decided(key) {
-                    PathNode::find(c.path.as_ref(), table, chain.name(), num).map(|n| n.matched)
+                    PathNode::find(c.path.as_ref(), table, chain.name(), num)
+                        .and_then(|n| n.statistic())
+                        .map(|(_, m)| m)
                 } else {
                     None
                 };
@@ -413,10 +449,12 @@ impl Ruleset {
                     } else {
                         w.decided.insert(key);
                         c.path = Some(Arc::new(PathNode {
-                            table,
                             chain: chain.name().into(),
                             num,
-                            matched: force,
+                            choice: Choice::Statistic {
+                                table,
+                                matched: force,
+                            },
                             prev: c.path.take(),
                         }));
                     }
@@ -497,73 +535,199 @@ impl Ruleset {
     }
 }
 
+/// The `numgen` results one nftables base-chain walk is made to give, by rule: the first
+/// value of each `numgen` not forced yet, with the other values noted as walks to make.
+#[derive(Clone, Debug, Default)]
+pub struct NumgenPlan {
+    /// (chain, rule number, value index), in the order met.
+    forced: Vec<(Arc<str>, usize, u32)>,
+    /// The path: the decisions before the walk, then each `numgen` met.
+    path: Option<Arc<PathNode>>,
+    /// Other forcings to walk with: each this walk's forcing up to a `numgen` it met for the
+    /// first time, and one of that `numgen`'s other values.
+    others: Vec<Vec<(Arc<str>, usize, u32)>>,
+}
+
+/// The most values of one `numgen` followed (more would pass [`Branching`]'s caller's run
+/// limit anyway).
+const MAX_NUMGEN_VALUES: u32 = 65_536;
+
+impl NumgenPlan {
+    /// The value index forced for rule `num` of `chain`, if any.
+    pub(crate) fn forced(&self, chain: &str, num: usize) -> Option<u32> {
+        self.forced
+            .iter()
+            .find(|(c, n, _)| &**c == chain && *n == num)
+            .map(|(_, _, v)| *v)
+    }
+
+    /// A rule's `numgen` gave `d` (forced: see [`NumgenPlan::forced`], else its first value).
+    pub(crate) fn reached(
+        &mut self,
+        table: &str,
+        chain: &str,
+        num: usize,
+        d: &crate::nft::NftDraw,
+        text: String,
+    ) {
+        let index = match self.forced(chain, num) {
+            Some(v) => v,
+            None => {
+                let key: Arc<str> = chain.into();
+                for v in (1..d.modulus).take(MAX_NUMGEN_VALUES as usize) {
+                    let mut f = self.forced.clone();
+                    f.push((key.clone(), num, v));
+                    self.others.push(f);
+                }
+                self.forced.push((key, num, 0));
+                0
+            }
+        };
+        self.path = Some(Arc::new(PathNode {
+            chain: chain.into(),
+            num,
+            choice: Choice::Numgen {
+                table: table.into(),
+                modulus: d.modulus,
+                offset: d.value.wrapping_sub(index),
+                index,
+                text: text.into(),
+            },
+            prev: self.path.take(),
+        }));
+    }
+}
+
+/// What a run is handed for one of its walks, or took there.
+#[derive(Clone, Debug)]
+pub enum Taken {
+    /// An iptables walk's leaf.
+    Leaf(Arc<WalkLeaf>),
+    /// An nftables walk's `numgen` forcing, and the path after it.
+    Numgen(Arc<NumgenPlan>),
+}
+
+impl Taken {
+    fn path(&self) -> Option<&Arc<PathNode>> {
+        match self {
+            Taken::Leaf(l) => l.path.as_ref(),
+            Taken::Numgen(p) => p.path.as_ref(),
+        }
+    }
+
+    fn repeats(&self) -> &[(Table, Arc<str>, usize)] {
+        match self {
+            Taken::Leaf(l) => &l.repeats,
+            Taken::Numgen(_) => &[],
+        }
+    }
+}
+
 /// The forcing and forking of one traced run ([`Netns::process_branching`]): the leaves to
 /// follow for walks that forked in an earlier run, and what this run found.
 ///
 /// [`Netns::process_branching`]: crate::netns::Netns::process_branching
 #[derive(Clone, Debug, Default)]
 pub struct Branching {
-    /// Walks (by their number in the run, from 0) whose leaf is given.
-    inject: Vec<(usize, Arc<WalkLeaf>)>,
+    /// Walks (by their number in the run, from 0) whose outcome is given.
+    inject: Vec<(usize, Taken)>,
     /// Walks so far in this run.
     pub(crate) walks: usize,
-    /// Every leaf this run followed, by walk number.
-    taken: Vec<(usize, Arc<WalkLeaf>)>,
-    /// The leaves of forking walks this run did not follow, by walk number.
-    found: Vec<(usize, Vec<Arc<WalkLeaf>>)>,
+    /// Every leaf or forcing this run followed, by walk number.
+    taken: Vec<(usize, Taken)>,
+    /// The leaves or forcings of walks this run did not follow, by walk number.
+    found: Vec<(usize, Vec<Taken>)>,
 }
 
 impl Branching {
-    /// A run that follows `inject`'s leaf at each of its walks (and the first leaf of every
-    /// other walk that forks). `Branching::default()` starts from nothing.
-    pub fn new(inject: Vec<(usize, Arc<WalkLeaf>)>) -> Branching {
+    /// A run that follows `inject`'s leaf or forcing at each of its walks (and the first
+    /// branch of every other walk that forks). `Branching::default()` starts from nothing.
+    pub fn new(inject: Vec<(usize, Taken)>) -> Branching {
         Branching {
             inject,
             ..Branching::default()
         }
     }
 
-    /// The leaf given for walk `j`, if any.
-    pub(crate) fn injected(&self, j: usize) -> Option<Arc<WalkLeaf>> {
+    /// What is given for walk `j`, if anything.
+    pub(crate) fn injected(&self, j: usize) -> Option<Taken> {
         self.inject
             .iter()
             .find(|(w, _)| *w == j)
             .map(|(_, l)| l.clone())
     }
 
-    /// Notes that walk `j` followed `leaf`, leaving `others`.
-    pub(crate) fn took(&mut self, j: usize, leaf: Arc<WalkLeaf>, others: Vec<Arc<WalkLeaf>>) {
-        self.taken.push((j, leaf));
+    /// Notes that walk `j` followed `taken`, leaving `others`.
+    pub(crate) fn took(&mut self, j: usize, taken: Taken, others: Vec<Taken>) {
+        self.taken.push((j, taken));
         if !others.is_empty() {
             self.found.push((j, others));
         }
     }
 
-    /// The path of decisions this run took (the last walk's leaf holds it all).
+    /// The path of decisions this run took (the last walk that decided holds it all).
     pub fn path(&self) -> Option<&Arc<PathNode>> {
-        self.taken.iter().rev().find_map(|(_, l)| l.path.as_ref())
+        self.taken.iter().rev().find_map(|(_, l)| l.path())
     }
 
     /// Rules met again on this run's path, their earlier decision reapplied.
     pub fn repeats(&self) -> impl Iterator<Item = &(Table, Arc<str>, usize)> {
-        self.taken.iter().flat_map(|(_, l)| l.repeats.iter())
+        self.taken.iter().flat_map(|(_, l)| l.repeats().iter())
     }
 
-    /// The runs still to make for the leaves this run did not follow, each as the leaves to
+    /// The runs still to make for the branches this run did not follow, each as what to
     /// inject: in the order to push them on a stack so that popping gives depth-first,
-    /// matched-first order (a later walk's alternatives come out before an earlier one's).
-    pub fn alternatives(&self) -> Vec<Vec<(usize, Arc<WalkLeaf>)>> {
+    /// first-branch-first order (a later walk's alternatives come out before an earlier
+    /// one's).
+    pub fn alternatives(&self) -> Vec<Vec<(usize, Taken)>> {
         let mut out = Vec::new();
         for (j, others) in &self.found {
-            let prefix: Vec<(usize, Arc<WalkLeaf>)> =
-                self.taken.iter().filter(|(w, _)| w < j).cloned().collect();
-            for leaf in others.iter().rev() {
+            let prefix: Vec<(usize, Taken)> = self
+                .taken
+                .iter()
+                .filter(|(w, _)| w < j)
+                .cloned()
+                .collect();
+            for t in others.iter().rev() {
                 let mut inj = prefix.clone();
-                inj.push((*j, leaf.clone()));
+                inj.push((*j, t.clone()));
                 out.push(inj);
             }
         }
         out
+    }
+}
+
+impl NumgenPlan {
+    /// A walk forced as `plan` was (an alternative a run found), on `path`.
+    pub(crate) fn again(plan: &NumgenPlan, path: Option<Arc<PathNode>>) -> NumgenPlan {
+        NumgenPlan {
+            forced: plan.forced.clone(),
+            path,
+            others: Vec::new(),
+        }
+    }
+
+    /// A first walk on `path`.
+    pub(crate) fn start(path: Option<Arc<PathNode>>) -> NumgenPlan {
+        NumgenPlan {
+            path,
+            ..NumgenPlan::default()
+        }
+    }
+
+    /// The other forcings found, as plans to inject.
+    pub(crate) fn take_others(&mut self) -> Vec<Taken> {
+        std::mem::take(&mut self.others)
+            .into_iter()
+            .map(|forced| {
+                Taken::Numgen(Arc::new(NumgenPlan {
+                    forced,
+                    path: None,
+                    others: Vec::new(),
+                }))
+            })
+            .collect()
     }
 }
 
@@ -609,7 +773,9 @@ impl Walker<'_> {
                 let mut set = HashSet::new();
                 let mut at = incoming.as_ref();
                 while let Some(n) = at {
-                    set.insert(maybe_key(n.table, &n.chain, n.num));
+                    if let Some((t, _)) = n.statistic() {
+                        set.insert(maybe_key(t, &n.chain, n.num));
+                    }
                     at = n.prev.as_ref();
                 }
                 set

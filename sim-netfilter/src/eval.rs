@@ -280,6 +280,10 @@ pub struct EvalCtx<'a> {
     /// stream advances as it would). `None` (the default) lets the draw decide. Used to follow
     /// every branch of a packet ([`crate::branch`]).
     pub force_random: Option<bool>,
+    /// Forces the result of an nftables `numgen random mod N` expression to this value
+    /// (before its offset; below N) whatever the draw (which is still taken). `None` lets
+    /// the draw decide.
+    pub force_numgen: Option<u32>,
 }
 
 impl<'a> EvalCtx<'a> {
@@ -298,6 +302,7 @@ impl<'a> EvalCtx<'a> {
             rng,
             local_origin: false,
             force_random: None,
+            force_numgen: None,
         }
     }
 }

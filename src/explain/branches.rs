@@ -38,8 +38,9 @@ use super::ExplainError;
 use indexmap::IndexMap;
 use serde::Serialize;
 use sim_core::Packet;
-use sim_netfilter::branch::{Branching, PathNode, WalkLeaf};
+use sim_netfilter::branch::{Branching, Choice, PathNode, Taken};
 use sim_netfilter::netns::{Ingress, Netns, Step};
+use sim_netfilter::nft::NftStep;
 use sim_netfilter::rule::{Rule, StatisticMode};
 use sim_netfilter::{rule_spec, Match, Table, TraceEvent};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -113,11 +114,14 @@ pub struct Decision {
     pub chain: String,
     /// 1-based rule number.
     pub rule: usize,
-    /// Whether it matched on this path.
+    /// Whether it matched on this path (always true for a `numgen`).
     pub matched: bool,
+    /// For an nftables `numgen random mod N offset O`: the value it gave on this path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numgen: Option<u32>,
     /// The probability of this decision.
     pub probability: Probability,
-    /// The rule as iptables-save prints it.
+    /// The rule as iptables-save prints it (without `-A CHAIN`), or as `nft list` does.
     pub spec: String,
 }
 
@@ -175,6 +179,73 @@ pub(crate) fn match_probability(rule: &Rule) -> Dyadic {
     p
 }
 
+/// The probability that `numgen random mod n` gives `index` (before its offset):
+/// `nft_ng_random_eval` computes `reciprocal_scale(get_random_u32(), n)`, i.e.
+/// `(x × n) >> 32` for a uniform 32-bit `x`, so `index` is given by the `x` with
+/// `index × 2^32 ≤ x × n < (index + 1) × 2^32`: `⌈(index+1)·2^32/n⌉ − ⌈index·2^32/n⌉` of the
+/// 2^32 values, which is exactly 1/n only when n divides 2^32 (docs/kernel-model.md §14).
+pub fn numgen_probability(n: u32, index: u32) -> Dyadic {
+    if n == 0 || index >= n {
+        return Dyadic::zero();
+    }
+    let ceil = |v: u128| (v << 32).div_ceil(u128::from(n));
+    let count = ceil(u128::from(index) + 1) - ceil(u128::from(index));
+    Dyadic::new(count as u64, 32)
+}
+
+/// A path node as the report shows it, and its probability.
+fn decision(base: &Netns, n: &PathNode) -> Result<(Decision, Dyadic), ExplainError> {
+    match &n.choice {
+        Choice::Statistic { table, matched } => {
+            let rule = base
+                .ruleset()
+                .rules(*table, &n.chain)
+                .and_then(|rules| rules.get(n.num.wrapping_sub(1)))
+                .ok_or_else(|| {
+                    ExplainError::Netns(format!(
+                        "internal: traced rule {} {} #{} is not in the ruleset",
+                        table, n.chain, n.num
+                    ))
+                })?;
+            let p = match_probability(rule);
+            let p = if *matched { p } else { p.complement() };
+            Ok((
+                Decision {
+                    table: table.name().to_string(),
+                    chain: n.chain.to_string(),
+                    rule: n.num,
+                    matched: *matched,
+                    numgen: None,
+                    probability: Probability(p.clone()),
+                    spec: rule_spec(rule),
+                },
+                p,
+            ))
+        }
+        Choice::Numgen {
+            table,
+            modulus,
+            offset,
+            index,
+            text,
+        } => {
+            let p = numgen_probability(*modulus, *index);
+            Ok((
+                Decision {
+                    table: table.to_string(),
+                    chain: n.chain.to_string(),
+                    rule: n.num,
+                    matched: true,
+                    numgen: Some(index.wrapping_add(*offset)),
+                    probability: Probability(p.clone()),
+                    spec: text.trim().to_string(),
+                },
+                p,
+            ))
+        }
+    }
+}
+
 /// Explores every statistic branch of `pkt` entering `base` at `ingress`.
 pub(crate) fn explore(
     base: &Netns,
@@ -183,7 +254,7 @@ pub(crate) fn explore(
     now: sim_core::SimTime,
 ) -> Result<BranchReport, ExplainError> {
     // Depth-first: each entry is the leaves to follow at the walks that forked earlier.
-    let mut stack: Vec<Vec<(usize, Arc<WalkLeaf>)>> = vec![Vec::new()];
+    let mut stack: Vec<Vec<(usize, Taken)>> = vec![Vec::new()];
     let mut runs = 0usize;
     // Per path node (by address; `heads` keeps every node alive, so no address is reused):
     // the path's probability up to and including it, and the decision it stands for.
@@ -191,7 +262,7 @@ pub(crate) fn explore(
     // Per node: the probability of the path up to it, and its decisions.
     type Memo = (Dyadic, Arc<Vec<Arc<Decision>>>);
     let mut memo: HashMap<usize, Memo> = HashMap::new();
-    let mut decided: BTreeSet<(Table, Arc<str>, usize)> = BTreeSet::new();
+    let mut decided: BTreeSet<(String, Arc<str>, usize)> = BTreeSet::new();
     let mut notes: Vec<String> = Vec::new();
     type Merged = (Dyadic, Vec<Vec<Arc<Decision>>>, Vec<Vec<String>>);
     let mut merged: IndexMap<Outcome, Merged> = IndexMap::new();
@@ -228,31 +299,13 @@ pub(crate) fn explore(
             None => (Dyadic::one(), Arc::new(Vec::new())),
         };
         for n in fresh.into_iter().rev() {
-            let rule = base
-                .ruleset()
-                .rules(n.table, &n.chain)
-                .and_then(|rules| rules.get(n.num.wrapping_sub(1)))
-                .ok_or_else(|| {
-                    ExplainError::Netns(format!(
-                        "internal: traced rule {} {} #{} is not in the ruleset",
-                        n.table, n.chain, n.num
-                    ))
-                })?;
-            let p = match_probability(rule);
-            let p = if n.matched { p } else { p.complement() };
+            let (d, p) = decision(base, n)?;
             prob = prob.mul(&p);
             let mut v = Vec::with_capacity(path.len() + 1);
             v.extend(path.iter().cloned());
-            v.push(Arc::new(Decision {
-                table: n.table.name().to_string(),
-                chain: n.chain.to_string(),
-                rule: n.num,
-                matched: n.matched,
-                probability: Probability(p),
-                spec: rule_spec(rule),
-            }));
+            decided.insert((d.table.clone(), n.chain.clone(), n.num));
+            v.push(Arc::new(d));
             path = Arc::new(v);
-            decided.insert((n.table, n.chain.clone(), n.num));
             memo.insert(Arc::as_ptr(n) as usize, (prob.clone(), path.clone()));
         }
         let path: Vec<Arc<Decision>> = path.to_vec();
@@ -271,21 +324,7 @@ pub(crate) fn explore(
                 notes.push(note);
             }
         }
-        let matched: Vec<String> = steps
-            .iter()
-            .take_while(|st| !matches!(st, Step::Fate(_)))
-            .filter_map(|st| match st {
-                Step::Rules(TraceEvent::Rule {
-                    table,
-                    chain,
-                    num,
-                    matched: true,
-                    spec,
-                    ..
-                }) => Some(format!("{} {chain} #{num}: {spec}", table.name())),
-                _ => None,
-            })
-            .collect();
+        let matched = rules_matched(steps);
         let e = merged
             .entry(outcome)
             .or_insert_with(|| (Dyadic::zero(), Vec::new(), Vec::new()));
@@ -316,6 +355,37 @@ pub(crate) fn explore(
         outcomes,
         notes,
     })
+}
+
+/// Every rule whose matches all matched before the packet's fate, in evaluation order, in
+/// the tools' words: `nat KUBE-SVC-X #2: -m statistic … -j KUBE-SEP-Y` (iptables-save's,
+/// without `-A CHAIN`) or `ip kube-proxy service-X #1: numgen random mod 3 vmap { … }`
+/// (`nft list`'s).
+fn rules_matched(steps: &[Step]) -> Vec<String> {
+    let mut nft_table = String::new();
+    let mut out = Vec::new();
+    for st in steps.iter().take_while(|st| !matches!(st, Step::Fate(_))) {
+        match st {
+            Step::Rules(TraceEvent::Rule {
+                table,
+                chain,
+                num,
+                matched: true,
+                spec,
+                ..
+            }) => out.push(format!("{} {chain} #{num}: {spec}", table.name())),
+            Step::Nft(NftStep::Enter { table, .. }) => nft_table.clone_from(table),
+            Step::Nft(NftStep::Rule {
+                chain,
+                num,
+                matched: true,
+                text,
+                ..
+            }) => out.push(format!("{nft_table} {chain} #{num}: {}", text.trim())),
+            _ => {}
+        }
+    }
+    out
 }
 
 impl BranchReport {
@@ -350,12 +420,16 @@ impl BranchReport {
                 let parts: Vec<String> = path
                     .iter()
                     .map(|d| {
+                        let what = match d.numgen {
+                            Some(v) => format!("numgen = {v}"),
+                            None if d.matched => "matched".to_string(),
+                            None => "not matched".to_string(),
+                        };
                         format!(
-                            "{} {} #{} {} ({})",
+                            "{} {} #{} {what} ({})",
                             d.table,
                             d.chain,
                             d.rule,
-                            if d.matched { "matched" } else { "not matched" },
                             d.probability.fraction()
                         )
                     })

@@ -41,6 +41,10 @@ pub struct Outcome {
     pub snat: Option<String>,
     /// Whether POSTROUTING masqueraded it (a MASQUERADE rule set up the source binding).
     pub masqueraded: bool,
+    /// Whether a rule marked it for masquerading: set kube-proxy's masquerade bit 0x4000
+    /// (`KUBE-MARK-MASQ`'s `--or-mark 0x4000`, or a rule of the nftables proxier's
+    /// `mark-for-masquerade` chain), whether or not it was masqueraded in the end.
+    pub marked_for_masquerade: bool,
 }
 
 /// One step of the trace, for JSON: `kind` says which, the other fields depend on it.
@@ -335,7 +339,31 @@ pub(crate) fn outcome_of(
         dnat,
         snat,
         masqueraded: masqueraded(ns, steps),
+        marked_for_masquerade: marked_for_masquerade(steps),
     }
+}
+
+/// kube-proxy's masquerade mark (`--iptables-masquerade-bit`, 14 by default; the nftables
+/// proxier uses the same bit).
+const KUBE_MASQ_MARK: u32 = 0x4000;
+
+/// Whether a rule set the masquerade bit before the packet's fate (packets the kernel
+/// generated for it do not count).
+fn marked_for_masquerade(steps: &[Step]) -> bool {
+    steps
+        .iter()
+        .take_while(|s| !matches!(s, Step::Fate(_)))
+        .any(|s| match s {
+            Step::Rules(TraceEvent::Mark { from, to }) => {
+                to & KUBE_MASQ_MARK != 0 && from & KUBE_MASQ_MARK == 0
+            }
+            Step::Nft(sim_netfilter::nft::NftStep::Rule {
+                chain,
+                matched: true,
+                ..
+            }) => chain == "mark-for-masquerade",
+            _ => false,
+        })
 }
 
 /// Whether a MASQUERADE rule in nat POSTROUTING set up the connection's source binding: the

@@ -1361,14 +1361,15 @@ impl Netns {
             rng: &mut self.stat_rng,
             local_origin: f.local_origin,
             force_random: None,
+            force_numgen: None,
         };
         let verdict = match (self.branching.as_mut(), rule_trace.as_mut()) {
             (Some(br), Some(rt)) => {
                 let j = br.walks;
                 br.walks += 1;
                 let (leaf, others) = match br.injected(j) {
-                    Some(l) => (l, Vec::new()),
-                    None => {
+                    Some(crate::branch::Taken::Leaf(l)) => (l, Vec::new()),
+                    _ => {
                         let path = br.path().cloned();
                         let (first, rest) = self.ruleset.walk_all(
                             table,
@@ -1379,7 +1380,9 @@ impl Netns {
                         );
                         (
                             std::sync::Arc::new(first),
-                            rest.into_iter().map(std::sync::Arc::new).collect(),
+                            rest.into_iter()
+                                .map(|l| crate::branch::Taken::Leaf(std::sync::Arc::new(l)))
+                                .collect(),
                         )
                     }
                 };
@@ -1388,7 +1391,7 @@ impl Netns {
                 leaf.state.apply(&mut self.rules_state);
                 rt.events.extend(leaf.events.iter().cloned());
                 let v = leaf.verdict.clone();
-                br.took(j, leaf, others);
+                br.took(j, crate::branch::Taken::Leaf(leaf), others);
                 v
             }
             _ => self.ruleset.run_hook(

@@ -230,8 +230,28 @@ impl Netns {
             rng: &mut self.stat_rng,
             local_origin: f.local_origin,
             force_random: None,
+            force_numgen: None,
         };
-        let v = self.nft.run_base_chain(at, &mut ctx, steps.as_mut());
+        let v = match (self.branching.as_mut(), steps.as_mut()) {
+            (Some(br), Some(st)) => {
+                let j = br.walks;
+                br.walks += 1;
+                let path = br.path().cloned();
+                let mut plan = match br.injected(j) {
+                    Some(crate::branch::Taken::Numgen(p)) => {
+                        crate::branch::NumgenPlan::again(&p, path)
+                    }
+                    _ => crate::branch::NumgenPlan::start(path),
+                };
+                let v = self
+                    .nft
+                    .run_base_chain_with(at, &mut ctx, Some(st), Some(&mut plan));
+                let others = plan.take_others();
+                br.took(j, crate::branch::Taken::Numgen(std::sync::Arc::new(plan)), others);
+                v
+            }
+            _ => self.nft.run_base_chain(at, &mut ctx, steps.as_mut()),
+        };
         f.pkt.mark = ctx.packet.mark;
         if let (Some(t), Some(s)) = (f.trace.as_mut(), steps) {
             t.steps.extend(s.into_iter().map(Step::Nft));

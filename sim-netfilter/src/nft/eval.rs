@@ -187,7 +187,20 @@ impl NftRuleset {
         &mut self,
         at: BaseRef,
         ctx: &mut EvalCtx<'_>,
+        trace: Option<&mut Vec<NftStep>>,
+    ) -> Verdict {
+        self.run_base_chain_with(at, ctx, trace, None)
+    }
+
+    /// [`NftRuleset::run_base_chain`] with the `numgen` results `plan` forces, forcing the
+    /// first value of every other `numgen` met and noting its other values
+    /// ([`crate::branch::NumgenPlan`]).
+    pub(crate) fn run_base_chain_with(
+        &mut self,
+        at: BaseRef,
+        ctx: &mut EvalCtx<'_>,
         mut trace: Option<&mut Vec<NftStep>>,
+        mut plan: Option<&mut crate::branch::NumgenPlan>,
     ) -> Verdict {
         let Some((_, t)) = self.tables.get_index_mut(at.table) else {
             return accept();
@@ -240,7 +253,14 @@ impl NftRuleset {
             let mut draws = Vec::new();
             let mut lookup = None;
             let tracing = trace.is_some();
+            if let Some(p) = plan.as_deref_mut() {
+                ctx.force_numgen = Some(p.forced(cname, ri + 1).unwrap_or(0));
+            }
             let out = eval_rule(rule, sets, ctx, &mut draws, &mut lookup, tracing);
+            ctx.force_numgen = None;
+            if let (Some(p), Some(d)) = (plan.as_deref_mut(), draws.first()) {
+                p.reached(&format!("{family} {tname}"), cname, ri + 1, d, rule_text(rule));
+            }
             if let Some(tr) = trace.as_deref_mut() {
                 tr.push(NftStep::Rule {
                     chain: cname.clone(),
@@ -420,7 +440,12 @@ fn load(f: Field, ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<u32
         }
         Field::Numgen { modulus, offset } => {
             let draw = ctx.rng.next_u32();
-            let value = ((u64::from(draw) * u64::from(modulus)) >> 32) as u32 + offset;
+            // nft_ng_random_eval: reciprocal_scale(get_random_u32(), priv->modulus) + offset.
+            let scaled = match ctx.force_numgen {
+                Some(v) => v.min(modulus.saturating_sub(1)),
+                None => ((u64::from(draw) * u64::from(modulus)) >> 32) as u32,
+            };
+            let value = scaled.wrapping_add(offset);
             draws.push(NftDraw {
                 draw,
                 modulus,
