@@ -1,9 +1,10 @@
 //! Laws nfsim holds to, proven through the testkit alone (`nfsim::testkit`, no `sim_*` path):
 //!
 //! - **uniform selection**: for every endpoint count 1..=64 as kube-proxy renders it, each
-//!   endpoint's exact probability is within 1e-9 of 1/n; and new flows sampled through a node
-//!   pass a chi-square test at significance 0.001 (fixed seeds: the outcome is fixed, never
-//!   flaky);
+//!   endpoint's exact probability is within 1e-9 of 1/n, in iptables mode (`statistic`,
+//!   quantized to 2^-31) and in nftables mode (`numgen random mod n`, exactly the share of the
+//!   2^32 draws that map to each value); and new flows sampled through a node pass a
+//!   chi-square test at significance 0.001 (fixed seeds: the outcome is fixed, never flaky);
 //! - **pinning**: every packet of a flow, both directions, reaches the endpoint its first packet
 //!   reached, however the rules change, until its entry is gone;
 //! - **reply symmetry**: replies leave with the Service IP and port the client used; a
@@ -16,7 +17,7 @@
 
 use nfsim::testkit::examples::{endpoint_ip, service_with_endpoints, svc_chain};
 use nfsim::testkit::strategies::{self, proptest, ServiceSpec};
-use nfsim::testkit::{Cluster, Node, Release, SimTime};
+use nfsim::testkit::{Cluster, Node, ProxyMode, Release, SimTime};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::collections::{BTreeMap, BTreeSet};
@@ -55,6 +56,56 @@ fn every_endpoint_count_up_to_64_selects_uniformly_exactly() {
                 c.target,
                 c.probability.fraction()
             );
+        }
+    }
+}
+
+#[test]
+fn every_endpoint_count_up_to_64_selects_uniformly_exactly_in_nftables_mode() {
+    for n in 1..=64usize {
+        let node = Node::builder()
+            .mode(ProxyMode::Nftables)
+            .objects(&service_with_endpoints("web", "10.96.0.20", 80, "TCP", n))
+            .build()
+            .unwrap();
+        let b = node
+            .branches("tcp 10.244.0.9:40000 -> 10.96.0.20:80")
+            .unwrap();
+        assert_eq!(b.outcomes.len(), n, "n = {n}: {}", b.text());
+        assert!(b.sums_to_one, "n = {n}");
+        let expected: BTreeSet<String> = (0..n).map(|i| format!("{}:80", endpoint_ip(i))).collect();
+        let got: BTreeSet<String> = b
+            .outcomes
+            .iter()
+            .map(|o| {
+                let d = o.outcome.dnat.as_deref().unwrap();
+                d.rsplit(' ').next().unwrap().to_string()
+            })
+            .collect();
+        assert_eq!(got, expected, "n = {n}: every endpoint exactly once");
+        for o in &b.outcomes {
+            let p = o.exact().to_f64();
+            assert!(
+                (p - 1.0 / n as f64).abs() < 1e-9,
+                "n = {n}: {:?} gets {} = {p}, not 1/{n}",
+                o.outcome.dnat,
+                o.probability.fraction()
+            );
+            // One numgen decision per path (none for a single endpoint: no numgen at all).
+            let path = &o.paths[0];
+            if n > 1 {
+                assert_eq!(path.len(), 1, "n = {n}");
+                assert!(path[0]
+                    .spec
+                    .starts_with(&format!("numgen random mod {n} vmap")));
+            }
+            // Exact: (values of 2^32 mapping to it) / 2^32, 1/n itself when n divides 2^32.
+            if n.is_power_of_two() {
+                assert_eq!(
+                    o.exact(),
+                    &nfsim::testkit::Dyadic::new(1, n.trailing_zeros())
+                );
+            }
         }
     }
 }

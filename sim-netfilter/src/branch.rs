@@ -682,12 +682,8 @@ impl Branching {
     pub fn alternatives(&self) -> Vec<Vec<(usize, Taken)>> {
         let mut out = Vec::new();
         for (j, others) in &self.found {
-            let prefix: Vec<(usize, Taken)> = self
-                .taken
-                .iter()
-                .filter(|(w, _)| w < j)
-                .cloned()
-                .collect();
+            let prefix: Vec<(usize, Taken)> =
+                self.taken.iter().filter(|(w, _)| w < j).cloned().collect();
             for t in others.iter().rev() {
                 let mut inj = prefix.clone();
                 inj.push((*j, t.clone()));

@@ -183,7 +183,7 @@ pub(crate) fn match_probability(rule: &Rule) -> Dyadic {
 /// `nft_ng_random_eval` computes `reciprocal_scale(get_random_u32(), n)`, i.e.
 /// `(x × n) >> 32` for a uniform 32-bit `x`, so `index` is given by the `x` with
 /// `index × 2^32 ≤ x × n < (index + 1) × 2^32`: `⌈(index+1)·2^32/n⌉ − ⌈index·2^32/n⌉` of the
-/// 2^32 values, which is exactly 1/n only when n divides 2^32 (docs/kernel-model.md §14).
+/// 2^32 values, which is exactly 1/n only when n divides 2^32 (docs/kernel-model.md §13).
 pub fn numgen_probability(n: u32, index: u32) -> Dyadic {
     if n == 0 || index >= n {
         return Dyadic::zero();
@@ -451,5 +451,25 @@ impl BranchReport {
             let _ = writeln!(s, "  note: {n}");
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numgen_values_own_their_share_of_the_32_bit_draws() {
+        // 2^32 = 3 × 1431655765 + 1: value 0 gets the extra draw.
+        assert_eq!(numgen_probability(3, 0), Dyadic::new(1_431_655_766, 32));
+        assert_eq!(numgen_probability(3, 1), Dyadic::new(1_431_655_765, 32));
+        assert_eq!(numgen_probability(3, 2), Dyadic::new(1_431_655_765, 32));
+        assert!(numgen_probability(1, 0).is_one());
+        assert_eq!(numgen_probability(64, 63), Dyadic::new(1, 6));
+        assert!(numgen_probability(3, 3).is_zero());
+        for n in [1u32, 2, 3, 5, 7, 10, 1000, 65_537] {
+            let total = (0..n).fold(Dyadic::zero(), |t, v| t.add(&numgen_probability(n, v)));
+            assert!(total.is_one(), "n = {n}");
+        }
     }
 }

@@ -34,10 +34,10 @@ pub use selection::{Choice, Selection};
 pub use crate::cluster::sim::{
     CleanupTally, ClientFigures, Origin, RunResult, Sighting, Simulation, TimelineEvent, What,
 };
-pub use crate::explain::Dyadic;
+pub use crate::explain::{BranchOutcome, BranchReport, Dyadic};
 pub use crate::kubeproxy::{
     CleanupInput, CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry as CleanupEntry, CtFilter,
-    Latest, NoCleanup, V131, V132, V133,
+    Latest, NoCleanup, ProxyMode, V131, V132, V133,
 };
 pub use crate::scenario::model::{Action, Release, Scenario, TimedEvent};
 pub use crate::scenario::{load_file as load_scenario, load_str as load_scenario_str};

@@ -3,9 +3,12 @@
 use super::selection::{selection_of, Selection};
 use super::TestkitError;
 use crate::cluster::proxy::{release_cleanup, ProxyGroup};
+use crate::explain::BranchReport;
 use crate::explain::NodeSpec;
 use crate::k8s::{parse_objects, Cidr};
-use crate::kubeproxy::{CleanupReport, KubeProxy, LocalDetector, ProxierConfig, SyncTiming};
+use crate::kubeproxy::{
+    CleanupReport, KubeProxy, LocalDetector, ProxierConfig, ProxyMode, SyncTiming,
+};
 use crate::scenario::model::Release;
 use sim_conntrack::{CtEntry, CtEvent, Filter};
 use sim_core::{Packet, SimTime};
@@ -27,6 +30,7 @@ pub struct NodeBuilder {
     objects: Vec<String>,
     masquerade_all: bool,
     release: Release,
+    mode: ProxyMode,
 }
 
 impl Default for NodeBuilder {
@@ -42,6 +46,7 @@ impl Default for NodeBuilder {
             objects: Vec::new(),
             masquerade_all: false,
             release: Release::Latest,
+            mode: ProxyMode::Iptables,
         }
     }
 }
@@ -101,6 +106,13 @@ impl NodeBuilder {
         self
     }
 
+    /// kube-proxy's mode for the objects: `iptables` (the default) or `nftables` (its
+    /// `ip kube-proxy` table).
+    pub fn mode(mut self, mode: ProxyMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
     /// Builds the node at time 0. Errors name what was wrong: a rules line with a caret, a
     /// YAML object, an address.
     pub fn build(self) -> Result<Node, TestkitError> {
@@ -151,6 +163,7 @@ impl NodeBuilder {
             let mut cfg = ProxierConfig::new(&self.name, IpAddr::V4(node.spec.addr), pod_cidr);
             cfg.local_detector = LocalDetector::ClusterCidr(pod_cidr);
             cfg.masquerade_all = self.masquerade_all;
+            cfg.mode = self.mode;
             let mut kp = KubeProxy::new(
                 cfg,
                 SyncTiming::default(),
@@ -423,6 +436,27 @@ impl Node {
     /// The same for a chain of another table.
     pub fn selection_in(&self, table: Table, chain: &str) -> Result<Selection, TestkitError> {
         selection_of(self.ns.ruleset(), table, chain)
+    }
+
+    /// Every reachable outcome of a new packet on this node, with its exact probability, as
+    /// `nfsim trace --all-branches` gives them: each `statistic` rule (iptables) and
+    /// `numgen random` (nftables) it meets is followed every way. The node is not changed.
+    pub fn branches(&self, packet: &str) -> Result<BranchReport, TestkitError> {
+        let pkt: Packet = packet.parse().map_err(|e| TestkitError::Input {
+            what: format!("packet {packet:?}"),
+            message: format!("{e}"),
+        })?;
+        let (ingress, reason) = self.spec.ingress_for(&pkt, false);
+        let opts = crate::explain::TraceOptions {
+            all_branches: true,
+            at: self.now,
+            ..Default::default()
+        };
+        let r = crate::explain::trace_in(&self.ns, pkt, ingress, reason, self.spec.seed, &opts)?;
+        r.branches.ok_or_else(|| TestkitError::Input {
+            what: format!("packet {packet:?}"),
+            message: "no branches were followed".into(),
+        })
     }
 
     /// The network namespace itself, for what the testkit does not wrap.

@@ -247,7 +247,11 @@ impl Netns {
                     .nft
                     .run_base_chain_with(at, &mut ctx, Some(st), Some(&mut plan));
                 let others = plan.take_others();
-                br.took(j, crate::branch::Taken::Numgen(std::sync::Arc::new(plan)), others);
+                br.took(
+                    j,
+                    crate::branch::Taken::Numgen(std::sync::Arc::new(plan)),
+                    others,
+                );
                 v
             }
             _ => self.nft.run_base_chain(at, &mut ctx, steps.as_mut()),

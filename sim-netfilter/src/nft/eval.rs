@@ -259,7 +259,13 @@ impl NftRuleset {
             let out = eval_rule(rule, sets, ctx, &mut draws, &mut lookup, tracing);
             ctx.force_numgen = None;
             if let (Some(p), Some(d)) = (plan.as_deref_mut(), draws.first()) {
-                p.reached(&format!("{family} {tname}"), cname, ri + 1, d, rule_text(rule));
+                p.reached(
+                    &format!("{family} {tname}"),
+                    cname,
+                    ri + 1,
+                    d,
+                    rule_text(rule),
+                );
             }
             if let Some(tr) = trace.as_deref_mut() {
                 tr.push(NftStep::Rule {
