@@ -238,3 +238,63 @@ fn a_cluster_ip_reaches_an_endpoint_through_the_proxiers_rules() {
         r.fate
     );
 }
+
+/// Each of kube-proxy's `--detect-local-mode`s as the nftables proxier writes it
+/// (`IfLocalNFT` / `IfNotLocalNFT`: `ip saddr`, or `iifname` with a `*` for a prefix) loads
+/// into nfsim's nft (and the real nft where it is installed), and the pod's interface decides
+/// the masquerade jump.
+#[test]
+fn every_local_detector_renders_rules_the_nft_parser_accepts() {
+    use nfsim::kubeproxy::LocalDetector;
+    let modes: [(LocalDetector, &str); 4] = [
+        (LocalDetector::None, ""),
+        (
+            LocalDetector::ClusterCidr("10.244.0.0/16".parse().unwrap()),
+            "ip saddr != 10.244.0.0/16 jump mark-for-masquerade",
+        ),
+        (
+            LocalDetector::BridgeInterface("cni0".into()),
+            "iifname != \"cni0\" jump mark-for-masquerade",
+        ),
+        (
+            LocalDetector::InterfaceNamePrefix("veth".into()),
+            "iifname != \"veth*\" jump mark-for-masquerade",
+        ),
+    ];
+    for (detector, want) in modes {
+        let mut cfg = ProxierConfig::new(
+            "node-a",
+            "172.18.0.2".parse().unwrap(),
+            "10.244.0.0/16".parse().unwrap(),
+        );
+        cfg.mode = ProxyMode::Nftables;
+        cfg.local_detector = detector.clone();
+        let mut kp = KubeProxy::new(
+            cfg,
+            SyncTiming::default(),
+            Box::new(V133::default()),
+            SimTime::ZERO,
+        );
+        for o in parse_objects(OBJECTS).unwrap() {
+            kp.upsert(SimTime::ZERO, o);
+        }
+        let (t0, txs) = sync(&mut kp, SimTime::ZERO);
+        let mut rs = NftRuleset::new();
+        for t in &txs {
+            rs.apply("sync-1", t, t0)
+                .unwrap_or_else(|e| panic!("{detector:?}: {e}\n{t}"));
+        }
+        let listed = rs.list_table(Family::Ip, "kube-proxy", t0).unwrap();
+        if want.is_empty() {
+            assert!(!listed.contains("iifname") && !listed.contains("ip saddr != 10.244"));
+        } else {
+            assert!(listed.contains(want), "{detector:?}:\n{listed}");
+        }
+        if let Some(real) = real_nft_list(&txs) {
+            assert!(
+                real.contains(want),
+                "{detector:?}: the real nft lists\n{real}"
+            );
+        }
+    }
+}

@@ -284,13 +284,16 @@ pub fn render_nft_sync(
             Some(format!("ip saddr {c}")),
             Some(format!("ip saddr != {c}")),
         ),
-        // IfLocalNFT / IfNotLocalNFT (pkg/proxy/util/localdetector.go).
-        LocalDetector::BridgeInterface(i) => {
-            (Some(format!("iif {i}")), Some(format!("iif != {i}")))
-        }
-        LocalDetector::InterfaceNamePrefix(p) => {
-            (Some(format!("iif {p}*")), Some(format!("iif != {p}*")))
-        }
+        // IfLocalNFT / IfNotLocalNFT (pkg/proxy/util/localdetector.go): `iifname`, the
+        // name as a string (a prefix with `*`), in both interface modes.
+        LocalDetector::BridgeInterface(i) => (
+            Some(format!("iifname {i}")),
+            Some(format!("iifname != {i}")),
+        ),
+        LocalDetector::InterfaceNamePrefix(p) => (
+            Some(format!("iifname {p}*")),
+            Some(format!("iifname != {p}*")),
+        ),
         LocalDetector::None => (None, None),
     };
     let mut active = BTreeSet::new();

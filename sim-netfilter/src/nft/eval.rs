@@ -619,6 +619,18 @@ fn eval_rule(
                 }))
             }
             Stmt::Reject(w) => return RuleOutcome::Reject(*w),
+            Stmt::Iifname { negated, name } => {
+                // meta iifname: the interface name, compared as a string; `prefix*` is a
+                // prefix match (nft turns it into a shorter comparison).
+                let dev = ctx.packet.iif.as_ref().map(|i| i.as_str()).unwrap_or("");
+                let hit = match name.strip_suffix('*') {
+                    Some(prefix) => dev.starts_with(prefix),
+                    None => dev == name,
+                };
+                if hit == *negated {
+                    return RuleOutcome::NoMatch;
+                }
+            }
         }
     }
     RuleOutcome::Next

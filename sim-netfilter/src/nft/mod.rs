@@ -401,6 +401,15 @@ pub enum Stmt {
     },
     /// `reject [with icmp X | with tcp reset]`.
     Reject(crate::rule::RejectWith),
+    /// `iifname [!=] "NAME"`: the input interface's name; a trailing `*` matches every name
+    /// with that prefix (kube-proxy's LocalDetector in `BridgeInterface` and
+    /// `InterfaceNamePrefix` modes).
+    Iifname {
+        /// `!=`.
+        negated: bool,
+        /// The name or `prefix*`.
+        name: String,
+    },
 }
 
 /// How `meta mark set` computes the new mark.

@@ -1190,6 +1190,22 @@ fn stmt(p: &mut P) -> R<Stmt> {
     p.pos = start;
     let w = p.word("a statement")?;
     Ok(match w.as_str() {
+        "iifname" => {
+            let negated = p.eat_word("!=");
+            let name = match p.peek().clone() {
+                Tok::Word(n) | Tok::Str(n) if !n.is_empty() && n.len() <= 16 => {
+                    p.pos += 1;
+                    n
+                }
+                _ => {
+                    return p.err(format!(
+                        "syntax error, expected an interface name (at most 16 characters), got {}",
+                        p.what()
+                    ))
+                }
+            };
+            Stmt::Iifname { negated, name }
+        }
         "counter" => {
             let (mut packets, mut bytes) = (0, 0);
             if p.eat_word("packets") {

@@ -500,6 +500,13 @@ pub fn stmt_text(s: &Stmt) -> String {
                 None => format!("{kw} to {addr}"),
             }
         }
+        Stmt::Iifname { negated, name } => {
+            if *negated {
+                format!("iifname != \"{name}\"")
+            } else {
+                format!("iifname \"{name}\"")
+            }
+        }
         Stmt::Masquerade { fully_random } => {
             if *fully_random {
                 "masquerade fully-random".into()
