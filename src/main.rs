@@ -827,6 +827,26 @@ fn cmd_conntrack(a: ConntrackArgs) -> Result<ExitCode> {
         }
     }
     let args = rest;
+    // `-e/--event-mask` (only with -E: conntrack.c's commands_v_options has it for CT_EVENT
+    // alone), and the options -E refuses (its row: no --timeout, --status, --zero), first in
+    // conntrack.c's option-bit order as generic_opt_check reports them.
+    let (args, event_mask) = match take_event_mask(&args) {
+        Ok(x) => x,
+        Err(m) => return refuse(m),
+    };
+    if event_mask.is_some() && cmd != 'E' {
+        return refuse("Illegal option `--event-mask' with this command".into());
+    }
+    if cmd == 'E' {
+        for (short, long) in [("-t", "--timeout"), ("-u", "--status"), ("-z", "--zero")] {
+            if args
+                .iter()
+                .any(|x| x == short || x == long || x.starts_with(&format!("{long}=")))
+            {
+                return refuse(format!("Illegal option `{long}' with this command"));
+            }
+        }
+    }
     if matches!(cmd, 'S' | 'C') && !args.is_empty() {
         // The long name conntrack-tools' option table gives it.
         let long = match args[0].split('=').next().unwrap_or_default() {
@@ -863,11 +883,6 @@ fn cmd_conntrack(a: ConntrackArgs) -> Result<ExitCode> {
     }
     let end = sc.duration;
     if cmd == 'E' {
-        if !args.is_empty() {
-            anyhow::bail!(
-                "-E: filters are not supported with -E yet (they are with -L, -C and -D)"
-            );
-        }
         let from = SimTime::ZERO + from.unwrap_or(SimDuration::ZERO);
         let to = SimTime::ZERO + to.unwrap_or(end);
         let collect = Rc::new(RefCell::new(nfsim::cluster::sim::Collect::default()));
@@ -884,8 +899,25 @@ fn cmd_conntrack(a: ConntrackArgs) -> Result<ExitCode> {
         let mut text = String::new();
         let mut count = 0;
         for e in &collect.borrow().events {
-            if let nfsim::cluster::sim::What::Conntrack { node, line, .. } = &e.what {
-                if *node == a.node && e.t_ns >= from.as_nanos() && e.t_ns <= to.as_nanos() {
+            if let nfsim::cluster::sim::What::Conntrack {
+                node,
+                line,
+                event,
+                ct,
+                ..
+            } = &e.what
+            {
+                // conntrack -E applies the -L filters to each event's entry (event_cb →
+                // nfct_filter, as dump_cb does) and -e to its type.
+                let wanted = event_mask
+                    .as_ref()
+                    .is_none_or(|m| m.contains(event.as_str()));
+                if *node == a.node
+                    && e.t_ns >= from.as_nanos()
+                    && e.t_ns <= to.as_nanos()
+                    && wanted
+                    && filter.matches(ct)
+                {
                     // `conntrack -E -o timestamp`'s prefix (`[%-.8ld.%-.6ld]\t`), with
                     // simulated seconds since the start.
                     let us = e.t_ns / 1000;
@@ -948,6 +980,63 @@ fn cmd_conntrack(a: ConntrackArgs) -> Result<ExitCode> {
 /// conntrack-tools 1.4.7's words for a filter it refuses (checked against the real tool):
 /// `unknown option `--sport'` (a protocol option before `-p`), `` `bogus' unsupported
 /// protocol``, ``unknown TCP state `FOO'``; other refusals keep nfsim's own text.
+/// Takes `-e/--event-mask LIST` out of conntrack's arguments: the event types it keeps
+/// (`NEW`, `UPDATE`, `DESTROY`, as the timeline names them), or the real tool's refusal of a
+/// bad name ("Bad parameter `X'"; names are case-insensitive, `ALL` is every type).
+#[allow(clippy::type_complexity)]
+fn take_event_mask(
+    args: &[String],
+) -> std::result::Result<
+    (
+        Vec<String>,
+        Option<std::collections::BTreeSet<&'static str>>,
+    ),
+    String,
+> {
+    let mut rest = Vec::new();
+    let mut mask: Option<std::collections::BTreeSet<&'static str>> = None;
+    let mut it = args.iter();
+    while let Some(x) = it.next() {
+        let value = if x == "-e" || x == "--event-mask" {
+            Some(
+                it.next()
+                    .cloned()
+                    .ok_or_else(|| format!("option `{x}' requires an argument"))?,
+            )
+        } else if let Some(v) = x.strip_prefix("--event-mask=") {
+            Some(v.to_string())
+        } else if let Some(v) = x
+            .strip_prefix("-e")
+            .filter(|v| !v.is_empty() && !x.starts_with("--"))
+        {
+            Some(v.to_string())
+        } else {
+            None
+        };
+        let Some(v) = value else {
+            rest.push(x.clone());
+            continue;
+        };
+        let m = mask.get_or_insert_with(Default::default);
+        for name in v.split(',') {
+            match name.to_ascii_uppercase().as_str() {
+                "ALL" => m.extend(["NEW", "UPDATE", "DESTROY"]),
+                "NEW" => {
+                    m.insert("NEW");
+                }
+                "UPDATES" => {
+                    m.insert("UPDATE");
+                }
+                "DESTROY" => {
+                    m.insert("DESTROY");
+                }
+                _ => return Err(format!("Bad parameter `{name}'")),
+            }
+        }
+    }
+    Ok((rest, mask))
+}
+
 fn conntrack_refusal(e: &sim_conntrack::FilterError) -> String {
     use sim_conntrack::FilterError as E;
     match e {

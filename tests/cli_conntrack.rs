@@ -82,3 +82,94 @@ fn filters_refusals_and_commands() {
     assert!(first.ends_with("[USERSPACE] portid=0"), "{first}");
     assert!(err.contains("flow events have been shown."), "{err}");
 }
+
+/// `-E` takes the `-L` filters (conntrack.c: event_cb applies nfct_filter to each event's
+/// entry, as dump_cb does for -L) and `-e/--event-mask`; it refuses what its row of
+/// commands_v_options refuses, first in option-bit order (checked against conntrack 1.4.7).
+#[test]
+fn events_take_the_list_filters_and_the_event_mask() {
+    let ev = |extra: &[&str]| {
+        let mut a = vec![
+            "conntrack",
+            S,
+            "--node",
+            "node-2",
+            "-E",
+            "--from",
+            "0s",
+            "--to",
+            "6m",
+        ];
+        a.extend_from_slice(extra);
+        nfsim(&a)
+    };
+    let (code, all, err) = ev(&[]);
+    assert_eq!(code, 0, "{err}");
+    let n_all = all.lines().count();
+    assert!(n_all > 3, "{all}");
+    // Only the sidecar's flow (source port 40000).
+    let (code, out, err) = ev(&["-p", "udp", "--sport", "40000"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.is_empty());
+    assert!(
+        out.lines().all(|l| l.contains("sport=40000 dport=53")),
+        "{out}"
+    );
+    assert!(out.lines().count() < n_all);
+    assert!(
+        err.contains(&format!(
+            "{} flow events have been shown.",
+            out.lines().count()
+        )),
+        "{err}"
+    );
+    // The reply source of the dead pod only, and only its DESTROY.
+    let (_, out, _) = ev(&["--reply-src", "10.244.1.5", "-e", "DESTROY"]);
+    assert!(!out.is_empty());
+    assert!(
+        out.lines()
+            .all(|l| l.contains("[DESTROY]") && l.contains("src=10.244.1.5")),
+        "{out}"
+    );
+    // -e takes a comma-separated, case-insensitive list; ALL is every type.
+    let (_, out, _) = ev(&["--event-mask", "new,updates"]);
+    assert!(out.lines().all(|l| !l.contains("[DESTROY]")), "{out}");
+    let (_, out, _) = ev(&["-e", "ALL"]);
+    assert_eq!(out.lines().count(), n_all);
+    // Refusals, in the real tool's words, exit 2.
+    for (args, msg) in [
+        (
+            &["-u", "ASSURED"][..],
+            "Illegal option `--status' with this command",
+        ),
+        (
+            &["-u", "ASSURED", "-t", "3"][..],
+            "Illegal option `--timeout' with this command",
+        ),
+        (&["-e", "FOO"][..], "Bad parameter `FOO'"),
+    ] {
+        let (code, out, err) = ev(args);
+        assert_eq!(code, 2, "{args:?}");
+        assert_eq!(out, "");
+        assert!(
+            err.starts_with(&format!("conntrack v1.4.7 (conntrack-tools): {msg}\n")),
+            "{args:?}: {err}"
+        );
+    }
+    let (code, _, err) = nfsim(&[
+        "conntrack",
+        S,
+        "--node",
+        "node-2",
+        "--at",
+        "4m",
+        "-L",
+        "-e",
+        "NEW",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("Illegal option `--event-mask' with this command"),
+        "{err}"
+    );
+}

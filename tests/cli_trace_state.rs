@@ -358,3 +358,67 @@ fn a_bad_xt_recent_file_is_a_located_error() {
         "{err}"
     );
 }
+
+/// The "entry found" line shows the entry as `conntrack -L` showed it just before the packet
+/// (117 s left in the saved listing), then what the packet did to it: the kernel refreshes the
+/// entry in the same `nf_conntrack_in` call that finds it.
+#[test]
+fn a_found_entry_is_shown_as_found_then_refreshed() {
+    let (code, out, err) = nfsim(&[
+        "trace",
+        "--rules",
+        "examples/production-node/rules.txt",
+        "--conntrack",
+        "examples/production-node/conntrack.txt",
+        "--node-addr",
+        "192.168.0.12",
+        "--pod-cidr",
+        "10.244.2.0/24",
+        "--packet",
+        PKT,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("conntrack: entry found: udp      17 117 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.5"),
+        "{out}"
+    );
+    assert!(
+        out.contains("this packet refreshes it: 117 s left -> 120 s"),
+        "{out}"
+    );
+    let (_, out, _) = nfsim(&[
+        "trace",
+        "--rules",
+        "examples/production-node/rules.txt",
+        "--conntrack",
+        "examples/production-node/conntrack.txt",
+        "--node-addr",
+        "192.168.0.12",
+        "--pod-cidr",
+        "10.244.2.0/24",
+        "--packet",
+        PKT,
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ct = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "conntrack" && s["found"] == true)
+        .unwrap();
+    assert!(
+        ct["entry"]
+            .as_str()
+            .unwrap()
+            .starts_with("udp      17 117 "),
+        "{ct}"
+    );
+    assert!(
+        ct["after"]
+            .as_str()
+            .unwrap()
+            .starts_with("udp      17 120 "),
+        "{ct}"
+    );
+}

@@ -60,11 +60,16 @@ pub enum StepJson {
     Conntrack {
         /// `NEW`, `ESTABLISHED`, `INVALID (…)`, …
         state: String,
-        /// The entry as `conntrack -L` prints it.
+        /// The entry as `conntrack -L` prints it: for an entry found in the table, as it was
+        /// found, before this packet refreshed it.
         entry: Option<String>,
         /// Whether the entry was in the table before this packet (its NAT applies; the nat
         /// rules are not consulted).
         found: bool,
+        /// For a found entry, the entry as this packet left it (timeout refreshed, status
+        /// bits and TCP state updated).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
     },
     /// A table's built-in chain starts.
     Enter {
@@ -432,6 +437,7 @@ fn step_json(s: &Step) -> StepJson {
             state: state.clone(),
             entry: entry.clone(),
             found: false,
+            after: None,
         },
         Step::Rules(e) => match e {
             TraceEvent::Enter {
@@ -571,8 +577,50 @@ fn entry_found(s: &Step) -> bool {
     matches!(s, Step::Conntrack { state, entry: Some(_) } if !state.starts_with("NEW") && !state.starts_with("INVALID") && state != "UNTRACKED")
 }
 
-/// One step's line; an entry found in the table says so, with the NAT it carries.
-fn step_text(s: &Step, entry: Option<&sim_conntrack::CtEntry>) -> String {
+/// The entry as `nf_conntrack_in` finds it for `pkt` at `now` (by either tuple), before the
+/// packet's protocol handler refreshes it: what `conntrack -L` showed just before.
+fn entry_before(base: &Netns, pkt: &Packet, now: SimTime) -> Option<sim_conntrack::CtEntry> {
+    base.conntrack()
+        .find(now, &sim_conntrack::Tuple::from_packet(pkt))
+        .map(|(e, _)| e)
+}
+
+/// What this packet changed in a found entry: its timeout (refreshed by the protocol
+/// handler, `nf_ct_refresh_acct`), the status bits it set, its TCP state.
+fn refresh_text(
+    before: &sim_conntrack::CtEntry,
+    after: &sim_conntrack::CtEntry,
+    now: SimTime,
+) -> String {
+    use sim_conntrack::Status;
+    let mut s = format!(
+        "this packet refreshes it: {} s left -> {} s",
+        before.expiry.secs_left(now),
+        after.expiry.secs_left(now)
+    );
+    if after.status.contains(Status::SEEN_REPLY) && !before.status.contains(Status::SEEN_REPLY) {
+        s.push_str(", no longer [UNREPLIED]");
+    }
+    if after.status.contains(Status::ASSURED) && !before.status.contains(Status::ASSURED) {
+        s.push_str(", now [ASSURED]");
+    }
+    if before.proto() == sim_core::packet::IPPROTO_TCP && before.tcp_state != after.tcp_state {
+        if let (Some(a), Some(b)) = (before.tcp_state, after.tcp_state) {
+            s.push_str(&format!(", {} -> {}", a.name(), b.name()));
+        }
+    }
+    s
+}
+
+/// One step's line. An entry found in the table is shown as it was found (as `conntrack -L`
+/// showed it just before), with the NAT it carries and what this packet changed in it (the
+/// kernel refreshes it in the same `nf_conntrack_in` call that finds it).
+fn step_text(
+    s: &Step,
+    entry: Option<&sim_conntrack::CtEntry>,
+    before: Option<&sim_conntrack::CtEntry>,
+    now: SimTime,
+) -> String {
     if let (
         true,
         Step::Conntrack {
@@ -581,6 +629,11 @@ fn step_text(s: &Step, entry: Option<&sim_conntrack::CtEntry>) -> String {
         },
     ) = (entry_found(s), s)
     {
+        let found_line = before.map_or_else(|| line.clone(), |b| b.list_line(now).to_string());
+        let refreshed = match (before, entry) {
+            (Some(b), Some(a)) => format!("\n    {}", refresh_text(b, a, now)),
+            _ => String::new(),
+        };
         let mut nat = Vec::new();
         if let Some(e) = entry {
             if e.is_dst_nat() {
@@ -602,7 +655,7 @@ fn step_text(s: &Step, entry: Option<&sim_conntrack::CtEntry>) -> String {
             nat.push("no NAT".to_string());
         }
         return format!(
-            "  conntrack: entry found: {line}\n    {state}, {}, nat rules not consulted",
+            "  conntrack: entry found: {found_line}\n    {state}, {}, nat rules not consulted{refreshed}",
             nat.join(", ")
         );
     }
@@ -651,6 +704,7 @@ pub fn trace_in(
     opts: &TraceOptions,
 ) -> Result<TraceReport, ExplainError> {
     let mut ns = base.clone();
+    let before = entry_before(base, &pkt, opts.at);
     let run = run_once(&mut ns, pkt, ingress, opts.at);
     let steps: &[Step] = run
         .result
@@ -679,8 +733,21 @@ pub fn trace_in(
             .iter()
             .map(|s| {
                 let mut j = step_json(s);
-                if let StepJson::Conntrack { found, .. } = &mut j {
+                if let StepJson::Conntrack {
+                    found,
+                    entry,
+                    after,
+                    ..
+                } = &mut j
+                {
                     *found = entry_found(s);
+                    if *found {
+                        if let Some(b) = &before {
+                            // As found; `after`: as this packet left it.
+                            *after = entry.take();
+                            *entry = Some(b.list_line(opts.at).to_string());
+                        }
+                    }
                 }
                 j
             })
@@ -695,7 +762,7 @@ pub fn trace_in(
         notes: Vec::new(),
         trace_text: shown
             .iter()
-            .map(|s| step_text(s, run.result.entry.as_ref()) + "\n")
+            .map(|s| step_text(s, run.result.entry.as_ref(), before.as_ref(), opts.at) + "\n")
             .collect(),
     })
 }

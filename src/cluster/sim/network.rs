@@ -269,6 +269,7 @@ impl Simulation {
                     cause: record::destroy_cause(e.cause),
                     line: e.to_string(),
                     entry: CtRecord::of_event(&e),
+                    ct: e.entry,
                 });
             }
         }

@@ -136,6 +136,9 @@ pub enum What {
         line: String,
         /// The entry, field by field.
         entry: CtRecord,
+        /// The entry itself, for `conntrack -E` filters (not serialized: `entry` says it).
+        #[serde(skip)]
+        ct: sim_conntrack::CtEntry,
     },
     /// A pod lifecycle change.
     Pod {
