@@ -42,7 +42,11 @@ fn tmp(name: &str) -> PathBuf {
 /// The records of a nanosecond pcap file of Ethernet frames: (time in ns, frame).
 fn records(path: &Path) -> Vec<(u64, Vec<u8>)> {
     let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(&b[0..4], &0xa1b2_3c4du32.to_le_bytes(), "nanosecond magic");
+    let nanos = b[0..4] == 0xa1b2_3c4du32.to_le_bytes();
+    assert!(
+        nanos || b[0..4] == 0xa1b2_c3d4u32.to_le_bytes(),
+        "a little-endian pcap"
+    );
     assert_eq!(
         u32::from_le_bytes(b[20..24].try_into().unwrap()),
         1,
@@ -52,7 +56,8 @@ fn records(path: &Path) -> Vec<(u64, Vec<u8>)> {
     let mut at = 24;
     while at < b.len() {
         let u = |o: usize| u32::from_le_bytes(b[at + o..at + o + 4].try_into().unwrap());
-        let t = u64::from(u(0)) * 1_000_000_000 + u64::from(u(4));
+        let frac = if nanos { 1 } else { 1000 };
+        let t = u64::from(u(0)) * 1_000_000_000 + u64::from(u(4)) * frac;
         let (incl, orig) = (u(8) as usize, u(12) as usize);
         assert_eq!(incl, orig);
         out.push((t, b[at + 16..at + 16 + incl].to_vec()));
@@ -307,5 +312,91 @@ fn tshark_reads_every_capture_with_checksums_validated() {
             assert!(errors.lines().count() >= 4, "{errors}");
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_capture_replayed_as_a_pods_traffic_takes_the_nodes_path() {
+    let dir = tmp("pcap-client");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (code, out, err) = cli::nfsim(&[
+        "run",
+        "scenarios/pcap-client.yaml",
+        "--pcap",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("pcap client captured-resolver: sending the 30 IPv4 packets of captures/app-dns-queries.pcap from pod default/app"), "{out}");
+    let ids = |path: &Path, to: Ipv4Addr| -> Vec<(u64, u16)> {
+        records(path)
+            .iter()
+            .filter_map(|(t, f)| match look(f) {
+                Seen::Dns {
+                    dst,
+                    id,
+                    answer: false,
+                    ..
+                } if dst.0 == to => Some((*t, id)),
+                _ => None,
+            })
+            .collect()
+    };
+    let input = ids(
+        Path::new("scenarios/captures/app-dns-queries.pcap"),
+        ip("10.96.0.10"),
+    );
+    assert_eq!(input.len(), 30);
+    // On the pod's veth as captured, 10 s later; on node-2's eth0 DNAT'd to coredns-a.
+    let veth = ids(&dir.join("node-2-veth-app.pcap"), ip("10.96.0.10"));
+    let eth0 = ids(&dir.join("node-2-eth0.pcap"), ip("10.244.1.5"));
+    let first = input[0].0;
+    let shifted: Vec<(u64, u16)> = input
+        .iter()
+        .map(|(t, id)| (t - first + 10_000_000_000, *id))
+        .collect();
+    assert_eq!(veth, shifted);
+    assert_eq!(eth0, shifted);
+    // coredns-a answers the captured question before the kill (20 s).
+    let answers = records(&dir.join("node-2-veth-app.pcap"))
+        .iter()
+        .filter(|(_, f)| matches!(look(f), Seen::Dns { answer: true, .. }))
+        .count();
+    assert_eq!(answers, 10);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_capture_is_an_error_at_its_line() {
+    let dir = tmp("bad-capture");
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = std::fs::read(format!(
+        "{}/scenarios/captures/app-dns-queries.pcap",
+        cli::ROOT
+    ))
+    .unwrap();
+    std::fs::write(dir.join("cut.pcap"), &good[..good.len() - 10]).unwrap();
+    let yaml =
+        std::fs::read_to_string(format!("{}/scenarios/pcap-client.yaml", cli::ROOT)).unwrap();
+    for (file, want) in [("cut.pcap", "frame 30"), ("missing.pcap", "missing.pcap")] {
+        let sc = dir.join("x.yaml");
+        std::fs::write(&sc, yaml.replace("captures/app-dns-queries.pcap", file)).unwrap();
+        let (code, out, err) = cli::nfsim(&["run", sc.to_str().unwrap()]);
+        assert_eq!(code, 2, "{out}\n{err}");
+        let line = yaml
+            .lines()
+            .position(|l| l.contains("file: captures/app-dns-queries.pcap"))
+            .unwrap()
+            + 1;
+        assert!(
+            err.contains(&format!("x.yaml:{line}:13: cannot use the capture")),
+            "{err}"
+        );
+        assert!(err.contains(want), "{err}");
+    }
+    let sc = dir.join("y.yaml");
+    std::fs::write(&sc, yaml.replace("from: default/app", "from: nobody")).unwrap();
+    let (code, _, err) = cli::nfsim(&["run", sc.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown pod or host \"nobody\""), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

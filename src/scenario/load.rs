@@ -82,6 +82,10 @@ impl Ctx<'_> {
     pub(super) fn err<T>(&self, s: &Spanned<T>, message: impl Into<String>) -> ScenarioError {
         self.at(s.referenced, message)
     }
+    /// The scenario file's name.
+    pub(super) fn file(&self) -> &str {
+        self.file
+    }
 }
 
 /// Reads and checks the scenario in `file`.
@@ -943,12 +947,64 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         )
         .collect();
     let mut clients: Vec<ClientDef> = Vec::new();
+    let mut pcap_clients: Vec<PcapClientDef> = Vec::new();
     let mut client_index = BTreeMap::new();
     let mut fixed_ports: BTreeMap<(String, u16), String> = BTreeMap::new();
     for c in &doc.clients {
         let d = &c.value;
         names::check_display_name("client name", &d.name.value, names::DISPLAY_NAME_MAX, false)
             .map_err(|m| ctx.err(&d.name, m))?;
+        if let Some(pc) = &d.pcap {
+            if d.pod.is_some()
+                || d.host.is_some()
+                || d.node.is_some()
+                || d.udp.is_some()
+                || d.tcp.is_some()
+            {
+                return Err(ctx.err(
+                    c,
+                    "a pcap client has only `name` and `pcap` (its sender is `pcap.from`)",
+                ));
+            }
+            if client_index.contains_key(&d.name.value)
+                || pcap_clients.iter().any(|p| p.name == d.name.value)
+            {
+                return Err(ctx.err(&d.name, format!("duplicate client name {:?}", d.name.value)));
+            }
+            let from = &pc.value.from;
+            let placement = match host_index.get(&from.value) {
+                Some(&h) => Placement::Host(h),
+                None => {
+                    let key = resolve_pod(ctx, &all_pod_keys, from).map_err(|_| {
+                        ctx.err(
+                            from,
+                            format!(
+                                "unknown pod or host {:?}: a pcap client sends from a pod at the start (NAME or NAMESPACE/NAME) or a host",
+                                from.value
+                            ),
+                        )
+                    })?;
+                    if !pod_keys.contains(&key) {
+                        return Err(ctx.err(
+                            from,
+                            "a pcap client must send from a pod that exists at the start",
+                        ));
+                    }
+                    Placement::Pod(key)
+                }
+            };
+            pcap_clients.push(super::pcap_client::load(
+                ctx,
+                &d.name.value,
+                pc,
+                placement,
+                duration,
+            )?);
+            continue;
+        }
+        if pcap_clients.iter().any(|p| p.name == d.name.value) {
+            return Err(ctx.err(&d.name, format!("duplicate client name {:?}", d.name.value)));
+        }
         if client_index
             .insert(d.name.value.clone(), clients.len())
             .is_some()
@@ -1354,6 +1410,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         kube_proxy,
         control_plane,
         clients,
+        pcap_clients,
         events,
         expectations,
     })

@@ -13,6 +13,7 @@ pub mod events;
 pub mod load;
 pub mod model;
 pub mod names;
+mod pcap_client;
 pub mod schema;
 pub mod yaml;
 

@@ -38,6 +38,8 @@ pub struct Scenario {
     pub control_plane: ControlPlaneSettings,
     /// Clients.
     pub clients: Vec<ClientDef>,
+    /// Captures replayed as traffic (`clients[].pcap`).
+    pub pcap_clients: Vec<PcapClientDef>,
     /// Timed events, in file order (stable-sorted by time when run).
     pub events: Vec<TimedEvent>,
     /// Expectations, in file order.
@@ -371,6 +373,35 @@ pub struct ClientDef {
     pub schedule: crate::cluster::apps::ClientSchedule,
     /// Kind.
     pub kind: ClientKind,
+}
+
+/// A capture replayed as traffic (`clients[].pcap`): its IPv4 packets, sent from a pod or
+/// host with the addresses and payloads they were captured with.
+#[derive(Debug, Clone)]
+pub struct PcapClientDef {
+    /// Name.
+    pub name: String,
+    /// The file as the scenario names it.
+    pub file: String,
+    /// The sender: a pod or a host.
+    pub placement: Placement,
+    /// The packets, in file order, each at `offset + (its time − the first frame's)`.
+    pub packets: std::sync::Arc<Vec<PcapPacket>>,
+    /// Frames left out: not IPv4.
+    pub skipped: usize,
+}
+
+/// One packet of a [`PcapClientDef`].
+#[derive(Debug, Clone)]
+pub struct PcapPacket {
+    /// When it is sent.
+    pub at: SimTime,
+    /// Its 1-based frame number in the file.
+    pub frame: usize,
+    /// The packet.
+    pub packet: sim_core::Packet,
+    /// The bytes after its layer-4 header, as captured (for the `--pcap` output).
+    pub payload: Vec<u8>,
 }
 
 /// A timed event.

@@ -367,6 +367,24 @@ pub struct ClientDoc {
     /// A TCP client.
     #[serde(default)]
     pub tcp: Option<S<TcpClientDoc>>,
+    /// A capture replayed as traffic (instead of `pod`/`host`/`node` and `udp`/`tcp`).
+    #[serde(default)]
+    pub pcap: Option<S<PcapClientDoc>>,
+}
+
+/// `pcap:` of a client: the IPv4 packets of a capture, sent from a pod or host at their
+/// captured times.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PcapClientDoc {
+    /// The capture (pcap, pcapng, Ethernet, raw IP or Linux cooked), relative to the
+    /// scenario file's directory.
+    pub file: S<String>,
+    /// The pod (`NAME` or `NAMESPACE/NAME`) or host that sends the packets.
+    pub from: S<String>,
+    /// When the first frame is sent (default 0s).
+    #[serde(default)]
+    pub offset: Option<S<SimDuration>>,
 }
 
 /// `udp:` of a client.

@@ -375,6 +375,10 @@ pub struct FrameBuilder {
     /// quoted header does not carry.
     tcp_seen: BTreeMap<u64, (L4, u16)>,
     tcp_order: VecDeque<u64>,
+    /// The pcap clients' packets, for their captured payloads.
+    pcap: Vec<std::sync::Arc<Vec<PcapPacket>>>,
+    /// The scenario's Services by DNS name (`name.namespace.svc.cluster.local`).
+    service_ips: BTreeMap<String, IpAddr>,
 }
 
 /// The RFC 1071 checksum of an IPv4 header whose checksum field is zero.
@@ -434,6 +438,19 @@ impl FrameBuilder {
             dns,
             tcp_seen: BTreeMap::new(),
             tcp_order: VecDeque::new(),
+            pcap: sc.pcap_clients.iter().map(|c| c.packets.clone()).collect(),
+            service_ips: sc
+                .services
+                .iter()
+                .filter_map(|s| {
+                    let ip = s.spec.cluster_ip.and_then(|c| c.ip())?;
+                    let name = format!(
+                        "{}.{}.svc.cluster.local",
+                        s.metadata.name, s.metadata.namespace
+                    );
+                    Some((name, ip))
+                })
+                .collect(),
         }
     }
 
@@ -498,10 +515,105 @@ impl FrameBuilder {
         })
     }
 
+    /// The captured payload of a pcap client's packet, when `p` is that packet (on its way,
+    /// not an answer to it that copied its tag), as long as the model's length says.
+    fn captured_payload(&self, p: &Packet, l4_len: usize) -> Option<Vec<u8>> {
+        let (i, k) = pcap_tag(p.tag)?;
+        let orig = self.pcap.get(i)?.get(k)?;
+        let same_way = p.protocol() == orig.packet.protocol()
+            && match (p.l4, orig.packet.l4) {
+                (L4::Icmp { icmp_type: a, .. }, L4::Icmp { icmp_type: b, .. }) => a == b,
+                _ => p.sport() == orig.packet.sport(),
+            };
+        if matches!(
+            p.l4,
+            L4::Icmp {
+                body: IcmpBody::Error(_),
+                ..
+            }
+        ) {
+            return None;
+        }
+        if !same_way {
+            // A server's answer to a captured DNS query: the answer to that question.
+            let to_dns =
+                matches!(orig.packet.l4, L4::Udp { .. }) && orig.packet.dport() == Some(53);
+            return to_dns.then(|| self.answer_to(&orig.payload)).flatten();
+        }
+        let ip_hdr: usize = if p.is_ipv4() { 20 } else { 40 };
+        let want = usize::from(p.len).saturating_sub(ip_hdr + l4_len);
+        let mut b = orig.payload.clone();
+        // A record cut by the snap length: the rest is zeros.
+        b.resize(want, 0);
+        Some(b)
+    }
+
+    /// CoreDNS's answer to the DNS query `q` (one question): an `A` (`AAAA`) record with the
+    /// ClusterIP of the scenario's Service of that name (`NAME.NAMESPACE.svc.cluster.local`),
+    /// TTL 5 s; NXDOMAIN for a name the scenario does not have; no record for another type.
+    /// `None` when `q` is not a DNS query.
+    fn answer_to(&self, q: &[u8]) -> Option<Vec<u8>> {
+        if q.len() < 12 || q[2] & 0x80 != 0 || q[4..6] != [0, 1] {
+            return None;
+        }
+        let mut at = 12;
+        let mut labels = Vec::new();
+        loop {
+            let n = usize::from(*q.get(at)?);
+            if n == 0 {
+                at += 1;
+                break;
+            }
+            if n > 63 {
+                return None;
+            }
+            labels.push(String::from_utf8_lossy(q.get(at + 1..at + 1 + n)?).to_ascii_lowercase());
+            at += 1 + n;
+        }
+        let qtype = u16::from_be_bytes([*q.get(at)?, *q.get(at + 1)?]);
+        let question = q.get(12..at + 4)?;
+        let name = labels.join(".");
+        let ip = self.service_ips.get(&name);
+        let record = ip.filter(|ip| (qtype == 1 && ip.is_ipv4()) || (qtype == 28 && ip.is_ipv6()));
+        let mut m = Vec::with_capacity(question.len() + 28);
+        m.extend_from_slice(&q[0..2]);
+        // QR AA, the query's RD, RA; NXDOMAIN for an unknown name.
+        m.push(0x84 | (q[2] & 0x01));
+        m.push(if ip.is_some() { 0x80 } else { 0x83 });
+        m.extend_from_slice(&[0, 1, 0, u8::from(record.is_some()), 0, 0, 0, 0]);
+        m.extend_from_slice(question);
+        if let Some(ip) = record {
+            m.extend_from_slice(&[0xc0, 0x0c]);
+            m.extend_from_slice(&qtype.to_be_bytes());
+            m.extend_from_slice(&1u16.to_be_bytes());
+            m.extend_from_slice(&5u32.to_be_bytes());
+            match ip {
+                IpAddr::V4(a) => {
+                    m.extend_from_slice(&4u16.to_be_bytes());
+                    m.extend_from_slice(&a.octets());
+                }
+                IpAddr::V6(a) => {
+                    m.extend_from_slice(&16u16.to_be_bytes());
+                    m.extend_from_slice(&a.octets());
+                }
+            }
+        }
+        Some(m)
+    }
+
     /// The payload of `p` (for an ICMP error, the quoted packet).
     fn payload(&self, p: &Packet) -> Vec<u8> {
         let ip_hdr: usize = if p.is_ipv4() { 20 } else { 40 };
         let model_payload = |l4: usize| usize::from(p.len).saturating_sub(ip_hdr + l4);
+        let l4_len = match p.l4 {
+            L4::Tcp { .. } => 20,
+            L4::Udp { .. } | L4::Icmp { .. } => 8,
+            L4::Sctp { .. } => 12,
+            L4::Other { .. } => 0,
+        };
+        if let Some(b) = self.captured_payload(p, l4_len) {
+            return b;
+        }
         match p.l4 {
             L4::Udp { .. } => self
                 .dns_payload(p)

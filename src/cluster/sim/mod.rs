@@ -55,6 +55,7 @@ mod changes;
 mod expect;
 mod inject;
 mod network;
+mod pcap_client;
 pub mod record;
 pub mod sink;
 mod timeline;
@@ -62,6 +63,7 @@ mod timeline;
 pub use capture::{CapturePoint, CaptureSink, PcapDir};
 pub use expect::ClientFigures;
 pub use inject::{CleanupTally, Origin, Sighting, INJECTED_TAG};
+pub use pcap_client::{pcap_tag, PCAP_TAG};
 pub use record::{CtRecord, DumpRecord, EndRecord, StartRecord, Summary, JSON_SCHEMA_VERSION};
 pub use sink::{Collect, EventSink, JsonLinesSink, TextSink};
 pub use timeline::{TimelineEvent, What};
@@ -102,6 +104,8 @@ enum Ev {
     /// A kube-proxy instance's timer.
     ProxyTimer(usize),
     Recreate(usize),
+    /// A pcap client's packet (client, index).
+    PcapSend(usize, usize),
 }
 
 /// EndpointSlice changes delivered to every kube-proxy at once.
@@ -473,6 +477,8 @@ pub struct Simulation {
     cleanup_tally_error: Option<String>,
     /// Packet captures, when asked for ([`SimulationBuilder::capture`]).
     tap: Option<capture::Tap>,
+    /// The pcap clients' senders, ports and counts.
+    pcap: pcap_client::PcapRt,
 }
 
 fn eth0() -> IfName {
@@ -816,6 +822,7 @@ impl Simulation {
             cleanup_tally: CleanupTally::default(),
             cleanup_tally_error: None,
             tap: capture.map(|sink| capture::Tap::new(sink, &sc)),
+            pcap: pcap_client::PcapRt::default(),
             sc,
         };
         sim.tap_nodes();
@@ -854,6 +861,7 @@ impl Simulation {
         for (i, c) in sim.sc.clients.clone().into_iter().enumerate() {
             sim.add_client(i, c);
         }
+        sim.pcap_start();
         for (i, e) in sim.sc.events.iter().enumerate() {
             sim.queue.push(e.at, Ev::Action(i));
         }
@@ -1416,6 +1424,7 @@ impl Simulation {
                 self.after_kernel(n);
             }
             Ev::Action(i) => self.action(i)?,
+            Ev::PcapSend(i, k) => self.pcap_send(i, k),
             Ev::Recreate(i) => {
                 let def = self.recreates[i].clone();
                 self.add_pod(def, true)?;
@@ -1836,6 +1845,7 @@ impl Simulation {
             self.next_check += 1;
             self.check(i);
         }
+        self.pcap_summary();
         self.output_status()?;
         for s in &mut self.sinks {
             s.finish().map_err(|e| SimError::Output {

@@ -328,6 +328,9 @@ impl Simulation {
             self.client_output(i, out);
             return;
         }
+        if self.pcap_receives(&p, proto, dport) {
+            return;
+        }
         if !is_error {
             if let Some(r) = closed_port_response(&p) {
                 // icmp_send's per-destination rate limit (the RST a closed TCP port sends
