@@ -303,6 +303,9 @@ struct ReplayArgs {
     /// Print each packet's trace.
     #[arg(long)]
     trace: bool,
+    /// No line per packet: the conntrack listings and the summary only.
+    #[arg(short, long, conflicts_with = "trace")]
+    quiet: bool,
     /// Write what left the node to this pcap file.
     #[arg(long, value_name = "FILE")]
     pcap_out: Option<String>,
@@ -316,8 +319,19 @@ struct ReplayArgs {
     /// Start from this conntrack table: `conntrack -L` output of a real node.
     #[arg(long, value_name = "CT.txt")]
     conntrack: Option<String>,
-    /// The capture (pcap or pcapng).
-    capture: String,
+    /// Write the replay as JSON lines to FILE (schema in docs/json-schema.md); `-` writes
+    /// them to stdout instead of the text.
+    #[arg(long, value_name = "FILE")]
+    json: Option<String>,
+    /// A capture taken on interface IFACE of the node, as `IFACE=FILE` (repeatable): eth0's
+    /// packets come from the wire, cni0's or a pod veth's from pods. The captures are merged
+    /// by time (ties in the order of the flags).
+    #[arg(long, value_name = "IFACE=FILE")]
+    ingress: Vec<String>,
+    /// The capture (pcap or pcapng); where each packet enters is decided by its source
+    /// address.
+    #[arg(required_unless_present = "ingress")]
+    capture: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -1125,7 +1139,7 @@ fn cmd_trace(a: TraceArgs) -> Result<ExitCode> {
 }
 
 fn cmd_replay(a: ReplayArgs) -> Result<ExitCode> {
-    use nfsim::explain::{read_text, replay, ReplayOptions};
+    use nfsim::explain::{read_text, replay_inputs, ReplayInput, ReplayOptions, ReplayOutput, Tap};
     use sim_core::pcap::{read_file, ReadOptions};
     let node = a.node.spec()?;
     let rules = read_text(&a.rules)?;
@@ -1152,19 +1166,95 @@ fn cmd_replay(a: ReplayArgs) -> Result<ExitCode> {
         .map_err(|e| anyhow!("{ct}: {e}"))?;
         loaded = Some(format!("conntrack from {ct}: {report}"));
     }
-    let capture = read_file(&a.capture, &ReadOptions::default())?;
+    // The captures in the order given: the positional one first, then each --ingress.
+    let mut named: Vec<(Option<String>, String)> = Vec::new();
+    if let Some(c) = &a.capture {
+        named.push((None, c.clone()));
+    }
+    for i in &a.ingress {
+        let (iface, file) = i
+            .split_once('=')
+            .filter(|(n, f)| !n.is_empty() && !f.is_empty())
+            .ok_or_else(|| {
+                anyhow!("--ingress {i:?}: expected IFACE=FILE, the interface the capture was taken on and the file (eth0=a.pcap)")
+            })?;
+        named.push((Some(iface.to_string()), file.to_string()));
+    }
+    let mut captures = Vec::with_capacity(named.len());
+    let mut taps = Vec::with_capacity(named.len());
+    for (iface, file) in &named {
+        taps.push(match iface {
+            Some(n) => Tap::for_interface(&node, n)?,
+            None => Tap::BySource,
+        });
+        captures.push(read_file(file, &ReadOptions::default())?);
+    }
+    let inputs: Vec<ReplayInput> = named
+        .iter()
+        .zip(&captures)
+        .zip(&taps)
+        .map(|(((iface, file), capture), &tap)| ReplayInput {
+            capture,
+            file,
+            interface: iface.as_deref(),
+            tap,
+        })
+        .collect();
+    let json_to_stdout = a.json.as_deref() == Some("-");
     let opts = ReplayOptions {
         trace: a.trace,
         pcap_out: a.pcap_out.clone(),
         conntrack_at: a.conntrack_at.iter().map(|d| SimTime::ZERO + *d).collect(),
+        quiet: a.quiet,
+    };
+    let mut pcap = match &a.pcap_out {
+        Some(path) => Some(BufWriter::with_capacity(
+            1 << 16,
+            Named::new(
+                path,
+                std::fs::File::create(path).with_context(|| format!("writing {path}"))?,
+            ),
+        )),
+        None => None,
+    };
+    let mut json: Option<BufWriter<Named<Box<dyn Write>>>> = match &a.json {
+        Some(path) => {
+            let w: Box<dyn Write> = if json_to_stdout {
+                Box::new(std::io::stdout())
+            } else {
+                Box::new(std::fs::File::create(path).with_context(|| format!("writing {path}"))?)
+            };
+            let name = if json_to_stdout { "stdout" } else { path };
+            Some(BufWriter::new(Named::new(name, w)))
+        }
+        None => None,
     };
     let stdout = std::io::stdout();
-    let mut w = BufWriter::new(Named::new("stdout", stdout.lock()));
-    if let Some(l) = loaded {
+    let mut text = (!json_to_stdout).then(|| BufWriter::new(Named::new("stdout", stdout.lock())));
+    if let (Some(l), Some(w)) = (loaded, text.as_mut()) {
         writeln!(w, "{l}")?;
     }
-    replay(&node, base, &capture, &a.capture, &opts, &mut w)?;
-    w.flush()?;
+    replay_inputs(
+        &node,
+        base,
+        &inputs,
+        &opts,
+        ReplayOutput {
+            text: text.as_mut().map(|w| w as &mut dyn Write),
+            json: json.as_mut().map(|w| w as &mut dyn Write),
+            pcap: pcap.as_mut().map(|w| w as &mut dyn Write),
+        },
+    )?;
+    for w in [
+        text.as_mut().map(|w| w as &mut dyn Write),
+        json.as_mut().map(|w| w as &mut dyn Write),
+        pcap.as_mut().map(|w| w as &mut dyn Write),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        w.flush()?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -421,6 +421,13 @@ impl Conntrack {
         self.confirmed == 0
     }
 
+    /// The sequence number ([`CtEntry::seq`]) the next new entry gets: entries are numbered
+    /// in creation order, so an entry whose `seq` is at least a value read before a packet
+    /// was created by that packet.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
     /// `nf_conntrack_count`: allocated entries, unconfirmed ones included.
     pub fn count(&self) -> u32 {
         self.count

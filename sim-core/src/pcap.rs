@@ -114,7 +114,19 @@ pub struct Record {
     /// How many bytes of the IP packet were captured (the IP length, or less when the snap
     /// length cut it; link-layer padding and trailers not counted).
     pub ip_captured: usize,
+    /// For a Linux cooked capture (`tcpdump -i any`), the packet type the kernel gave the
+    /// frame (`sll_pkttype`, see [`PACKET_OUTGOING`]); `None` for other link types.
+    pub pkttype: Option<u8>,
 }
+
+/// `sll_pkttype` of a frame addressed to this host (`PACKET_HOST`, `<linux/if_packet.h>`).
+pub const PACKET_HOST: u8 = 0;
+/// `sll_pkttype` of a frame to another host, seen by a promiscuous or bridge port
+/// (`PACKET_OTHERHOST`).
+pub const PACKET_OTHERHOST: u8 = 3;
+/// `sll_pkttype` of a frame the host sent (`PACKET_OUTGOING`): in a `tcpdump -i any` capture,
+/// every packet the node transmits, forwarded ones included, appears with it.
+pub const PACKET_OUTGOING: u8 = 4;
 
 /// A frame that was skipped because it is not IP.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -605,6 +617,13 @@ fn finish(raw: RawCapture<'_>, opts: &ReadOptions) -> Result<Capture, PcapErrorK
         let ip = &ip[..wire::ip_total_len(ip).map_or(ip.len(), |n| n.min(ip.len()))];
         let ip_at = ip_data.len();
         ip_data.extend_from_slice(ip);
+        // struct sll_header has the packet type as a 16-bit field first; struct sll2_header
+        // as one byte at offset 10.
+        let pkttype = match r.link {
+            LinkType::LinuxSll => r.data.get(1).copied(),
+            LinkType::LinuxSll2 => r.data.get(10).copied(),
+            _ => None,
+        };
         records.push(Record {
             frame: r.frame,
             time,
@@ -614,6 +633,7 @@ fn finish(raw: RawCapture<'_>, opts: &ReadOptions) -> Result<Capture, PcapErrorK
             orig_len: r.orig_len,
             ip_at,
             ip_captured: ip.len(),
+            pkttype,
         });
     }
     Ok(Capture {

@@ -29,7 +29,10 @@ pub use branches::{BranchOutcome, BranchReport, Decision, Probability, MAX_BRANC
 pub use dyadic::Dyadic;
 pub use node::{NodeSpec, CNI0, DEFAULT_NODE_ADDR, DEFAULT_NODE_PREFIX, ETH0};
 pub use normalize::normalize;
-pub use replay::{replay, ReplayOptions, ReplaySummary};
+pub use replay::{
+    replay, replay_inputs, replay_with, ReplayInput, ReplayOptions, ReplayOutput, ReplaySummary,
+    Tap,
+};
 pub use state::{load_conntrack, load_recent, RecentClock, DEFAULT_ASSUMED_AGE};
 pub use trace::{trace, trace_in, Outcome, StepJson, TraceOptions, TraceReport};
 

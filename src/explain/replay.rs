@@ -1,18 +1,36 @@
-//! `nfsim replay`: a capture pushed through the node's ruleset, packet by packet.
+//! `nfsim replay`: captures pushed through the node's ruleset, packet by packet.
 //!
-//! Each record enters the node at its capture time (counted from the first record, see
-//! [`sim_core::pcap::Timestamps::RelativeToFirst`]); conntrack entries expire in between as
-//! they would. Where a packet enters: a source address of the node itself (its `eth0` or
-//! `cni0` address, or loopback) is sent by a local process (OUTPUT), since the kernel drops a
-//! received packet claiming a local source; a source in the pod CIDR is received on `cni0`;
-//! anything else on `eth0` (see [`super::NodeSpec`]). The capture is best taken on one
-//! interface: `tcpdump -i any` records a forwarded packet twice (in and out), and both would be
-//! replayed. A record whose time goes backwards is processed at the previous record's time.
+//! Each record enters the node at its capture time (counted from the earliest record of all
+//! the captures, see [`sim_core::pcap::Timestamps::RelativeToFirst`]); conntrack entries
+//! expire in between as they would. Several captures (one per interface, [`ReplayInput`])
+//! are merged by capture time, ties in the order given, each capture's records in file
+//! order; a record whose time goes backwards is processed at the previous record's time.
+//!
+//! Where a packet enters: a source address of the node itself (its `eth0` or `cni0` address,
+//! or loopback) is sent by a local process (OUTPUT), since the kernel drops a received packet
+//! claiming a local source. Otherwise the capture's [`Tap`] decides: a capture of `eth0`
+//! comes from the wire, one of `cni0` or a pod's veth from a pod (received on `cni0`); a
+//! capture of unknown interface goes by source address (the pod CIDR on `cni0`, anything
+//! else on `eth0`, see [`super::NodeSpec`]).
+//!
+//! A Linux cooked capture (`tcpdump -i any`) also holds what the node sent (packet type
+//! `PACKET_OUTGOING`: a forwarded packet appears on its way in and again on its way out)
+//! and a bridged packet once per interface it crossed (a pod's veth, then `cni0`, with the
+//! same bytes). Outgoing records are not replayed, nor a record repeating one of the last
+//! [`DUPLICATE_WINDOW_NS`]; the summary warns once with their counts.
+//!
+//! The loop is written for long captures: one reused buffer each for what left the node, the
+//! bytes of the packet written to `--pcap-out` and the text line; a conntrack snapshot only
+//! for entries a packet created (or for `--json`); no text at all with
+//! [`ReplayOptions::quiet`] (`benches/replay.rs`).
 
-use super::{ExplainError, NodeSpec};
+use super::{ExplainError, NodeSpec, CNI0, ETH0};
+use crate::cluster::sim::record::destroy_cause;
+use crate::cluster::sim::{CtRecord, TimelineEvent, What, JSON_SCHEMA_VERSION};
+use sim_conntrack::EventKind;
 use sim_core::manip;
-use sim_core::pcap::{Capture, PcapWriter, Record, WriteLink};
-use sim_core::{IcmpBody, Packet, SimTime, TcpFlags, L4};
+use sim_core::pcap::{Capture, PcapWriter, Record, WriteLink, PACKET_OUTGOING};
+use sim_core::{IcmpBody, IfName, Packet, SimTime, TcpFlags, L4};
 use sim_netfilter::netns::{Egress, Fate, Ingress, Netns};
 use sim_netfilter::types::Hook;
 use std::collections::BTreeMap;
@@ -32,6 +50,20 @@ pub struct ReplayOptions {
     /// Print the conntrack table (`conntrack -L` form) at each of these times, as the replay
     /// passes them (`--conntrack-at T`).
     pub conntrack_at: Vec<SimTime>,
+    /// No line per packet (`--quiet`): the listings and the summary only.
+    pub quiet: bool,
+}
+
+/// Where a replay writes: its text (lines, listings, summary) and, when asked, the capture of
+/// what left the node.
+pub struct ReplayOutput<'a> {
+    /// The report (none with `--json -`).
+    pub text: Option<&'a mut dyn Write>,
+    /// The JSON lines (`--json`, docs/json-schema.md).
+    pub json: Option<&'a mut dyn Write>,
+    /// The pcap file of what left the node (see [`ReplayOptions::pcap_out`], which names it in
+    /// errors).
+    pub pcap: Option<&'a mut dyn Write>,
 }
 
 /// What a replay did, counted.
@@ -73,6 +105,25 @@ pub struct ReplaySummary {
     pub not_for_node: usize,
     /// The conntrack table at the end, in `conntrack -L` form.
     pub conntrack_table: String,
+    /// Records of a Linux cooked capture (`tcpdump -i any`) that the node sent (packet type
+    /// `PACKET_OUTGOING`): not replayed as arrivals.
+    pub outgoing: usize,
+    /// Records of a Linux cooked capture that repeat, byte for byte, one taken less than
+    /// [`DUPLICATE_WINDOW_NS`] before: one packet seen on two interfaces (a bridge port and
+    /// the bridge). Replayed once.
+    pub duplicates: usize,
+}
+
+/// How close in capture time two identical records of a cooked capture must be to count as
+/// one packet seen on two interfaces (1 ms; a TCP retransmission of the same bytes waits at
+/// least `TCP_RTO_MIN`, 200 ms).
+pub const DUPLICATE_WINDOW_NS: u64 = 1_000_000;
+
+/// FNV-1a over a packet's bytes: the cheap first test for a repeated record.
+fn fnv1a(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 fn secs(t: SimTime) -> String {
@@ -80,23 +131,10 @@ fn secs(t: SimTime) -> String {
     format!("{}.{:06}", ns / 1_000_000_000, (ns % 1_000_000_000) / 1_000)
 }
 
-fn ingress_for(node: &NodeSpec, ns: &Netns, pkt: &Packet) -> (Ingress, String) {
-    let own = |a: IpAddr| ns.routing().is_local(a) || a.is_loopback();
-    if own(pkt.src) {
-        return (Ingress::Local, "local".to_string());
-    }
-    let (ingress, _) = node.ingress_for(pkt, false);
-    let name = match ingress {
-        Ingress::Local => "local".to_string(),
-        Ingress::Interface(d) => d.to_string(),
-    };
-    (ingress, name)
-}
-
-/// The bytes of `packet`, which left the node while `rec` was processed, and its length on
-/// the wire. `own`: it is `rec`'s packet itself, so its captured bytes are edited in place
-/// into what left. Otherwise the kernel sent it: an ICMP error quoting `rec`'s bytes (lowered
-/// TTL if `forwarded`), a TCP reset, or anything else written from the packet model.
+/// The bytes of `packet`, which left the node while `rec` was processed, into `buf`, and its
+/// length on the wire. `own`: it is `rec`'s packet itself, so its captured bytes are edited in
+/// place into what left. Otherwise the kernel sent it: an ICMP error quoting `rec`'s bytes
+/// (lowered TTL if `forwarded`), a TCP reset, or anything else written from the packet model.
 fn left_bytes(
     capture: &Capture,
     rec: &Record,
@@ -104,12 +142,14 @@ fn left_bytes(
     own: bool,
     forwarded: bool,
     ip_id: u16,
-) -> Result<(Vec<u8>, usize), manip::ManipError> {
+    buf: &mut Vec<u8>,
+) -> Result<usize, manip::ManipError> {
     let captured = capture.ip_bytes(rec);
+    buf.clear();
     if own {
-        let mut b = captured.to_vec();
-        manip::rewrite(&mut b, &rec.packet, packet)?;
-        return Ok((b, usize::from(packet.len)));
+        buf.extend_from_slice(captured);
+        manip::rewrite(buf, &rec.packet, packet)?;
+        return Ok(usize::from(packet.len));
     }
     let emitted = |p: &Packet| {
         sim_core::wire::emit_ip(p).map_err(|e| manip::ManipError::NotAnEdit {
@@ -117,7 +157,7 @@ fn left_bytes(
             to: format!("{p} ({e})"),
         })
     };
-    match packet.l4 {
+    let (b, n) = match packet.l4 {
         L4::Icmp {
             icmp_type,
             body: IcmpBody::Error(_),
@@ -136,7 +176,7 @@ fn left_bytes(
                 forwarded && !exceeded,
                 ip_id,
             )?;
-            Ok((b.bytes, b.wire_len))
+            (b.bytes, b.wire_len)
         }
         L4::Tcp { flags, .. } if flags.contains(TcpFlags::RST) => {
             let b = manip::tcp_reset_bytes(packet).map_err(|e| manip::ManipError::NotAnEdit {
@@ -144,18 +184,21 @@ fn left_bytes(
                 to: format!("{packet} ({e})"),
             })?;
             let n = b.len();
-            Ok((b, n))
+            (b, n)
         }
         _ => {
             let b = emitted(packet)?;
             let n = b.len();
-            Ok((b, n))
+            (b, n)
         }
-    }
+    };
+    *buf = b;
+    Ok(n)
 }
 
 /// Replays `capture` (read from `file`) through `base`, writing one line per packet (and traces
-/// with [`ReplayOptions::trace`]) and then the summary to `out`.
+/// with [`ReplayOptions::trace`]) and then the summary to `out`, and what left the node to the
+/// file [`ReplayOptions::pcap_out`] names.
 pub fn replay(
     node: &NodeSpec,
     base: Netns,
@@ -164,36 +207,366 @@ pub fn replay(
     opts: &ReplayOptions,
     out: &mut dyn Write,
 ) -> Result<ReplaySummary, ExplainError> {
+    let pcap_err = |path: &str, e: std::io::Error| ExplainError::PcapWrite {
+        file: path.to_string(),
+        source: sim_core::pcap::PcapWriteError::Io(e),
+    };
+    let mut file_out = match &opts.pcap_out {
+        Some(path) => Some(std::io::BufWriter::with_capacity(
+            1 << 16,
+            std::fs::File::create(path).map_err(|e| pcap_err(path, e))?,
+        )),
+        None => None,
+    };
+    let sum = replay_with(
+        node,
+        base,
+        capture,
+        file,
+        opts,
+        ReplayOutput {
+            text: Some(out),
+            json: None,
+            pcap: file_out.as_mut().map(|f| f as &mut dyn Write),
+        },
+    )?;
+    if let (Some(path), Some(f)) = (&opts.pcap_out, file_out) {
+        f.into_inner().map_err(|e| pcap_err(path, e.into_error()))?;
+    }
+    Ok(sum)
+}
+
+/// Where a capture was taken, which decides where its packets enter the node (`--ingress
+/// IFACE=FILE`). Whatever the tap, a packet whose source is an address of the node itself is
+/// sent by a local process (OUTPUT): the kernel drops a received packet claiming a local
+/// source, so a capture holding one saw the node send it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tap {
+    /// Not said (a capture given without `--ingress`, or taken on `any`): by each packet's
+    /// source address, a source in the pod CIDR on `cni0`, anything else on `eth0`.
+    BySource,
+    /// The node's uplink `eth0`: every packet comes from the wire (PREROUTING, then FORWARD
+    /// or INPUT).
+    Wire,
+    /// The pod side: the bridge `cni0` or a pod's `veth…` on it. Every packet comes from a
+    /// pod, received on `cni0`.
+    Pod,
+}
+
+impl Tap {
+    /// The tap of a capture taken on interface `name` of `node`: `eth0` is the wire; `cni0`,
+    /// `cbr0` and a pod's host-side `veth…`, `cali…` or `lxc…` interface are the pod side
+    /// (which needs `--pod-cidr`); `any` decides by source address.
+    pub fn for_interface(node: &NodeSpec, name: &str) -> Result<Tap, ExplainError> {
+        let bad = |expected: String| ExplainError::BadFlag {
+            flag: "--ingress",
+            value: name.to_string(),
+            expected,
+        };
+        let pod_side = name == CNI0
+            || name == "cbr0"
+            || ["veth", "cali", "lxc"]
+                .iter()
+                .any(|p| name.len() > p.len() && name.starts_with(p));
+        if name == ETH0 {
+            Ok(Tap::Wire)
+        } else if name == "any" {
+            Ok(Tap::BySource)
+        } else if pod_side {
+            if node.pod_cidr.is_none() {
+                return Err(bad(format!(
+                    "a capture on the pod side needs --pod-cidr: without it the node has no {CNI0}"
+                )));
+            }
+            Ok(Tap::Pod)
+        } else {
+            Err(bad(format!(
+                "an interface of the node: {ETH0} (the wire), {CNI0}, cbr0 or a pod's veth…/cali…/lxc… (the pod side), or any (by source address)"
+            )))
+        }
+    }
+}
+
+/// One capture of a replay.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplayInput<'a> {
+    /// The capture, read with [`sim_core::pcap::Timestamps::RelativeToFirst`] (the default).
+    pub capture: &'a Capture,
+    /// Its file, as named on the command line.
+    pub file: &'a str,
+    /// The interface it was taken on (`--ingress IFACE=FILE`), if given.
+    pub interface: Option<&'a str>,
+    /// Where its packets enter the node.
+    pub tap: Tap,
+}
+
+/// The records of several captures in one sequence: by capture time (nanoseconds since the
+/// Unix epoch), ties broken by the order of the inputs, then by frame number. Each capture's
+/// own records stay in file order (one whose time goes backwards comes when its turn in the
+/// file comes).
+struct Merge<'a, 'b> {
+    inputs: &'b [ReplayInput<'a>],
+    next: Vec<usize>,
+}
+
+impl<'a> Iterator for Merge<'a, '_> {
+    /// (input index, record, its epoch time in nanoseconds)
+    type Item = (usize, &'a Record, u64);
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut best: Option<(u64, usize)> = None;
+        for (i, inp) in self.inputs.iter().enumerate() {
+            if let Some(r) = inp.capture.records.get(self.next[i]) {
+                let t = inp.capture.first_epoch_ns + r.time.as_nanos();
+                // Strictly earlier only: on a tie the earlier input keeps its turn.
+                if best.is_none_or(|(bt, _)| t < bt) {
+                    best = Some((t, i));
+                }
+            }
+        }
+        let (t, i) = best?;
+        let r = &self.inputs[i].capture.records[self.next[i]];
+        self.next[i] += 1;
+        Some((i, r, t))
+    }
+}
+
+/// The JSON line of one replayed packet (`"kind":"packet"`, docs/json-schema.md).
+#[derive(serde::Serialize)]
+struct PacketLine<'a> {
+    t_ns: u64,
+    time: String,
+    kind: &'static str,
+    capture: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tap: Option<&'a str>,
+    frame: usize,
+    ingress: &'a str,
+    packet: String,
+    verdict: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    out_dev: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    out: Option<String>,
+    nat: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    entry: Option<CtRecord>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    answers: Vec<AnswerLine>,
+}
+
+/// A packet the kernel sent in answer (REJECT's ICMP error or reset).
+#[derive(serde::Serialize)]
+struct AnswerLine {
+    dev: String,
+    packet: String,
+}
+
+/// The JSON lines' first line of a replay.
+#[derive(serde::Serialize)]
+struct StartLine<'a> {
+    kind: &'static str,
+    version: u32,
+    command: &'static str,
+    seed: u64,
+    captures: Vec<CaptureLine<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct CaptureLine<'a> {
+    file: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tap: Option<&'a str>,
+    packets: usize,
+    not_ip: usize,
+}
+
+/// The JSON lines' last line of a replay.
+#[derive(serde::Serialize)]
+struct EndLine<'a> {
+    kind: &'static str,
+    version: u32,
+    summary: SummaryLine<'a>,
+    warnings: Vec<String>,
+    conntrack: Vec<CtRecord>,
+}
+
+#[derive(serde::Serialize)]
+struct SummaryLine<'a> {
+    packets: usize,
+    not_ip: usize,
+    transmitted: usize,
+    delivered: usize,
+    dropped: &'a BTreeMap<String, usize>,
+    rejected: &'a BTreeMap<String, usize>,
+    nat: usize,
+    left: usize,
+    out_of_order: usize,
+    loopback: usize,
+    replies_as_new: usize,
+    not_for_node: usize,
+    outgoing: usize,
+    duplicates: usize,
+    conntrack_entries: usize,
+    end_ns: u64,
+}
+
+fn json_line(out: &mut dyn Write, v: &impl serde::Serialize) -> Result<(), ExplainError> {
+    serde_json::to_writer(&mut *out, v).map_err(|e| ExplainError::Output(e.into()))?;
+    out.write_all(b"\n").map_err(ExplainError::Output)
+}
+
+/// Drains the conntrack events of `ns` into the JSON lines (the `conntrack` kind `nfsim run
+/// --json` writes), or drops them when there are no JSON lines.
+fn conntrack_events(
+    ns: &mut Netns,
+    node: &str,
+    json: Option<&mut (dyn Write + '_)>,
+) -> Result<(), ExplainError> {
+    if ns.conntrack().pending_events().is_empty() {
+        return Ok(());
+    }
+    let evs = ns.drain_conntrack_events();
+    let Some(out) = json else {
+        return Ok(());
+    };
+    for e in evs {
+        let event = match e.kind {
+            EventKind::New => "NEW",
+            EventKind::Update => "UPDATE",
+            EventKind::Destroy => "DESTROY",
+        };
+        json_line(
+            out,
+            &TimelineEvent {
+                t_ns: e.at.as_nanos(),
+                time: e.at.hms().to_string(),
+                what: What::Conntrack {
+                    node: node.to_string(),
+                    event: event.to_string(),
+                    cause: destroy_cause(e.cause),
+                    line: e.to_string(),
+                    entry: CtRecord::of_event(&e),
+                },
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// [`replay`] into writers: the text to `output.text`, the JSON lines to `output.json`,
+/// what left the node (when `output.pcap` is given) as a pcap file to `output.pcap`.
+pub fn replay_with(
+    node: &NodeSpec,
+    base: Netns,
+    capture: &Capture,
+    file: &str,
+    opts: &ReplayOptions,
+    output: ReplayOutput<'_>,
+) -> Result<ReplaySummary, ExplainError> {
+    let input = ReplayInput {
+        capture,
+        file,
+        interface: None,
+        tap: Tap::BySource,
+    };
+    replay_inputs(node, base, &[input], opts, output)
+}
+
+/// Replays `inputs`, merged by capture time (see [`ReplayInput`]), into `output`.
+pub fn replay_inputs(
+    node: &NodeSpec,
+    base: Netns,
+    inputs: &[ReplayInput<'_>],
+    opts: &ReplayOptions,
+    output: ReplayOutput<'_>,
+) -> Result<ReplaySummary, ExplainError> {
+    let ReplayOutput {
+        mut text,
+        mut json,
+        pcap,
+    } = output;
     let mut ns = base;
     let mut sum = ReplaySummary {
-        skipped: capture.skipped.len(),
+        skipped: inputs.iter().map(|i| i.capture.skipped.len()).sum(),
         ..ReplaySummary::default()
     };
-    let mut writer = match &opts.pcap_out {
-        Some(path) => {
-            let f = std::fs::File::create(path).map_err(|e| ExplainError::PcapWrite {
-                file: path.clone(),
-                source: sim_core::pcap::PcapWriteError::Io(e),
-            })?;
-            let w = PcapWriter::with_start(
-                std::io::BufWriter::new(f),
-                WriteLink::RawIp,
-                capture.first_epoch_ns,
-            )
-            .map_err(|source| ExplainError::PcapWrite {
-                file: path.clone(),
-                source,
-            })?;
-            Some((path.clone(), w))
-        }
+    let first_epoch_ns = inputs
+        .iter()
+        .filter(|i| !i.capture.records.is_empty())
+        .map(|i| i.capture.first_epoch_ns)
+        .min()
+        .unwrap_or(0);
+    let pcap_name = opts
+        .pcap_out
+        .clone()
+        .unwrap_or_else(|| "the pcap output".to_string());
+    let mut writer = match pcap {
+        Some(sink) => Some(
+            PcapWriter::with_start(sink, WriteLink::RawIp, first_epoch_ns).map_err(|source| {
+                ExplainError::PcapWrite {
+                    file: pcap_name.clone(),
+                    source,
+                }
+            })?,
+        ),
         None => None,
     };
     let w =
         |out: &mut dyn Write, s: &str| out.write_all(s.as_bytes()).map_err(ExplainError::Output);
-    w(
-        out,
-        &format!("replaying {file}: {} packets\n", capture.records.len()),
-    )?;
+    let multi = inputs.len() > 1;
+    if let Some(out) = text.as_deref_mut() {
+        if multi {
+            w(
+                out,
+                &format!("replaying {} captures merged by time:\n", inputs.len()),
+            )?;
+            for (k, i) in inputs.iter().enumerate() {
+                w(
+                    out,
+                    &format!(
+                        "  {}: {}{}: {} packets\n",
+                        k + 1,
+                        i.interface.map(|n| format!("{n}=")).unwrap_or_default(),
+                        i.file,
+                        i.capture.records.len()
+                    ),
+                )?;
+            }
+        } else if let Some(i) = inputs.first() {
+            w(
+                out,
+                &format!(
+                    "replaying {}: {} packets\n",
+                    i.file,
+                    i.capture.records.len()
+                ),
+            )?;
+        }
+    }
+    if let Some(out) = json.as_deref_mut() {
+        json_line(
+            out,
+            &StartLine {
+                kind: "start",
+                version: JSON_SCHEMA_VERSION,
+                command: "replay",
+                seed: node.seed,
+                captures: inputs
+                    .iter()
+                    .map(|i| CaptureLine {
+                        file: i.file,
+                        tap: i.interface,
+                        packets: i.capture.records.len(),
+                        not_ip: i.capture.skipped.len(),
+                    })
+                    .collect(),
+            },
+        )?;
+    }
+    let eth0 = Ingress::Interface(IfName::new(ETH0).unwrap_or_else(|_| unreachable!()));
+    let cni0 = Ingress::Interface(IfName::new(CNI0).unwrap_or_else(|_| unreachable!()));
     let mut now = SimTime::ZERO;
     // Packets the kernel generated so far: their IPv4 identification (the kernel's is a keyed
     // hash of the addresses, unknowable here).
@@ -205,76 +578,110 @@ pub fn replay(
     // the source its replies come from: only looked up, never iterated.
     let mut originators: std::collections::HashMap<(u8, IpAddr, u16), (IpAddr, u16)> =
         std::collections::HashMap::new();
-    let mut newest_seq = ns
-        .conntrack()
-        .list(now, &Default::default())
-        .iter()
-        .map(|e| e.seq)
-        .max();
-    for rec in &capture.records {
-        while let Some(&t) = dumps.peek().filter(|&&t| t < rec.time.max(now)) {
+    // Reused from packet to packet: what left the node, the bytes of one packet, one line.
+    let mut egress: Vec<Egress> = Vec::with_capacity(4);
+    let mut bytes: Vec<u8> = Vec::with_capacity(2048);
+    let mut line = String::with_capacity(256);
+    // The cooked records of the last DUPLICATE_WINDOW_NS: (epoch time, hash, bytes).
+    let mut recent: std::collections::VecDeque<(u64, u64, &[u8])> = Default::default();
+    let merge = Merge {
+        inputs,
+        next: vec![0; inputs.len()],
+    };
+    for (k, rec, epoch_ns) in merge {
+        let input = &inputs[k];
+        let capture = input.capture;
+        // A cooked capture (`tcpdump -i any`) holds what the node sent as well as what it
+        // received, and a bridged packet once per interface it crossed.
+        if let Some(pkttype) = rec.pkttype {
+            if pkttype == PACKET_OUTGOING {
+                sum.outgoing += 1;
+                continue;
+            }
+            let b = capture.ip_bytes(rec);
+            let h = fnv1a(b);
+            while recent
+                .front()
+                .is_some_and(|&(t, _, _)| t.saturating_add(DUPLICATE_WINDOW_NS) < epoch_ns)
+            {
+                recent.pop_front();
+            }
+            if recent.iter().any(|&(_, rh, rb)| rh == h && rb == b) {
+                sum.duplicates += 1;
+                continue;
+            }
+            recent.push_back((epoch_ns, h, b));
+        }
+        let at = SimTime::from_nanos(epoch_ns - first_epoch_ns);
+        while let Some(&t) = dumps.peek().filter(|&&t| t < at.max(now)) {
             dumps.next();
             ns.handle_timeout(t.max(now));
-            w(
-                out,
-                &conntrack_listing(&ns, t.max(now), &format!("conntrack -L at {}", secs(t))),
+            conntrack_events(&mut ns, &node.name, json.as_deref_mut())?;
+            dump_at(
+                &ns,
+                &node.name,
+                t,
+                now,
+                text.as_deref_mut(),
+                json.as_deref_mut(),
             )?;
         }
-        if rec.time < now {
+        if at < now {
             sum.reordered += 1;
         } else {
-            now = rec.time;
+            now = at;
         }
         ns.handle_timeout(now);
-        if rec.packet.src.is_loopback() || rec.packet.dst.is_loopback() {
+        conntrack_events(&mut ns, &node.name, json.as_deref_mut())?;
+        let pkt = rec.packet;
+        if pkt.src.is_loopback() || pkt.dst.is_loopback() {
             sum.loopback += 1;
         }
-        let (ingress, from) = ingress_for(node, &ns, &rec.packet);
-        let r = if opts.trace {
-            ns.process_traced(now, rec.packet, ingress)
+        let ingress = if ns.routing().is_local(pkt.src) || pkt.src.is_loopback() {
+            Ingress::Local
         } else {
-            ns.process(now, rec.packet, ingress)
+            match input.tap {
+                Tap::Wire => eth0,
+                Tap::Pod => cni0,
+                Tap::BySource => match node.pod_cidr {
+                    Some(p) if p.contains(pkt.src) => cni0,
+                    _ => eth0,
+                },
+            }
+        };
+        let from = match &ingress {
+            Ingress::Local => "local",
+            Ingress::Interface(d) => d.as_str(),
+        };
+        let created_before = ns.conntrack().next_seq();
+        egress.clear();
+        let (fate, entry_id, trace) = if opts.trace {
+            let r = ns.process_traced(now, pkt, ingress);
+            egress.extend_from_slice(&r.out);
+            (r.fate, r.entry.map(|e| e.id), r.trace)
+        } else {
+            let r = ns.process_into(now, pkt, ingress, &mut egress);
+            (r.fate, r.entry, None)
         };
         sum.packets += 1;
-        let result = match (&r.fate, r.out.first()) {
-            (Fate::Transmitted, Some(Egress::Transmit { dev, packet, .. })) => {
-                sum.transmitted += 1;
-                format!("transmitted on {dev}: {packet}")
+        let survived = matches!(fate, Fate::Transmitted | Fate::Delivered);
+        match &fate {
+            Fate::Transmitted => sum.transmitted += 1,
+            Fate::Delivered => sum.delivered += 1,
+            Fate::Dropped(c) => *sum.dropped.entry(c.to_string()).or_default() += 1,
+            Fate::Rejected { table, hook } => {
+                *sum.rejected.entry(format!("{table} {hook}")).or_default() += 1
             }
-            (Fate::Delivered, Some(Egress::LocalDeliver { packet })) => {
-                sum.delivered += 1;
-                format!("delivered locally: {packet}")
-            }
-            (Fate::Transmitted, _) => {
-                sum.transmitted += 1;
-                "transmitted".to_string()
-            }
-            (Fate::Delivered, _) => {
-                sum.delivered += 1;
-                "delivered locally".to_string()
-            }
-            (Fate::Dropped(c), _) => {
-                *sum.dropped.entry(c.to_string()).or_default() += 1;
-                format!("dropped: {c}")
-            }
-            (Fate::Rejected { table, hook }, _) => {
-                *sum.rejected.entry(format!("{table} {hook}")).or_default() += 1;
-                format!("rejected by {table} {hook}")
-            }
-            (Fate::RejectedNft { chain, hook }, _) => {
+            Fate::RejectedNft { chain, hook } => {
                 *sum.rejected
                     .entry(format!("nft {chain} {hook}"))
-                    .or_default() += 1;
-                format!("rejected by nft chain {chain} ({hook})")
+                    .or_default() += 1
             }
-        };
-        let survived = matches!(r.fate, Fate::Transmitted | Fate::Delivered);
-        if let Some(e) = &r.entry {
-            let p = &rec.packet;
-            let new = newest_seq.is_none_or(|n| e.seq > n);
-            if new {
-                newest_seq = Some(e.seq);
-                if e.orig.src == p.src {
+        }
+        // A new entry (created by this packet): does it answer a flow the replay tracks?
+        if let Some(id) = entry_id.filter(|_| ns.conntrack().next_seq() != created_before) {
+            if let Some(e) = ns.conntrack().get(id).filter(|e| e.seq >= created_before) {
+                if e.orig.src == pkt.src {
                     let key = (e.orig.proto, e.orig.dst, e.orig.dport);
                     // It is sent to a flow's originator, from elsewhere than that flow's
                     // replies come from: an answer the node does not recognise.
@@ -286,7 +693,12 @@ pub fn replay(
                             sum.replies_as_new += 1;
                             if sum.replies_as_new_first.is_none() {
                                 sum.replies_as_new_first = Some(format!(
-                                    "frame {}: {p} (the flow's replies come from {})",
+                                    "{}frame {}: {pkt} (the flow's replies come from {})",
+                                    if multi {
+                                        format!("{}: ", input.file)
+                                    } else {
+                                        String::new()
+                                    },
                                     rec.frame,
                                     std::net::SocketAddr::new(rsrc, rport)
                                 ));
@@ -300,59 +712,123 @@ pub fn replay(
                 }
             }
         }
-        if let (Ingress::Interface(i), Some(Egress::Transmit { dev, packet, .. })) =
-            (ingress, r.out.first())
-        {
-            if i.as_str() == "eth0"
-                && dev.as_str() == "eth0"
-                && packet.src == rec.packet.src
-                && packet.dst == rec.packet.dst
+        let first_out = egress.first().map(|e| match e {
+            Egress::Transmit { dev, packet, .. } => (Some(*dev), *packet),
+            Egress::LocalDeliver { packet } => (None, *packet),
+        });
+        if let (Ingress::Interface(i), Some((Some(dev), packet))) = (ingress, first_out) {
+            if i.as_str() == ETH0
+                && dev.as_str() == ETH0
+                && packet.src == pkt.src
+                && packet.dst == pkt.dst
             {
                 sum.not_for_node += 1;
             }
         }
         let translated = survived
-            && r.out.first().is_some_and(|e| {
-                let p = match e {
-                    Egress::Transmit { packet, .. } | Egress::LocalDeliver { packet } => packet,
-                };
-                p.src != rec.packet.src
-                    || p.dst != rec.packet.dst
-                    || p.sport() != rec.packet.sport()
-                    || p.dport() != rec.packet.dport()
+            && first_out.is_some_and(|(_, p)| {
+                p.src != pkt.src
+                    || p.dst != pkt.dst
+                    || p.sport() != pkt.sport()
+                    || p.dport() != pkt.dport()
             });
         if translated {
             sum.translated += 1;
         }
-        let mut line = format!(
-            "{:>5} {:>12} {:<5} {}  =>  {}{}",
-            rec.frame,
-            secs(now),
-            from,
-            rec.packet,
-            result,
-            if translated { "  [NAT]" } else { "" }
-        );
-        // After the packet itself (if it survived) come the packets the kernel generated.
-        for e in r.out.iter().skip(usize::from(survived)) {
-            if let Egress::Transmit { dev, packet, .. } = e {
-                line.push_str(&format!("  (kernel answer on {dev}: {packet})"));
+        if let Some(out) = text.as_deref_mut().filter(|_| !opts.quiet) {
+            use std::fmt::Write as _;
+            line.clear();
+            let t = secs(now);
+            let _ = if multi {
+                write!(line, "{:>7} ", format!("{}:{}", k + 1, rec.frame))
+            } else {
+                write!(line, "{:>5} ", rec.frame)
+            };
+            let _ = write!(line, "{t:>12} {from:<5} {pkt}  =>  ");
+            let _ = match (&fate, first_out) {
+                (Fate::Transmitted, Some((Some(dev), packet))) => {
+                    write!(line, "transmitted on {dev}: {packet}")
+                }
+                (Fate::Delivered, Some((None, packet))) => {
+                    write!(line, "delivered locally: {packet}")
+                }
+                (Fate::Transmitted, _) => write!(line, "transmitted"),
+                (Fate::Delivered, _) => write!(line, "delivered locally"),
+                (Fate::Dropped(c), _) => write!(line, "dropped: {c}"),
+                (Fate::Rejected { table, hook }, _) => write!(line, "rejected by {table} {hook}"),
+                (Fate::RejectedNft { chain, hook }, _) => {
+                    write!(line, "rejected by nft chain {chain} ({hook})")
+                }
+            };
+            if translated {
+                line.push_str("  [NAT]");
+            }
+            // After the packet itself (if it survived) come the packets the kernel generated.
+            for e in egress.iter().skip(usize::from(survived)) {
+                if let Egress::Transmit { dev, packet, .. } = e {
+                    let _ = write!(line, "  (kernel answer on {dev}: {packet})");
+                }
+            }
+            line.push('\n');
+            w(out, &line)?;
+            if let Some(t) = &trace {
+                for l in t.to_string().lines() {
+                    w(out, &format!("        {l}\n"))?;
+                }
             }
         }
-        line.push('\n');
-        w(out, &line)?;
-        if let Some(t) = &r.trace {
-            for l in t.to_string().lines() {
-                w(out, &format!("        {l}\n"))?;
-            }
+        if let Some(out) = json.as_deref_mut() {
+            let (verdict, reason) = match &fate {
+                Fate::Transmitted => ("transmitted", None),
+                Fate::Delivered => ("delivered", None),
+                Fate::Dropped(c) => ("dropped", Some(c.to_string())),
+                Fate::Rejected { table, hook } => ("rejected", Some(format!("{table} {hook}"))),
+                Fate::RejectedNft { chain, hook } => {
+                    ("rejected", Some(format!("nft {chain} {hook}")))
+                }
+            };
+            let out_dev = first_out.filter(|_| survived).and_then(|(d, _)| d);
+            let entry = entry_id
+                .and_then(|id| ns.conntrack().get(id))
+                .map(|e| CtRecord::at(&e, now));
+            json_line(
+                out,
+                &PacketLine {
+                    t_ns: now.as_nanos(),
+                    time: now.hms().to_string(),
+                    kind: "packet",
+                    capture: input.file,
+                    tap: input.interface,
+                    frame: rec.frame,
+                    ingress: from,
+                    packet: pkt.to_string(),
+                    verdict,
+                    reason,
+                    out_dev: out_dev.as_ref().map(|d| d.as_str()),
+                    out: first_out.filter(|_| survived).map(|(_, p)| p.to_string()),
+                    nat: translated,
+                    entry,
+                    answers: egress
+                        .iter()
+                        .skip(usize::from(survived))
+                        .filter_map(|e| match e {
+                            Egress::Transmit { dev, packet, .. } => Some(AnswerLine {
+                                dev: dev.to_string(),
+                                packet: packet.to_string(),
+                            }),
+                            Egress::LocalDeliver { .. } => None,
+                        })
+                        .collect(),
+                },
+            )?;
         }
-        for (i, e) in r.out.iter().enumerate() {
+        for (i, e) in egress.iter().enumerate() {
             if let Egress::Transmit { packet, .. } = e {
                 sum.left += 1;
-                if let Some((path, wr)) = writer.as_mut() {
+                if let Some(wr) = writer.as_mut() {
                     let own = i == 0 && survived;
                     let forwarded = matches!(
-                        r.fate,
+                        fate,
                         Fate::Rejected {
                             hook: Hook::Forward,
                             ..
@@ -362,28 +838,28 @@ pub fn replay(
                         }
                     );
                     answers += u16::from(!own);
-                    let (bytes, wire_len) = left_bytes(
-                        capture, rec, packet, own, forwarded, answers,
-                    )
-                    .map_err(|source| ExplainError::Rewrite {
-                        file: file.to_string(),
-                        frame: rec.frame,
-                        source,
-                    })?;
+                    let wire_len =
+                        left_bytes(capture, rec, packet, own, forwarded, answers, &mut bytes)
+                            .map_err(|source| ExplainError::Rewrite {
+                                file: input.file.to_string(),
+                                frame: rec.frame,
+                                source,
+                            })?;
                     wr.write_frame_snapped(now, &bytes, wire_len as u32)
                         .map_err(|source| ExplainError::PcapWrite {
-                            file: path.clone(),
+                            file: pcap_name.clone(),
                             source,
                         })?;
                 }
             }
         }
+        conntrack_events(&mut ns, &node.name, json.as_deref_mut())?;
     }
-    if let Some((path, wr)) = writer {
+    if let Some(wr) = writer {
         wr.into_inner()
             .flush()
             .map_err(|e| ExplainError::PcapWrite {
-                file: path,
+                file: pcap_name.clone(),
                 source: sim_core::pcap::PcapWriteError::Io(e),
             })?;
     }
@@ -393,14 +869,102 @@ pub fn replay(
         if t >= now {
             ns.handle_timeout(t);
         }
-        w(
-            out,
-            &conntrack_listing(&ns, t.max(now), &format!("conntrack -L at {}", secs(t))),
+        conntrack_events(&mut ns, &node.name, json.as_deref_mut())?;
+        dump_at(
+            &ns,
+            &node.name,
+            t,
+            now,
+            text.as_deref_mut(),
+            json.as_deref_mut(),
         )?;
     }
-    sum.conntrack_table = ns.conntrack().dump(now.max(sum.end), &Default::default());
-    w(out, &sum.text(opts.pcap_out.as_deref()))?;
+    sum.conntrack_table = ns.conntrack().dump(now, &Default::default());
+    if let Some(out) = text {
+        w(out, &sum.text(opts.pcap_out.as_deref()))?;
+    }
+    if let Some(out) = json {
+        json_line(
+            out,
+            &EndLine {
+                kind: "replay",
+                version: JSON_SCHEMA_VERSION,
+                summary: SummaryLine {
+                    packets: sum.packets,
+                    not_ip: sum.skipped,
+                    transmitted: sum.transmitted,
+                    delivered: sum.delivered,
+                    dropped: &sum.dropped,
+                    rejected: &sum.rejected,
+                    nat: sum.translated,
+                    left: sum.left,
+                    out_of_order: sum.reordered,
+                    loopback: sum.loopback,
+                    replies_as_new: sum.replies_as_new,
+                    not_for_node: sum.not_for_node,
+                    outgoing: sum.outgoing,
+                    duplicates: sum.duplicates,
+                    conntrack_entries: sum.conntrack_entries,
+                    end_ns: now.as_nanos(),
+                },
+                warnings: sum.warnings(),
+                conntrack: ns
+                    .conntrack()
+                    .list(now, &Default::default())
+                    .iter()
+                    .map(|e| CtRecord::at(e, now))
+                    .collect(),
+            },
+        )?;
+    }
     Ok(sum)
+}
+
+/// The conntrack table at `t` (`--conntrack-at`), the replay being at `now`: in `conntrack
+/// -L` form to the text, as a `conntrack_dump` line to the JSON lines.
+fn dump_at(
+    ns: &Netns,
+    node: &str,
+    t: SimTime,
+    now: SimTime,
+    text: Option<&mut (dyn Write + '_)>,
+    json: Option<&mut (dyn Write + '_)>,
+) -> Result<(), ExplainError> {
+    let at = t.max(now);
+    if let Some(out) = text {
+        out.write_all(
+            conntrack_listing(ns, at, &format!("conntrack -L at {}", secs(t))).as_bytes(),
+        )
+        .map_err(ExplainError::Output)?;
+    }
+    if let Some(out) = json {
+        let entries: Vec<CtRecord> = ns
+            .conntrack()
+            .list(at, &Default::default())
+            .iter()
+            .map(|e| CtRecord::at(e, at))
+            .collect();
+        json_line(
+            out,
+            &DumpLine {
+                kind: "conntrack_dump",
+                t_ns: t.as_nanos(),
+                time: t.hms().to_string(),
+                node,
+                entries,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct DumpLine<'a> {
+    kind: &'static str,
+    t_ns: u64,
+    time: String,
+    node: &'a str,
+    entries: Vec<CtRecord>,
 }
 
 /// The conntrack table of `ns` at `now` as `conntrack -L` prints it, under a `title` line, with
@@ -430,6 +994,18 @@ impl ReplaySummary {
                 self.replies_as_new_first.as_deref().unwrap_or("")
             ));
         }
+        if self.outgoing > 0 {
+            v.push(format!(
+                "{} packets of a Linux cooked capture (tcpdump -i any) were sent by the node (packet type OUTGOING): copies of packets replayed on their way in, or the node's own; they were not replayed as arrivals",
+                self.outgoing
+            ));
+        }
+        if self.duplicates > 0 {
+            v.push(format!(
+                "{} packets of a Linux cooked capture repeat, byte for byte, one captured less than 1 ms before: one packet seen on two interfaces (a bridge port and the bridge); each was replayed once",
+                self.duplicates
+            ));
+        }
         if self.not_for_node > 0 {
             v.push(format!(
                 "{} packets came in on eth0 and went straight back out of eth0 untranslated: traffic between other hosts (a promiscuous capture?), not for this node",
@@ -445,6 +1021,18 @@ impl ReplaySummary {
         s.push_str(&format!("  packets        {}\n", self.packets));
         if self.skipped > 0 {
             s.push_str(&format!("  not IP         {} (skipped)\n", self.skipped));
+        }
+        if self.outgoing > 0 {
+            s.push_str(&format!(
+                "  outgoing       {} (sent by the node, skipped)\n",
+                self.outgoing
+            ));
+        }
+        if self.duplicates > 0 {
+            s.push_str(&format!(
+                "  duplicates     {} (seen on a second interface, skipped)\n",
+                self.duplicates
+            ));
         }
         s.push_str(&format!("  transmitted    {}\n", self.transmitted));
         s.push_str(&format!("  delivered      {}\n", self.delivered));
