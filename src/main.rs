@@ -1019,13 +1019,10 @@ fn take_event_mask(
             )
         } else if let Some(v) = x.strip_prefix("--event-mask=") {
             Some(v.to_string())
-        } else if let Some(v) = x
-            .strip_prefix("-e")
-            .filter(|v| !v.is_empty() && !x.starts_with("--"))
-        {
-            Some(v.to_string())
         } else {
-            None
+            x.strip_prefix("-e")
+                .filter(|v| !v.is_empty() && !x.starts_with("--"))
+                .map(str::to_string)
         };
         let Some(v) = value else {
             rest.push(x.clone());

@@ -448,6 +448,7 @@ fn conntrack_events(
                     cause: destroy_cause(e.cause),
                     line: e.to_string(),
                     entry: CtRecord::of_event(&e),
+                    ct: e.entry,
                 },
             },
         )?;
