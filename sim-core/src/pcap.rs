@@ -20,7 +20,11 @@
 //! **Errors** name the file (when read from one), the record by its 1-based frame number (as
 //! Wireshark numbers them) and the byte offset in the file: a truncated file or record, a
 //! record whose fields are impossible, an unsupported link type, or a frame that does not
-//! parse (the [`WireError`] inside gives the offset within the frame). A record cut short by
+//! parse (the [`WireError`] inside gives the offset within the frame). A pcapng block whose
+//! framing is wrong (a length below its type's minimum, not a multiple of 4, beyond the end of
+//! the file, different at its start and end, or a captured length that does not fit) is
+//! named by its type, its frame when it holds a packet, its offset and both lengths
+//! ([`PcapErrorKind::BadBlock`], [`PcapErrorKind::TruncatedBlock`]). A record cut short by
 //! the snap length (captured length below the original length) is accepted while the headers
 //! nfsim reads are present. Frames that are not IP at all (ARP, LLDP, …) are skipped and
 //! listed in [`Capture::skipped`], unless [`ReadOptions::skip_non_ip`] is off.
@@ -45,6 +49,8 @@ use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
 use crate::packet::Packet;
 use crate::time::{SimTime, NANOS_PER_SEC};
 use crate::wire::{self, EmitError, LinkType, ParseOptions, WireError, SUPPORTED_LINKTYPES};
+
+mod ngblock;
 
 /// The snap length written in pcap headers (tcpdump's default, `MAXIMUM_SNAPLEN`).
 pub const WRITE_SNAPLEN: u32 = 262_144;
@@ -195,6 +201,29 @@ pub enum PcapErrorKind {
         offset: usize,
         /// What is wrong.
         reason: String,
+    },
+    /// A pcapng block's framing is wrong: its length or byte-order magic (see the `ngblock`
+    /// module).
+    #[error("malformed {block} at byte offset {offset}: {reason}")]
+    BadBlock {
+        /// The block: its name and type number, and for a packet block its frame number.
+        block: String,
+        /// Where it starts in the file.
+        offset: usize,
+        /// What is wrong, with the values read.
+        reason: String,
+    },
+    /// A pcapng block declares more bytes than the file has left.
+    #[error("the file ends inside the {block} at byte offset {offset}: its length field says {declared} bytes, only {available} are left")]
+    TruncatedBlock {
+        /// The block: its name and type number, and for a packet block its frame number.
+        block: String,
+        /// Where it starts in the file.
+        offset: usize,
+        /// The length its length field declares.
+        declared: usize,
+        /// Bytes left in the file from its start.
+        available: usize,
     },
     /// The file ends inside a record.
     #[error("the file ends inside frame {frame} at byte offset {offset}: need {needed} bytes, only {available} left")]
@@ -460,17 +489,13 @@ fn iface_of(
 }
 
 fn read_pcapng(bytes: &[u8]) -> Result<RawCapture<'_>, PcapErrorKind> {
-    let (mut rest, mut parser) = PcapNgParser::new(bytes).map_err(|e| match e {
-        PcapError::IncompleteBuffer => PcapErrorKind::TruncatedHeader {
-            what: "pcapng section header block",
-            needed: 28,
-            available: bytes.len(),
-        },
-        other => PcapErrorKind::BadHeader {
-            what: "pcapng section header block",
-            offset: 0,
-            reason: other.to_string(),
-        },
+    // Every block's framing is checked first (ngblock), so pcap-file's own errors are only
+    // about a block's contents.
+    ngblock::check(bytes, 0, false, 1)?;
+    let (mut rest, mut parser) = PcapNgParser::new(bytes).map_err(|e| PcapErrorKind::BadBlock {
+        block: ngblock::block_name(ngblock::SHB),
+        offset: 0,
+        reason: e.to_string(),
     })?;
     let mut records = Vec::new();
     let mut frame = 0;
@@ -478,26 +503,23 @@ fn read_pcapng(bytes: &[u8]) -> Result<RawCapture<'_>, PcapErrorKind> {
     while !rest.is_empty() {
         let offset = bytes.len() - rest.len();
         let big = parser.section().endianness == Endianness::Big;
-        let block_len = (rest.len() >= 8).then(|| {
-            let a = [rest[4], rest[5], rest[6], rest[7]];
-            if big {
-                u32::from_be_bytes(a)
-            } else {
-                u32::from_le_bytes(a)
+        let framed = ngblock::check(rest, offset, big, frame + 1)?;
+        let (next, block) = parser.next_block(rest).map_err(|e| {
+            let mut name = ngblock::block_name(framed.block_type);
+            if ngblock::is_packet_block(framed.block_type) {
+                name.push_str(&format!(" of frame {}", frame + 1));
             }
-        });
-        let (next, block) = parser.next_block(rest).map_err(|e| match e {
-            PcapError::IncompleteBuffer => PcapErrorKind::TruncatedRecord {
-                frame: frame + 1,
+            PcapErrorKind::BadBlock {
+                block: name,
                 offset,
-                needed: block_len.map_or(12, |l| l as usize),
-                available: rest.len(),
-            },
-            other => PcapErrorKind::BadHeader {
-                what: "pcapng block",
-                offset,
-                reason: other.to_string(),
-            },
+                reason: match e {
+                    // The framing was checked: what is missing is inside the block.
+                    PcapError::IncompleteBuffer => {
+                        format!("its fields do not fit its length of {} bytes", framed.len)
+                    }
+                    other => other.to_string(),
+                },
+            }
         })?;
         // Where the packet data starts inside each packet block type.
         // (interface, raw timestamp, captured bytes, original length, data offset in block)
@@ -1227,7 +1249,11 @@ mod tests {
         }
         let e = read(&f[..f.len() - 3], &ReadOptions::default()).unwrap_err();
         assert!(
-            matches!(e.kind, PcapErrorKind::TruncatedRecord { frame: 3, .. }),
+            matches!(
+                &e.kind,
+                PcapErrorKind::TruncatedBlock { block, offset: 300, declared: 96, available: 93 }
+                    if block.ends_with("of frame 3")
+            ),
             "{e}"
         );
     }
