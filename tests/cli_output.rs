@@ -47,9 +47,14 @@ fn full_disk(args: &[&str]) -> Option<(i32, String)> {
     ))
 }
 
-/// A rules file whose normalised form is far larger than a pipe's buffer.
-fn big_rules() -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!("nfsim-big-{}.rules", std::process::id()));
+/// A rules file whose normalised form is far larger than a pipe's buffer, named for the test
+/// that writes it: tests run in parallel threads of one process, and one's cleanup must not
+/// remove the file another is reading.
+fn big_rules(test: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "nfsim-big-{}-{test}.rules",
+        std::process::id()
+    ));
     let mut s =
         String::from("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
     for i in 0..3000 {
@@ -77,7 +82,7 @@ fn a_closed_pipe_ends_run_quietly() {
 
 #[test]
 fn a_closed_pipe_ends_rules_normalize_and_trace_quietly() {
-    let big = big_rules();
+    let big = big_rules("closed_pipe");
     let (code, err) = closed_pipe(&["rules", "normalize", big.to_str().unwrap()]);
     assert_eq!((code, err.as_str()), (0, ""));
     let (code, err) = closed_pipe(&[
@@ -122,7 +127,7 @@ fn a_full_disk_is_exit_2_with_one_message() {
         ]),
         "run --dump-conntrack",
     );
-    let big = big_rules();
+    let big = big_rules("full_disk");
     assert_one_error(
         full_disk(&["rules", "normalize", big.to_str().unwrap()]),
         "rules normalize",

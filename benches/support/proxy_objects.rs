@@ -1,4 +1,4 @@
-//! The Services of `benches/proxy_modes.rs` and `examples/proxy_payload.rs`: `services`
+//! The Services of `benches/proxy_modes.rs`: `services`
 //! UDP Services on port 80, two endpoints each, as `kubectl get -o yaml` prints them.
 
 use std::fmt::Write;
