@@ -130,6 +130,28 @@ pub enum AppEvent {
         /// Why.
         reason: TcpFailure,
     },
+    /// A ping client sent an echo request.
+    PingSent {
+        /// Request number (0-based).
+        query: u32,
+        /// The ping socket's identifier.
+        ident: u16,
+        /// The ICMP sequence number (from 1).
+        icmp_seq: u16,
+        /// The client's address.
+        src: IpAddr,
+        /// Where it was sent.
+        dst: IpAddr,
+    },
+    /// A ping client's echo request got its reply.
+    PingAnswered {
+        /// Request number.
+        query: u32,
+        /// Time from the request to the reply.
+        rtt: SimDuration,
+        /// Who replied.
+        from: IpAddr,
+    },
     /// A server answered a request.
     ServerAnswered {
         /// The server's port.
@@ -780,6 +802,19 @@ impl UdpClient {
         self.fixed_port == Some(port) || self.oldest_on(port).is_some()
     }
 
+    /// Whether a datagram for one of its ports is the socket's to take: a connected socket
+    /// takes only datagrams from the address and port it is connected to (`compute_score`
+    /// in `udp.c` scores a connected socket out of a mismatched source; with no other socket
+    /// the datagram gets ICMP port unreachable), an unconnected one takes any.
+    pub fn accepts(&self, pkt: &Packet) -> bool {
+        match pkt.l4 {
+            L4::Udp { sport, .. } if self.cfg.connected => {
+                SocketAddr::new(pkt.src, sport) == self.cfg.dst
+            }
+            _ => true,
+        }
+    }
+
     /// The oldest query in flight on `port`.
     fn oldest_on(&self, port: u16) -> Option<u32> {
         self.by_port
@@ -978,6 +1013,9 @@ impl UdpClient {
     pub fn handle_packet(&mut self, now: SimTime, pkt: &Packet, out: &mut Outbox) {
         match pkt.l4 {
             L4::Udp { sport, .. } => {
+                if !self.accepts(pkt) {
+                    return;
+                }
                 let Some(tag) = Tag::unpack(pkt.tag).filter(|t| t.client == self.cfg.index) else {
                     return;
                 };

@@ -3,6 +3,7 @@
 //!
 //! - [`apps`]: servers and clients as sans-IO state machines.
 //! - [`control`]: pod lifecycle and the EndpointSlice controller.
+//! - [`ping`]: a ping client (ICMP echo on a ping socket).
 //! - [`ports`]: the source ports of TCP `connect()`, as Linux picks them.
 //! - [`proxy`]: kube-proxy on the nodes, applied to their network namespaces.
 //! - [`sim`]: the driver: each node a `sim_netfilter::netns::Netns`, the network between
@@ -10,6 +11,7 @@
 
 pub mod apps;
 pub mod control;
+pub mod ping;
 pub mod ports;
 pub mod proxy;
 pub mod sim;

@@ -175,6 +175,19 @@ pub(crate) fn adapt(e: &TimelineEvent) -> Ev<'_> {
             src,
             dst,
         },
+        What::PingSent {
+            client,
+            query,
+            src,
+            dst,
+            ..
+        } => Ev::Send {
+            client,
+            id: *query,
+            attempt: 0,
+            src,
+            dst,
+        },
         What::TcpConnect {
             client,
             conn,

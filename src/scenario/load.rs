@@ -1064,6 +1064,32 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                 count,
             })
         };
+        if let Some(p) = &d.ping {
+            if d.udp.is_some() || d.tcp.is_some() {
+                return Err(ctx.err(c, "a client needs exactly one of `udp`, `tcp` or `ping`"));
+            }
+            let p = &p.value;
+            let ip: IpAddr = p.target.value.parse().map_err(|_| {
+                ctx.err(
+                    &p.target,
+                    format!(
+                        "ping target {:?}: expected an IP address (a pod's, a node's or a host's)",
+                        p.target.value
+                    ),
+                )
+            })?;
+            clients.push(ClientDef {
+                name: d.name.value.clone(),
+                placement,
+                target: SocketAddr::new(ip, 0),
+                target_text: p.target.value.clone(),
+                schedule: sched(&p.interval, p.jitter, p.start, p.stop, p.count)?,
+                kind: ClientKind::Ping {
+                    timeout: opt_dur(p.timeout, SimDuration::from_secs(1)),
+                },
+            });
+            continue;
+        }
         let (target_s, schedule, kind) = match (&d.udp, &d.tcp) {
             (Some(u), None) => {
                 let u = &u.value;
@@ -1094,7 +1120,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                     },
                 )
             }
-            _ => return Err(ctx.err(c, "a client needs exactly one of `udp` or `tcp`")),
+            _ => return Err(ctx.err(c, "a client needs exactly one of `udp`, `tcp` or `ping`")),
         };
         let target = resolve_target(ctx, &target_services, target_s)?;
         // A second socket bound to the same address, protocol and port: bind() fails with

@@ -356,6 +356,11 @@ pub enum ClientKind {
         /// Response timeout.
         request_timeout: SimDuration,
     },
+    /// ICMP echo requests (`ping`); the target's port is 0.
+    Ping {
+        /// How long a request waits for its reply.
+        timeout: SimDuration,
+    },
 }
 
 /// A client.

@@ -370,6 +370,9 @@ pub struct ClientDoc {
     /// A capture replayed as traffic (instead of `pod`/`host`/`node` and `udp`/`tcp`).
     #[serde(default)]
     pub pcap: Option<S<PcapClientDoc>>,
+    /// A ping client.
+    #[serde(default)]
+    pub ping: Option<S<PingClientDoc>>,
 }
 
 /// `pcap:` of a client: the IPv4 packets of a capture, sent from a pod or host at their
@@ -385,6 +388,31 @@ pub struct PcapClientDoc {
     /// When the first frame is sent (default 0s).
     #[serde(default)]
     pub offset: Option<S<SimDuration>>,
+}
+
+/// `ping:` of a client.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PingClientDoc {
+    /// An IP address (a pod's, a node's, a host's).
+    pub target: S<String>,
+    /// Time between echo requests.
+    pub interval: S<SimDuration>,
+    /// Uniform random delay added to each request's nominal time (default 0s).
+    #[serde(default)]
+    pub jitter: Option<SimDuration>,
+    /// How long a request waits for its reply (default 1s).
+    #[serde(default)]
+    pub timeout: Option<SimDuration>,
+    /// First request (default 0s).
+    #[serde(default)]
+    pub start: Option<SimDuration>,
+    /// No new request from this instant.
+    #[serde(default)]
+    pub stop: Option<SimDuration>,
+    /// At most this many requests.
+    #[serde(default)]
+    pub count: Option<u32>,
 }
 
 /// `udp:` of a client.

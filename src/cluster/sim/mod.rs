@@ -34,6 +34,7 @@ use super::apps::{
     TcpClient, TcpClientConfig, TcpServer, UdpClient, UdpClientConfig, UdpServer,
 };
 use super::control::{derive_slices, Phase, PodState};
+use super::ping::{PingClient, PingClientConfig, PingIdents};
 use super::ports::ConnectPorts;
 use super::proxy::{
     nat_rules_written, rules_are_node_independent, same_rendering, CleanupFactory, ProxyGroup,
@@ -159,12 +160,15 @@ struct Stack {
     icmp: IcmpRateLimit,
     /// How this kernel picks the source ports of TCP `connect()` (`table_perturb`).
     connect: ConnectPorts,
+    /// The identifiers of its ping sockets (`ping_port_rover`).
+    ping_idents: Option<PingIdents>,
 }
 
 impl Stack {
     fn build(apps: &[AppDef], seed: u64, label: &str) -> Stack {
         let mut s = Stack {
             connect: ConnectPorts::new(seed, label),
+            ping_idents: Some(PingIdents::new(seed, label)),
             ..Stack::default()
         };
         for a in apps {
@@ -208,6 +212,7 @@ impl Stack {
 enum ClientApp {
     Udp(Box<UdpClient>),
     Tcp(Box<TcpClient>),
+    Ping(Box<PingClient>),
 }
 
 impl ClientApp {
@@ -215,30 +220,35 @@ impl ClientApp {
         match self {
             ClientApp::Udp(c) => c.poll_timeout(),
             ClientApp::Tcp(c) => c.poll_timeout(),
+            ClientApp::Ping(c) => c.poll_timeout(),
         }
     }
     fn records(&self) -> &[QueryRecord] {
         match self {
             ClientApp::Udp(c) => c.records(),
             ClientApp::Tcp(c) => c.records(),
+            ClientApp::Ping(c) => c.records(),
         }
     }
     fn owns(&self, proto: u8, port: u16) -> bool {
         match self {
             ClientApp::Udp(c) => proto == 17 && c.binds(port),
             ClientApp::Tcp(c) => proto == 6 && c.binds(port),
+            ClientApp::Ping(c) => proto == 1 && c.ident() == port,
         }
     }
     fn bound_ports(&self) -> BTreeSet<u16> {
         match self {
             ClientApp::Udp(c) => c.bound_ports(),
             ClientApp::Tcp(c) => c.bound_ports(),
+            ClientApp::Ping(c) => [c.ident()].into(),
         }
     }
     fn proto(&self) -> u8 {
         match self {
             ClientApp::Udp(_) => 17,
             ClientApp::Tcp(_) => 6,
+            ClientApp::Ping(_) => 1,
         }
     }
 }
@@ -1042,6 +1052,24 @@ impl Simulation {
                 self.sc.seed,
                 &label,
             ))),
+            ClientKind::Ping { timeout } => {
+                let ident = self
+                    .stack_mut(&machine)
+                    .and_then(|s| s.ping_idents.as_mut()?.next())
+                    .unwrap_or(1);
+                ClientApp::Ping(Box::new(PingClient::new(
+                    PingClientConfig {
+                        index: index as u32,
+                        local_ip: ip,
+                        dst: def.target.ip(),
+                        schedule: def.schedule.clone(),
+                        timeout,
+                        ident,
+                    },
+                    self.sc.seed,
+                    &label,
+                )))
+            }
             ClientKind::Tcp {
                 connect_timeout,
                 request_timeout,
@@ -1407,6 +1435,7 @@ impl Simulation {
                         ClientApp::Tcp(c) => {
                             c.handle_timeout(self.now, &busy, &mut connect, &mut out)
                         }
+                        ClientApp::Ping(c) => c.handle_timeout(self.now, &mut out),
                     }
                     if let Some(s) = self.stack_mut(&m) {
                         s.connect = connect;

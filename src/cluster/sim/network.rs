@@ -283,6 +283,11 @@ impl Simulation {
                 body: sim_core::IcmpBody::Error(inner),
                 ..
             } => (inner.proto, inner.sport),
+            // An echo reply goes to the ping socket with its identifier (ping_lookup).
+            L4::Icmp {
+                body: sim_core::IcmpBody::Query { id, .. },
+                ..
+            } => (p.protocol(), id),
             _ => (p.protocol(), p.dport().unwrap_or(0)),
         };
         let is_error = matches!(
@@ -296,6 +301,11 @@ impl Simulation {
             Machine::Pod(id) => self.pods.get(*id).is_some_and(|p| p.state.process_alive),
             _ => true,
         };
+        // An echo request is the kernel's to answer (icmp_echo), process or not.
+        if let Some(reply) = crate::cluster::ping::echo_reply(&p) {
+            self.send_from(&m, vec![reply]);
+            return;
+        }
         let mut out = Outbox::new();
         let now = self.now;
         // Servers first (a server port), then clients' sockets.
@@ -319,11 +329,16 @@ impl Simulation {
         let owner = self
             .client_ports
             .get(&(p.dst, proto, dport))
-            .and_then(|set| set.iter().copied().find(|&i| self.clients[i].machine == m));
+            .and_then(|set| set.iter().copied().find(|&i| self.clients[i].machine == m))
+            .filter(|&i| match &self.clients[i].app {
+                ClientApp::Udp(c) => is_error || c.accepts(&p),
+                _ => true,
+            });
         if let Some(i) = owner {
             match &mut self.clients[i].app {
                 ClientApp::Udp(c) => c.handle_packet(now, &p, &mut out),
                 ClientApp::Tcp(c) => c.handle_packet(now, &p, &mut out),
+                ClientApp::Ping(c) => c.handle_packet(now, &p, &mut out),
             }
             self.client_output(i, out);
             return;
@@ -414,6 +429,26 @@ impl Simulation {
                     client: name.clone(),
                     conn,
                     reason: reason.to_string(),
+                },
+                AppEvent::PingSent {
+                    query,
+                    ident,
+                    icmp_seq,
+                    src,
+                    dst,
+                } => What::PingSent {
+                    client: name.clone(),
+                    query,
+                    ident,
+                    icmp_seq,
+                    src: src.to_string(),
+                    dst: dst.to_string(),
+                },
+                AppEvent::PingAnswered { query, rtt, from } => What::QueryAnswered {
+                    client: name.clone(),
+                    query,
+                    rtt_ns: rtt.as_nanos(),
+                    from: from.to_string(),
                 },
                 AppEvent::ServerAnswered { .. } => continue,
             };

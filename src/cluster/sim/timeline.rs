@@ -33,6 +33,22 @@ pub enum What {
         /// Destination.
         dst: String,
     },
+    /// A ping client sent an echo request.
+    PingSent {
+        /// Client.
+        client: String,
+        /// Request number, from 0 (JSON: `id`).
+        #[serde(rename = "id")]
+        query: u32,
+        /// The ping socket's identifier.
+        ident: u16,
+        /// The ICMP sequence number (from 1).
+        icmp_seq: u16,
+        /// Source address.
+        src: String,
+        /// Destination address.
+        dst: String,
+    },
     /// A client's packet was DNAT'd on a node.
     Dnat {
         /// Client.
@@ -244,6 +260,16 @@ impl TimelineEvent {
                     format!("{client}: query #{query} retry {attempt} sent {src} -> {dst}")
                 }
             }
+            What::PingSent {
+                client,
+                query,
+                ident,
+                icmp_seq,
+                src,
+                dst,
+            } => format!(
+                "{client}: echo request #{query} sent {src} -> {dst} id={ident} seq={icmp_seq}"
+            ),
             What::Dnat {
                 client,
                 query,
