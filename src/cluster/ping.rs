@@ -80,7 +80,7 @@ impl PingIdents {
         }
     }
     /// The next free identifier after the rover, skipping 0 (`ping_get_port` with ident 0).
-    pub fn next(&mut self) -> Option<u16> {
+    pub fn assign(&mut self) -> Option<u16> {
         let mut result = self.rover.wrapping_add(1);
         for _ in 0..=u16::MAX as u32 {
             if result != 0 && !self.in_use.contains(&result) {
@@ -360,9 +360,9 @@ mod tests {
             rover: u16::MAX - 1,
             in_use: [1u16].into(),
         };
-        assert_eq!(ids.next(), Some(u16::MAX));
-        assert_eq!(ids.next(), Some(2), "0 and 1 skipped");
-        let a = PingIdents::new(5, "pod/x").next();
-        assert_eq!(a, PingIdents::new(5, "pod/x").next(), "seeded");
+        assert_eq!(ids.assign(), Some(u16::MAX));
+        assert_eq!(ids.assign(), Some(2), "0 and 1 skipped");
+        let a = PingIdents::new(5, "pod/x").assign();
+        assert_eq!(a, PingIdents::new(5, "pod/x").assign(), "seeded");
     }
 }

@@ -1055,7 +1055,7 @@ impl Simulation {
             ClientKind::Ping { timeout } => {
                 let ident = self
                     .stack_mut(&machine)
-                    .and_then(|s| s.ping_idents.as_mut()?.next())
+                    .and_then(|s| s.ping_idents.as_mut()?.assign())
                     .unwrap_or(1);
                 ClientApp::Ping(Box::new(PingClient::new(
                     PingClientConfig {
