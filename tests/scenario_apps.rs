@@ -83,3 +83,48 @@ fn a_ping_to_nowhere_times_out() {
         .unwrap();
     assert!(r.results.iter().all(|x| x.passed), "{:#?}", r.results);
 }
+
+#[test]
+fn chi_square_p_values_match_the_closed_form_and_flag_a_skewed_spread() {
+    use nfsim::cluster::sim::chi_square_uniform;
+    // Two degrees of freedom: p = exp(-chi2 / 2).
+    let (chi2, p) = chi_square_uniform(&[98, 99, 103]);
+    assert!(
+        (chi2 - 0.14).abs() < 1e-9 && (p - (-0.07f64).exp()).abs() < 1e-9,
+        "{chi2} {p}"
+    );
+    // One degree of freedom at the 0.001 critical value 10.828.
+    let (chi2, p) = chi_square_uniform(&[0, 0]);
+    assert_eq!((chi2, p), (0.0, 1.0));
+    let (_, p) = chi_square_uniform(&[200, 100]);
+    assert!(p < 0.001, "{p}");
+    let (_, p) = chi_square_uniform(&[160, 140]);
+    assert!(p > 0.2, "{p}");
+}
+
+#[test]
+fn endpoints_checks_fail_on_a_skewed_share_and_refuse_bad_ranges() {
+    let base = GOOD.replace(
+        "  - client: {name: c, sent: 6}",
+        "  - endpoints: {client: c, share: {dns: SHARE}}",
+    );
+    let run = |share: &str| {
+        let sc = load_str("t.yaml", &base.replace("SHARE", share)).unwrap();
+        Simulation::new(sc, RunOptions::default())
+            .unwrap()
+            .finish()
+            .unwrap()
+            .results
+    };
+    assert!(run("\"0.99..1\"")[0].passed);
+    let r = run("\"<= 0.5\"");
+    assert!(
+        !r[0].passed && r[0].detail.contains("expected <= 0.5"),
+        "{r:?}"
+    );
+    let e = load_str("t.yaml", &base.replace("SHARE", "\"0.3..1.7\"")).unwrap_err();
+    assert_eq!(e.line, 25, "{e}");
+    assert!(e.message.contains("between 0 and 1"), "{e}");
+    let e = load_str("t.yaml", &base.replace("{dns: SHARE}", "{}")).unwrap_err();
+    assert!(e.message.contains("`share` or `uniform: true`"), "{e}");
+}

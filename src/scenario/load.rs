@@ -1271,6 +1271,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             d.client.is_some(),
             d.conntrack.is_some(),
             d.endpoint.is_some(),
+            d.endpoints.is_some(),
         ]
         .iter()
         .filter(|x| **x)
@@ -1278,7 +1279,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         if n != 1 {
             return Err(ctx.err(
                 x,
-                "an expectation needs exactly one of `client`, `conntrack`, `endpoint`",
+                "an expectation needs exactly one of `client`, `conntrack`, `endpoint`, `endpoints`",
             ));
         }
         let t = |d: Option<SimDuration>| d.map(|d| SimTime::ZERO + d);
@@ -1406,6 +1407,41 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                     flows: e.flows,
                 },
                 format!("endpoint {}", e.pod.value),
+            )
+        } else if let Some(e) = &d.endpoints {
+            let client = *client_index.get(&e.client.value).ok_or_else(|| {
+                ctx.err(&e.client, format!("unknown client {:?}", e.client.value))
+            })?;
+            let mut share = Vec::new();
+            for (pod, range) in e.share.iter().flatten() {
+                let r = ShareRange::parse(&range.value).ok_or_else(|| {
+                    ctx.err(
+                        range,
+                        format!(
+                            "share {:?}: expected a fraction of the flows between 0 and 1, as \"0.30..0.37\", \">= 0.2\", \"<= 0.5\" or \"0.5\"",
+                            range.value
+                        ),
+                    )
+                })?;
+                let at = Spanned::new(pod.clone(), range.referenced, range.defined);
+                share.push((endpoint_ref(&at)?, r, range.value.clone()));
+            }
+            let uniform = e.uniform.unwrap_or(false);
+            if share.is_empty() && !uniform {
+                return Err(ctx.err(
+                    &e.client,
+                    "an endpoints check needs `share` or `uniform: true`",
+                ));
+            }
+            (
+                Check::Endpoints {
+                    client,
+                    from: t(e.from).unwrap_or(SimTime::ZERO),
+                    to: t(e.to),
+                    share,
+                    uniform,
+                },
+                format!("endpoints of client {}", e.client.value),
             )
         } else {
             unreachable!("exactly one check was verified above")

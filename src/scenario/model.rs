@@ -637,6 +637,19 @@ pub enum Check {
         /// TCP state of every match.
         state: Option<String>,
     },
+    /// How one client's flows spread over the endpoints.
+    Endpoints {
+        /// Client index.
+        client: usize,
+        /// Window start.
+        from: SimTime,
+        /// Window end (`None`: the check time).
+        to: Option<SimTime>,
+        /// Per endpoint, the accepted share of the flows (and the text as written).
+        share: Vec<(EndpointRef, ShareRange, String)>,
+        /// Whether the flows must pass the chi-square uniformity test.
+        uniform: bool,
+    },
     /// What reached an endpoint.
     Endpoint {
         /// The endpoint.
@@ -652,6 +665,60 @@ pub enum Check {
         /// Distinct flows received.
         flows: Option<Count>,
     },
+}
+
+/// An accepted range of a share (a fraction of flows), both ends included.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShareRange {
+    /// Smallest accepted share.
+    pub min: f64,
+    /// Largest accepted share.
+    pub max: f64,
+}
+
+impl ShareRange {
+    /// Reads `"A..B"`, `">= A"`, `"> A"`, `"<= A"`, `"< A"` or `"A"`, with A and B in [0, 1].
+    pub fn parse(text: &str) -> Option<ShareRange> {
+        let t = text.trim();
+        let num = |s: &str| -> Option<f64> {
+            let v: f64 = s.trim().parse().ok()?;
+            (0.0..=1.0).contains(&v).then_some(v)
+        };
+        let r = if let Some((a, b)) = t.split_once("..") {
+            ShareRange {
+                min: num(a)?,
+                max: num(b)?,
+            }
+        } else if let Some(a) = t.strip_prefix(">=") {
+            ShareRange {
+                min: num(a)?,
+                max: 1.0,
+            }
+        } else if let Some(a) = t.strip_prefix("<=") {
+            ShareRange {
+                min: 0.0,
+                max: num(a)?,
+            }
+        } else if let Some(a) = t.strip_prefix('>') {
+            ShareRange {
+                min: num(a)? + f64::EPSILON,
+                max: 1.0,
+            }
+        } else if let Some(a) = t.strip_prefix('<') {
+            ShareRange {
+                min: 0.0,
+                max: num(a)? - f64::EPSILON,
+            }
+        } else {
+            let v = num(t)?;
+            ShareRange { min: v, max: v }
+        };
+        (r.min <= r.max).then_some(r)
+    }
+    /// Whether `v` is accepted.
+    pub fn accepts(&self, v: f64) -> bool {
+        v >= self.min - 1e-12 && v <= self.max + 1e-12
+    }
 }
 
 /// A pod (by `namespace/name`) or an address.

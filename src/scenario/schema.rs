@@ -695,6 +695,30 @@ pub struct ExpectationDoc {
     /// What reached an endpoint.
     #[serde(default)]
     pub endpoint: Option<EndpointExpectDoc>,
+    /// How one client's flows spread over the endpoints.
+    #[serde(default)]
+    pub endpoints: Option<EndpointsExpectDoc>,
+}
+
+/// `endpoints:` check: how one client's flows spread over the endpoints they reached.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EndpointsExpectDoc {
+    /// The client.
+    pub client: S<String>,
+    /// Window start (default 0s).
+    #[serde(default)]
+    pub from: Option<SimDuration>,
+    /// Window end, exclusive (default: the check's time).
+    #[serde(default)]
+    pub to: Option<SimDuration>,
+    /// Per endpoint (a pod or an IP), its share of the flows: `"0.30..0.37"`, `">= 0.2"`,
+    /// `"<= 0.5"`, `"0.5"`.
+    #[serde(default)]
+    pub share: Option<BTreeMap<String, S<String>>>,
+    /// A chi-square test that the flows spread evenly over the endpoints reached.
+    #[serde(default)]
+    pub uniform: Option<bool>,
 }
 
 /// `client:` check: counts over the queries first sent in `[from, to)`.

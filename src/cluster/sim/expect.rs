@@ -3,6 +3,92 @@
 use super::*;
 use record::{ClientSummary, EndpointSummary, FromClient};
 
+/// The significance of the `endpoints: {uniform: true}` check: the flows are called not
+/// uniform when a uniform spread would give a chi-square statistic at least as large with
+/// probability under 0.1 % (a fair run fails it once in a thousand seeds).
+pub const UNIFORMITY_SIGNIFICANCE: f64 = 0.001;
+
+/// Pearson's chi-square statistic of `counts` against equal expected counts, and its p-value
+/// (`k - 1` degrees of freedom). Fewer than two categories: (0, 1).
+pub fn chi_square_uniform(counts: &[u64]) -> (f64, f64) {
+    let k = counts.len();
+    let n: u64 = counts.iter().sum();
+    if k < 2 || n == 0 {
+        return (0.0, 1.0);
+    }
+    let e = n as f64 / k as f64;
+    let chi2: f64 = counts.iter().map(|&o| (o as f64 - e).powi(2) / e).sum();
+    (chi2, gamma_q((k - 1) as f64 / 2.0, chi2 / 2.0))
+}
+
+/// ln Γ(x) for x > 0 (Lanczos, g = 7, nine coefficients).
+fn ln_gamma(x: f64) -> f64 {
+    const G: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    let x = x - 1.0;
+    let mut a = G[0];
+    let t = x + 7.5;
+    for (i, g) in G.iter().enumerate().skip(1) {
+        a += g / (x + i as f64);
+    }
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
+}
+
+/// The regularised upper incomplete gamma function Q(a, x): the series for P below a + 1,
+/// the continued fraction (modified Lentz) above.
+fn gamma_q(a: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 1.0;
+    }
+    let lead = (-x + a * x.ln() - ln_gamma(a)).exp();
+    if x < a + 1.0 {
+        let (mut sum, mut term, mut ap) = (1.0 / a, 1.0 / a, a);
+        for _ in 0..1000 {
+            ap += 1.0;
+            term *= x / ap;
+            sum += term;
+            if term.abs() < sum.abs() * 1e-15 {
+                break;
+            }
+        }
+        (1.0 - sum * lead).clamp(0.0, 1.0)
+    } else {
+        let tiny = 1e-300;
+        let mut b = x + 1.0 - a;
+        let mut c = 1.0 / tiny;
+        let mut d = 1.0 / b;
+        let mut h = d;
+        for i in 1..1000 {
+            let an = -(i as f64) * (i as f64 - a);
+            b += 2.0;
+            d = an * d + b;
+            if d.abs() < tiny {
+                d = tiny;
+            }
+            c = b + an / c;
+            if c.abs() < tiny {
+                c = tiny;
+            }
+            d = 1.0 / d;
+            let del = d * c;
+            h *= del;
+            if (del - 1.0).abs() < 1e-15 {
+                break;
+            }
+        }
+        (lead * h).clamp(0.0, 1.0)
+    }
+}
+
 impl Simulation {
     pub(super) fn pod_ips(&self, key: &str) -> BTreeSet<IpAddr> {
         self.pod_ids
@@ -137,6 +223,69 @@ impl Simulation {
                     seen.push(format!("first: {}", e.list_line(now)));
                 }
             }
+            Check::Endpoints {
+                client,
+                from,
+                to,
+                share,
+                uniform,
+            } => {
+                let to = to.unwrap_or(now).min(now + SimDuration::from_nanos(1));
+                // Distinct flows (source socket, protocol) per endpoint pod and address.
+                let mut flows: BTreeMap<(usize, IpAddr), BTreeSet<(SocketAddr, u8)>> =
+                    BTreeMap::new();
+                for h in self
+                    .hits
+                    .iter()
+                    .filter(|h| h.client == *client && h.at >= *from && h.at < to)
+                {
+                    flows
+                        .entry((h.pod, h.ip))
+                        .or_default()
+                        .insert((h.src, h.proto));
+                }
+                let total: usize = flows.values().map(|f| f.len()).sum();
+                seen.push(format!("flows={total}"));
+                if total == 0 {
+                    problems.push("no flow of the client reached an endpoint".to_string());
+                }
+                for (ep, range, text) in share {
+                    let pod = match ep {
+                        EndpointRef::Pod(k) => Some(self.pod_ids.get(k).copied()),
+                        EndpointRef::Ip(_) => None,
+                    };
+                    let ips = self.ep_ips(ep);
+                    let n: usize = flows
+                        .iter()
+                        .filter(|((p, ip), _)| pod.map_or(ips.contains(ip), |id| id == Some(*p)))
+                        .map(|(_, f)| f.len())
+                        .sum();
+                    let got = if total == 0 {
+                        0.0
+                    } else {
+                        n as f64 / total as f64
+                    };
+                    seen.push(format!("{ep}={got:.3} ({n})"));
+                    if total > 0 && !range.accepts(got) {
+                        problems.push(format!(
+                            "{ep} share {got:.3} ({n} of {total}), expected {text}"
+                        ));
+                    }
+                }
+                if *uniform && total > 0 {
+                    let counts: Vec<u64> = flows.values().map(|f| f.len() as u64).collect();
+                    let (chi2, p) = chi_square_uniform(&counts);
+                    let verdict = format!(
+                        "chi-square {chi2:.2} over {} endpoints, p={p:.4} (uniform unless p < {UNIFORMITY_SIGNIFICANCE})",
+                        counts.len()
+                    );
+                    if p < UNIFORMITY_SIGNIFICANCE {
+                        problems.push(format!("not uniform: {verdict}"));
+                    } else {
+                        seen.push(verdict);
+                    }
+                }
+            }
             Check::Endpoint {
                 endpoint,
                 client,
@@ -219,6 +368,7 @@ impl Simulation {
                             | QueryOutcome::NoPort(_)
                     )
                 }),
+                in_flight: count(&|o| matches!(o, QueryOutcome::Pending)),
             });
         }
         // Per endpoint: packets and flows received, by client.

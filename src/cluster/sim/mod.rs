@@ -62,7 +62,7 @@ pub mod sink;
 mod timeline;
 
 pub use capture::{CapturePoint, CaptureSink, PcapDir};
-pub use expect::ClientFigures;
+pub use expect::{chi_square_uniform, ClientFigures, UNIFORMITY_SIGNIFICANCE};
 pub use inject::{CleanupTally, Origin, Sighting, INJECTED_TAG};
 pub use pcap_client::{pcap_tag, PCAP_TAG};
 pub use record::{CtRecord, DumpRecord, EndRecord, StartRecord, Summary, JSON_SCHEMA_VERSION};

@@ -199,6 +199,13 @@ pub struct ClientSummary {
     pub timed_out: u64,
     /// Refused (ICMP error, RST, closed port).
     pub refused: u64,
+    /// Still waiting for an answer when the run ended (shown only when some client has any).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub in_flight: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// How many packets one client sent to one endpoint address.
@@ -247,14 +254,34 @@ impl Summary {
             .max()
             .unwrap_or(6)
             .max(6);
+        // Queries still in flight at the end get a column when there are any.
+        let in_flight = self.clients.iter().any(|c| c.in_flight > 0);
         s.push_str(&format!(
-            "{:<w$}  {:<24} {:>6} {:>8} {:>6} {:>9} {:>7}\n",
-            "client", "target", "sent", "answered", "failed", "timed out", "refused"
+            "{:<w$}  {:<24} {:>6} {:>8} {:>6} {:>9} {:>7}{}\n",
+            "client",
+            "target",
+            "sent",
+            "answered",
+            "failed",
+            "timed out",
+            "refused",
+            if in_flight { " in flight" } else { "" }
         ));
         for c in &self.clients {
             s.push_str(&format!(
-                "{:<w$}  {:<24} {:>6} {:>8} {:>6} {:>9} {:>7}\n",
-                c.client, c.target, c.sent, c.answered, c.failed, c.timed_out, c.refused
+                "{:<w$}  {:<24} {:>6} {:>8} {:>6} {:>9} {:>7}{}\n",
+                c.client,
+                c.target,
+                c.sent,
+                c.answered,
+                c.failed,
+                c.timed_out,
+                c.refused,
+                if in_flight {
+                    format!(" {:>9}", c.in_flight)
+                } else {
+                    String::new()
+                }
             ));
         }
         if let Some(pw) = pod_width {
