@@ -51,10 +51,7 @@ fn full_disk(args: &[&str]) -> Option<(i32, String)> {
 /// that writes it: tests run in parallel threads of one process, and one's cleanup must not
 /// remove the file another is reading.
 fn big_rules(test: &str) -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!(
-        "nfsim-big-{}-{test}.rules",
-        std::process::id()
-    ));
+    let path = std::env::temp_dir().join(format!("nfsim-big-{}-{test}.rules", std::process::id()));
     let mut s =
         String::from("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
     for i in 0..3000 {
