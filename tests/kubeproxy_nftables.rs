@@ -89,7 +89,11 @@ fn real_nft_list(txs: &[String]) -> Option<String> {
     if !tools::have_or_skip("kube-proxy nftables against the real nft", &["nft"]) {
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("nfsim-kpnft-{}", std::process::id()));
+    // One directory per call: the tests of this file run in parallel threads of one process,
+    // and a shared `0.nft` would be overwritten by another test's transaction mid-run.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("nfsim-kpnft-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut script = String::from("set -e\n");
     for (i, t) in txs.iter().enumerate() {
@@ -102,6 +106,7 @@ fn real_nft_list(txs: &[String]) -> Option<String> {
         .args(["-n", "sh", "-c", &script])
         .output()
         .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         out.status.success(),
         "real nft refused a transaction: {}",
