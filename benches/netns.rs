@@ -60,6 +60,10 @@ use std::hint::black_box;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+#[path = "support/first_packets.rs"]
+mod first_packets;
+use first_packets::time_first_packets;
+
 const SERVICES: usize = 10_000;
 
 fn node(k: &KubeServices) -> Netns {
@@ -93,9 +97,6 @@ fn packet(k: &KubeServices, i: usize, sport: u16) -> Packet {
         Packet::tcp(src, dst, TcpFlags::ACK)
     }
 }
-
-/// New flows a node takes before the first-packet bench starts over from a fresh node.
-const FIRST_BATCH: u64 = 65_536;
 
 /// The `i`-th new flow of the first-packet bench: to service `i × 7919 mod 10,000` (modulo
 /// the node's services), from one of 10,000 host-network clients (172.18.1–50.10–209) and a
@@ -204,23 +205,7 @@ fn bench(c: &mut Criterion) {
         let mut i = 0usize;
         g.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                let mut done = 0u64;
-                while done < iters {
-                    let batch = (iters - done).min(FIRST_BATCH);
-                    let mut n = base.clone();
-                    let packets: Vec<Packet> = (0..batch as usize)
-                        .map(|j| first_packet(k, i + j))
-                        .collect();
-                    let t = std::time::Instant::now();
-                    for p in packets {
-                        black_box(n.process(SimTime::ZERO, p, eth0));
-                    }
-                    total += t.elapsed();
-                    i += batch as usize;
-                    done += batch;
-                }
-                total
+                time_first_packets(&base, iters, &mut i, eth0, |j| first_packet(k, j))
             })
         });
     }

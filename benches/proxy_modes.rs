@@ -19,12 +19,14 @@ use nfsim::k8s::parse_objects;
 use nfsim::kubeproxy::{KubeProxy, MemConntrack, ProxierConfig, ProxyMode, SyncTiming, V133};
 use sim_core::{IfName, Packet, SimTime};
 use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig, Prefix};
-use std::hint::black_box;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+#[path = "support/first_packets.rs"]
+mod first_packets;
 #[path = "support/proxy_objects.rs"]
 mod proxy_objects;
+use first_packets::time_first_packets;
 use proxy_objects::{cluster_ip, objects};
 
 /// A node (eth0 172.18.0.2/16 with the default route, cni0 10.244.0.1/16 to the pods) with
@@ -68,9 +70,6 @@ fn node(mode: ProxyMode, services: usize) -> Netns {
     n
 }
 
-/// New flows a node takes before the bench starts over from a fresh copy of it.
-const FIRST_BATCH: u64 = 65_536;
-
 /// The `i`-th new flow: to Service `i × 7919 mod services`, from one of 10,000 clients
 /// (172.18.1–50.10–209) and a source port moving on every 10,000 flows: no tuple repeats.
 fn first_packet(services: usize, i: usize) -> Packet {
@@ -113,23 +112,7 @@ fn bench(c: &mut Criterion) {
             let mut i = 0usize;
             g.bench_function(format!("first_packet_{services}_services_{label}"), |b| {
                 b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    let mut done = 0u64;
-                    while done < iters {
-                        let batch = (iters - done).min(FIRST_BATCH);
-                        let mut n = base.clone();
-                        let packets: Vec<Packet> = (0..batch as usize)
-                            .map(|j| first_packet(services, i + j))
-                            .collect();
-                        let t = std::time::Instant::now();
-                        for p in packets {
-                            black_box(n.process(SimTime::ZERO, p, eth0));
-                        }
-                        total += t.elapsed();
-                        i += batch as usize;
-                        done += batch;
-                    }
-                    total
+                    time_first_packets(&base, iters, &mut i, eth0, |j| first_packet(services, j))
                 })
             });
         }

@@ -639,6 +639,22 @@ impl ClientSchedule {
     fn nominal(&self, k: u32) -> SimTime {
         self.start + self.interval.saturating_mul(k as u64)
     }
+
+    /// When send `k` (from 0) goes out: its nominal time plus a jitter drawn from `rng` (no
+    /// draw when there is no jitter), or `None` once `count` sends are made or the nominal
+    /// time reaches `stop`. The one schedule of UDP, TCP and ping clients.
+    pub(crate) fn send_time(&self, k: u32, rng: &mut SimRng) -> Option<SimTime> {
+        let nominal = self.nominal(k);
+        if self.count.is_some_and(|c| k >= c) || nominal >= self.stop {
+            return None;
+        }
+        let jitter = if self.jitter.is_zero() {
+            SimDuration::ZERO
+        } else {
+            SimDuration::from_nanos(rng.below(self.jitter.as_nanos() + 1))
+        };
+        Some(nominal + jitter)
+    }
 }
 
 /// How one query ended.
@@ -844,22 +860,10 @@ impl UdpClient {
     }
 
     fn schedule_next(&mut self) {
-        let s = &self.cfg.schedule;
-        if s.count.is_some_and(|c| self.next_k >= c) {
-            self.next_send = None;
-            return;
-        }
-        let nominal = s.nominal(self.next_k);
-        if nominal >= s.stop {
-            self.next_send = None;
-            return;
-        }
-        let jitter = if s.jitter.is_zero() {
-            SimDuration::ZERO
-        } else {
-            SimDuration::from_nanos(self.jitter_rng.below(s.jitter.as_nanos() + 1))
-        };
-        self.next_send = Some(nominal + jitter);
+        self.next_send = self
+            .cfg
+            .schedule
+            .send_time(self.next_k, &mut self.jitter_rng);
     }
 
     /// The next instant it needs [`UdpClient::handle_timeout`].
@@ -1199,17 +1203,10 @@ impl TcpClient {
         }
     }
     fn schedule_next(&mut self) {
-        let s = &self.cfg.schedule;
-        if s.count.is_some_and(|c| self.next_k >= c) || s.nominal(self.next_k) >= s.stop {
-            self.next_send = None;
-            return;
-        }
-        let jitter = if s.jitter.is_zero() {
-            SimDuration::ZERO
-        } else {
-            SimDuration::from_nanos(self.jitter_rng.below(s.jitter.as_nanos() + 1))
-        };
-        self.next_send = Some(s.nominal(self.next_k) + jitter);
+        self.next_send = self
+            .cfg
+            .schedule
+            .send_time(self.next_k, &mut self.jitter_rng);
     }
     /// The next instant it needs [`TcpClient::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<SimTime> {

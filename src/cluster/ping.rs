@@ -135,18 +135,10 @@ impl PingClient {
         self.cfg.ident
     }
     fn schedule_next(&mut self) {
-        let s = &self.cfg.schedule;
-        let nominal = s.start + s.interval.saturating_mul(self.next_k as u64);
-        if s.count.is_some_and(|c| self.next_k >= c) || nominal >= s.stop {
-            self.next_send = None;
-            return;
-        }
-        let jitter = if s.jitter.is_zero() {
-            SimDuration::ZERO
-        } else {
-            SimDuration::from_nanos(self.jitter_rng.below(s.jitter.as_nanos() + 1))
-        };
-        self.next_send = Some(nominal + jitter);
+        self.next_send = self
+            .cfg
+            .schedule
+            .send_time(self.next_k, &mut self.jitter_rng);
     }
     /// The next instant it needs [`PingClient::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<SimTime> {
