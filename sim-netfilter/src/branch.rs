@@ -386,25 +386,12 @@ impl Ruleset {
         let mut chain = td.chain(c.chain_id);
         loop {
             if c.pos >= chain.rules.len() {
-                match c.sp.checked_sub(1) {
-                    None => {
-                        let v = policy(td, base, table, &c.out, &mut c.events);
-                        return finish(c, v, ctx);
-                    }
-                    Some(top) => {
-                        c.sp = top;
-                        let (cid, p) = c.stack[top];
-                        c.events.push(TraceEvent::Return {
-                            table,
-                            from: chain.name().to_string(),
-                            to: td.chain(cid).name().to_string(),
-                        });
-                        c.chain_id = cid;
-                        chain = td.chain(cid);
-                        c.pos = p as usize;
-                        continue;
-                    }
-                }
+                let Some(caller) = c.pop_frame(td, table, chain) else {
+                    let v = policy(td, base, table, &c.out, &mut c.events);
+                    return finish(c, v, ctx);
+                };
+                chain = caller;
+                continue;
             }
             let rule = &chain.rules[c.pos];
             let mut draws = Vec::new();
@@ -491,24 +478,13 @@ impl Ruleset {
                     v.action = Action::Drop;
                     return finish(c, v, ctx);
                 }
-                Target::Return => match c.sp.checked_sub(1) {
-                    None => {
+                Target::Return => {
+                    let Some(caller) = c.pop_frame(td, table, chain) else {
                         let v = policy(td, base, table, &c.out, &mut c.events);
                         return finish(c, v, ctx);
-                    }
-                    Some(top) => {
-                        c.sp = top;
-                        let (cid, p) = c.stack[top];
-                        c.events.push(TraceEvent::Return {
-                            table,
-                            from: chain.name().to_string(),
-                            to: td.chain(cid).name().to_string(),
-                        });
-                        c.chain_id = cid;
-                        chain = td.chain(cid);
-                        c.pos = p as usize;
-                    }
-                },
+                    };
+                    chain = caller;
+                }
                 Target::Jump(j) | Target::Goto(j) => {
                     if matches!(rule.target, Target::Jump(_)) {
                         if c.sp >= MAX_DEPTH {
@@ -755,6 +731,31 @@ struct Walker<'a> {
     before: Option<HashSet<(Table, usize, u64)>>,
     /// [`maybe_key`]s of the rules decided by the branches of this walk.
     decided: HashSet<(Table, usize, u64)>,
+}
+
+impl Cont {
+    /// Returns from the chain being walked to its caller, recording the `Return` and resuming
+    /// at the rule after the jump; `None` at the bottom of the stack, where the built-in
+    /// chain's policy decides.
+    fn pop_frame<'t>(
+        &mut self,
+        td: &'t TableData,
+        table: Table,
+        from: &crate::ruleset::Chain,
+    ) -> Option<&'t crate::ruleset::Chain> {
+        let top = self.sp.checked_sub(1)?;
+        self.sp = top;
+        let (cid, p) = self.stack[top];
+        let to = td.chain(cid);
+        self.events.push(TraceEvent::Return {
+            table,
+            from: from.name().to_string(),
+            to: to.name().to_string(),
+        });
+        self.chain_id = cid;
+        self.pos = p as usize;
+        Some(to)
+    }
 }
 
 impl Walker<'_> {
