@@ -18,6 +18,7 @@
 //! from the capture (or are zero), and nothing iterates a hash map into the output.
 
 pub mod branches;
+mod defrag;
 pub mod dyadic;
 mod node;
 mod normalize;

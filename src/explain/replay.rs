@@ -4,7 +4,17 @@
 //! the captures, see [`sim_core::pcap::Timestamps::RelativeToFirst`]); conntrack entries
 //! expire in between as they would. Several captures (one per interface, [`ReplayInput`])
 //! are merged by capture time, ties in the order given, each capture's records in file
-//! order; a record whose time goes backwards is processed at the previous record's time.
+//! order. A record whose time goes backwards (earlier than a record before it in its own
+//! capture) is processed at the previous record's time, since the node's clock cannot go
+//! back; the summary counts them per capture and warns, naming the first and both times.
+//!
+//! Before the hooks, as the kernel does (`docs/kernel-model.md §14`, [`super::defrag`]): a
+//! received IPv4 packet whose header checksum does not verify is dropped (`ip_rcv_core()`),
+//! and IPv4 fragments wait in a reassembly queue (`nf_defrag_ipv4`), one set of queues for
+//! all the captures since they enter one node: the hooks see a datagram once, when its last
+//! missing fragment arrives, as its first fragment shows it (ports included); fragments whose
+//! datagram never completes are dropped when `ipfrag_time` expires, unseen by conntrack. Both
+//! are counted and warned about.
 //!
 //! Where a packet enters: a source address of the node itself (its `eth0` or `cni0` address,
 //! or loopback) is sent by a local process (OUTPUT), since the kernel drops a received packet
@@ -24,6 +34,7 @@
 //! for entries a packet created (or for `--json`); no text at all with
 //! [`ReplayOptions::quiet`] (`benches/replay.rs`).
 
+use super::defrag::{self, Before, IPFRAG_TIME_SECS};
 use super::{ExplainError, NodeSpec, CNI0, ETH0};
 use crate::cluster::sim::record::destroy_cause;
 use crate::cluster::sim::{CtRecord, TimelineEvent, What, JSON_SCHEMA_VERSION};
@@ -85,8 +96,30 @@ pub struct ReplaySummary {
     pub translated: usize,
     /// Packets that left the node (what `pcap_out` holds).
     pub left: usize,
-    /// Records processed at an earlier record's time because their timestamp went backwards.
+    /// Records processed at an earlier record's time because their timestamp went backwards
+    /// (earlier than a record before them in the same capture).
     pub reordered: usize,
+    /// The first of them, for the warning: `[FILE: ]frame N at T s, after frame M at T' s`.
+    pub reordered_first: Option<String>,
+    /// With several captures, how many of those each capture has (captures with none left
+    /// out), in the order given.
+    pub reordered_by_capture: Vec<(String, usize)>,
+    /// Received IPv4 packets dropped for a header checksum that does not verify
+    /// (`ip_rcv_core()`: `InCsumErrors`).
+    pub bad_checksum: usize,
+    /// The first such packet, for the warning (`[FILE: ]frame N`).
+    pub bad_checksum_first: Option<String>,
+    /// IPv4 datagrams reassembled from fragments (each went through the hooks once).
+    pub reassembled: usize,
+    /// Fragments held for reassembly and passed on inside their datagram.
+    pub fragments_held: usize,
+    /// Fragments whose datagram never completed: dropped when `ipfrag_time` expired.
+    pub fragments_expired: usize,
+    /// Of those, fragments whose queue never held the first fragment (a lone non-first
+    /// fragment).
+    pub fragments_without_first: usize,
+    /// The first fragment dropped unreassembled, for the warning (`[FILE: ]frame N`).
+    pub fragments_expired_first: Option<String>,
     /// Conntrack entries at the end.
     pub conntrack_entries: usize,
     /// The last record's time.
@@ -125,6 +158,11 @@ fn fnv1a(b: &[u8]) -> u64 {
         (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3)
     })
 }
+
+/// The drop cause of a received IPv4 packet whose header checksum does not verify.
+const BAD_CHECKSUM: &str = "bad IPv4 header checksum (ip_rcv_core)";
+/// The drop cause of a fragment whose datagram never completed.
+const NOT_REASSEMBLED: &str = "fragment never reassembled (ipfrag_time expired)";
 
 fn secs(t: SimTime) -> String {
     let ns = t.as_nanos();
@@ -354,6 +392,26 @@ struct PacketLine<'a> {
     entry: Option<CtRecord>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     answers: Vec<AnswerLine>,
+    /// The fragments a reassembled datagram was rebuilt from.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    fragments: Vec<FrameRef<'a>>,
+}
+
+/// A record of one of the captures.
+#[derive(serde::Serialize)]
+struct FrameRef<'a> {
+    capture: &'a str,
+    frame: usize,
+}
+
+/// A record the node sees, in the order it sees them (see [`replay_inputs`]).
+struct Arrival<'a> {
+    /// Its capture (index in the inputs).
+    k: usize,
+    rec: &'a Record,
+    /// When the node sees it: its capture time, or the clock's if that went back.
+    at: SimTime,
+    ingress: Ingress,
 }
 
 /// A packet the kernel sent in answer (REJECT's ICMP error or reset).
@@ -380,6 +438,7 @@ struct CaptureLine<'a> {
     tap: Option<&'a str>,
     packets: usize,
     not_ip: usize,
+    out_of_order: usize,
 }
 
 /// The JSON lines' last line of a replay.
@@ -408,6 +467,11 @@ struct SummaryLine<'a> {
     not_for_node: usize,
     outgoing: usize,
     duplicates: usize,
+    bad_checksum: usize,
+    reassembled: usize,
+    fragments_held: usize,
+    fragments_expired: usize,
+    fragments_without_first: usize,
     conntrack_entries: usize,
     end_ns: u64,
 }
@@ -517,6 +581,110 @@ pub fn replay_inputs(
     let w =
         |out: &mut dyn Write, s: &str| out.write_all(s.as_bytes()).map_err(ExplainError::Output);
     let multi = inputs.len() > 1;
+    let eth0 = Ingress::Interface(IfName::new(ETH0).unwrap_or_else(|_| unreachable!()));
+    let cni0 = Ingress::Interface(IfName::new(CNI0).unwrap_or_else(|_| unreachable!()));
+    // The records in the order the node sees them, each at the time it does. A cooked capture
+    // (`tcpdump -i any`) holds what the node sent as well as what it received, and a bridged
+    // packet once per interface it crossed: those are left out here.
+    let mut order: Vec<Arrival<'_>> = Vec::new();
+    // The cooked records of the last DUPLICATE_WINDOW_NS: (epoch time, hash, bytes).
+    let mut recent: std::collections::VecDeque<(u64, u64, &[u8])> = Default::default();
+    // Per capture, its latest record so far (time, frame), and how many went back before it.
+    let mut latest: Vec<Option<(SimTime, usize)>> = vec![None; inputs.len()];
+    let mut out_of_order = vec![0usize; inputs.len()];
+    let mut clock = SimTime::ZERO;
+    let merge = Merge {
+        inputs,
+        next: vec![0; inputs.len()],
+    };
+    for (k, rec, epoch_ns) in merge {
+        let input = &inputs[k];
+        if let Some(pkttype) = rec.pkttype {
+            if pkttype == PACKET_OUTGOING {
+                sum.outgoing += 1;
+                continue;
+            }
+            let b = input.capture.ip_bytes(rec);
+            let h = fnv1a(b);
+            while recent
+                .front()
+                .is_some_and(|&(t, _, _)| t.saturating_add(DUPLICATE_WINDOW_NS) < epoch_ns)
+            {
+                recent.pop_front();
+            }
+            if recent.iter().any(|&(_, rh, rb)| rh == h && rb == b) {
+                sum.duplicates += 1;
+                continue;
+            }
+            recent.push_back((epoch_ns, h, b));
+        }
+        let at = SimTime::from_nanos(epoch_ns - first_epoch_ns);
+        // Time order is a property of each capture: the merge keeps every capture's records
+        // in file order, so a record can only come before the clock when its own capture
+        // went back in time.
+        match latest[k] {
+            Some((t, f)) if at < t => {
+                out_of_order[k] += 1;
+                sum.reordered += 1;
+                if sum.reordered_first.is_none() {
+                    sum.reordered_first = Some(format!(
+                        "{}frame {} at {} s, after frame {f} at {} s",
+                        if multi {
+                            format!("{}: ", input.file)
+                        } else {
+                            String::new()
+                        },
+                        rec.frame,
+                        secs(at),
+                        secs(t)
+                    ));
+                }
+            }
+            _ => latest[k] = Some((at, rec.frame)),
+        }
+        clock = clock.max(at);
+        let pkt = &rec.packet;
+        let ingress = if ns.routing().is_local(pkt.src) || pkt.src.is_loopback() {
+            Ingress::Local
+        } else {
+            match input.tap {
+                Tap::Wire => eth0,
+                Tap::Pod => cni0,
+                Tap::BySource => match node.pod_cidr {
+                    Some(p) if p.contains(pkt.src) => cni0,
+                    _ => eth0,
+                },
+            }
+        };
+        order.push(Arrival {
+            k,
+            rec,
+            at: clock,
+            ingress,
+        });
+    }
+    if multi {
+        sum.reordered_by_capture = inputs
+            .iter()
+            .zip(&out_of_order)
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| (i.file.to_string(), n))
+            .collect();
+    }
+    // What the kernel does to each before the hooks: the header checksum, reassembly.
+    let plan = defrag::plan(order.iter().map(|a| defrag::Arrival {
+        ip: inputs[a.k].capture.ip_bytes(a.rec),
+        at: a.at,
+        received: matches!(a.ingress, Ingress::Interface(_)),
+    }));
+    // A packet named in a warning: `FRAME`, or `FILE: frame FRAME` when merged.
+    let warn_ref = |a: &Arrival<'_>| {
+        if multi {
+            format!("{}: frame {}", inputs[a.k].file, a.rec.frame)
+        } else {
+            format!("frame {}", a.rec.frame)
+        }
+    };
     if let Some(out) = text.as_deref_mut() {
         if multi {
             w(
@@ -556,22 +724,22 @@ pub fn replay_inputs(
                 seed: node.seed,
                 captures: inputs
                     .iter()
-                    .map(|i| CaptureLine {
+                    .enumerate()
+                    .map(|(k, i)| CaptureLine {
                         file: i.file,
                         tap: i.interface,
                         packets: i.capture.records.len(),
                         not_ip: i.capture.skipped.len(),
+                        out_of_order: out_of_order[k],
                     })
                     .collect(),
             },
         )?;
     }
-    let eth0 = Ingress::Interface(IfName::new(ETH0).unwrap_or_else(|_| unreachable!()));
-    let cni0 = Ingress::Interface(IfName::new(CNI0).unwrap_or_else(|_| unreachable!()));
-    let mut now = SimTime::ZERO;
     // Packets the kernel generated so far: their IPv4 identification (the kernel's is a keyed
     // hash of the addresses, unknowable here).
     let mut answers: u16 = 0;
+    let mut now = SimTime::ZERO;
     let mut dumps = opts.conntrack_at.clone();
     dumps.sort();
     let mut dumps = dumps.into_iter().peekable();
@@ -583,37 +751,17 @@ pub fn replay_inputs(
     let mut egress: Vec<Egress> = Vec::with_capacity(4);
     let mut bytes: Vec<u8> = Vec::with_capacity(2048);
     let mut line = String::with_capacity(256);
-    // The cooked records of the last DUPLICATE_WINDOW_NS: (epoch time, hash, bytes).
-    let mut recent: std::collections::VecDeque<(u64, u64, &[u8])> = Default::default();
-    let merge = Merge {
-        inputs,
-        next: vec![0; inputs.len()],
-    };
-    for (k, rec, epoch_ns) in merge {
-        let input = &inputs[k];
-        let capture = input.capture;
-        // A cooked capture (`tcpdump -i any`) holds what the node sent as well as what it
-        // received, and a bridged packet once per interface it crossed.
-        if let Some(pkttype) = rec.pkttype {
-            if pkttype == PACKET_OUTGOING {
-                sum.outgoing += 1;
-                continue;
-            }
-            let b = capture.ip_bytes(rec);
-            let h = fnv1a(b);
-            while recent
-                .front()
-                .is_some_and(|&(t, _, _)| t.saturating_add(DUPLICATE_WINDOW_NS) < epoch_ns)
-            {
-                recent.pop_front();
-            }
-            if recent.iter().any(|&(_, rh, rb)| rh == h && rb == b) {
-                sum.duplicates += 1;
-                continue;
-            }
-            recent.push_back((epoch_ns, h, b));
+    // How a packet is named in a line and a warning: `FRAME`, or `CAPTURE:FRAME` when merged.
+    let label = |a: &Arrival<'_>| {
+        if multi {
+            format!("{}:{}", a.k + 1, a.rec.frame)
+        } else {
+            a.rec.frame.to_string()
         }
-        let at = SimTime::from_nanos(epoch_ns - first_epoch_ns);
+    };
+    for (idx, arrived) in order.iter().enumerate() {
+        let input = &inputs[arrived.k];
+        let at = arrived.at;
         while let Some(&t) = dumps.peek().filter(|&&t| t < at.max(now)) {
             dumps.next();
             ns.handle_timeout(t.max(now));
@@ -627,33 +775,108 @@ pub fn replay_inputs(
                 json.as_deref_mut(),
             )?;
         }
-        if at < now {
-            sum.reordered += 1;
-        } else {
-            now = at;
-        }
+        now = now.max(at);
         ns.handle_timeout(now);
         conntrack_events(&mut ns, &node.name, json.as_deref_mut())?;
-        let pkt = rec.packet;
-        if pkt.src.is_loopback() || pkt.dst.is_loopback() {
+        if arrived.rec.packet.src.is_loopback() || arrived.rec.packet.dst.is_loopback() {
             sum.loopback += 1;
         }
-        let ingress = if ns.routing().is_local(pkt.src) || pkt.src.is_loopback() {
-            Ingress::Local
-        } else {
-            match input.tap {
-                Tap::Wire => eth0,
-                Tap::Pod => cni0,
-                Tap::BySource => match node.pod_cidr {
-                    Some(p) if p.contains(pkt.src) => cni0,
-                    _ => eth0,
-                },
-            }
-        };
+        let ingress = arrived.ingress;
         let from = match &ingress {
             Ingress::Local => "local",
             Ingress::Interface(d) => d.as_str(),
         };
+        // Before the hooks (docs/kernel-model.md §14): the header checksum, reassembly. A
+        // reassembled datagram is the record of its first fragment (which has the ports),
+        // entering where the completing fragment did (ip_frag_reasm(): `head->dev = dev`).
+        let (origin, fragments) = match &plan[idx] {
+            Before::Whole => (arrived, None),
+            Before::Reassembled { first, members } => {
+                sum.reassembled += 1;
+                (&order[*first], Some(members))
+            }
+            before => {
+                sum.packets += 1;
+                let (verdict, reason) = match before {
+                    Before::BadChecksum => {
+                        sum.bad_checksum += 1;
+                        if sum.bad_checksum_first.is_none() {
+                            sum.bad_checksum_first = Some(warn_ref(arrived));
+                        }
+                        *sum.dropped.entry(BAD_CHECKSUM.to_string()).or_default() += 1;
+                        ("dropped", BAD_CHECKSUM.to_string())
+                    }
+                    Before::Held { by } => {
+                        sum.fragments_held += 1;
+                        (
+                            "held",
+                            format!(
+                                "for reassembly (its datagram completes at frame {})",
+                                label(&order[*by])
+                            ),
+                        )
+                    }
+                    _ => {
+                        let no_first = matches!(before, Before::Expired { no_first: true });
+                        sum.fragments_expired += 1;
+                        sum.fragments_without_first += usize::from(no_first);
+                        if sum.fragments_expired_first.is_none() {
+                            sum.fragments_expired_first = Some(warn_ref(arrived));
+                        }
+                        *sum.dropped.entry(NOT_REASSEMBLED.to_string()).or_default() += 1;
+                        (
+                            "dropped",
+                            format!(
+                                "{NOT_REASSEMBLED}{}",
+                                if no_first { ": no first fragment" } else { "" }
+                            ),
+                        )
+                    }
+                };
+                if let Some(out) = text.as_deref_mut().filter(|_| !opts.quiet) {
+                    let l = if multi {
+                        format!("{:>7}", label(arrived))
+                    } else {
+                        format!("{:>5}", label(arrived))
+                    };
+                    w(
+                        out,
+                        &format!(
+                            "{l} {:>12} {from:<5} {}  =>  {verdict}: {reason}\n",
+                            secs(now),
+                            arrived.rec.packet
+                        ),
+                    )?;
+                }
+                if let Some(out) = json.as_deref_mut() {
+                    json_line(
+                        out,
+                        &PacketLine {
+                            t_ns: now.as_nanos(),
+                            time: now.hms().to_string(),
+                            kind: "packet",
+                            capture: input.file,
+                            tap: input.interface,
+                            frame: arrived.rec.frame,
+                            ingress: from,
+                            packet: arrived.rec.packet.to_string(),
+                            verdict,
+                            reason: Some(reason),
+                            out_dev: None,
+                            out: None,
+                            nat: false,
+                            entry: None,
+                            answers: Vec::new(),
+                            fragments: Vec::new(),
+                        },
+                    )?;
+                }
+                continue;
+            }
+        };
+        let rec = origin.rec;
+        let capture = inputs[origin.k].capture;
+        let pkt = rec.packet;
         let created_before = ns.conntrack().next_seq();
         egress.clear();
         let (fate, entry_id, trace) = if opts.trace {
@@ -700,7 +923,7 @@ pub fn replay_inputs(
                                     } else {
                                         String::new()
                                     },
-                                    rec.frame,
+                                    arrived.rec.frame,
                                     std::net::SocketAddr::new(rsrc, rport)
                                 ));
                             }
@@ -741,9 +964,9 @@ pub fn replay_inputs(
             line.clear();
             let t = secs(now);
             let _ = if multi {
-                write!(line, "{:>7} ", format!("{}:{}", k + 1, rec.frame))
+                write!(line, "{:>7} ", label(arrived))
             } else {
-                write!(line, "{:>5} ", rec.frame)
+                write!(line, "{:>5} ", arrived.rec.frame)
             };
             let _ = write!(line, "{t:>12} {from:<5} {pkt}  =>  ");
             let _ = match (&fate, first_out) {
@@ -763,6 +986,18 @@ pub fn replay_inputs(
             };
             if translated {
                 line.push_str("  [NAT]");
+            }
+            if let Some(members) = fragments {
+                line.push_str("  [reassembled from frames ");
+                for (i, &m) in members.iter().enumerate() {
+                    let _ = write!(
+                        line,
+                        "{}{}",
+                        if i > 0 { ", " } else { "" },
+                        label(&order[m])
+                    );
+                }
+                line.push(']');
             }
             // After the packet itself (if it survived) come the packets the kernel generated.
             for e in egress.iter().skip(usize::from(survived)) {
@@ -800,7 +1035,7 @@ pub fn replay_inputs(
                     kind: "packet",
                     capture: input.file,
                     tap: input.interface,
-                    frame: rec.frame,
+                    frame: arrived.rec.frame,
                     ingress: from,
                     packet: pkt.to_string(),
                     verdict,
@@ -820,6 +1055,17 @@ pub fn replay_inputs(
                             Egress::LocalDeliver { .. } => None,
                         })
                         .collect(),
+                    fragments: fragments
+                        .map(|members| {
+                            members
+                                .iter()
+                                .map(|&m| FrameRef {
+                                    capture: inputs[order[m].k].file,
+                                    frame: order[m].rec.frame,
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                 },
             )?;
         }
@@ -842,7 +1088,7 @@ pub fn replay_inputs(
                     let wire_len =
                         left_bytes(capture, rec, packet, own, forwarded, answers, &mut bytes)
                             .map_err(|source| ExplainError::Rewrite {
-                                file: input.file.to_string(),
+                                file: inputs[origin.k].file.to_string(),
                                 frame: rec.frame,
                                 source,
                             })?;
@@ -905,6 +1151,11 @@ pub fn replay_inputs(
                     not_for_node: sum.not_for_node,
                     outgoing: sum.outgoing,
                     duplicates: sum.duplicates,
+                    bad_checksum: sum.bad_checksum,
+                    reassembled: sum.reassembled,
+                    fragments_held: sum.fragments_held,
+                    fragments_expired: sum.fragments_expired,
+                    fragments_without_first: sum.fragments_without_first,
                     conntrack_entries: sum.conntrack_entries,
                     end_ns: now.as_nanos(),
                 },
@@ -1013,6 +1264,38 @@ impl ReplaySummary {
                 self.not_for_node
             ));
         }
+        if self.bad_checksum > 0 {
+            v.push(format!(
+                "{} received IPv4 packets have a header checksum that does not verify, and were dropped as the kernel drops them before any hook (ip_rcv_core: InCsumErrors); first: {}",
+                self.bad_checksum,
+                self.bad_checksum_first.as_deref().unwrap_or("")
+            ));
+        }
+        if self.fragments_expired > 0 {
+            v.push(format!(
+                "{} IPv4 fragments never completed a datagram ({} of them in a queue without the first fragment, so without ports): the kernel holds fragments for reassembly before conntrack (nf_defrag_ipv4) and drops them when ipfrag_time ({IPFRAG_TIME_SECS} s) expires, so none of them reached the rules; first: {}",
+                self.fragments_expired,
+                self.fragments_without_first,
+                self.fragments_expired_first.as_deref().unwrap_or("")
+            ));
+        }
+        if self.reordered > 0 {
+            let per: Vec<String> = self
+                .reordered_by_capture
+                .iter()
+                .map(|(f, n)| format!("{f}: {n}"))
+                .collect();
+            v.push(format!(
+                "{} records have a timestamp earlier than a record before them in the same capture{} and were processed at that record's time, since the node's clock cannot go back; first: {}. `reordercap` sorts a capture by time",
+                self.reordered,
+                if per.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", per.join(", "))
+                },
+                self.reordered_first.as_deref().unwrap_or("")
+            ));
+        }
         v
     }
 
@@ -1046,6 +1329,12 @@ impl ReplaySummary {
         s.push_str(&format!("  rejected       {rejected}\n"));
         for (by, n) in &self.rejected {
             s.push_str(&format!("    {n:>5}  by {by}\n"));
+        }
+        if self.reassembled > 0 || self.fragments_held > 0 {
+            s.push_str(&format!(
+                "  reassembled    {} datagrams ({} fragments held for them)\n",
+                self.reassembled, self.fragments_held
+            ));
         }
         s.push_str(&format!("  NAT'd          {}\n", self.translated));
         s.push_str(&format!(
