@@ -1,0 +1,540 @@
+//! No input makes nfsim panic: mutated copies of the shipped inputs go through every public
+//! parsing entry point, each of which must return `Ok` or `Err` (issue #9, "Keep it fixed").
+//!
+//! Corpora: the shipped scenarios (`scenarios/*.yaml`, loaded, and when one still loads, run
+//! for a simulated second), iptables-save / iptables-restore text (`tests/fixtures`, through
+//! `iptables-restore` and `rules normalize`), nft text, `conntrack -L` text, xt_recent's
+//! `/proc` text, packet strings, and captures (pcap, pcapng, Linux cooked; read, and when one
+//! still reads, replayed through the kube-proxy fixture's rules).
+//!
+//! Mutations, one to four per case: byte flips and overwrites, truncation, splices (a piece of
+//! one corpus file pasted into another), duplicated and deleted lines, numbers replaced by
+//! huge or edge values, very long names, inserted syntax tokens.
+//!
+//! Deterministic: a fixed proptest seed per corpus, no failure persistence. The case counts fit
+//! CI's time in a debug build; `NFSIM_NO_PANIC_SCALE=N` multiplies them for a longer campaign
+//! (the cases of a scaled run begin with the default run's).
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use sim_core::{SimDuration, SimTime};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+
+/// One mutation of a corpus file.
+#[derive(Clone, Debug)]
+enum Mutation {
+    /// XOR one byte.
+    Flip { at: usize, xor: u8 },
+    /// Overwrite one byte.
+    Set { at: usize, byte: u8 },
+    /// Cut the input there.
+    Truncate { at: usize },
+    /// Paste `len` bytes of corpus file `other` (from `from`) at `to`, replacing as many.
+    Splice {
+        other: usize,
+        from: usize,
+        len: usize,
+        to: usize,
+    },
+    /// Repeat one line `times` more times.
+    DupLine { line: usize, times: u8 },
+    /// Delete one line.
+    DeleteLine { line: usize },
+    /// Replace the `nth` run of digits by an edge value.
+    Number { nth: usize, value: usize },
+    /// Insert a long name (a run of one letter) before the `nth` word.
+    LongName { nth: usize, len: usize },
+    /// Insert a syntax token.
+    Token { at: usize, token: usize },
+}
+
+const EDGE_NUMBERS: &[&str] = &[
+    "0",
+    "-1",
+    "255",
+    "256",
+    "65535",
+    "65536",
+    "2147483647",
+    "2147483648",
+    "4294967295",
+    "4294967296",
+    "9223372036854775807",
+    "18446744073709551615",
+    "18446744073709551616",
+    "99999999999999999999999999999999",
+    "1e308",
+    "-0",
+    "0x7fffffff",
+    "1.5",
+    "NaN",
+    "007",
+];
+
+const LONG_NAMES: &[usize] = &[64, 254, 4096, 65_536, 70_000];
+
+const TOKENS: &[&str] = &[
+    ":",
+    "-",
+    "/",
+    ",",
+    ".",
+    "=",
+    "\"",
+    "'",
+    "\\",
+    "{",
+    "}",
+    "[",
+    "]",
+    "(",
+    ")",
+    "\0",
+    "\t",
+    "\n",
+    "\r\n",
+    " ",
+    "#",
+    "!",
+    "&a ",
+    "*a",
+    "!!",
+    "? ",
+    "|",
+    ">",
+    "---\n",
+    "\n- ",
+    "%",
+    "@",
+    "~",
+    "\u{feff}",
+    "\u{1b}",
+    "é",
+    "->",
+    "::",
+    "0/0",
+    "/33",
+    "255.255.255.255",
+    "::1",
+    "1.2.3",
+    "-A ",
+    "-j ",
+    "COMMIT\n",
+    "*nat\n",
+    ":X - [0:0]\n",
+    "{ ",
+    " }",
+    ";",
+];
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let i = any::<usize>();
+    prop_oneof![
+        3 => (i, 1u8..=255).prop_map(|(at, xor)| Mutation::Flip { at, xor }),
+        1 => (i, any::<u8>()).prop_map(|(at, byte)| Mutation::Set { at, byte }),
+        2 => i.prop_map(|at| Mutation::Truncate { at }),
+        2 => (i, i, 1usize..200, i).prop_map(|(other, from, len, to)| Mutation::Splice {
+            other,
+            from,
+            len,
+            to
+        }),
+        2 => (i, 1u8..=3).prop_map(|(line, times)| Mutation::DupLine { line, times }),
+        1 => i.prop_map(|line| Mutation::DeleteLine { line }),
+        3 => (i, i).prop_map(|(nth, value)| Mutation::Number { nth, value }),
+        1 => (i, i).prop_map(|(nth, len)| Mutation::LongName { nth, len }),
+        2 => (i, i).prop_map(|(at, token)| Mutation::Token { at, token }),
+    ]
+}
+
+/// Byte ranges of the lines of `b` (newline included).
+fn lines(b: &[u8]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, &c) in b.iter().enumerate() {
+        if c == b'\n' {
+            out.push((start, i + 1));
+            start = i + 1;
+        }
+    }
+    if start < b.len() {
+        out.push((start, b.len()));
+    }
+    out
+}
+
+/// Byte ranges of the runs of `b` whose bytes satisfy `f`.
+fn runs(b: &[u8], f: impl Fn(u8) -> bool) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if f(b[i]) {
+            let s = i;
+            while i < b.len() && f(b[i]) {
+                i += 1;
+            }
+            out.push((s, i));
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn apply(input: &mut Vec<u8>, m: &Mutation, corpus: &[(String, Vec<u8>)]) {
+    let n = input.len();
+    match *m {
+        Mutation::Flip { at, xor } if n > 0 => input[at % n] ^= xor,
+        Mutation::Set { at, byte } if n > 0 => input[at % n] = byte,
+        Mutation::Truncate { at } => input.truncate(at % (n + 1)),
+        Mutation::Splice {
+            other,
+            from,
+            len,
+            to,
+        } => {
+            let src = &corpus[other % corpus.len()].1;
+            if src.is_empty() {
+                return;
+            }
+            let from = from % src.len();
+            let piece = src[from..(from + len).min(src.len())].to_vec();
+            let to = to % (n + 1);
+            let end = (to + piece.len()).min(n);
+            input.splice(to..end, piece);
+        }
+        Mutation::DupLine { line, times } => {
+            let ls = lines(input);
+            if let Some(&(s, e)) = ls.get(line % ls.len().max(1)) {
+                let l = input[s..e].to_vec();
+                for _ in 0..times {
+                    input.splice(e..e, l.iter().copied());
+                }
+            }
+        }
+        Mutation::DeleteLine { line } => {
+            let ls = lines(input);
+            if let Some(&(s, e)) = ls.get(line % ls.len().max(1)) {
+                input.drain(s..e);
+            }
+        }
+        Mutation::Number { nth, value } => {
+            let rs = runs(input, |c| c.is_ascii_digit());
+            if let Some(&(s, e)) = rs.get(nth % rs.len().max(1)) {
+                let v = EDGE_NUMBERS[value % EDGE_NUMBERS.len()];
+                input.splice(s..e, v.bytes());
+            }
+        }
+        Mutation::LongName { nth, len } => {
+            let rs = runs(input, |c| c.is_ascii_alphabetic());
+            if let Some(&(s, _)) = rs.get(nth % rs.len().max(1)) {
+                let l = LONG_NAMES[len % LONG_NAMES.len()];
+                input.splice(s..s, std::iter::repeat_n(b'n', l));
+            }
+        }
+        Mutation::Token { at, token } => {
+            let at = at % (n + 1);
+            input.splice(at..at, TOKENS[token % TOKENS.len()].bytes());
+        }
+        _ => {}
+    }
+}
+
+/// How many times the default case counts to run (`NFSIM_NO_PANIC_SCALE`).
+fn scale() -> u32 {
+    std::env::var("NFSIM_NO_PANIC_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Runs `cases` mutated inputs of `corpus` through `check`, which must not panic and says
+/// whether the input was accepted. Both outcomes must occur: a campaign whose mutations all
+/// fail at the first byte, or never change the outcome, tests little.
+fn campaign(
+    name: &str,
+    seed: u8,
+    cases: u32,
+    corpus: &[(String, Vec<u8>)],
+    check: impl Fn(&str, &[u8]) -> bool,
+) {
+    assert!(!corpus.is_empty(), "{name}: empty corpus");
+    let config = Config {
+        cases: cases * scale(),
+        failure_persistence: None,
+        rng_algorithm: RngAlgorithm::ChaCha,
+        max_shrink_iters: 2000,
+        ..Config::default()
+    };
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]);
+    let mut runner = TestRunner::new_with_rng(config, rng);
+    let strategy = (any::<usize>(), prop::collection::vec(mutation(), 1..=4));
+    let accepted = std::cell::Cell::new(0u32);
+    let rejected = std::cell::Cell::new(0u32);
+    let result = runner.run(&strategy, |(which, mutations)| {
+        let (file, original) = &corpus[which % corpus.len()];
+        let mut input = original.clone();
+        for m in &mutations {
+            apply(&mut input, m, corpus);
+        }
+        match catch_unwind(AssertUnwindSafe(|| check(file, &input))) {
+            Ok(true) => {
+                accepted.set(accepted.get() + 1);
+                Ok(())
+            }
+            Ok(false) => {
+                rejected.set(rejected.get() + 1);
+                Ok(())
+            }
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| p.downcast_ref::<&str>().copied())
+                    .unwrap_or("?");
+                let shown = String::from_utf8_lossy(&input);
+                let shown: String = shown.chars().take(3000).collect();
+                Err(TestCaseError::fail(format!(
+                    "{name}: {file} mutated by {mutations:?} panics: {msg}\n--- input ({} bytes, first 3000 characters) ---\n{shown}",
+                    input.len()
+                )))
+            }
+        }
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let (a, r) = (accepted.get(), rejected.get());
+    eprintln!("{name}: {a} mutated inputs accepted, {r} rejected");
+    assert!(a > 0 && r > 0, "{name}: {a} accepted, {r} rejected");
+}
+
+fn read(paths: &[&str]) -> Vec<(String, Vec<u8>)> {
+    paths
+        .iter()
+        .map(|p| {
+            (
+                p.to_string(),
+                std::fs::read(p).unwrap_or_else(|e| panic!("{p}: {e}")),
+            )
+        })
+        .collect()
+}
+
+fn glob(dir: &str, ext: &[&str]) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension()
+                .and_then(|x| x.to_str())
+                .is_some_and(|x| ext.contains(&x))
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    files.sort();
+    let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+    read(&refs)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn scenarios_load_or_fail_and_a_loaded_one_runs() {
+    let mut corpus = glob("scenarios", &["yaml"]);
+    corpus.extend(glob("tests/fixtures/scenario", &["yaml"]));
+    campaign("scenario", 1, 300, &corpus, |file, b| {
+        let Ok(sc) = nfsim::scenario::load_str(file, &text(b)) else {
+            return false;
+        };
+        // A short run of what still loads: the first simulated second, its timeline printed.
+        if let Ok(mut c) = nfsim::testkit::Cluster::from_scenario(sc) {
+            if c.run_until(SimTime::ZERO + SimDuration::from_secs(1))
+                .is_ok()
+            {
+                let _ = c.timeline_text();
+            }
+        }
+        true
+    });
+}
+
+#[test]
+fn iptables_restore_text_restores_or_fails() {
+    let corpus = read(&[
+        "tests/fixtures/cli/kube-proxy.rules",
+        "tests/fixtures/cli/counters.save-c",
+        "tests/fixtures/cli/affinity.save",
+        "tests/fixtures/cli/nfacct.rules",
+        "tests/fixtures/cli/malformed.rules",
+        "tests/fixtures/iptables/features.rules",
+        "tests/fixtures/iptables/kind-node.save",
+        "tests/fixtures/iptables/k3s-node.rules",
+    ]);
+    campaign("iptables-restore", 2, 400, &corpus, |file, b| {
+        let t = text(b);
+        let mut rs = sim_netfilter::Ruleset::new();
+        let restored = rs
+            .restore(&t, &sim_netfilter::RestoreOptions::default())
+            .is_ok();
+        let normalized = nfsim::explain::normalize(&t, file, true, &[]).is_ok();
+        restored || normalized
+    });
+}
+
+#[test]
+fn nft_text_applies_or_fails() {
+    let corpus = glob("tests/fixtures/nft", &["nft"]);
+    campaign("nft", 3, 300, &corpus, |file, b| {
+        let mut nft = sim_netfilter::nft::NftRuleset::new();
+        let ok = nft.apply(file, &text(b), SimTime::ZERO).is_ok();
+        if ok {
+            let _ = nft.list_ruleset(SimTime::ZERO);
+        }
+        ok
+    });
+}
+
+/// `conntrack -L` output of conntrack-tools 1.4.7 (entries made with `conntrack -I` in a
+/// private namespace), plain and with `-o extended,id`, and lines with `delta-time=`.
+const CONNTRACK_L: &str = "\
+tcp      6 99 SYN_SENT src=127.0.0.7 dst=127.0.0.8 sport=1 dport=2 [UNREPLIED] src=127.0.0.8 dst=127.0.0.7 sport=2 dport=1 mark=0 zone=5 use=1
+tcp      6 299 ESTABLISHED src=127.0.0.1 dst=127.0.0.2 sport=1001 dport=80 src=127.0.0.2 dst=127.0.0.9 sport=80 dport=61000 [ASSURED] mark=0 use=1
+udp      17 29 src=127.0.0.3 dst=127.0.0.4 sport=40000 dport=53 [UNREPLIED] src=127.0.0.4 dst=127.0.0.3 sport=53 dport=40000 mark=7 use=1
+icmp     1 29 src=127.0.0.5 dst=127.0.0.6 type=8 code=0 id=77 [UNREPLIED] src=127.0.0.6 dst=127.0.0.5 type=0 code=0 id=77 mark=0 use=1
+conntrack v1.4.7 (conntrack-tools): 4 flow entries have been shown.
+";
+
+const CONNTRACK_L_EXTENDED: &str = "\
+ipv4     2 tcp      6 99 SYN_SENT src=127.0.0.7 dst=127.0.0.8 sport=1 dport=2 [UNREPLIED] src=127.0.0.8 dst=127.0.0.7 sport=2 dport=1 mark=0 zone=5 use=1 id=3312755190
+ipv4     2 udp      17 29 src=127.0.0.3 dst=127.0.0.4 sport=40000 dport=53 [UNREPLIED] src=127.0.0.4 dst=127.0.0.3 sport=53 dport=40000 mark=7 use=1 id=872971922
+ipv4     2 icmp     1 29 src=127.0.0.5 dst=127.0.0.6 type=8 code=0 id=77 [UNREPLIED] src=127.0.0.6 dst=127.0.0.5 type=0 code=0 id=77 mark=0 use=1 id=1176905218
+";
+
+const CONNTRACK_L_DELTA: &str = "\
+udp      17 102 src=10.244.2.9 dst=10.96.0.10 sport=40123 dport=53 src=10.244.1.7 dst=10.244.2.9 sport=53 dport=40123 [ASSURED] mark=0 use=1 delta-time=78
+tcp      6 431982 ESTABLISHED src=10.244.2.9 dst=10.96.0.1 sport=52100 dport=443 src=172.18.0.3 dst=10.244.2.9 sport=6443 dport=52100 [ASSURED] mark=0 secctx=system_u:object_r:unlabeled_t:s0 use=1 delta-time=18
+";
+
+#[test]
+fn conntrack_listings_parse_and_load_or_fail() {
+    let corpus: Vec<(String, Vec<u8>)> = [
+        ("plain", CONNTRACK_L),
+        ("extended", CONNTRACK_L_EXTENDED),
+        ("delta", CONNTRACK_L_DELTA),
+    ]
+    .iter()
+    .map(|(n, t)| (n.to_string(), t.as_bytes().to_vec()))
+    .collect();
+    campaign("conntrack -L", 4, 400, &corpus, |_, b| {
+        let Ok(entries) = sim_conntrack::listing::parse_listing(&text(b)) else {
+            return false;
+        };
+        {
+            let mut ct = sim_conntrack::table::Conntrack::new(1, "no-panic", Default::default());
+            let _ = sim_conntrack::listing::load_listing(
+                &mut ct,
+                SimTime::ZERO + SimDuration::from_secs(3600),
+                &entries,
+                SimDuration::from_secs(60),
+            );
+            let _ = ct.dump(
+                SimTime::ZERO + SimDuration::from_secs(3600),
+                &Default::default(),
+            );
+        }
+        true
+    });
+}
+
+#[test]
+fn xt_recent_proc_text_parses_or_fails() {
+    let corpus = read(&["tests/fixtures/cli/xt_recent.KUBE-SEP-5SZA7C4MJLLQPPFI"]);
+    campaign("xt_recent", 5, 200, &corpus, |_, b| {
+        sim_netfilter::parse_proc_recent(&text(b)).is_ok()
+    });
+}
+
+#[test]
+fn packet_strings_parse_or_fail() {
+    let corpus: Vec<(String, Vec<u8>)> = [
+        "udp 10.244.2.9:40000 -> 10.96.0.10:53",
+        "tcp 10.244.2.9:42000 -> 10.96.200.1:80 SYN",
+        "tcp 10.96.0.1:443 -> 10.244.2.9:52100 SYN,ACK",
+        "icmp 10.244.0.1 -> 10.244.2.9 unreachable code=3 (tcp 10.244.2.9:42000 -> 10.96.200.1:80)",
+        "icmp 10.244.2.9 -> 10.96.0.10 echo-request id=7 seq=1",
+        "icmp 10.244.2.9 -> 10.96.0.10 type=8 code=0",
+        "icmpv6 fd00::1 -> fd00::2 echo-request id=1 seq=2",
+        "udp [fd00::9]:40000 -> [fd00::10]:53",
+        "sctp 10.0.0.1:5000 -> 10.0.0.2:6000",
+        "proto 47 10.0.0.1 -> 10.0.0.2",
+    ]
+    .iter()
+    .map(|s| (s.to_string(), s.as_bytes().to_vec()))
+    .collect();
+    campaign("packet", 6, 2000, &corpus, |_, b| {
+        let Ok(p) = text(b).parse::<sim_core::Packet>() else {
+            return false;
+        };
+        let _ = p.to_string();
+        let _ = sim_core::wire::emit_ip(&p);
+        true
+    });
+}
+
+/// The rules a mutated capture is replayed through.
+fn kube_proxy_node() -> (nfsim::explain::NodeSpec, sim_netfilter::netns::Netns) {
+    let spec = nfsim::explain::NodeSpec::parse("172.18.0.2", 24, Some("10.244.0.0/16"), 1).unwrap();
+    let rules = std::fs::read_to_string("tests/fixtures/cli/kube-proxy.rules").unwrap();
+    let base = spec.build(&rules, "kube-proxy.rules").unwrap();
+    (spec, base)
+}
+
+#[test]
+fn captures_read_or_fail_and_a_read_one_replays() {
+    let mut corpus = glob("tests/fixtures/pcap", &["pcap", "pcapng"]);
+    corpus.extend(glob("scenarios/captures", &["pcap", "pcapng"]));
+    let (spec, base) = kube_proxy_node();
+    campaign("capture", 7, 400, &corpus, |file, b| {
+        let Ok(cap) = sim_core::pcap::read(b, &sim_core::pcap::ReadOptions::default()) else {
+            return false;
+        };
+        let mut text = Vec::new();
+        let mut json = Vec::new();
+        let mut pcap = Vec::new();
+        let _ = nfsim::explain::replay_with(
+            &spec,
+            base.clone(),
+            &cap,
+            file,
+            &nfsim::explain::ReplayOptions {
+                trace: true,
+                ..Default::default()
+            },
+            nfsim::explain::ReplayOutput {
+                text: Some(&mut text),
+                json: Some(&mut json),
+                pcap: Some(&mut pcap),
+            },
+        );
+        true
+    });
+}
+
+#[test]
+fn the_corpora_are_where_the_suite_expects_them() {
+    // A corpus that moved would make its campaign vacuous: check each is there and not empty.
+    for dir in ["scenarios", "tests/fixtures/nft", "tests/fixtures/pcap"] {
+        assert!(Path::new(dir).is_dir(), "{dir}");
+    }
+    assert!(glob("scenarios", &["yaml"]).len() >= 10);
+    assert!(glob("tests/fixtures/pcap", &["pcap", "pcapng"]).len() >= 4);
+    // Most of the unmutated corpora are accepted: the campaigns start from valid input.
+    for (file, b) in glob("scenarios", &["yaml"]) {
+        nfsim::scenario::load_str(&file, &text(&b)).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
