@@ -118,3 +118,64 @@ fn under_random_churn_the_latest_cleanup_never_touches_other_ports_and_runs_repe
         })
         .unwrap();
 }
+
+/// #139628 / #139629: a one-way fixed-port sender (statsd-like: it never reads an answer,
+/// so its entry stays `[UNREPLIED]` and every send refreshes it) through a scale to zero at
+/// 60 s and back at 90 s (new pod IPs). Sends every 10 s; the run ends at 390 s.
+#[test]
+fn a_one_way_sender_through_scale_to_zero_and_back_is_blackholed_by_none_and_v1_33_only() {
+    let churn = Churn {
+        steps: vec![(30, ChurnOp::ScaleToZeroAndBack)],
+    };
+    let h = Harness::new(1, 2, churn).with_one_way();
+    let one_way = |r: Release| {
+        let rep = h.run(r).unwrap();
+        (rep.one_way.clone().expect("the one-way sender ran"), rep)
+    };
+    // No cleanup: the entry to the deleted pod's IP lives as long as the sender sends. Every
+    // send from 70 s on vanishes, after the scale back as well (the new pods never receive).
+    let (none, rep) = one_way(Release::None);
+    assert_eq!(
+        (none.sent, none.delivered, none.lost),
+        (39, 7, 32),
+        "{rep:?}"
+    );
+    assert_eq!(none.blackholed_secs, 320.0);
+    assert_eq!(none.after_back_secs, 300.0);
+    // v1.33 skips a Service without serving endpoints: while it has none, the entry still
+    // carries every send to the old pod IP (lost, the sender is told nothing); the sync that
+    // brings endpoints back processes the Service and deletes it.
+    let (v133, rep) = one_way(Release::V133);
+    assert_eq!((v133.lost, v133.refused), (3, 0), "{rep:?}");
+    assert_eq!(v133.blackholed_secs, 30.0);
+    assert_eq!(v133.after_back_secs, 10.0);
+    // The event-based cleanup (≤ v1.31: endpoints that disappeared), the v1.32 reconciler
+    // (no skip yet: a Service without endpoints is processed with an empty set) and the
+    // newest code (#139629) delete the entry at the scale-down: the next sends hit the
+    // REJECT rule and are refused (ICMP port unreachable), nothing vanishes.
+    for r in [
+        Release::V131,
+        Release::V131Fixed,
+        Release::V132,
+        Release::Latest,
+    ] {
+        let (w, rep) = one_way(r);
+        assert_eq!((w.lost, w.refused, w.delivered), (0, 3, 36), "{r}: {rep:?}");
+        assert_eq!(w.blackholed_secs, 0.0, "{r}");
+        assert_eq!(
+            w.after_back_secs, 10.0,
+            "{r}: the first send after the new pods are ready"
+        );
+    }
+    // The newest code is the only reconciler-era release with nothing lost.
+    let latest = one_way(Release::Latest).0;
+    assert!(latest.blackholed_secs < v133.blackholed_secs);
+    // Without the one-way sender the report has no figures for it.
+    assert_eq!(
+        Harness::new(1, 2, Churn { steps: vec![] })
+            .run(Release::Latest)
+            .unwrap()
+            .one_way,
+        None
+    );
+}

@@ -128,3 +128,39 @@ fn endpoints_checks_fail_on_a_skewed_share_and_refuse_bad_ranges() {
     let e = load_str("t.yaml", &base.replace("{dns: SHARE}", "{}")).unwrap_err();
     assert!(e.message.contains("`share` or `uniform: true`"), "{e}");
 }
+
+/// A one-way sender (`oneWay: true`) never reads the server's answers: a send counts as
+/// answered when it reaches the listening server, lost (timed out) when it vanishes, refused
+/// when an ICMP error about it comes back; it takes no `retries`.
+#[test]
+fn a_one_way_sender_counts_deliveries_not_answers() {
+    let run = |client: &str, expect: &str| {
+        let text = with_client(client).replace("  - client: {name: c, sent: 6}", expect);
+        let sc = load_str("t.yaml", &text).unwrap_or_else(|e| panic!("{e}"));
+        let r = Simulation::new(sc, RunOptions::default())
+            .unwrap()
+            .finish()
+            .unwrap();
+        assert!(r.results.iter().all(|x| x.passed), "{:#?}", r.results);
+    };
+    // The server answers, the sender never reads it; every send is delivered.
+    run(
+        "    udp: {target: default/dns:dns, interval: 10s, sourcePort: 40000, oneWay: true}",
+        "  - client: {name: c, sent: 6, answered: 6, failed: 0}",
+    );
+    // To an address where nothing is: every send is lost.
+    run(
+        "    udp: {target: 10.244.1.77:53, interval: 10s, sourcePort: 40000, oneWay: true, timeout: 1s}",
+        "  - client: {name: c, sent: 6, answered: 0, timedOut: 6}",
+    );
+    // To a closed port on the pod: port unreachable, refused.
+    run(
+        "    udp: {target: 10.244.1.5:54, interval: 10s, sourcePort: 40000, oneWay: true}",
+        "  - client: {name: c, sent: 6, refused: 6}",
+    );
+    let text =
+        with_client("    udp: {target: default/dns:dns, interval: 10s, oneWay: true, retries: 2}");
+    let e = load_str("t.yaml", &text).unwrap_err();
+    assert_eq!(e.line, 23, "{e}");
+    assert!(e.message.contains("a one-way sender never retries"), "{e}");
+}

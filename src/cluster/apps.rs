@@ -737,6 +737,12 @@ pub struct UdpClientConfig {
     /// resolvers connect and see `ECONNREFUSED` at once; a `sendto` on an unconnected
     /// socket (musl's resolver, many proxies) never hears of it and the try times out.
     pub connected: bool,
+    /// A one-way sender (a statsd or syslog agent): it never reads answers and never
+    /// retries. nfsim marks each send *delivered* ([`QueryOutcome::Answered`]) when it
+    /// reaches a process listening on the destination port ([`UdpClient::delivered`]), and
+    /// counts it failed when an ICMP error about it reaches a connected socket or when it was
+    /// not delivered within `timeout`.
+    pub one_way: bool,
 }
 
 /// A UDP query client (a DNS stub resolver or sidecar): one query per interval, each with a
@@ -1012,12 +1018,31 @@ impl UdpClient {
         }
     }
 
+    /// Whether it is a one-way sender ([`UdpClientConfig::one_way`]).
+    pub fn one_way(&self) -> bool {
+        self.cfg.one_way
+    }
+
+    /// A one-way sender's send `seq` reached a process listening on its destination port at
+    /// `now` (the simulation sees it; the sender does not): the send counts as delivered.
+    /// Nothing for a query client, or a send already delivered or given up on.
+    pub fn delivered(&mut self, now: SimTime, seq: u32, out: &mut Outbox) {
+        if !self.cfg.one_way || !self.inflight.contains_key(&seq) {
+            return;
+        }
+        self.untrack(seq, out);
+        if let Some(r) = self.record_mut(seq) {
+            r.outcome = QueryOutcome::Answered(now);
+        }
+    }
+
     /// A packet for one of its ports arrived: an answer (matched by tag) or an ICMP error
-    /// (matched by the quoted source port and destination).
+    /// (matched by the quoted source port and destination). A one-way sender reads no
+    /// answers.
     pub fn handle_packet(&mut self, now: SimTime, pkt: &Packet, out: &mut Outbox) {
         match pkt.l4 {
             L4::Udp { sport, .. } => {
-                if !self.accepts(pkt) {
+                if self.cfg.one_way || !self.accepts(pkt) {
                     return;
                 }
                 let Some(tag) = Tag::unpack(pkt.tag).filter(|t| t.client == self.cfg.index) else {
@@ -1502,6 +1527,7 @@ mod tests {
                 timeout: SimDuration::from_secs(5),
                 retries,
                 connected: true,
+                one_way: false,
             },
             7,
             "client/sidecar",
@@ -1627,6 +1653,7 @@ mod tests {
                     timeout: SimDuration::from_secs(3),
                     retries: 1,
                     connected: true,
+                    one_way: false,
                 },
                 7,
                 "c",
@@ -1766,6 +1793,7 @@ mod tests {
                     timeout: SimDuration::from_secs(1),
                     retries: 0,
                     connected: true,
+                    one_way: false,
                 },
                 seed,
                 "c",

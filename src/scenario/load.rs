@@ -1098,6 +1098,12 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                     Some(SourcePortDoc::Fixed) => SourcePort::FixedEphemeral,
                     Some(SourcePortDoc::Port(p)) => SourcePort::Fixed(p),
                 };
+                let one_way = u.one_way.as_ref().is_some_and(|o| o.value);
+                if let (Some(o), Some(r)) = (&u.one_way, u.retries) {
+                    if o.value && r > 0 {
+                        return Err(ctx.err(o, "a one-way sender never retries (it cannot tell a send was lost): leave out `retries` or `oneWay`"));
+                    }
+                }
                 (
                     &u.target,
                     sched(&u.interval, u.jitter, u.start, u.stop, u.count)?,
@@ -1106,6 +1112,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                         timeout: opt_dur(u.timeout, SimDuration::from_secs(5)),
                         retries: u.retries.unwrap_or(0),
                         connected: u.connected.unwrap_or(true),
+                        one_way,
                     },
                 )
             }

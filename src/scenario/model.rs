@@ -348,6 +348,9 @@ pub enum ClientKind {
         retries: u8,
         /// Whether the socket is connected (sees ICMP errors).
         connected: bool,
+        /// A one-way sender: never reads answers; a send counts as answered when it reaches
+        /// a listening process (`oneWay`).
+        one_way: bool,
     },
     /// TCP exchanges.
     Tcp {

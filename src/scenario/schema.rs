@@ -440,6 +440,10 @@ pub struct UdpClientDoc {
     /// of an ICMP error; an unconnected one (`sendto`) waits for its timeout.
     #[serde(default)]
     pub connected: Option<bool>,
+    /// A one-way sender (default false): never reads answers, never retries; a send counts
+    /// as answered when it reaches a listening process.
+    #[serde(default)]
+    pub one_way: Option<S<bool>>,
     /// First query (default 0s).
     #[serde(default)]
     pub start: Option<SimDuration>,

@@ -9,7 +9,11 @@
 //! - `fixed`: always from source port 40000 (a sidecar DNS proxy; the incident's client);
 //! - `per-query`: a new ephemeral port per query;
 //! - `other-port`: from port 40001 to `10.96.0.10:5000`, a port the Service does not have
-//!   (nothing answers; its entry is what a reconciler keyed by IP alone deletes).
+//!   (nothing answers; its entry is what a reconciler keyed by IP alone deletes);
+//! - with [`Harness::one_way`], `one-way`: from port 40002 to `10.96.0.10:53`, a one-way
+//!   sender (a statsd or syslog agent, `oneWay: true`): it never reads an answer, so its entry
+//!   never depends on one, and every send refreshes it. nfsim sees whether each send reached
+//!   a listening process ([`OneWayReport`]).
 //!
 //! The [`Churn`] becomes timed events: `Kill` → `deletePod` (1 s grace), `RestartInPlace` →
 //! `oomKill` with a restart 120 s later (a crash loop), `Recreate` → `deletePod` with `recreate` on a new IP,
@@ -20,10 +24,14 @@
 //! The [`HarnessReport`] says, from the run itself: each client's blackholed seconds (runs of
 //! unanswered queries, [`crate::cluster::sim::ClientFigures`]), and what the cleanup did:
 //! list and delete calls, entries deleted, *valid* entries deleted (their endpoint was still
-//! answering) and *unrelated* ones (to the Service IP on a port it does not have).
+//! answering) and *unrelated* ones (to the Service IP on a port it does not have); for the
+//! one-way sender, the seconds its sends vanished without a trace (carried by a stale entry
+//! to an address where nothing listens) and the seconds after each scale-back until a send
+//! was delivered again.
 
 use super::strategies::{Churn, ChurnOp};
 use super::{Cluster, Reconciler, Release, SimTime, TestkitError};
+use crate::cluster::apps::{QueryOutcome, QueryRecord};
 use crate::cluster::sim::CleanupTally;
 use std::fmt::Write as _;
 
@@ -40,6 +48,70 @@ pub struct Harness {
     pub churn: Churn,
     /// Seconds to run on after the last change.
     pub settle_secs: u64,
+    /// Also run the one-way sender `one-way` (see the module documentation).
+    pub one_way: bool,
+}
+
+/// What the one-way sender's sends became. nfsim sees each datagram's fate; the sender
+/// itself learns only of refusals (an ICMP error on its connected socket).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OneWayReport {
+    /// Sends made.
+    pub sent: u64,
+    /// Sends that reached a process listening on the Service's target port.
+    pub delivered: u64,
+    /// Sends refused: kube-proxy's REJECT rule for a Service without endpoints (or a closed
+    /// port) answered with ICMP port unreachable, which the connected socket reports.
+    pub refused: u64,
+    /// Sends that vanished: neither delivered nor refused within the client's timeout (a
+    /// stale entry DNAT'd them to a pod IP no longer routed).
+    pub lost: u64,
+    /// Client-seconds blackholed: each run of lost sends counts from the first one's send to
+    /// the next send that was not lost (or the end of the run).
+    pub blackholed_secs: f64,
+    /// For each scale back from zero: the seconds from the scale-back event to the first
+    /// send delivered at or after it (to the end of the run if none was); summed.
+    pub after_back_secs: f64,
+}
+
+impl OneWayReport {
+    /// The figures of a one-way sender's `records` for a run ending at `end_secs`, with the
+    /// scale-back instants `backs` (seconds).
+    fn of(records: &[QueryRecord], end_secs: f64, backs: &[u64]) -> OneWayReport {
+        let secs = |t: SimTime| t.as_nanos() as f64 / 1e9;
+        let lost = |o: &QueryOutcome| matches!(o, QueryOutcome::TimedOut(_));
+        let mut r = OneWayReport {
+            sent: records.len() as u64,
+            ..OneWayReport::default()
+        };
+        let mut streak: Option<f64> = None;
+        for q in records {
+            match q.outcome {
+                QueryOutcome::Answered(_) => r.delivered += 1,
+                QueryOutcome::IcmpError(..) => r.refused += 1,
+                QueryOutcome::TimedOut(_) => r.lost += 1,
+                _ => {}
+            }
+            if lost(&q.outcome) {
+                streak.get_or_insert(secs(q.sent_at));
+            } else if let Some(from) = streak.take() {
+                r.blackholed_secs += secs(q.sent_at) - from;
+            }
+        }
+        if let Some(from) = streak {
+            r.blackholed_secs += end_secs - from;
+        }
+        for &b in backs {
+            let b = b as f64;
+            let first = records
+                .iter()
+                .filter(|q| secs(q.sent_at) >= b)
+                .find(|q| matches!(q.outcome, QueryOutcome::Answered(_)))
+                .map_or(end_secs, |q| secs(q.sent_at));
+            r.after_back_secs += first - b;
+        }
+        r
+    }
 }
 
 /// What a harness run measured.
@@ -48,12 +120,15 @@ pub struct HarnessReport {
     /// Each client's name and blackholed seconds.
     pub clients: Vec<(String, f64)>,
     /// The blackholed seconds of the clients of the Service's port (`fixed` and
-    /// `per-query`; `other-port` is never answered by design and is left out).
+    /// `per-query`; `other-port` is never answered by design and is left out, and the
+    /// one-way sender has its own figures in [`HarnessReport::one_way`]).
     pub blackholed_client_secs: f64,
     /// What the cleanup did.
     pub cleanup: CleanupTally,
     /// The timeline's hash (same inputs, same hash).
     pub timeline_hash: String,
+    /// The one-way sender's figures ([`Harness::one_way`]).
+    pub one_way: Option<OneWayReport>,
 }
 
 impl HarnessReport {
@@ -75,7 +150,14 @@ impl Harness {
             interval_secs: 10,
             churn,
             settle_secs: 300,
+            one_way: false,
         }
+    }
+
+    /// The same harness with the one-way sender `one-way` added.
+    pub fn with_one_way(mut self) -> Harness {
+        self.one_way = true;
+        self
     }
 
     fn pod_yaml(i: usize, ip: &str) -> String {
@@ -92,6 +174,11 @@ impl Harness {
 
     /// The scenario the harness runs with `release` (see the module documentation).
     pub fn scenario_yaml(&self, release: Release) -> Result<String, TestkitError> {
+        Ok(self.build(release)?.0)
+    }
+
+    /// The scenario, and the instants (seconds) at which the endpoints scale back from zero.
+    fn build(&self, release: Release) -> Result<(String, Vec<u64>), TestkitError> {
         let k = self.endpoints;
         if !(1..=50).contains(&k) {
             return Err(TestkitError::Input {
@@ -106,9 +193,11 @@ impl Harness {
         let mut target_port = 53u16;
         let mut service_exists = true;
         let mut scaled_down = false;
+        let mut backs: Vec<u64> = Vec::new();
         for (gap, op) in &self.churn.steps {
             t += gap;
             if scaled_down {
+                backs.push(t);
                 let _ = writeln!(
                     events,
                     "  - at: {t}s\n    scale: {{selector: {{app: dns}}, replicas: {}}}",
@@ -172,6 +261,7 @@ impl Harness {
         }
         if scaled_down {
             t += 30;
+            backs.push(t);
             let _ = writeln!(
                 events,
                 "  - at: {t}s\n    scale: {{selector: {{app: dns}}, replicas: {}}}",
@@ -197,18 +287,24 @@ impl Harness {
         y.push_str(&client("fixed", "10.96.0.10:53", "40000"));
         y.push_str(&client("per-query", "10.96.0.10:53", "perQuery"));
         y.push_str(&client("other-port", "10.96.0.10:5000", "40001"));
+        if self.one_way {
+            y.push_str(
+                &client("one-way", "10.96.0.10:53", "40002")
+                    .replace("connected: false}", "connected: true, oneWay: true}"),
+            );
+        }
         if !events.is_empty() {
             y.push_str("events:\n");
             y.push_str(&events);
         }
-        Ok(y)
+        Ok((y, backs))
     }
 
     /// Runs the harness with a release's cleanup.
     pub fn run(&self, release: Release) -> Result<HarnessReport, TestkitError> {
-        let yaml = self.scenario_yaml(release)?;
+        let (yaml, backs) = self.build(release)?;
         let sc = crate::scenario::load_str("reconciler-harness.yaml", &yaml)?;
-        Harness::measure(Cluster::from_scenario(sc)?)
+        Harness::measure(Cluster::from_scenario(sc)?, &backs)
     }
 
     /// Runs the harness with a reconciler of your own in every node's kube-proxy
@@ -217,15 +313,20 @@ impl Harness {
         &self,
         make: impl FnMut(&str) -> Box<dyn Reconciler> + 'static,
     ) -> Result<HarnessReport, TestkitError> {
-        let yaml = self.scenario_yaml(Release::None)?;
+        let (yaml, backs) = self.build(Release::None)?;
         let sc = crate::scenario::load_str("reconciler-harness.yaml", &yaml)?;
-        Harness::measure(Cluster::with_cleanup(sc, make)?)
+        Harness::measure(Cluster::with_cleanup(sc, make)?, &backs)
     }
 
-    fn measure(mut c: Cluster) -> Result<HarnessReport, TestkitError> {
+    fn measure(mut c: Cluster, backs: &[u64]) -> Result<HarnessReport, TestkitError> {
         c.run_until(SimTime::MAX)?;
         let tally = c.simulation().cleanup_tally();
         let hash = c.timeline_hash();
+        let end_secs = c.simulation().scenario().duration.as_nanos() as f64 / 1e9;
+        let one_way = c
+            .simulation()
+            .client_records("one-way")
+            .map(|r| OneWayReport::of(r, end_secs, backs));
         let result = c.finish()?;
         let clients: Vec<(String, f64)> = result
             .clients
@@ -235,12 +336,13 @@ impl Harness {
         Ok(HarnessReport {
             blackholed_client_secs: clients
                 .iter()
-                .filter(|(n, _)| n != "other-port")
+                .filter(|(n, _)| n == "fixed" || n == "per-query")
                 .map(|(_, s)| s)
                 .sum(),
             clients,
             cleanup: tally,
             timeline_hash: hash,
+            one_way,
         })
     }
 }

@@ -10,7 +10,7 @@
 //! | know the exact probability of each endpoint of a chain | [`Node::selection`], [`Selection`] |
 //! | write a property test over Services, endpoints, packets, churn | [`strategies`] (feature `proptest`, on by default) |
 //! | plug a stale-conntrack cleanup of your own into a cluster's kube-proxy | [`Reconciler`], [`Cluster::with_cleanup`] |
-//! | measure a reconciler under churn while UDP clients keep sending | [`harness`] |
+//! | measure a reconciler under churn while UDP clients keep sending (fixed-port, per-query-port, and a one-way sender: [`harness::Harness::with_one_way`]) | [`harness`] |
 //!
 //! Times are simulated: [`SimTime`] is an instant since the start, [`SimDuration`] a span.
 //! Nothing reads a clock or the OS's randomness: a seed fixes every draw, so a test that

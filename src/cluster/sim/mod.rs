@@ -1038,6 +1038,7 @@ impl Simulation {
                 timeout,
                 retries,
                 connected,
+                one_way,
             } => ClientApp::Udp(Box::new(UdpClient::new(
                 UdpClientConfig {
                     index: index as u32,
@@ -1048,6 +1049,7 @@ impl Simulation {
                     timeout,
                     retries,
                     connected,
+                    one_way,
                 },
                 self.sc.seed,
                 &label,
@@ -1859,6 +1861,15 @@ impl Simulation {
     /// How many kube-proxy instances run (one per node, or fewer where nodes share one).
     pub fn kube_proxy_instances(&self) -> usize {
         self.groups.len()
+    }
+
+    /// Every query (send, TCP exchange, echo request) a client has made so far, in order;
+    /// `None` for an unknown client name.
+    pub fn client_records(&self, name: &str) -> Option<&[QueryRecord]> {
+        self.clients
+            .iter()
+            .find(|c| c.def.name == name)
+            .map(|c| c.app.records())
     }
 
     /// Node names, in scenario order.

@@ -245,6 +245,21 @@ impl Simulation {
         }
     }
 
+    /// A datagram of a one-way sender reached a listening process: its send is delivered.
+    fn one_way_delivered(&mut self, p: &Packet) {
+        let Some(t) = self.client_tag(p, false) else {
+            return;
+        };
+        let i = t.client as usize;
+        let now = self.now;
+        let mut out = Outbox::new();
+        match &mut self.clients[i].app {
+            ClientApp::Udp(c) if c.one_way() => c.delivered(now, t.seq, &mut out),
+            _ => return,
+        }
+        self.client_output(i, out);
+    }
+
     /// The client tag of a packet sent by (`outbound`) or to a client's request socket.
     pub(super) fn client_tag(&self, p: &Packet, outbound: bool) -> Option<Tag> {
         let t = Tag::unpack(p.tag)?;
@@ -324,6 +339,7 @@ impl Simulation {
         if handled {
             self.send_from(&m, out.packets);
             self.arm_stack(&m);
+            self.one_way_delivered(&p);
             return;
         }
         let owner = self
