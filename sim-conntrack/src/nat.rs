@@ -271,7 +271,7 @@ impl Conntrack {
         if e.status.contains(manip.done_bit()) {
             return Err(NatError::AlreadyInitialized { id, manip });
         }
-        let v4 = e.orig.tuple().src.is_ipv4();
+        let v4 = self.key(slot, 0).tuple().src.is_ipv4();
         if let Some((a, b)) = range.addrs {
             if a.is_ipv4() != v4 || b.is_ipv4() != v4 {
                 return Err(NatError::FamilyMismatch {
@@ -281,15 +281,15 @@ impl Conntrack {
                 });
             }
         }
-        let reply = e.reply.tuple();
+        let reply = self.key(slot, 1).tuple();
         let curr = invert_for_nat(&reply);
         let new = self.get_unique_tuple(&curr, range, manip, slot);
-        let e = &mut self.slab[slot];
         if new != curr {
-            e.reply = Key::from_tuple(&invert_for_nat(&new));
-            e.status.insert(manip.nat_bit());
+            let orig = self.key(slot, 0);
+            self.set_keys(slot, orig, Key::from_tuple(&invert_for_nat(&new)));
+            self.slab[slot].status.insert(manip.nat_bit());
             if manip == Manip::Src {
-                let o = e.orig.tuple();
+                let o = orig.tuple();
                 self.bysource.insert((o.proto, o.src, o.sport), id);
             }
         }
@@ -303,7 +303,7 @@ impl Conntrack {
     /// source port may still change if the reply tuple is already taken.
     pub fn nat_null_binding(&mut self, id: EntryId, manip: Manip) -> Result<CtEntry, NatError> {
         let slot = self.slot_of(id).ok_or(NatError::NoEntry(id))?;
-        let reply = self.slab[slot].reply.tuple();
+        let reply = self.key(slot, 1).tuple();
         let ip = match manip {
             Manip::Src => reply.dst,
             Manip::Dst => reply.src,
@@ -337,7 +337,7 @@ impl Conntrack {
         // that inverse is a plain swap (`nf_ct_invert_tuple`), so the manip's address and port
         // are read straight from the key's words: a Src manip takes the other direction's
         // destination, a Dst manip its source (`nf_nat_ipv4_manip_pkt` / `l4proto_manip_pkt`).
-        let other = e.key_at(dir.flip().index() as u32);
+        let other = self.entry_key(e, handle.id.slot as usize, dir.flip().index() as u32);
         let proto = other.proto();
         if is_icmp(proto) || matches!(handle.ctinfo, CtInfo::Related | CtInfo::RelatedReply) {
             return self.nat_packet_general(handle, manip, pkt);
@@ -366,9 +366,8 @@ impl Conntrack {
         let Some(slot) = self.slot_of(handle.id) else {
             return false;
         };
-        let e = &self.slab[slot];
         let dir = handle.dir();
-        let other = e.key_at(dir.flip().index() as u32).tuple();
+        let other = self.key(slot, dir.flip().index() as u32).tuple();
         let target = invert_for_nat(&other);
         if matches!(handle.ctinfo, CtInfo::Related | CtInfo::RelatedReply) {
             if let L4::Icmp {
@@ -467,10 +466,9 @@ impl Conntrack {
             let Some(slot) = self.slot_of(*id) else {
                 continue;
             };
-            let e = &self.slab[slot];
-            let o = e.orig.tuple();
+            let o = self.key(slot, 0).tuple();
             if o.proto == t.proto && o.src == t.src && o.sport == t.sport {
-                let mut res = invert_for_nat(&e.reply.tuple());
+                let mut res = invert_for_nat(&self.key(slot, 1).tuple());
                 res.dst = t.dst;
                 res.dport = t.dport;
                 if Self::in_range(&res, r) {

@@ -6,10 +6,11 @@ use crate::entry::{CtEntry, EntryId, Expiry, RuleView, Status, TcpState};
 use crate::event::{CtEvent, DestroyCause, EventKind, Stats};
 use crate::filter::Filter;
 use crate::index::Index;
-use crate::tuple::{icmp_is_error, reciprocal_scale, Dir, HashSeed, Key, Tuple};
+use crate::tuple::{icmp_is_error, reciprocal_scale, Dir, HashSeed, Key, Slim, Tuple};
 use sim_core::packet::IPPROTO_TCP;
 use sim_core::{IcmpBody, Packet, SimRng, SimTime, L4};
 use std::cmp::Reverse;
+use std::collections::BTreeMap;
 use std::collections::BinaryHeap;
 use std::fmt;
 #[cfg(test)]
@@ -165,42 +166,60 @@ pub(crate) mod tf {
     pub const SIMULTANEOUS_OPEN: u8 = 0x40;
 }
 
-/// One slab slot, laid out in two cache lines (`repr(C)`, 64-byte aligned). The first holds
-/// everything an original-direction lookup and refresh touch: the key compared, the id's
-/// generation, status, life, the deadline written, and the tracker state read (UDP
-/// `stream_ts` or the TCP state and flags, which share eight bytes: an entry has one
-/// protocol). The second holds the reply key and the colder fields.
+/// One slab slot: one cache line (`repr(C)`, 64 bytes, 64-byte aligned) holding everything
+/// a lookup and refresh touch in either direction: both keys in their 16-byte form
+/// ([`Slim`]; an entry with an IPv6 address has its full keys in [`Conntrack`]'s side map),
+/// the deadline written, the tracker state read (UDP `stream_ts` or the TCP state and flags,
+/// which share eight bytes: an entry has one protocol), the timer's deadline, the id's
+/// generation, status, life and pending events. The colder fields, the mark and the
+/// creation sequence number, are in arrays of their own beside the slab.
 #[derive(Clone, Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Entry {
-    pub orig: Key,
+    /// The original and the reply key, by [`Dir::index`].
+    pub keys: [Slim; 2],
     /// Absolute deadline when confirmed; the timeout as nanoseconds while unconfirmed.
     pub timeout: SimTime,
     /// UDP: `stream_ts` (creation + 2 s) as little-endian nanoseconds. TCP: byte 0 is the
     /// state, byte 1 the flags ([`tf`]). Zero when allocated.
     pub proto_state: [u8; 8],
+    /// The deadline of this entry's live timer in the heap (`SimTime::MAX` = none). Always
+    /// `<= timeout` while confirmed.
+    pub armed: SimTime,
     pub gen: u32,
     pub status: Status,
     pub life: Life,
     pub pending: u8,
-    pub reply: Key,
-    pub mark: u32,
-    /// The deadline of this entry's live timer in the heap (`SimTime::MAX` = none). Always
-    /// `<= timeout` while confirmed.
-    pub armed: SimTime,
-    pub seq: u64,
+}
+
+/// A timer of the heap: an entry's slot and the deadline it was armed at, in 12 bytes
+/// (deadline high word, low word, slot), so that the derived order is by deadline, then slot.
+/// It is live while the slot's entry is confirmed with `armed` equal to its deadline; any
+/// other is stale and skipped. (Two records alike, one left by a freed entry, one armed by
+/// the entry now in the slot at the same instant, are both live and interchangeable: the
+/// first one handled re-arms or frees the entry, which makes the other stale.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Timer([u32; 3]);
+
+impl Timer {
+    #[inline]
+    fn new(at: SimTime, slot: u32) -> Timer {
+        let t = at.as_nanos();
+        Timer([(t >> 32) as u32, t as u32, slot])
+    }
+
+    #[inline]
+    fn at(self) -> SimTime {
+        SimTime::from_nanos((u64::from(self.0[0]) << 32) | u64::from(self.0[1]))
+    }
+
+    #[inline]
+    fn slot(self) -> u32 {
+        self.0[2]
+    }
 }
 
 impl Entry {
-    #[inline]
-    pub(crate) fn key_at(&self, dir: u32) -> &Key {
-        if dir == 0 {
-            &self.orig
-        } else {
-            &self.reply
-        }
-    }
-
     /// Sets the timeout to `now + extra` (`nf_ct_refresh`): replaced, never max'd; relative
     /// while unconfirmed. Returns the new deadline when it moved earlier, for which a timer
     /// must be armed ([`Conntrack::rearm_earlier`]).
@@ -332,10 +351,17 @@ impl std::error::Error for InsertError {}
 pub struct Conntrack {
     pub(crate) cfg: Sysctls,
     pub(crate) slab: Vec<Entry>,
+    /// Each slot's connection mark (`ctmark`), beside the slab: rarely read.
+    marks: Vec<u32>,
+    /// Each slot's creation sequence number ([`CtEntry::seq`]), beside the slab.
+    seqs: Vec<u64>,
+    /// The full keys (original, reply) of the entries with an IPv6 address, by slot: their
+    /// [`Slim`]s hold only the ports, protocol and families.
+    wide: BTreeMap<u32, [Key; 2]>,
     free: Vec<u32>,
     index: Index,
     hseed: HashSeed,
-    timers: BinaryHeap<Reverse<(SimTime, u32, u32)>>,
+    timers: BinaryHeap<Reverse<Timer>>,
     pub(crate) bysource: crate::nat::BySource,
     pub(crate) nat_rng: SimRng,
     events: Vec<CtEvent>,
@@ -363,6 +389,9 @@ impl Conntrack {
         Conntrack {
             cfg: sysctls,
             slab: Vec::new(),
+            marks: Vec::new(),
+            seqs: Vec::new(),
+            wide: BTreeMap::new(),
             free: Vec::new(),
             index: Index::new(),
             hseed: HashSeed::new(&mut hrng),
@@ -438,13 +467,64 @@ impl Conntrack {
         self.portid = portid;
     }
 
-    /// Heap bytes held by the table's own structures (slab, index, timers, free list),
-    /// from their capacities. Events not yet drained and the SNAT source map are not counted.
+    /// Heap bytes held by the table's own structures (slab, marks, sequence numbers, index,
+    /// timers, free list, from their capacities; the IPv6 side map, from its length). Events
+    /// not yet drained and the SNAT source map are not counted.
     pub fn heap_bytes(&self) -> usize {
         self.slab.capacity() * std::mem::size_of::<Entry>()
+            + self.marks.capacity() * std::mem::size_of::<u32>()
+            + self.seqs.capacity() * std::mem::size_of::<u64>()
+            + self.wide.len() * std::mem::size_of::<(u32, [Key; 2])>()
             + self.index.heap_bytes()
-            + self.timers.capacity() * std::mem::size_of::<Reverse<(SimTime, u32, u32)>>()
+            + self.timers.capacity() * std::mem::size_of::<Reverse<Timer>>()
             + self.free.capacity() * 4
+    }
+
+    // ----- keys ----------------------------------------------------------------------------
+
+    /// The key of direction `dir` (0 original, 1 reply) of the entry `e` in `slot`.
+    #[inline(always)]
+    pub(crate) fn entry_key(&self, e: &Entry, slot: usize, dir: u32) -> Key {
+        let s = e.keys[(dir & 1) as usize];
+        if s.is_narrow() {
+            s.narrow_key()
+        } else {
+            self.wide_key(slot, dir)
+        }
+    }
+
+    /// The key of direction `dir` of the entry in `slot`.
+    #[inline]
+    pub(crate) fn key(&self, slot: usize, dir: u32) -> Key {
+        self.entry_key(&self.slab[slot], slot, dir)
+    }
+
+    #[inline(never)]
+    fn wide_key(&self, slot: usize, dir: u32) -> Key {
+        self.wide
+            .get(&(slot as u32))
+            .expect("an entry with a wide key has its keys in the side map")[(dir & 1) as usize]
+    }
+
+    /// Whether the index value `v` (`slot << 1 | dir`) names a key equal to `k`, whose
+    /// [`Slim`] is `ks`.
+    #[inline(always)]
+    fn key_matches(&self, v: u32, k: &Key, ks: Slim) -> bool {
+        let slot = (v >> 1) as usize;
+        let s = self.slab[slot].keys[(v & 1) as usize];
+        s == ks && (s.is_narrow() || self.wide_key(slot, v & 1).same(k))
+    }
+
+    /// Stores an entry's two keys: in its slims, and in the side map if either is wide.
+    pub(crate) fn set_keys(&mut self, slot: usize, orig: Key, reply: Key) {
+        self.slab[slot].keys = [orig.slim(), reply.slim()];
+        if orig.is_narrow() && reply.is_narrow() {
+            if !self.wide.is_empty() {
+                self.wide.remove(&(slot as u32));
+            }
+        } else {
+            self.wide.insert(slot as u32, [orig, reply]);
+        }
     }
 
     // ----- ids, snapshots ---------------------------------------------------------------
@@ -469,16 +549,16 @@ impl Conntrack {
         let e = &self.slab[slot];
         CtEntry {
             id: self.id_of(slot),
-            orig: e.orig.tuple(),
-            reply: e.reply.tuple(),
+            orig: self.entry_key(e, slot, 0).tuple(),
+            reply: self.entry_key(e, slot, 1).tuple(),
             status: e.status,
-            tcp_state: (e.orig.proto() == IPPROTO_TCP).then(|| TcpState::from_u8(e.tcp_state())),
-            mark: e.mark,
+            tcp_state: (e.keys[0].proto() == IPPROTO_TCP).then(|| TcpState::from_u8(e.tcp_state())),
+            mark: self.marks[slot],
             expiry: match e.life {
                 Life::Unconfirmed => Expiry::AfterConfirm(e.timeout.since_start()),
                 _ => Expiry::At(e.timeout),
             },
-            seq: e.seq,
+            seq: self.seqs[slot],
         }
     }
 
@@ -496,16 +576,17 @@ impl Conntrack {
         if e.gen != id.gen || e.life == Life::Free {
             return None;
         }
+        let slot = id.slot as usize;
         Some(RuleView {
             status: e.status,
-            mark: e.mark,
+            mark: self.marks[slot],
             expiry: if e.life == Life::Unconfirmed {
                 Expiry::AfterConfirm(e.timeout.since_start())
             } else {
                 Expiry::At(e.timeout)
             },
-            orig: e.orig.v4(),
-            reply: e.reply.v4(),
+            orig: self.entry_key(e, slot, 0).v4(),
+            reply: self.entry_key(e, slot, 1).v4(),
         })
     }
 
@@ -527,7 +608,7 @@ impl Conntrack {
     /// The connection mark.
     #[inline]
     pub fn mark(&self, id: EntryId) -> Option<u32> {
-        self.slot_of(id).map(|s| self.slab[s].mark)
+        self.slot_of(id).map(|s| self.marks[s])
     }
 
     /// Sets the connection mark (CONNMARK `--set-xmark` computes `(mark & !mask) ^ value`
@@ -538,10 +619,9 @@ impl Conntrack {
         let Some(s) = self.slot_of(id) else {
             return false;
         };
-        let e = &mut self.slab[s];
-        if e.mark != mark {
-            e.mark = mark;
-            e.pending |= ev::MARK;
+        if self.marks[s] != mark {
+            self.marks[s] = mark;
+            self.slab[s].pending |= ev::MARK;
         }
         true
     }
@@ -557,17 +637,15 @@ impl Conntrack {
     /// The slot and direction of the key `k` whose hash is `h`.
     #[inline]
     fn lookup_key(&self, h: u32, k: &Key) -> Option<(usize, Dir)> {
-        let slab = &self.slab;
-        self.index
-            .find(h, |v| slab[(v >> 1) as usize].key_at(v & 1).same(k))
-            .map(|v| {
-                let dir = if v & 1 == 0 {
-                    Dir::Original
-                } else {
-                    Dir::Reply
-                };
-                ((v >> 1) as usize, dir)
-            })
+        let ks = k.slim();
+        self.index.find(h, |v| self.key_matches(v, k, ks)).map(|v| {
+            let dir = if v & 1 == 0 {
+                Dir::Original
+            } else {
+                Dir::Reply
+            };
+            ((v >> 1) as usize, dir)
+        })
     }
 
     // ----- conntrack in ------------------------------------------------------------------
@@ -661,17 +739,13 @@ impl Conntrack {
     }
 
     /// Pipeline stage of `conntrack_in_many`: reads the home index slot of `hash` (fetched
-    /// by then) and prefetches the entry it names: its first line (original key, state,
-    /// deadline), and for a reply-direction key also the line of the reply key. Returns the
-    /// slot's value.
+    /// by then) and prefetches the entry it names (one line, whichever the direction).
+    /// Returns the slot's value.
     #[inline(always)]
     fn stage_entry(&self, hash: u32) -> Option<u32> {
         let v = self.index.home_value(hash)?;
         if let Some(e) = self.slab.get((v >> 1) as usize) {
-            crate::prefetch::line(&e.orig);
-            if v & 1 == 1 {
-                crate::prefetch::line(&e.reply);
-            }
+            crate::prefetch::line(e);
         }
         Some(v)
     }
@@ -680,8 +754,9 @@ impl Conntrack {
     /// key's, prefetch the home index slot of the key's reply tuple.
     #[inline(always)]
     fn stage_check(&self, key: &Key, home: Option<u32>) {
-        let at_home = home.and_then(|v| self.slab.get((v >> 1) as usize).map(|e| (e, v)));
-        if at_home.is_some_and(|(e, v)| e.key_at(v & 1).same(key)) {
+        if home.is_some_and(|v| {
+            ((v >> 1) as usize) < self.slab.len() && self.key_matches(v, key, key.slim())
+        }) {
             return;
         }
         if let Some(r) = key.swapped() {
@@ -907,13 +982,10 @@ impl Conntrack {
         let seq = self.next_seq;
         self.next_seq += 1;
         let fresh = |gen: u32| Entry {
-            orig,
-            reply,
+            keys: [Slim::default(); 2],
             timeout: SimTime::ZERO,
             armed: SimTime::MAX,
             proto_state: [0; 8],
-            seq,
-            mark: 0,
             gen,
             status: Status::default(),
             pending: 0,
@@ -921,15 +993,21 @@ impl Conntrack {
         };
         let slot = match self.free.pop() {
             Some(s) => {
-                let gen = self.slab[s as usize].gen;
-                self.slab[s as usize] = fresh(gen);
-                s as usize
+                let s = s as usize;
+                let gen = self.slab[s].gen;
+                self.slab[s] = fresh(gen);
+                self.marks[s] = 0;
+                self.seqs[s] = seq;
+                s
             }
             None => {
                 self.slab.push(fresh(0));
+                self.marks.push(0);
+                self.seqs.push(seq);
                 self.slab.len() - 1
             }
         };
+        self.set_keys(slot, orig, reply);
         Some(slot)
     }
 
@@ -979,8 +1057,7 @@ impl Conntrack {
         let e = &mut self.slab[slot];
         if t < e.armed && e.life == Life::Confirmed {
             e.armed = t;
-            let gen = e.gen;
-            self.timers.push(Reverse((t, slot as u32, gen)));
+            self.timers.push(Reverse(Timer::new(t, slot as u32)));
         }
     }
 
@@ -1017,7 +1094,7 @@ impl Conntrack {
                 return Ok(());
             }
             Life::Unconfirmed => {
-                let (o, r) = (self.slab[slot].orig, self.slab[slot].reply);
+                let (o, r) = (self.key(slot, 0), self.key(slot, 1));
                 let ho = o.hash(&self.hseed);
                 let hr = r.hash(&self.hseed);
                 if self.lookup_key(ho, &o).is_some() || self.lookup_key(hr, &r).is_some() {
@@ -1038,8 +1115,7 @@ impl Conntrack {
                 e.life = Life::Confirmed;
                 e.status.insert(Status::CONFIRMED);
                 e.pending |= ev::NEW;
-                let gen = e.gen;
-                self.timers.push(Reverse((deadline, slot as u32, gen)));
+                self.timers.push(Reverse(Timer::new(deadline, slot as u32)));
                 self.confirmed += 1;
             }
             Life::Confirmed | Life::Free => {}
@@ -1090,7 +1166,7 @@ impl Conntrack {
             }
             return;
         }
-        let (o, r) = (self.slab[slot].orig, self.slab[slot].reply);
+        let (o, r) = (self.key(slot, 0), self.key(slot, 1));
         let v = (slot as u32) << 1;
         self.index.remove(o.hash(&self.hseed), v);
         self.index.remove(r.hash(&self.hseed), v | 1);
@@ -1116,12 +1192,15 @@ impl Conntrack {
     }
 
     fn free_slot(&mut self, slot: usize) {
-        let e = &mut self.slab[slot];
-        if e.life == Life::Free {
+        if self.slab[slot].life == Life::Free {
             return;
         }
+        let o = self.key(slot, 0);
+        if !self.wide.is_empty() {
+            self.wide.remove(&(slot as u32));
+        }
+        let e = &mut self.slab[slot];
         let nat_src = e.status.contains(Status::SRC_NAT);
-        let o = e.orig;
         let id = EntryId {
             slot: slot as u32,
             gen: e.gen,
@@ -1144,7 +1223,7 @@ impl Conntrack {
     /// earliest timer, so a packet that expires nothing pays nothing more.
     #[inline]
     fn expire_due(&mut self, now: SimTime) {
-        if matches!(self.timers.peek(), Some(&Reverse((t, _, _))) if t <= now) {
+        if matches!(self.timers.peek(), Some(&Reverse(t)) if t.at() <= now) {
             self.expire(now);
         }
     }
@@ -1152,14 +1231,15 @@ impl Conntrack {
     /// Reaps every entry whose timeout is ≤ `now`, in deadline order, each with a DESTROY
     /// event stamped with its exact expiry instant. O(log n) per timer.
     pub fn expire(&mut self, now: SimTime) {
-        while let Some(&Reverse((t, slot, gen))) = self.timers.peek() {
+        while let Some(&Reverse(timer)) = self.timers.peek() {
+            let (t, slot) = (timer.at(), timer.slot());
             if t > now {
                 break;
             }
             self.timers.pop();
             let s = slot as usize;
             let e = &self.slab[s];
-            if e.gen != gen || e.life != Life::Confirmed || e.armed != t {
+            if e.life != Life::Confirmed || e.armed != t {
                 continue; // stale timer
             }
             if e.timeout <= t {
@@ -1170,7 +1250,7 @@ impl Conntrack {
                 // too is past, so that DESTROY events come out in deadline order).
                 let d = e.timeout;
                 self.slab[s].armed = d;
-                self.timers.push(Reverse((d, slot, gen)));
+                self.timers.push(Reverse(Timer::new(d, slot)));
             }
         }
     }
@@ -1178,10 +1258,11 @@ impl Conntrack {
     /// The next instant an entry expires, if any (quinn's `poll_timeout`). Exact: stale
     /// timers left by refreshes are re-armed here, which is why it takes `&mut self`.
     pub fn next_expiry(&mut self) -> Option<SimTime> {
-        while let Some(&Reverse((t, slot, gen))) = self.timers.peek() {
+        while let Some(&Reverse(timer)) = self.timers.peek() {
+            let (t, slot) = (timer.at(), timer.slot());
             let s = slot as usize;
             let e = &self.slab[s];
-            if e.gen != gen || e.life != Life::Confirmed || e.armed != t {
+            if e.life != Life::Confirmed || e.armed != t {
                 self.timers.pop();
                 continue;
             }
@@ -1191,7 +1272,7 @@ impl Conntrack {
             let d = e.timeout;
             self.timers.pop();
             self.slab[s].armed = d;
-            self.timers.push(Reverse((d, slot, gen)));
+            self.timers.push(Reverse(Timer::new(d, slot)));
         }
         None
     }
@@ -1279,10 +1360,10 @@ impl Conntrack {
         self.index.insert(ho, v);
         let deadline = now.saturating_add(e.timeout);
         let events = self.cfg.events != 0;
+        self.marks[slot] = e.mark;
         let ent = &mut self.slab[slot];
         ent.status = e.status;
         ent.status.insert(Status::CONFIRMED);
-        ent.mark = e.mark;
         if e.orig.proto == IPPROTO_TCP {
             ent.set_tcp_state(e.tcp_state.unwrap_or(TcpState::Established) as u8);
         } else if e.orig.proto == sim_core::packet::IPPROTO_UDP {
@@ -1294,8 +1375,7 @@ impl Conntrack {
         ent.armed = deadline;
         ent.life = Life::Confirmed;
         ent.pending = if events { ev::NEW } else { 0 };
-        let gen = ent.gen;
-        self.timers.push(Reverse((deadline, slot as u32, gen)));
+        self.timers.push(Reverse(Timer::new(deadline, slot as u32)));
         self.confirmed += 1;
         self.stats.insert += 1;
         self.deliver(slot, now);
@@ -1325,9 +1405,10 @@ mod fast_path_tests;
 #[cfg(test)]
 mod layout {
     #[test]
-    fn an_entry_is_two_cache_lines() {
-        assert_eq!(std::mem::size_of::<super::Entry>(), 128);
+    fn an_entry_is_one_cache_line_and_a_timer_twelve_bytes() {
+        assert_eq!(std::mem::size_of::<super::Entry>(), 64);
         assert_eq!(std::mem::align_of::<super::Entry>(), 64);
+        assert_eq!(std::mem::size_of::<std::cmp::Reverse<super::Timer>>(), 12);
     }
 }
 

@@ -380,6 +380,56 @@ impl Key {
     }
 }
 
+impl Key {
+    /// Whether both addresses are IPv4, so that the key fits a [`Slim`] by itself.
+    #[inline(always)]
+    pub(crate) fn is_narrow(&self) -> bool {
+        self.0[4] & (SRC_V6 | DST_V6) == 0
+    }
+
+    /// The key as an entry stores it ([`Slim`]).
+    #[inline(always)]
+    pub(crate) fn slim(&self) -> Slim {
+        let w = &self.0;
+        if self.is_narrow() {
+            Slim([(w[0] << 32) | w[2], w[4]])
+        } else {
+            Slim([0, w[4]])
+        }
+    }
+}
+
+/// A [`Key`] as an entry stores it, in 16 bytes, so that both tuples, the deadline and the
+/// tracker state share one cache line. A key whose addresses are both IPv4 (the narrow
+/// case) is complete here: word 0 is `src << 32 | dst`, word 1 is the key's word 4. A key
+/// with an IPv6 address keeps word 1 (whose family bits say so) and a zero word 0, and the
+/// whole key lives in the table's side map of wide entries. Two slims are equal exactly
+/// when their keys are, for narrow keys; for wide ones, equal slims still need the side
+/// map's keys compared.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Slim(pub(crate) [u64; 2]);
+
+impl Slim {
+    /// Whether the key is complete here (both addresses IPv4).
+    #[inline(always)]
+    pub(crate) fn is_narrow(&self) -> bool {
+        self.0[1] & (SRC_V6 | DST_V6) == 0
+    }
+
+    /// The key of a narrow slim (meaningless for a wide one).
+    #[inline(always)]
+    pub(crate) fn narrow_key(&self) -> Key {
+        let w = &self.0;
+        Key([w[0] >> 32, 0x4, w[0] & 0xffff_ffff, 0x4, w[1]])
+    }
+
+    /// The IP protocol number.
+    #[inline(always)]
+    pub(crate) fn proto(&self) -> u8 {
+        self.0[1] as u8
+    }
+}
+
 /// The address [`addr_words`] made these two words of.
 #[inline]
 fn key_addr(lo: u64, hi: u64, v6: bool) -> IpAddr {
@@ -620,6 +670,36 @@ mod tests {
             let want = Key::from_tuple(&Tuple::from_packet(&p));
             prop_assert_eq!(Key::from_packet(&p), want);
             prop_assert_eq!(Key::from_packet(&p).tuple(), Tuple::from_packet(&p));
+        }
+
+        /// A narrow key (both addresses IPv4) comes back whole from its [`Slim`]; a wide one
+        /// keeps its ports, protocol and families there; slims of different narrow keys
+        /// differ, and a narrow slim never equals a wide one.
+        #[test]
+        fn slim_keys_round_trip(
+            a in (any_addr(), any_addr(), any_l4()),
+            b in (any_addr(), any_addr(), any_l4()),
+        ) {
+            let key = |(src, dst, l4): &(IpAddr, IpAddr, L4)| {
+                let mut p = Packet::other(*src, *dst, 0);
+                p.l4 = *l4;
+                Key::from_packet(&p)
+            };
+            let (ka, kb) = (key(&a), key(&b));
+            let (sa, sb) = (ka.slim(), kb.slim());
+            prop_assert_eq!(sa.is_narrow(), ka.is_narrow());
+            prop_assert_eq!(sa.proto(), ka.proto());
+            if ka.is_narrow() {
+                prop_assert_eq!(sa.narrow_key(), ka);
+            } else {
+                prop_assert_eq!(sa.0[1], ka.0[4]);
+            }
+            if ka.is_narrow() && kb.is_narrow() {
+                prop_assert_eq!(sa == sb, ka == kb);
+            }
+            if ka.is_narrow() != kb.is_narrow() {
+                prop_assert!(sa != sb);
+            }
         }
     }
 
