@@ -271,6 +271,39 @@ pub(crate) fn adapt(e: &TimelineEvent) -> Ev<'_> {
         },
         What::Expectation { passed, .. } => Ev::Expectation { passed: *passed },
         What::Change { .. } | What::Command { .. } => Ev::Change,
+        What::TcpRequest {
+            client,
+            request,
+            src,
+            dst,
+            ..
+        } => Ev::Send {
+            client,
+            id: *request,
+            attempt: 0,
+            src,
+            dst,
+        },
+        What::TcpAnswered {
+            client, request, ..
+        } => Ev::Done {
+            client,
+            id: *request,
+            outcome: Outcome::Answered,
+        },
+        What::TcpRequestFailed {
+            client, request, ..
+        } => Ev::Done {
+            client,
+            id: *request,
+            outcome: Outcome::Failed,
+        },
+        What::TcpConnection {
+            client, request, ..
+        } => Ev::Note {
+            client,
+            id: *request,
+        },
     }
 }
 

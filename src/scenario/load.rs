@@ -368,6 +368,9 @@ fn app_defs(ctx: &Ctx, apps: &[Spanned<AppDoc>]) -> Result<Vec<AppDef>, Scenario
     let mut out = Vec::new();
     let mut ports = BTreeSet::new();
     for a in apps {
+        if let Some(loc) = a.value.udp_server.as_ref().and_then(super::tcp_apps::tcp_only_field) {
+            return Err(ctx.at(loc, "`halfClose` and `maxRequests` are for a tcpServer"));
+        }
         let def = match (&a.value.udp_server, &a.value.tcp_server) {
             (Some(s), None) => AppDef::UdpServer {
                 port: check_port(ctx, &s.port)?,
@@ -387,6 +390,7 @@ fn app_defs(ctx: &Ctx, apps: &[Spanned<AppDoc>]) -> Result<Vec<AppDef>, Scenario
             (None, Some(s)) => AppDef::TcpServer {
                 port: check_port(ctx, &s.port)?,
                 service_time: opt_dur(s.service_time, SimDuration::from_millis(1)),
+                close_after: super::tcp_apps::server_close_after(ctx, s)?,
             },
             _ => {
                 return Err(ctx.err(a, "an app needs exactly one of `udpServer` or `tcpServer`"));
@@ -1124,6 +1128,11 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                     ClientKind::Tcp {
                         connect_timeout: opt_dur(t.connect_timeout, SimDuration::from_secs(10)),
                         request_timeout: opt_dur(t.request_timeout, SimDuration::from_secs(10)),
+                        connection: t
+                            .connection
+                            .as_ref()
+                            .map(|c| super::tcp_apps::connection_policy(ctx, c))
+                            .transpose()?,
                     },
                 )
             }

@@ -6,6 +6,7 @@
 //! - [`model`]: the checked [`Scenario`].
 //! - [`yaml`]: the YAML reader's limits and its errors in the scenario's words.
 //! - [`names`]: Kubernetes' rules for the names of pods, nodes, namespaces and Services.
+//! - [`tcp_apps`]: the TCP application fields (`halfClose`, `connection:`), checked.
 //! - [`events`]: the events that change objects, kube-proxy, conntrack tables and nodes over
 //!   time, each checked against what exists at its instant.
 
@@ -15,6 +16,7 @@ pub mod model;
 pub mod names;
 mod pcap_client;
 pub mod schema;
+pub mod tcp_apps;
 pub mod yaml;
 
 pub use load::{load_file, load_str, ScenarioError};

@@ -172,6 +172,8 @@ pub enum AppDef {
         port: u16,
         /// Service time.
         service_time: SimDuration,
+        /// Half-close a connection after this many responses on it (`halfClose`).
+        close_after: Option<u32>,
     },
 }
 
@@ -358,6 +360,8 @@ pub enum ClientKind {
         connect_timeout: SimDuration,
         /// Response timeout.
         request_timeout: SimDuration,
+        /// How connections are reused (`connection:`); `None`: one request per connection.
+        connection: Option<crate::cluster::tcp_session::ConnectionPolicy>,
     },
     /// ICMP echo requests (`ping`); the target's port is 0.
     Ping {

@@ -213,6 +213,14 @@ pub struct ServerDoc {
     /// UDP: answer from this port instead of the one the datagram was sent to.
     #[serde(default)]
     pub reply_from_port: Option<S<u16>>,
+    /// TCP: half-close each connection (`shutdown(SHUT_WR)`, the server's FIN first) after
+    /// its first response, or after `maxRequests`.
+    #[serde(default)]
+    pub half_close: Option<S<bool>>,
+    /// TCP: half-close a connection after this many responses on it (nginx's
+    /// `keepalive_requests`).
+    #[serde(default)]
+    pub max_requests: Option<S<u32>>,
 }
 
 /// `kubeProxy:` (and `settings:` of a `kubeProxy` event, over the settings then in force).
@@ -478,9 +486,42 @@ pub struct TcpClientDoc {
     /// No new connection from this instant.
     #[serde(default)]
     pub stop: Option<SimDuration>,
-    /// At most this many connections.
+    /// At most this many connections (requests, with `connection`).
     #[serde(default)]
     pub count: Option<u32>,
+    /// Connection reuse: keep-alive, requests per connection, parallel connections, a pause.
+    /// Absent: one request per connection.
+    #[serde(default)]
+    pub connection: Option<S<ConnectionDoc>>,
+}
+
+/// `connection:` of a `tcp:` client.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConnectionDoc {
+    /// Requests per connection, then the client closes it.
+    #[serde(default)]
+    pub requests: Option<S<u32>>,
+    /// One connection for as many requests as come (until it breaks).
+    #[serde(default)]
+    pub keep_alive: Option<S<bool>>,
+    /// Connections open at once (default 1).
+    #[serde(default)]
+    pub parallel: Option<S<u32>>,
+    /// No request for a while, the connections kept open.
+    #[serde(default)]
+    pub pause: Option<S<PauseDoc>>,
+}
+
+/// `pause:` of a `connection:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PauseDoc {
+    /// From the client's start to the pause.
+    pub after: S<SimDuration>,
+    /// How long it lasts.
+    #[serde(rename = "for")]
+    pub duration: S<SimDuration>,
 }
 
 /// One entry of `events:`: `at` and exactly one action.

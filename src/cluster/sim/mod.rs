@@ -36,6 +36,7 @@ use super::apps::{
 use super::control::{derive_slices, Phase, PodState};
 use super::ping::{PingClient, PingClientConfig, PingIdents};
 use super::ports::ConnectPorts;
+use super::tcp_session::{TcpSessionClient, TcpSessionConfig};
 use super::proxy::{
     nat_rules_written, rules_are_node_independent, same_rendering, CleanupFactory, ProxyGroup,
     SyncResult,
@@ -183,15 +184,18 @@ impl Stack {
                         Server::Udp(UdpServer::with_reply(port, service_time, reply)),
                     );
                 }
-                AppDef::TcpServer { port, service_time } => {
-                    s.servers.insert(
-                        (6, port),
-                        Server::Tcp(Box::new(TcpServer::new(
-                            port,
-                            service_time,
-                            SimRng::derive(seed, &format!("{label}/tcp{port}/isn")),
-                        ))),
+                AppDef::TcpServer {
+                    port,
+                    service_time,
+                    close_after,
+                } => {
+                    let mut srv = TcpServer::new(
+                        port,
+                        service_time,
+                        SimRng::derive(seed, &format!("{label}/tcp{port}/isn")),
                     );
+                    srv.close_after = close_after;
+                    s.servers.insert((6, port), Server::Tcp(Box::new(srv)));
                 }
             }
         }
@@ -212,6 +216,7 @@ impl Stack {
 enum ClientApp {
     Udp(Box<UdpClient>),
     Tcp(Box<TcpClient>),
+    TcpSession(Box<TcpSessionClient>),
     Ping(Box<PingClient>),
 }
 
@@ -220,6 +225,7 @@ impl ClientApp {
         match self {
             ClientApp::Udp(c) => c.poll_timeout(),
             ClientApp::Tcp(c) => c.poll_timeout(),
+            ClientApp::TcpSession(c) => c.poll_timeout(),
             ClientApp::Ping(c) => c.poll_timeout(),
         }
     }
@@ -227,6 +233,7 @@ impl ClientApp {
         match self {
             ClientApp::Udp(c) => c.records(),
             ClientApp::Tcp(c) => c.records(),
+            ClientApp::TcpSession(c) => c.records(),
             ClientApp::Ping(c) => c.records(),
         }
     }
@@ -234,6 +241,7 @@ impl ClientApp {
         match self {
             ClientApp::Udp(c) => proto == 17 && c.binds(port),
             ClientApp::Tcp(c) => proto == 6 && c.binds(port),
+            ClientApp::TcpSession(c) => proto == 6 && c.binds(port),
             ClientApp::Ping(c) => proto == 1 && c.ident() == port,
         }
     }
@@ -241,13 +249,14 @@ impl ClientApp {
         match self {
             ClientApp::Udp(c) => c.bound_ports(),
             ClientApp::Tcp(c) => c.bound_ports(),
+            ClientApp::TcpSession(c) => c.bound_ports(),
             ClientApp::Ping(c) => [c.ident()].into(),
         }
     }
     fn proto(&self) -> u8 {
         match self {
             ClientApp::Udp(_) => 17,
-            ClientApp::Tcp(_) => 6,
+            ClientApp::Tcp(_) | ClientApp::TcpSession(_) => 6,
             ClientApp::Ping(_) => 1,
         }
     }
@@ -1075,6 +1084,25 @@ impl Simulation {
             ClientKind::Tcp {
                 connect_timeout,
                 request_timeout,
+                connection: Some(policy),
+            } => ClientApp::TcpSession(Box::new(TcpSessionClient::new(
+                TcpSessionConfig {
+                    index: index as u32,
+                    local_ip: ip,
+                    dst: def.target,
+                    schedule: def.schedule.clone(),
+                    connect_timeout,
+                    request_timeout,
+                    request_bytes: 100,
+                    policy,
+                },
+                self.sc.seed,
+                &label,
+            ))),
+            ClientKind::Tcp {
+                connect_timeout,
+                request_timeout,
+                connection: None,
             } => ClientApp::Tcp(Box::new(TcpClient::new(
                 TcpClientConfig {
                     index: index as u32,
@@ -1197,11 +1225,34 @@ impl Simulation {
         self.pod_changed();
     }
 
+    /// Pod `id`'s process dies: its UDP sockets and TCP listeners go; the kernel sends a FIN
+    /// on each TCP connection and keeps it as an orphan ([`TcpServer::process_exit`]).
+    fn kill_process(&mut self, id: usize) {
+        let now = self.now;
+        let mut out = Outbox::new();
+        let old = std::mem::take(&mut self.pods[id].stack);
+        for (key, srv) in old.servers {
+            if let Server::Tcp(mut t) = srv {
+                t.process_exit(now, &mut out);
+                if t.has_connections() {
+                    self.pods[id].stack.servers.insert(key, Server::Tcp(t));
+                }
+            }
+        }
+        let m = Machine::Pod(id);
+        self.send_from(&m, out.packets);
+        self.arm_stack(&m);
+    }
+
     fn pod_gone(&mut self, id: usize) -> Option<PodDef> {
-        let p = &mut self.pods[id];
-        if p.state.phase == Phase::Gone {
+        if self.pods[id].state.phase == Phase::Gone {
             return None;
         }
+        // SIGKILL at the end of the grace period: the FINs leave before the network goes.
+        if self.pods[id].state.process_alive {
+            self.kill_process(id);
+        }
+        let p = &mut self.pods[id];
         p.state.phase = Phase::Gone;
         p.state.process_alive = false;
         p.stack = Stack::default();
@@ -1254,7 +1305,7 @@ impl Simulation {
                 // The kill leaves the pod's pending timers alone: a readiness failure due
                 // before the kubelet notices the exit still marks it not Ready on time.
                 p.state.process_alive = false;
-                p.stack = Stack::default();
+                self.kill_process(id);
                 self.log(What::Pod {
                     pod: pod.clone(),
                     change: match restart_after {
@@ -1435,6 +1486,9 @@ impl Simulation {
                     match &mut c.app {
                         ClientApp::Udp(c) => c.handle_timeout(self.now, &busy, &mut out),
                         ClientApp::Tcp(c) => {
+                            c.handle_timeout(self.now, &busy, &mut connect, &mut out)
+                        }
+                        ClientApp::TcpSession(c) => {
                             c.handle_timeout(self.now, &busy, &mut connect, &mut out)
                         }
                         ClientApp::Ping(c) => c.handle_timeout(self.now, &mut out),

@@ -354,6 +354,7 @@ impl Simulation {
             match &mut self.clients[i].app {
                 ClientApp::Udp(c) => c.handle_packet(now, &p, &mut out),
                 ClientApp::Tcp(c) => c.handle_packet(now, &p, &mut out),
+                ClientApp::TcpSession(c) => c.handle_packet(now, &p, &mut out),
                 ClientApp::Ping(c) => c.handle_packet(now, &p, &mut out),
             }
             self.client_output(i, out);
@@ -465,6 +466,44 @@ impl Simulation {
                     query,
                     rtt_ns: rtt.as_nanos(),
                     from: from.to_string(),
+                },
+                AppEvent::TcpConnection {
+                    conn,
+                    request,
+                    change,
+                } => What::TcpConnection {
+                    client: name.clone(),
+                    conn,
+                    request,
+                    change,
+                },
+                AppEvent::TcpRequestSent {
+                    request,
+                    conn,
+                    src,
+                    dst,
+                } => What::TcpRequest {
+                    client: name.clone(),
+                    request,
+                    conn,
+                    src: src.to_string(),
+                    dst: dst.to_string(),
+                },
+                AppEvent::TcpRequestAnswered { request, conn, rtt } => What::TcpAnswered {
+                    client: name.clone(),
+                    request,
+                    conn,
+                    rtt_ns: rtt.as_nanos(),
+                },
+                AppEvent::TcpRequestFailed {
+                    request,
+                    conn,
+                    reason,
+                } => What::TcpRequestFailed {
+                    client: name.clone(),
+                    request,
+                    conn,
+                    reason: reason.to_string(),
                 },
                 AppEvent::ServerAnswered { .. } => continue,
             };

@@ -139,6 +139,56 @@ pub enum What {
         /// Why.
         reason: String,
     },
+    /// A keep-alive TCP client's connection changed (opened, closed, reset, …).
+    TcpConnection {
+        /// Client.
+        client: String,
+        /// Connection number, per client.
+        conn: u32,
+        /// The last request sent on it (JSON: `id`).
+        #[serde(rename = "id")]
+        request: u32,
+        /// What happened.
+        change: String,
+    },
+    /// A keep-alive TCP client sent a request on a connection.
+    TcpRequest {
+        /// Client.
+        client: String,
+        /// Request number (JSON: `id`).
+        #[serde(rename = "id")]
+        request: u32,
+        /// Connection number.
+        conn: u32,
+        /// Source socket.
+        src: String,
+        /// Destination.
+        dst: String,
+    },
+    /// A keep-alive TCP client's request was answered.
+    TcpAnswered {
+        /// Client.
+        client: String,
+        /// Request number (JSON: `id`).
+        #[serde(rename = "id")]
+        request: u32,
+        /// Connection number.
+        conn: u32,
+        /// Time from the request being due to its response, in nanoseconds.
+        rtt_ns: u64,
+    },
+    /// A keep-alive TCP client's request failed.
+    TcpRequestFailed {
+        /// Client.
+        client: String,
+        /// Request number (JSON: `id`).
+        #[serde(rename = "id")]
+        request: u32,
+        /// Connection number.
+        conn: u32,
+        /// Why.
+        reason: String,
+    },
     /// A conntrack event on a node.
     Conntrack {
         /// Node.
@@ -328,6 +378,31 @@ impl TimelineEvent {
                 conn,
                 reason,
             } => format!("{client}: connection #{conn} FAILED: {reason}"),
+            What::TcpConnection {
+                client, conn, change, ..
+            } => format!("{client}: connection #{conn} {change}"),
+            What::TcpRequest {
+                client,
+                request,
+                conn,
+                src,
+                dst,
+            } => format!("{client}: request #{request} on connection #{conn} {src} -> {dst}"),
+            What::TcpAnswered {
+                client,
+                request,
+                conn,
+                rtt_ns,
+            } => format!(
+                "{client}: request #{request} answered in {} (connection #{conn})",
+                SimDuration::from_nanos(*rtt_ns)
+            ),
+            What::TcpRequestFailed {
+                client,
+                request,
+                conn,
+                reason,
+            } => format!("{client}: request #{request} FAILED on connection #{conn}: {reason}"),
             What::Conntrack { node, line, .. } => format!("ct {node}: {line}"),
             What::Pod { pod, change } => format!("pod {pod}: {change}"),
             What::Endpoints { service, endpoints } => format!("endpoints {service}: {endpoints}"),
