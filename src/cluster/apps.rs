@@ -481,7 +481,9 @@ enum SrvConnState {
     /// The server sent its FIN first (FIN_WAIT1/FIN_WAIT2): after `shutdown(SHUT_WR)` it
     /// still reads (`orphan` false); after its process died the socket is an orphan whose
     /// receive side is shut too, so new data gets a RST (`tcp_rcv_state_process`).
-    FinWait { orphan: bool },
+    FinWait {
+        orphan: bool,
+    },
     /// The server closed first and the client's FIN came: TIME_WAIT until this instant.
     TimeWait(SimTime),
 }
@@ -497,7 +499,14 @@ struct SrvConn {
     orphan_until: Option<SimTime>,
     /// The address and port the client reached (after any DNAT).
     local: SocketAddr,
+    /// Delayed-ACK "pingpong" mode: entered once a response leaves within the delayed-ACK
+    /// time of its request; before it, each request is acknowledged at once (quick-ack).
+    pingpong: bool,
 }
+
+/// The delayed-ACK time (`TCP_DELACK_MIN`, `TCP_ATO_MIN`: 40 ms): an ACK the kernel holds
+/// back, hoping for data to ride on, goes out after this long.
+pub const TCP_DELACK_MIN: SimDuration = SimDuration::from_millis(40);
 
 #[derive(Debug, Clone)]
 enum SrvTimer {
@@ -579,14 +588,8 @@ impl TcpServer {
             let local = c.local;
             match c.state {
                 SrvConnState::SynReceived => {
-                    out.packets.push(tcp_packet(
-                        local,
-                        peer,
-                        TcpFlags::RST,
-                        c.snd_nxt,
-                        0,
-                        0,
-                    ));
+                    out.packets
+                        .push(tcp_packet(local, peer, TcpFlags::RST, c.snd_nxt, 0, 0));
                     self.conns.remove(&peer);
                 }
                 SrvConnState::Established => {
@@ -601,12 +604,14 @@ impl TcpServer {
                     c.snd_nxt = c.snd_nxt.wrapping_add(1);
                     c.state = SrvConnState::FinWait { orphan: true };
                     c.orphan_until = Some(now + TCP_FIN_TIMEOUT);
-                    self.timers.add(now + TCP_FIN_TIMEOUT, SrvTimer::Expire { peer });
+                    self.timers
+                        .add(now + TCP_FIN_TIMEOUT, SrvTimer::Expire { peer });
                 }
                 SrvConnState::FinWait { .. } => {
                     c.state = SrvConnState::FinWait { orphan: true };
                     c.orphan_until = Some(now + TCP_FIN_TIMEOUT);
-                    self.timers.add(now + TCP_FIN_TIMEOUT, SrvTimer::Expire { peer });
+                    self.timers
+                        .add(now + TCP_FIN_TIMEOUT, SrvTimer::Expire { peer });
                 }
                 SrvConnState::Closed | SrvConnState::TimeWait(_) => {}
             }
@@ -654,6 +659,7 @@ impl TcpServer {
                 answered: 0,
                 orphan_until: None,
                 local,
+                pingpong: false,
             };
             let mut p = tcp_packet(
                 local,
@@ -698,6 +704,15 @@ impl TcpServer {
             match c.state {
                 SrvConnState::Established => {
                     c.rcv_nxt = c.rcv_nxt.wrapping_add(payload);
+                    if !c.pingpong {
+                        // tcp_event_data_recv → tcp_incr_quickack: the first data of a
+                        // connection is acknowledged at once, before the application
+                        // answers (the 16-segment quick-ack budget is not counted).
+                        let mut ack =
+                            tcp_packet(local, peer, TcpFlags::ACK, c.snd_nxt, c.rcv_nxt, 0);
+                        ack.tag = pkt.tag;
+                        out.packets.push(ack);
+                    }
                     self.timers.add(
                         now + self.service_time,
                         SrvTimer::Respond {
@@ -798,6 +813,12 @@ impl TcpServer {
             p.tag = tag;
             c.snd_nxt = c.snd_nxt.wrapping_add(self.response_bytes as u32);
             c.answered += 1;
+            // tcp_event_data_sent: data sent within the delayed-ACK time of the last data
+            // received enters pingpong mode (`tcp_pingpong_thresh` 1): later requests'
+            // ACKs wait for the response.
+            if self.service_time < TCP_DELACK_MIN {
+                c.pingpong = true;
+            }
             out.events.push((
                 now,
                 AppEvent::ServerAnswered {
@@ -2106,10 +2127,10 @@ mod tests {
             .collect();
         assert_eq!(
             flags,
-            ["SYN", "SYN,ACK", "ACK", "PSH,ACK", "PSH,ACK", "FIN,ACK", "FIN,ACK", "ACK"]
+            ["SYN", "SYN,ACK", "ACK", "PSH,ACK", "ACK", "PSH,ACK", "FIN,ACK", "FIN,ACK", "ACK"]
         );
         // Sequence numbers line up: the server's FIN acknowledges the client's FIN.
-        let (cfin, sfin) = (wire[5], wire[6]);
+        let (cfin, sfin) = (wire[6], wire[7]);
         let (L4::Tcp { seq: cs, .. }, L4::Tcp { ack: sa_, .. }) = (cfin.l4, sfin.l4) else {
             unreachable!()
         };

@@ -1,6 +1,6 @@
 //! A TCP client that keeps its connections: many requests per connection (HTTP keep-alive,
 //! a connection pool, a gRPC channel), several connections at once, and pauses on an open
-//! socket (`docs/kernel-model.md` §14).
+//! socket (`docs/kernel-model.md` §15).
 //!
 //! [`crate::cluster::apps::TcpClient`] opens one connection per request and closes it. This
 //! one, [`TcpSessionClient`], runs `parallel` connection slots; request `k` of the schedule
@@ -18,7 +18,9 @@
 //!   a connection receives, `tcp_incr_quickack`; later ones it may delay up to 40 ms);
 //! - SYNs are retransmitted after 1 s, 2 s, 4 s, … until `connect_timeout` (ETIMEDOUT);
 //! - a FIN from the server (a server that half-closes, or whose process died) is acknowledged
-//!   by the kernel at once and the socket sits in CLOSE_WAIT: the application sees the EOF
+//!   by the kernel after the delayed-ACK time, 40 ms (`tcp_fin` enters pingpong mode; if the
+//!   application closes first, its FIN carries the ACK and conntrack skips CLOSE_WAIT), and
+//!   the socket sits in CLOSE_WAIT: the application sees the EOF
 //!   only when it next reads, that is when its next request is due (as a connection pool
 //!   checks a pooled connection before reusing it). Then it closes (its FIN acknowledges the
 //!   server's; LAST_ACK until the server's ACK) and opens a new connection for the request. A
@@ -39,7 +41,7 @@
 
 use crate::cluster::apps::{
     tcp_packet, tcp_seg_len, AppEvent, ClientSchedule, Outbox, PortsInUse, QueryOutcome,
-    QueryRecord, Tag, TcpFailure, TCP_TIMEWAIT_LEN,
+    QueryRecord, Tag, TcpFailure, TCP_DELACK_MIN, TCP_TIMEWAIT_LEN,
 };
 use crate::cluster::ports::ConnectPorts;
 use sim_core::packet::icmp;
@@ -122,6 +124,8 @@ struct Conn {
     last_request: u32,
     /// The application has read the server's EOF (it was waiting for a response).
     eof_read: bool,
+    /// The server's FIN waits for its delayed ACK (`tcp_fin` enters pingpong mode).
+    fin_ack_pending: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -335,6 +339,7 @@ impl TcpSessionClient {
         if let Some(c) = self.conns.get_mut(&id) {
             c.snd_nxt = c.snd_nxt.wrapping_add(1);
             c.state = next;
+            c.fin_ack_pending = false;
         }
         if let Some(s) = self.slots.get_mut(slot as usize) {
             if s.conn == Some(id) {
@@ -408,6 +413,7 @@ impl TcpSessionClient {
                 served: 0,
                 last_request: r,
                 eof_read: false,
+                fin_ack_pending: false,
             },
         );
         self.by_port.insert(port, id);
@@ -560,7 +566,13 @@ impl TcpSessionClient {
                         self.pump.insert(s);
                     }
                 }
-                State::CloseWait => self.set_deadline(id, None),
+                State::CloseWait => {
+                    // The delayed ACK of the server's FIN: CLOSE_WAIT in conntrack too.
+                    if std::mem::take(&mut c.fin_ack_pending) {
+                        self.send(id, TcpFlags::ACK, 0, out);
+                    }
+                    self.set_deadline(id, None);
+                }
                 State::FinWait | State::LastAck => {
                     self.note(now, id, "FIN never acknowledged: given up".into(), out);
                     self.drop_conn(now, id, out);
@@ -658,16 +670,12 @@ impl TcpSessionClient {
                 if let Some(r) = self.conns.get_mut(&id).and_then(|c| c.busy.take()) {
                     self.send_request(now, id, r, out);
                 }
-                return;
             }
             State::Established | State::CloseWait => {
                 if payload > 0 {
                     c.rcv_nxt = pseq.wrapping_add(payload);
                     if let Some(r) = c.busy.take() {
-                        let sent_at = self
-                            .records
-                            .get(r as usize)
-                            .map_or(now, |rec| rec.sent_at);
+                        let sent_at = self.records.get(r as usize).map_or(now, |rec| rec.sent_at);
                         if let Some(rec) = self.records.get_mut(r as usize) {
                             rec.outcome = QueryOutcome::Answered(now);
                         }
@@ -692,20 +700,21 @@ impl TcpSessionClient {
                 if flags.contains(TcpFlags::FIN) && c.state == State::Established {
                     c.rcv_nxt = pseq.wrapping_add(payload + 1);
                     c.state = State::CloseWait;
+                    c.fin_ack_pending = true;
                     let busy = c.busy.is_some();
                     c.eof_read = busy;
-                    self.send(id, TcpFlags::ACK, 0, out);
                     self.note(
                         now,
                         id,
-                        "FIN from the server acknowledged: CLOSE_WAIT until the client reads the EOF"
-                            .into(),
+                        "FIN from the server: CLOSE_WAIT until the client reads the EOF".into(),
                         out,
                     );
                     if busy {
                         self.request_failed(now, id, TcpFailure::PeerClosed, out);
                     }
-                    self.set_deadline(id, None);
+                    // tcp_fin enters pingpong mode: the ACK waits the delayed-ACK time, unless
+                    // the application closes first and its FIN carries it.
+                    self.set_deadline(id, Some(now + TCP_DELACK_MIN));
                     if busy || self.schedule_done() {
                         self.wake_slot(now, slot);
                     }
@@ -741,5 +750,332 @@ impl TcpSessionClient {
     fn wake_slot(&mut self, now: SimTime, slot: u32) {
         self.pump.insert(slot);
         self.pump_at = Some(self.pump_at.map_or(now, |t| t.min(now)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::apps::TcpServer;
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    fn client(interval_ms: u64, count: u32, policy: ConnectionPolicy) -> TcpSessionClient {
+        TcpSessionClient::new(
+            TcpSessionConfig {
+                index: 0,
+                local_ip: "10.244.1.9".parse().unwrap(),
+                dst: sa("10.244.2.5:8080"),
+                schedule: ClientSchedule {
+                    start: SimTime::ZERO,
+                    stop: SimTime::MAX,
+                    interval: SimDuration::from_millis(interval_ms),
+                    jitter: SimDuration::ZERO,
+                    count: Some(count),
+                },
+                connect_timeout: SimDuration::from_secs(10),
+                request_timeout: SimDuration::from_secs(10),
+                request_bytes: 100,
+                policy,
+            },
+            1,
+            "c",
+        )
+    }
+
+    const KEEP_ALIVE: ConnectionPolicy = ConnectionPolicy {
+        requests: None,
+        parallel: 1,
+        pause: None,
+    };
+
+    /// One wire event: when, which way (true: to the server), the packet.
+    type Wire = Vec<(SimTime, bool, Packet)>;
+
+    /// Runs client and server against each other, 1 ms one way, until `end`; `kill` is when
+    /// the server's process dies. Returns everything sent, in order.
+    fn run(
+        c: &mut TcpSessionClient,
+        s: &mut TcpServer,
+        end: SimTime,
+        kill: Option<SimTime>,
+    ) -> Wire {
+        let delay = SimDuration::from_millis(1);
+        let mut connect = ConnectPorts::new(1, "pod/client");
+        let mut queue: BTreeMap<(SimTime, u64), (bool, Packet)> = BTreeMap::new();
+        let mut n = 0u64;
+        let mut wire = Vec::new();
+        let mut kill = kill;
+        loop {
+            let next = [
+                queue.keys().next().map(|k| k.0),
+                c.poll_timeout(),
+                s.poll_timeout(),
+                kill,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let Some(now) = next.filter(|t| *t <= end) else {
+                break;
+            };
+            let mut cout = Outbox::new();
+            let mut sout = Outbox::new();
+            if kill.is_some_and(|k| k <= now) {
+                kill = None;
+                s.process_exit(now, &mut sout);
+            }
+            while let Some((&k, _)) = queue.iter().next().filter(|(k, _)| k.0 <= now) {
+                let (to_server, p) = queue.remove(&k).unwrap();
+                if to_server {
+                    s.handle_packet(now, &p, &mut sout);
+                } else {
+                    c.handle_packet(now, &p, &mut cout);
+                }
+            }
+            if c.poll_timeout().is_some_and(|d| d <= now) {
+                c.handle_timeout(now, &BTreeSet::new(), &mut connect, &mut cout);
+            }
+            if s.poll_timeout().is_some_and(|d| d <= now) {
+                s.handle_timeout(now, &mut sout);
+            }
+            for (to_server, out) in [(true, cout.packets), (false, sout.packets)] {
+                for p in out {
+                    n += 1;
+                    wire.push((now, to_server, p));
+                    queue.insert((now + delay, n), (to_server, p));
+                }
+            }
+        }
+        wire
+    }
+
+    fn flags(wire: &Wire) -> Vec<String> {
+        wire.iter()
+            .map(|(_, to_server, p)| {
+                format!(
+                    "{}{}",
+                    if *to_server { ">" } else { "<" },
+                    p.tcp_flags().unwrap()
+                )
+            })
+            .collect()
+    }
+
+    fn seq_ack(p: &Packet) -> (u32, u32) {
+        match p.l4 {
+            L4::Tcp { seq, ack, .. } => (seq, ack),
+            _ => unreachable!(),
+        }
+    }
+
+    fn server() -> TcpServer {
+        TcpServer::new(8080, SimDuration::from_millis(5), SimRng::derive(1, "srv"))
+    }
+
+    #[test]
+    fn keep_alive_carries_every_request_on_one_connection_and_the_client_closes_first() {
+        let mut c = client(1000, 3, KEEP_ALIVE);
+        let mut s = server();
+        let wire = run(&mut c, &mut s, SimTime::from_secs(100), None);
+        assert_eq!(
+            flags(&wire),
+            [
+                ">SYN", "<SYN,ACK", ">ACK", ">PSH,ACK", "<ACK", "<PSH,ACK",
+                ">ACK", // request 0
+                ">PSH,ACK", "<PSH,ACK", ">ACK", // request 1
+                ">PSH,ACK", "<PSH,ACK", ">ACK", // request 2
+                ">FIN,ACK", "<FIN,ACK", ">ACK", // the client closes first
+            ]
+        );
+        assert_eq!(c.connections_opened(), 1);
+        assert!(c
+            .records()
+            .iter()
+            .all(|r| matches!(r.outcome, QueryOutcome::Answered(_))));
+        // Sequence numbers: each request starts where the last ended, each ACK covers what
+        // the other side sent, the server's FIN acknowledges the client's.
+        let client_segs: Vec<(u32, u32)> = wire
+            .iter()
+            .filter(|w| w.1 && w.2.tcp_flags() == Some(TcpFlags::PSH | TcpFlags::ACK))
+            .map(|w| seq_ack(&w.2))
+            .collect();
+        assert_eq!(client_segs[1].0, client_segs[0].0.wrapping_add(100));
+        assert_eq!(client_segs[2].0, client_segs[1].0.wrapping_add(100));
+        assert_eq!(client_segs[1].1, client_segs[0].1.wrapping_add(64));
+        let (cfin, sfin) = (&wire[13].2, &wire[14].2);
+        assert_eq!(seq_ack(sfin).1, seq_ack(cfin).0.wrapping_add(1));
+        assert_eq!(seq_ack(&wire[15].2).1, seq_ack(sfin).0.wrapping_add(1));
+        // TIME_WAIT is the client's: its port stays bound 60 s after the last ACK.
+        let last_ack = wire[15].0;
+        let mut c2 = client(1000, 3, KEEP_ALIVE);
+        let mut s2 = server();
+        run(
+            &mut c2,
+            &mut s2,
+            last_ack + SimDuration::from_secs(59),
+            None,
+        );
+        assert_eq!(c2.bound_ports().len(), 1, "TIME_WAIT holds the port");
+        let mut c3 = client(1000, 3, KEEP_ALIVE);
+        let mut s3 = server();
+        run(
+            &mut c3,
+            &mut s3,
+            last_ack + SimDuration::from_secs(61),
+            None,
+        );
+        assert!(c3.bound_ports().is_empty());
+    }
+
+    #[test]
+    fn requests_per_connection_and_parallel_connections() {
+        let policy = ConnectionPolicy {
+            requests: Some(2),
+            parallel: 3,
+            pause: None,
+        };
+        let mut c = client(100, 12, policy);
+        let mut s = server();
+        let wire = run(&mut c, &mut s, SimTime::from_secs(100), None);
+        // 12 requests, 3 slots of 4 requests, 2 per connection: 6 connections.
+        assert_eq!(c.connections_opened(), 6);
+        assert_eq!(s.accepted(), 6);
+        let ports: BTreeSet<u16> = c.records().iter().map(|r| r.src_port).collect();
+        assert_eq!(ports.len(), 6);
+        // Requests 0, 3 share a connection (slot 0), as do 1, 4 and 2, 5.
+        let r = c.records();
+        assert_eq!(r[0].src_port, r[3].src_port);
+        assert_eq!(r[1].src_port, r[4].src_port);
+        assert_ne!(r[0].src_port, r[1].src_port);
+        assert_ne!(r[0].src_port, r[6].src_port);
+        // Three connections were open at once at 250 ms.
+        let syns_before: usize = wire
+            .iter()
+            .filter(|w| w.0 < SimTime::from_millis(250) && w.2.tcp_flags() == Some(TcpFlags::SYN))
+            .count();
+        assert_eq!(syns_before, 3);
+        // Every connection was closed by the client's FIN first.
+        let fins: Vec<bool> = wire
+            .iter()
+            .filter(|w| w.2.tcp_flags().is_some_and(|f| f.contains(TcpFlags::FIN)))
+            .map(|w| w.1)
+            .collect();
+        assert_eq!(fins.len(), 12);
+        assert!(r
+            .iter()
+            .all(|r| matches!(r.outcome, QueryOutcome::Answered(_))));
+    }
+
+    #[test]
+    fn a_half_closing_server_sends_fin_first_and_the_client_sits_in_close_wait() {
+        let mut c = client(10_000, 2, KEEP_ALIVE);
+        let mut s = server();
+        s.close_after = Some(1);
+        let wire = run(&mut c, &mut s, SimTime::from_secs(100), None);
+        assert_eq!(
+            flags(&wire),
+            [
+                ">SYN", "<SYN,ACK", ">ACK", ">PSH,ACK", "<ACK", "<PSH,ACK", "<FIN,ACK",
+                ">ACK", // the response's ACK
+                ">ACK", // 40 ms later, the FIN's (delayed ACK): CLOSE_WAIT
+                ">FIN,ACK", ">SYN",
+                "<ACK", // 10 s later: EOF read, LAST_ACK, a new connection
+                "<SYN,ACK", ">ACK", ">PSH,ACK", "<ACK", "<PSH,ACK", "<FIN,ACK", ">ACK", ">FIN,ACK",
+                "<ACK", // the schedule is over: the client's FIN carries the ACK
+            ]
+        );
+        // The server FINs at 8 ms (SYN 0, request at 2 ms, 5 ms service, 1 ms wire); the
+        // client at its next request, 10 s.
+        let server_fin = wire
+            .iter()
+            .position(|w| !w.1 && w.2.tcp_flags() == Some(TcpFlags::FIN | TcpFlags::ACK))
+            .unwrap();
+        let client_fin = wire
+            .iter()
+            .position(|w| w.1 && w.2.tcp_flags() == Some(TcpFlags::FIN | TcpFlags::ACK))
+            .unwrap();
+        assert_eq!(
+            wire[client_fin].0 - wire[server_fin].0,
+            SimDuration::from_millis(9_992)
+        );
+        assert_eq!(c.connections_opened(), 2);
+        assert!(c
+            .records()
+            .iter()
+            .all(|r| matches!(r.outcome, QueryOutcome::Answered(_))));
+        // The server's ACK of the client's FIN leaves it in TIME_WAIT for 60 s (until about
+        // 70 s for the second connection), then it forgets the connection.
+        assert!(!s.has_connections(), "gone at 100 s");
+        let mut c2 = client(10_000, 2, KEEP_ALIVE);
+        let mut s2 = server();
+        s2.close_after = Some(1);
+        run(&mut c2, &mut s2, SimTime::from_secs(50), None);
+        assert!(s2.has_connections(), "TIME_WAIT at 50 s");
+    }
+
+    #[test]
+    fn a_dying_server_sends_fin_and_resets_the_next_connection() {
+        let mut c = client(1000, 3, KEEP_ALIVE);
+        let mut s = server();
+        let wire = run(
+            &mut c,
+            &mut s,
+            SimTime::from_secs(100),
+            Some(SimTime::from_millis(1500)),
+        );
+        let f = flags(&wire);
+        assert_eq!(
+            &f[10..],
+            [
+                "<FIN,ACK", ">ACK", // the kill: the kernel's FIN, the client's kernel ACKs
+                ">FIN,ACK", ">SYN",     // at 2 s: EOF read, close, a new connection
+                "<ACK",     // the orphan acknowledges the FIN (TIME_WAIT)
+                "<RST,ACK", // no listener
+            ]
+        );
+        let out: Vec<QueryOutcome> = c.records().iter().map(|r| r.outcome).collect();
+        assert!(matches!(out[0], QueryOutcome::Answered(_)));
+        assert!(matches!(out[1], QueryOutcome::Answered(_)), "{out:?}");
+        assert!(matches!(out[2], QueryOutcome::Reset(_)), "{out:?}");
+    }
+
+    #[test]
+    fn data_to_an_orphan_gets_a_rst() {
+        // The client's request crosses the server's FIN: the orphan resets it.
+        let mut c = client(1000, 2, KEEP_ALIVE);
+        let mut s = server();
+        let kill = SimTime::from_nanos(1_000_500_000);
+        let wire = run(&mut c, &mut s, SimTime::from_secs(100), Some(kill));
+        let f = flags(&wire);
+        assert_eq!(&f[7..10], [">PSH,ACK", "<FIN,ACK", "<RST"], "{f:?}");
+        assert!(matches!(c.records()[1].outcome, QueryOutcome::Reset(_)));
+    }
+
+    #[test]
+    fn a_pause_keeps_the_connection_and_moves_the_schedule() {
+        let policy = ConnectionPolicy {
+            pause: Some(Pause {
+                after: SimDuration::from_secs(3),
+                duration: SimDuration::from_secs(60),
+            }),
+            ..KEEP_ALIVE
+        };
+        let mut c = client(1000, 6, policy);
+        let mut s = server();
+        let wire = run(&mut c, &mut s, SimTime::from_secs(200), None);
+        let sent: Vec<u64> = c
+            .records()
+            .iter()
+            .map(|r| r.sent_at.as_nanos() / 1_000_000_000)
+            .collect();
+        assert_eq!(sent, [0, 1, 2, 63, 64, 65]);
+        assert_eq!(c.connections_opened(), 1, "the same socket after the pause");
+        // Nothing on the wire during the pause.
+        assert!(!wire
+            .iter()
+            .any(|w| w.0 > SimTime::from_secs(3) && w.0 < SimTime::from_secs(63)));
     }
 }

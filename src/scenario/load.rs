@@ -368,7 +368,12 @@ fn app_defs(ctx: &Ctx, apps: &[Spanned<AppDoc>]) -> Result<Vec<AppDef>, Scenario
     let mut out = Vec::new();
     let mut ports = BTreeSet::new();
     for a in apps {
-        if let Some(loc) = a.value.udp_server.as_ref().and_then(super::tcp_apps::tcp_only_field) {
+        if let Some(loc) = a
+            .value
+            .udp_server
+            .as_ref()
+            .and_then(super::tcp_apps::tcp_only_field)
+        {
             return Err(ctx.at(loc, "`halfClose` and `maxRequests` are for a tcpServer"));
         }
         let def = match (&a.value.udp_server, &a.value.tcp_server) {

@@ -14,10 +14,7 @@ pub const MAX_PARALLEL_CONNECTIONS: u32 = 1024;
 
 /// After how many responses a `tcpServer` half-closes a connection: `halfClose: true` alone
 /// after the first, `maxRequests: N` after the Nth; `None` when it never does.
-pub(super) fn server_close_after(
-    ctx: &Ctx,
-    s: &ServerDoc,
-) -> Result<Option<u32>, ScenarioError> {
+pub(super) fn server_close_after(ctx: &Ctx, s: &ServerDoc) -> Result<Option<u32>, ScenarioError> {
     match (&s.half_close, &s.max_requests) {
         (Some(h), Some(_)) if !h.value => Err(ctx.err(
             h,

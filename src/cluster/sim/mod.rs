@@ -36,11 +36,11 @@ use super::apps::{
 use super::control::{derive_slices, Phase, PodState};
 use super::ping::{PingClient, PingClientConfig, PingIdents};
 use super::ports::ConnectPorts;
-use super::tcp_session::{TcpSessionClient, TcpSessionConfig};
 use super::proxy::{
     nat_rules_written, rules_are_node_independent, same_rendering, CleanupFactory, ProxyGroup,
     SyncResult,
 };
+use super::tcp_session::{TcpSessionClient, TcpSessionConfig};
 use crate::k8s::EndpointSlice;
 use crate::kubeproxy::{KubeProxy, LocalDetector, ProxierConfig, SyncKind, SyncTiming};
 use crate::scenario::model::*;
