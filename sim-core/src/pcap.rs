@@ -40,7 +40,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapParser};
+use pcap_file::pcap::{PcapHeader, PcapParser};
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::Block;
 use pcap_file::pcapng::PcapNgParser;
@@ -737,9 +737,13 @@ fn write_err(e: PcapError) -> PcapWriteError {
 }
 
 /// Writes packets at simulated times as a pcap file (see the module documentation).
+///
+/// The file header is written by `pcap-file`; each record (little-endian, nanosecond
+/// timestamps, as that header says) is written here, its 16-byte header and its bytes in two
+/// writes.
 #[derive(Debug)]
 pub struct PcapWriter<W: Write> {
-    inner: pcap_file::pcap::PcapWriter<W>,
+    inner: W,
     link: WriteLink,
     start_epoch_ns: u64,
     frames: usize,
@@ -768,7 +772,9 @@ impl<W: Write> PcapWriter<W> {
             ts_resolution: TsResolution::NanoSecond,
             endianness: Endianness::Little,
         };
-        let inner = pcap_file::pcap::PcapWriter::with_header(out, header).map_err(write_err)?;
+        let inner = pcap_file::pcap::PcapWriter::with_header(out, header)
+            .map_err(write_err)?
+            .into_writer();
         Ok(PcapWriter {
             inner,
             link,
@@ -811,16 +817,28 @@ impl<W: Write> PcapWriter<W> {
                 len: frame_bytes.len(),
             });
         }
-        let ns = u128::from(self.start_epoch_ns) + u128::from(at.as_nanos());
-        let secs = ns / u128::from(NANOS_PER_SEC);
-        if secs > u128::from(u32::MAX) {
-            return Err(PcapWriteError::TimeOverflow { frame, at_ns: ns });
+        let overflow = || PcapWriteError::TimeOverflow {
+            frame,
+            at_ns: u128::from(self.start_epoch_ns) + u128::from(at.as_nanos()),
+        };
+        let ns = self
+            .start_epoch_ns
+            .checked_add(at.as_nanos())
+            .ok_or_else(overflow)?;
+        let secs = u32::try_from(ns / NANOS_PER_SEC).map_err(|_| overflow())?;
+        let nanos = (ns % NANOS_PER_SEC) as u32;
+        let incl_len = frame_bytes.len() as u32;
+        let orig_len = orig_len.max(incl_len);
+        // The record header (pcap-savefile(5)): seconds, nanoseconds, captured length, length
+        // on the wire.
+        let mut head = [0u8; 16];
+        for (i, v) in [secs, nanos, incl_len, orig_len].into_iter().enumerate() {
+            head[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
         }
-        let ts = std::time::Duration::new(secs as u64, (ns % u128::from(NANOS_PER_SEC)) as u32);
-        let orig_len = orig_len.max(frame_bytes.len() as u32);
         self.inner
-            .write_packet(&PcapPacket::new(ts, orig_len, frame_bytes))
-            .map_err(write_err)?;
+            .write_all(&head)
+            .and_then(|()| self.inner.write_all(frame_bytes))
+            .map_err(PcapWriteError::Io)?;
         self.frames = frame;
         Ok(())
     }
@@ -832,7 +850,7 @@ impl<W: Write> PcapWriter<W> {
 
     /// The underlying writer.
     pub fn into_inner(self) -> W {
-        self.inner.into_writer()
+        self.inner
     }
 }
 

@@ -581,7 +581,8 @@ pub fn replay_inputs(
     let w =
         |out: &mut dyn Write, s: &str| out.write_all(s.as_bytes()).map_err(ExplainError::Output);
     let multi = inputs.len() > 1;
-    let eth0 = Ingress::Interface(IfName::new(ETH0).unwrap_or_else(|_| unreachable!()));
+    let eth0_name = IfName::new(ETH0).unwrap_or_else(|_| unreachable!());
+    let eth0 = Ingress::Interface(eth0_name);
     let cni0 = Ingress::Interface(IfName::new(CNI0).unwrap_or_else(|_| unreachable!()));
     // The records in the order the node sees them, each at the time it does. A cooked capture
     // (`tcpdump -i any`) holds what the node sent as well as what it received, and a bridged
@@ -941,10 +942,7 @@ pub fn replay_inputs(
             Egress::LocalDeliver { packet } => (None, *packet),
         });
         if let (Ingress::Interface(i), Some((Some(dev), packet))) = (ingress, first_out) {
-            if i.as_str() == ETH0
-                && dev.as_str() == ETH0
-                && packet.src == pkt.src
-                && packet.dst == pkt.dst
+            if i == eth0_name && dev == eth0_name && packet.src == pkt.src && packet.dst == pkt.dst
             {
                 sum.not_for_node += 1;
             }
