@@ -19,6 +19,7 @@ use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig};
 use std::collections::{BTreeSet, VecDeque};
 
 const ROLLOUT: &str = include_str!("../scenarios/tcp-keepalive-rollout.yaml");
+const IDLE_PAUSE: &str = include_str!("../scenarios/tcp-idle-pause.yaml");
 
 fn run(text: &str) -> RunResult {
     let sc = load_str("t.yaml", text).unwrap_or_else(|e| panic!("{e}"));
@@ -40,19 +41,21 @@ fn lines(r: &RunResult) -> Vec<String> {
 }
 
 #[test]
-fn the_shipped_rollout_scenario_passes() {
-    let r = run(ROLLOUT);
-    assert!(
-        r.passed(),
-        "{}",
-        r.results
-            .iter()
-            .map(|x| format!("{} {}: {}", x.passed, x.name, x.detail))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    // Same seed, same run.
-    assert_eq!(lines(&r), lines(&run(ROLLOUT)));
+fn the_shipped_scenarios_pass() {
+    for text in [ROLLOUT, IDLE_PAUSE] {
+        let r = run(text);
+        assert!(
+            r.passed(),
+            "{}",
+            r.results
+                .iter()
+                .map(|x| format!("{} {}: {}", x.passed, x.name, x.detail))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        // Same seed, same run.
+        assert_eq!(lines(&r), lines(&run(text)));
+    }
 }
 
 /// A keep-alive connection to a pod keeps reaching it after the pod left the Service's rules:
@@ -436,8 +439,9 @@ fn flags_of(seq: impl Iterator<Item = (bool, Packet)>) -> Vec<String> {
 /// and nfsim send the same segments in the same order (the server's quick ACK of the first
 /// request only, the server's FIN first, the client's delayed ACK of it, the client's FIN
 /// when it closes, the server's last ACK); conntrack shows the entry in CLOSE_WAIT with the
-/// same seconds left 300 ms after the FIN and in TIME_WAIT after the client's close; the
-/// `conntrack -E` states are the same.
+/// same seconds left 200 ms after the FIN and in TIME_WAIT after the client's close; the
+/// `conntrack -E` lines have the same states, timeouts (SYN_SENT 120, SYN_RECV 60,
+/// ESTABLISHED 432000, FIN_WAIT 120, CLOSE_WAIT 60, LAST_ACK 30, TIME_WAIT 120) and flags.
 #[test]
 fn a_half_closed_connection_matches_the_kernel() {
     let Some(lab) = kernel::lab_or_skip("a_half_closed_connection_matches_the_kernel") else {
@@ -543,7 +547,15 @@ fn a_half_closed_connection_matches_the_kernel() {
             .iter()
             .filter_map(|l| parse_ct_line(l))
             .filter(|e| ours(e))
-            .filter_map(|e| Some(format!("{} {}", e.event?, e.state?)))
+            .filter_map(|e| {
+                Some(format!(
+                    "{} {} {} {}",
+                    e.event?,
+                    e.state?,
+                    e.timeout_secs?,
+                    e.flags.join(",")
+                ))
+            })
             .collect()
     };
     let k_ev = ev_states(krun.event_lines().iter().map(|s| s.to_string()).collect());
@@ -551,13 +563,13 @@ fn a_half_closed_connection_matches_the_kernel() {
     assert_eq!(
         k_ev,
         [
-            "NEW SYN_SENT",
-            "UPDATE SYN_RECV",
-            "UPDATE ESTABLISHED",
-            "UPDATE FIN_WAIT",
-            "UPDATE CLOSE_WAIT",
-            "UPDATE LAST_ACK",
-            "UPDATE TIME_WAIT"
+            "NEW SYN_SENT 120 UNREPLIED",
+            "UPDATE SYN_RECV 60 ",
+            "UPDATE ESTABLISHED 432000 ASSURED",
+            "UPDATE FIN_WAIT 120 ASSURED",
+            "UPDATE CLOSE_WAIT 60 ASSURED",
+            "UPDATE LAST_ACK 30 ASSURED",
+            "UPDATE TIME_WAIT 120 ASSURED"
         ]
     );
 }
