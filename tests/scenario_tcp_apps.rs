@@ -573,3 +573,122 @@ fn a_half_closed_connection_matches_the_kernel() {
         ]
     );
 }
+
+/// The server side alone: the kernel client's own segments replayed into nfsim's server.
+/// Its process (here: its `close()` of the connection) goes after one request; the client,
+/// not reading, then sends a second request on its half-closed socket. The kernel server
+/// quick-acks the first request, answers, sends its FIN at the close, and answers the late
+/// data with a RST (`tcp_rcv_state_process`: data for a socket whose receive side is shut);
+/// nfsim's server sends the same segments with the same sequence and acknowledgement numbers
+/// relative to each side's initial ones.
+#[test]
+fn a_closed_servers_orphan_resets_late_data_like_the_kernel() {
+    let Some(lab) = kernel::lab_or_skip("a_closed_servers_orphan_resets_late_data_like_the_kernel")
+    else {
+        return;
+    };
+    let krun = lab
+        .run(
+            &Scenario::new()
+                .capture(true)
+                .tcp_listen("127.0.0.2:8080", false)
+                .tcp_connect(
+                    "c",
+                    "c",
+                    Some("127.0.0.1:41002"),
+                    "127.0.0.2:8080",
+                    Some("one"),
+                )
+                .sleep_ms(100)
+                .tcp_close_server("127.0.0.2:8080")
+                .sleep_ms(100)
+                .tcp_send("late", "c", "two")
+                .sleep_ms(100),
+        )
+        .expect("lab run");
+    let frames: Vec<(f64, Packet)> = krun
+        .frames
+        .iter()
+        .map(|f| {
+            (
+                f.at_ms,
+                sim_core::wire::parse_ethernet(&f.bytes).expect("a frame parses"),
+            )
+        })
+        .collect();
+    let from_client = |p: &Packet| p.src.to_string() == "127.0.0.1";
+    let k_fin_ms = frames
+        .iter()
+        .find(|(_, p)| !from_client(p) && p.tcp_flags().is_some_and(|f| f.contains(TcpFlags::FIN)))
+        .map(|(t, _)| *t)
+        .expect("the kernel server's FIN");
+    let t0 = frames[0].0;
+    let at = |ms: f64| SimTime::from_nanos(((ms - t0) * 1e6) as u64);
+
+    // The server's segments as (flags, seq − its ISN, ack − the client's ISN).
+    let rel = |p: &Packet, isn_s: u32, isn_c: u32| -> (String, u32, u32) {
+        let (seq, ack) = match p.l4 {
+            sim_core::L4::Tcp { seq, ack, .. } => (seq, ack),
+            _ => unreachable!(),
+        };
+        let f = p.tcp_flags().unwrap();
+        (
+            f.to_string(),
+            seq.wrapping_sub(isn_s),
+            if f.contains(TcpFlags::ACK) {
+                ack.wrapping_sub(isn_c)
+            } else {
+                0
+            },
+        )
+    };
+    let isn_of = |p: &Packet| match p.l4 {
+        sim_core::L4::Tcp { seq, .. } => seq,
+        _ => unreachable!(),
+    };
+    let isn_c = isn_of(&frames[0].1);
+    let k_isn_s = isn_of(&frames[1].1);
+    let kernel: Vec<(String, u32, u32)> = frames
+        .iter()
+        .filter(|(_, p)| !from_client(p))
+        .map(|(_, p)| rel(p, k_isn_s, isn_c))
+        .collect();
+
+    // nfsim's server, answering with the kernel's response length (the lab's servers answer
+    // "<address>|<payload>"), fed the kernel client's segments at their times.
+    let mut server = TcpServer::new(8080, SimDuration::ZERO, SimRng::derive(1, "s"));
+    server.response_bytes = "127.0.0.2:8080|one".len() as u16;
+    let mut sent: Vec<Packet> = Vec::new();
+    let mut closed = false;
+    for (ms, p) in &frames {
+        if !closed && *ms >= k_fin_ms {
+            closed = true;
+            let mut o = Outbox::new();
+            server.process_exit(at(k_fin_ms), &mut o);
+            sent.extend(o.packets);
+        }
+        if !from_client(p) {
+            continue;
+        }
+        // nfsim's segments carry no TCP options: the kernel's carry timestamps (12 bytes, 20
+        // more on a SYN). Keep the payload, drop the options.
+        let mut p = *p;
+        let syn = p.tcp_flags().is_some_and(|f| f.contains(TcpFlags::SYN));
+        p.len = 40 + p.len.saturating_sub(if syn { 60 } else { 52 });
+        // The client acknowledges the kernel server's sequence numbers: move them to ours.
+        if let (Some(first), sim_core::L4::Tcp { ack, .. }) = (sent.first(), &mut p.l4) {
+            *ack = ack.wrapping_sub(k_isn_s).wrapping_add(isn_of(first));
+        }
+        let mut o = Outbox::new();
+        server.handle_packet(at(*ms), &p, &mut o);
+        server.handle_timeout(at(*ms), &mut o);
+        sent.extend(o.packets);
+    }
+    let s_isn = isn_of(&sent[0]);
+    let ours: Vec<(String, u32, u32)> = sent.iter().map(|p| rel(p, s_isn, isn_c)).collect();
+    assert_eq!(kernel, ours);
+    assert_eq!(
+        kernel.iter().map(|k| k.0.as_str()).collect::<Vec<_>>(),
+        ["SYN,ACK", "ACK", "PSH,ACK", "FIN,ACK", "RST"]
+    );
+}
