@@ -692,3 +692,95 @@ fn a_closed_servers_orphan_resets_late_data_like_the_kernel() {
         ["SYN,ACK", "ACK", "PSH,ACK", "FIN,ACK", "RST"]
     );
 }
+
+/// `maxRequests: 3` on the server, keep-alive on the client: the server half-closes every
+/// connection after its third response, so 8 requests take 3 connections; `requests: 2` on
+/// the client instead: the client closes each connection after 2 requests (its FIN first:
+/// conntrack goes FIN_WAIT, then LAST_ACK with the server's FIN, then TIME_WAIT), 4
+/// connections.
+#[test]
+fn requests_per_connection_on_either_side() {
+    let base = PAUSED
+        .replace("PAUSE", "1m")
+        .replace("      count: 6\n", "      count: 8\n")
+        .replace("interval: 10s", "interval: 1s")
+        .replace(
+            "      connection: {keepAlive: true, pause: {after: 30s, for: 1m}}",
+            "      connection: CONN",
+        );
+    let expect_conns = |text: &str, n: usize| {
+        let r = run(text);
+        let l = lines(&r);
+        let syns = l
+            .iter()
+            .filter(|x| x.contains("c: connection #") && x.ends_with(" SYN"))
+            .count();
+        assert_eq!(syns, n, "{}", l.join("\n"));
+        assert_eq!(r.clients[0].answered, 8, "{:?}", r.clients[0]);
+        l
+    };
+    let server_side = base.replace("CONN", "{keepAlive: true}").replace(
+        "apps: [{tcpServer: {port: 8080}}]",
+        "apps: [{tcpServer: {port: 8080, maxRequests: 3}}]",
+    );
+    let l = expect_conns(&server_side, 3);
+    assert_eq!(
+        l.iter()
+            .filter(|x| x.contains("FIN from the server: CLOSE_WAIT"))
+            .count(),
+        2,
+        "the server closes the two full connections first; the third carries 2 requests and the client, its schedule over, closes it"
+    );
+    let client_side = base.replace("CONN", "{requests: 2}");
+    let l = expect_conns(&client_side, 4);
+    let first_port = l
+        .iter()
+        .find(|x| x.contains("c: connection #0 "))
+        .and_then(|x| x.split(':').nth(4))
+        .and_then(|x| x.split(' ').next())
+        .expect("connection #0's port")
+        .to_string();
+    let states: Vec<&str> = l
+        .iter()
+        .filter(|x| x.contains("  ct node-1: ") && x.contains(&format!("sport={first_port} ")))
+        .filter(|x| !x.contains("[DESTROY]"))
+        .filter_map(|x| {
+            ["FIN_WAIT", "CLOSE_WAIT", "LAST_ACK", "TIME_WAIT"]
+                .into_iter()
+                .find(|s| x.contains(&format!(" {s} ")))
+        })
+        .collect();
+    assert_eq!(states, ["FIN_WAIT", "LAST_ACK", "TIME_WAIT"]);
+}
+
+/// The JSON lines of a keep-alive client: requests and answers by request `id`, with the
+/// connection number in `conn`; connection changes with `conn` and the last request's `id`.
+#[test]
+fn keep_alive_events_in_the_json_lines() {
+    let r = run(&PAUSED.replace("PAUSE", "1m"));
+    let json: Vec<serde_json::Value> = r
+        .timeline
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect();
+    let kind = |k: &'static str| json.iter().filter(move |v| v["kind"] == k);
+    let req = kind("tcp_request").nth(1).expect("a second request");
+    assert_eq!(
+        (req["id"].as_u64(), req["conn"].as_u64()),
+        (Some(1), Some(0))
+    );
+    assert!(req["src"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("10.244.1.9:")));
+    let ans = kind("tcp_answered").next().expect("an answer");
+    assert_eq!(ans["id"].as_u64(), Some(0));
+    assert!(ans["rtt_ns"].as_u64().is_some_and(|n| n > 0));
+    let open = kind("tcp_connection")
+        .next()
+        .expect("the connection opening");
+    assert_eq!(
+        (open["conn"].as_u64(), open["id"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert!(open["change"].as_str().is_some_and(|s| s.ends_with("SYN")));
+}
