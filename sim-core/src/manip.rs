@@ -243,6 +243,96 @@ struct Edit {
 fn edit_packet(ip: &mut [u8], skb_len: usize, e: &Edit, inner: bool) -> Result<Layout, ManipError> {
     let layer = if inner { Layer::QuotedIp } else { Layer::Ip };
     let lay = layout(ip, layer)?;
+    if edit_v4_ports(ip, skb_len, e, lay) {
+        return Ok(lay);
+    }
+    edit_general(ip, skb_len, e, inner, lay)
+}
+
+/// The sum of the words of `new` and the complements of the words of `old` (same even
+/// length), unfolded: what RFC 1624's equation 3 adds to `~HC` for a change of `old` into
+/// `new`. Adding the parts of several changes and folding once gives the same checksum as
+/// `csum_replace` one change after another: each step's folded sum is congruent to the
+/// unfolded one modulo 0xffff and zero only when it is zero.
+#[inline(always)]
+fn replace_sum(old: &[u8], new: &[u8]) -> u64 {
+    old.chunks_exact(2)
+        .zip(new.chunks_exact(2))
+        .map(|(o, n)| {
+            u64::from(!u16::from_be_bytes([o[0], o[1]]))
+                + u64::from(u16::from_be_bytes([n[0], n[1]]))
+        })
+        .sum()
+}
+
+/// [`edit_packet`] of the common case, an IPv4 TCP or UDP packet (not a later fragment) whose
+/// header up to the checksum is captured and whose new addresses are IPv4: the same edits
+/// and the same checksums as [`edit_general`] (one sum per checksum over the same words).
+/// Returns false, having changed nothing, for any other packet.
+#[inline(always)]
+fn edit_v4_ports(ip: &mut [u8], skb_len: usize, e: &Edit, lay: Layout) -> bool {
+    let (IpAddr::V4(src), IpAddr::V4(dst)) = (e.src, e.dst) else {
+        return false;
+    };
+    let l4 = lay.l4_at;
+    let check_at = match lay.proto {
+        IPPROTO_TCP => 16,
+        IPPROTO_UDP => 6,
+        _ => return false,
+    };
+    if !lay.v4 || lay.later_fragment || ip.len() < l4 + check_at + 2 || ip.len() < 20 {
+        return false;
+    }
+    let mut new = [0u8; 8];
+    new[..4].copy_from_slice(&src.octets());
+    new[4..].copy_from_slice(&dst.octets());
+    let mut old = [0u8; 8];
+    old.copy_from_slice(&ip[12..20]);
+    let addrs_changed = old != new;
+    if addrs_changed {
+        ip[12..20].copy_from_slice(&new);
+        // nf_nat_ipv4_manip_pkt: csum_replace4(&iph->check, old, new) for each address.
+        let c = !fold(u64::from(!be16(ip, 10)) + replace_sum(&old, &new));
+        put16(ip, 10, c);
+    }
+    let old_check = be16(ip, l4 + check_at);
+    // tcp_manip_pkt needs the whole header in the packet; a UDP checksum of zero is "none".
+    let sum_editable = match lay.proto {
+        IPPROTO_TCP => skb_len >= l4 + 20,
+        _ => old_check != 0,
+    };
+    let mut acc = u64::from(!old_check);
+    let mut l4_changed = false;
+    for (off, v) in [(0, e.sport), (2, e.dport)] {
+        let Some(v) = v else { continue };
+        let old = be16(ip, l4 + off);
+        if old != v {
+            put16(ip, l4 + off, v);
+            acc += u64::from(!old) + u64::from(v);
+            l4_changed = true;
+        }
+    }
+    if addrs_changed {
+        acc += replace_sum(&old, &new);
+    }
+    if sum_editable && (addrs_changed || l4_changed) {
+        let mut c = !fold(acc);
+        if lay.proto == IPPROTO_UDP && c == 0 {
+            c = 0xffff; // CSUM_MANGLED_0
+        }
+        put16(ip, l4 + check_at, c);
+    }
+    true
+}
+
+/// [`edit_packet`] of any packet, field by field.
+fn edit_general(
+    ip: &mut [u8],
+    skb_len: usize,
+    e: &Edit,
+    inner: bool,
+    lay: Layout,
+) -> Result<Layout, ManipError> {
     let (s_at, d_at, alen) = addr_fields(lay.v4);
     let (new_src, _) = addr_bytes(e.src);
     let (new_dst, _) = addr_bytes(e.dst);
@@ -747,5 +837,57 @@ mod tests {
         to.dst = "10.0.0.3".parse().unwrap();
         rewrite(&mut b, &from, &to).unwrap();
         assert_eq!(be16(&b, 26), 0);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// The IPv4 TCP/UDP fast path edits exactly as the field-by-field path does: same
+        /// bytes, checksums included, for any header bytes, checksum values (0 and 0xffff
+        /// among them), captured lengths and edits.
+        #[test]
+        fn the_ipv4_port_path_equals_the_general_one(
+            tcp in proptest::bool::ANY,
+            head in proptest::collection::vec(proptest::num::u8::ANY, 40),
+            checks in (0usize..4, proptest::num::u16::ANY, proptest::num::u16::ANY),
+            captured in 28usize..=40,
+            skb_extra in 0usize..30,
+            src in proptest::num::u32::ANY,
+            dst in proptest::num::u32::ANY,
+            same in 0u8..4,
+            ports in (proptest::option::of(proptest::num::u16::ANY), proptest::option::of(proptest::num::u16::ANY)),
+            keep_ports in proptest::bool::ANY,
+        ) {
+            let mut ip = head.clone();
+            ip[0] = 0x45;
+            ip[6] &= 0xe0; // first fragment or whole
+            ip[7] = 0;
+            ip[9] = if tcp { IPPROTO_TCP } else { IPPROTO_UDP };
+            let check_at = 20 + if tcp { 16 } else { 6 };
+            let special = [0u16, 0xffff, checks.1, checks.2];
+            put16(&mut ip, 10, special[checks.0]);
+            put16(&mut ip, check_at, special[(checks.0 + 1) % 4]);
+            ip.truncate(captured);
+            let old_src = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]);
+            let old_dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+            let e = Edit {
+                src: IpAddr::V4(if same & 1 == 0 { old_src } else { src }.into()),
+                dst: IpAddr::V4(if same & 2 == 0 { old_dst } else { dst }.into()),
+                sport: if keep_ports { Some(be16(&ip, 20)) } else { ports.0 },
+                dport: ports.1,
+                icmp_id: None,
+            };
+            let skb_len = captured + skb_extra;
+            let lay = layout(&ip, Layer::Ip).unwrap();
+            let mut fast = ip.clone();
+            let took = edit_v4_ports(&mut fast, skb_len, &e, lay);
+            let mut general = ip.clone();
+            edit_general(&mut general, skb_len, &e, false, lay).unwrap();
+            if took {
+                proptest::prop_assert_eq!(fast, general);
+            } else {
+                proptest::prop_assert_eq!(fast, ip);
+            }
+        }
     }
 }
