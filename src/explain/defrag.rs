@@ -74,11 +74,9 @@ fn header(ip: &[u8]) -> Option<Header> {
     })
 }
 
-/// What happens to one arrival before the hooks.
+/// What happens to one arrival before the hooks, when it is not simply passed on whole.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Before {
-    /// Through the hooks as captured: not an IPv4 fragment.
-    Whole,
     /// Received with an IPv4 header checksum that does not verify: dropped by `ip_rcv_core()`.
     BadChecksum,
     /// The fragment that completes its datagram: the hooks see the datagram now, as the
@@ -149,25 +147,28 @@ impl Queue {
 /// fragments of one datagram received on different interfaces share a queue.
 type Key = (Ipv4Addr, Ipv4Addr, u8, u16, bool);
 
-/// What happens to each of `arrivals` (in the order the node sees them) before the hooks.
-pub fn plan<'a>(arrivals: impl IntoIterator<Item = Arrival<'a>>) -> Vec<Before> {
-    let mut out = Vec::new();
+/// What happens before the hooks to each of `arrivals` (in the order the node sees them) that
+/// is not passed on whole, by index: empty for a capture without fragments or bad headers.
+pub fn plan<'a>(arrivals: impl IntoIterator<Item = Arrival<'a>>) -> BTreeMap<usize, Before> {
+    let mut out = BTreeMap::new();
     let mut queues: BTreeMap<Key, Queue> = BTreeMap::new();
-    let expire = |q: Queue, out: &mut Vec<Before>| {
+    let expire = |q: Queue, out: &mut BTreeMap<usize, Before>| {
         for i in q.members {
-            out[i] = Before::Expired {
-                no_first: q.first.is_none(),
-            };
+            out.insert(
+                i,
+                Before::Expired {
+                    no_first: q.first.is_none(),
+                },
+            );
         }
     };
     let timeout = SimDuration::from_secs(IPFRAG_TIME_SECS);
     for (i, a) in arrivals.into_iter().enumerate() {
-        out.push(Before::Whole);
         let Some(h) = header(a.ip) else {
             continue;
         };
         if !h.checksum_ok && a.received {
-            out[i] = Before::BadChecksum;
+            out.insert(i, Before::BadChecksum);
             continue;
         }
         if h.offset == 0 && !h.more_fragments {
@@ -202,12 +203,15 @@ pub fn plan<'a>(arrivals: impl IntoIterator<Item = Arrival<'a>>) -> Vec<Before> 
         if q.complete() {
             if let Some(q) = queues.remove(&key) {
                 for &m in &q.members {
-                    out[m] = Before::Held { by: i };
+                    out.insert(m, Before::Held { by: i });
                 }
-                out[i] = Before::Reassembled {
-                    first: q.first.unwrap_or(i),
-                    members: q.members,
-                };
+                out.insert(
+                    i,
+                    Before::Reassembled {
+                        first: q.first.unwrap_or(i),
+                        members: q.members,
+                    },
+                );
             }
         }
     }
@@ -255,6 +259,13 @@ mod tests {
         assert_eq!(header(&[0x45; 10]), None);
     }
 
+    /// [`plan`] as one entry per arrival (`None`: passed on whole).
+    fn dense(arrivals: Vec<Arrival<'_>>) -> Vec<Option<Before>> {
+        let n = arrivals.len();
+        let mut p = plan(arrivals);
+        (0..n).map(|i| p.remove(&i)).collect()
+    }
+
     fn at(ip: &[u8], secs: u64, received: bool) -> Arrival<'_> {
         Arrival {
             ip,
@@ -267,21 +278,21 @@ mod tests {
     fn a_datagram_completes_when_its_first_last_and_every_byte_between_came() {
         // The last piece first, then the first: complete at the first's arrival.
         let (a, b) = (ipv4(9, 3, 8, true), ipv4(9, 0x2000, 24, true));
-        let p = plan([at(&a, 0, true), at(&b, 1, true)]);
+        let p = dense(vec![at(&a, 0, true), at(&b, 1, true)]);
         assert_eq!(
             p,
             vec![
-                Before::Held { by: 1 },
-                Before::Reassembled {
+                Some(Before::Held { by: 1 }),
+                Some(Before::Reassembled {
                     first: 1,
                     members: vec![0, 1]
-                }
+                })
             ]
         );
         // A hole (bytes 16..24 missing): never complete; the queue had its first fragment.
         let c = ipv4(9, 0x2000, 16, true);
-        let p = plan([at(&c, 0, true), at(&a, 1, true)]);
-        assert_eq!(p, vec![Before::Expired { no_first: false }; 2]);
+        let p = dense(vec![at(&c, 0, true), at(&a, 1, true)]);
+        assert_eq!(p, vec![Some(Before::Expired { no_first: false }); 2]);
     }
 
     #[test]
@@ -289,17 +300,21 @@ mod tests {
         let lone = ipv4(4, 3, 8, true);
         let bad = ipv4(5, 0, 8, false);
         let whole = ipv4(6, 0, 8, true);
-        let p = plan([at(&lone, 0, true), at(&bad, 0, true), at(&whole, 0, true)]);
+        let p = dense(vec![
+            at(&lone, 0, true),
+            at(&bad, 0, true),
+            at(&whole, 0, true),
+        ]);
         assert_eq!(
             p,
             vec![
-                Before::Expired { no_first: true },
-                Before::BadChecksum,
-                Before::Whole
+                Some(Before::Expired { no_first: true }),
+                Some(Before::BadChecksum),
+                None
             ]
         );
         // Sent by the node itself: never checked by ip_rcv_core().
-        assert_eq!(plan([at(&bad, 0, false)]), vec![Before::Whole]);
+        assert_eq!(dense(vec![at(&bad, 0, false)]), vec![None]);
     }
 
     #[test]
@@ -307,23 +322,26 @@ mod tests {
         let (first, last) = (ipv4(9, 0x2000, 24, true), ipv4(9, 3, 8, true));
         // A received first half and a locally sent second half: conntrack's "in" and "out"
         // queues differ, so neither completes.
-        let p = plan([at(&first, 0, true), at(&last, 1, false)]);
+        let p = dense(vec![at(&first, 0, true), at(&last, 1, false)]);
         assert!(
-            p.iter().all(|b| matches!(b, Before::Expired { .. })),
+            p.iter().all(|b| matches!(b, Some(Before::Expired { .. }))),
             "{p:?}"
         );
         // 30 s after the first fragment its queue is gone: the second half starts a new one.
-        let p = plan([at(&first, 0, true), at(&last, IPFRAG_TIME_SECS, true)]);
+        let p = dense(vec![at(&first, 0, true), at(&last, IPFRAG_TIME_SECS, true)]);
         assert_eq!(
             p,
             vec![
-                Before::Expired { no_first: false },
-                Before::Expired { no_first: true }
+                Some(Before::Expired { no_first: false }),
+                Some(Before::Expired { no_first: true })
             ]
         );
-        let p = plan([at(&first, 0, true), at(&last, IPFRAG_TIME_SECS - 1, true)]);
+        let p = dense(vec![
+            at(&first, 0, true),
+            at(&last, IPFRAG_TIME_SECS - 1, true),
+        ]);
         assert!(
-            matches!(p[1], Before::Reassembled { first: 0, .. }),
+            matches!(p[1], Some(Before::Reassembled { first: 0, .. })),
             "{p:?}"
         );
     }

@@ -405,13 +405,25 @@ struct FrameRef<'a> {
 }
 
 /// A record the node sees, in the order it sees them (see [`replay_inputs`]).
+/// Kept small (24 bytes): a capture of millions of packets has one per record.
 struct Arrival<'a> {
-    /// Its capture (index in the inputs).
-    k: usize,
     rec: &'a Record,
     /// When the node sees it: its capture time, or the clock's if that went back.
     at: SimTime,
-    ingress: Ingress,
+    /// Its capture (index in the inputs).
+    k: u32,
+    /// Where it enters.
+    enters: Enters,
+}
+
+const _: () = assert!(std::mem::size_of::<Arrival<'static>>() == 24);
+
+/// Where a packet enters the node (an [`Ingress`] in one byte).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Enters {
+    Local,
+    Eth0,
+    Cni0,
 }
 
 /// A packet the kernel sent in answer (REJECT's ICMP error or reset).
@@ -645,23 +657,23 @@ pub fn replay_inputs(
         }
         clock = clock.max(at);
         let pkt = &rec.packet;
-        let ingress = if ns.routing().is_local(pkt.src) || pkt.src.is_loopback() {
-            Ingress::Local
+        let enters = if ns.routing().is_local(pkt.src) || pkt.src.is_loopback() {
+            Enters::Local
         } else {
             match input.tap {
-                Tap::Wire => eth0,
-                Tap::Pod => cni0,
+                Tap::Wire => Enters::Eth0,
+                Tap::Pod => Enters::Cni0,
                 Tap::BySource => match node.pod_cidr {
-                    Some(p) if p.contains(pkt.src) => cni0,
-                    _ => eth0,
+                    Some(p) if p.contains(pkt.src) => Enters::Cni0,
+                    _ => Enters::Eth0,
                 },
             }
         };
         order.push(Arrival {
-            k,
             rec,
             at: clock,
-            ingress,
+            k: k as u32,
+            enters,
         });
     }
     if multi {
@@ -674,14 +686,14 @@ pub fn replay_inputs(
     }
     // What the kernel does to each before the hooks: the header checksum, reassembly.
     let plan = defrag::plan(order.iter().map(|a| defrag::Arrival {
-        ip: inputs[a.k].capture.ip_bytes(a.rec),
+        ip: inputs[a.k as usize].capture.ip_bytes(a.rec),
         at: a.at,
-        received: matches!(a.ingress, Ingress::Interface(_)),
+        received: a.enters != Enters::Local,
     }));
     // A packet named in a warning: `FRAME`, or `FILE: frame FRAME` when merged.
     let warn_ref = |a: &Arrival<'_>| {
         if multi {
-            format!("{}: frame {}", inputs[a.k].file, a.rec.frame)
+            format!("{}: frame {}", inputs[a.k as usize].file, a.rec.frame)
         } else {
             format!("frame {}", a.rec.frame)
         }
@@ -755,13 +767,13 @@ pub fn replay_inputs(
     // How a packet is named in a line and a warning: `FRAME`, or `CAPTURE:FRAME` when merged.
     let label = |a: &Arrival<'_>| {
         if multi {
-            format!("{}:{}", a.k + 1, a.rec.frame)
+            format!("{}:{}", a.k as usize + 1, a.rec.frame)
         } else {
             a.rec.frame.to_string()
         }
     };
     for (idx, arrived) in order.iter().enumerate() {
-        let input = &inputs[arrived.k];
+        let input = &inputs[arrived.k as usize];
         let at = arrived.at;
         while let Some(&t) = dumps.peek().filter(|&&t| t < at.max(now)) {
             dumps.next();
@@ -782,7 +794,11 @@ pub fn replay_inputs(
         if arrived.rec.packet.src.is_loopback() || arrived.rec.packet.dst.is_loopback() {
             sum.loopback += 1;
         }
-        let ingress = arrived.ingress;
+        let ingress = match arrived.enters {
+            Enters::Local => Ingress::Local,
+            Enters::Eth0 => eth0,
+            Enters::Cni0 => cni0,
+        };
         let from = match &ingress {
             Ingress::Local => "local",
             Ingress::Interface(d) => d.as_str(),
@@ -790,13 +806,13 @@ pub fn replay_inputs(
         // Before the hooks (docs/kernel-model.md §14): the header checksum, reassembly. A
         // reassembled datagram is the record of its first fragment (which has the ports),
         // entering where the completing fragment did (ip_frag_reasm(): `head->dev = dev`).
-        let (origin, fragments) = match &plan[idx] {
-            Before::Whole => (arrived, None),
-            Before::Reassembled { first, members } => {
+        let (origin, fragments) = match plan.get(&idx) {
+            None => (arrived, None),
+            Some(Before::Reassembled { first, members }) => {
                 sum.reassembled += 1;
                 (&order[*first], Some(members))
             }
-            before => {
+            Some(before) => {
                 sum.packets += 1;
                 let (verdict, reason) = match before {
                     Before::BadChecksum => {
@@ -876,7 +892,7 @@ pub fn replay_inputs(
             }
         };
         let rec = origin.rec;
-        let capture = inputs[origin.k].capture;
+        let capture = inputs[origin.k as usize].capture;
         let pkt = rec.packet;
         let created_before = ns.conntrack().next_seq();
         egress.clear();
@@ -1058,7 +1074,7 @@ pub fn replay_inputs(
                             members
                                 .iter()
                                 .map(|&m| FrameRef {
-                                    capture: inputs[order[m].k].file,
+                                    capture: inputs[order[m].k as usize].file,
                                     frame: order[m].rec.frame,
                                 })
                                 .collect()
@@ -1086,7 +1102,7 @@ pub fn replay_inputs(
                     let wire_len =
                         left_bytes(capture, rec, packet, own, forwarded, answers, &mut bytes)
                             .map_err(|source| ExplainError::Rewrite {
-                                file: inputs[origin.k].file.to_string(),
+                                file: inputs[origin.k as usize].file.to_string(),
                                 frame: rec.frame,
                                 source,
                             })?;
