@@ -6,6 +6,7 @@
 //! - [`ping`]: a ping client (ICMP echo on a ping socket).
 //! - [`ports`]: the source ports of TCP `connect()`, as Linux picks them.
 //! - [`proxy`]: kube-proxy on the nodes, applied to their network namespaces.
+//! - [`tcp_server`]: the TCP server (half-close, process exit, orphans).
 //! - [`tcp_session`]: a TCP client keeping its connections (keep-alive, parallel, pauses).
 //! - [`sim`]: the driver: each node a `sim_netfilter::netns::Netns`, the network between
 //!   them, expectations and outputs.
@@ -16,4 +17,5 @@ pub mod ping;
 pub mod ports;
 pub mod proxy;
 pub mod sim;
+pub mod tcp_server;
 pub mod tcp_session;
