@@ -447,7 +447,11 @@ fn pod_def(ctx: &Ctx, pc: &PodCheck, p: &Spanned<PodDoc>) -> Result<PodDef, Scen
             ),
         )
     })?;
-    check_pod_ip(ctx, &d.ip, &pc.nodes[node])?;
+    // (A pod without `ip` got one from `ipam::assign`.)
+    let ip =
+        d.ip.as_ref()
+            .ok_or_else(|| ctx.err(&d.name, "the pod has no `ip`"))?;
+    check_pod_ip(ctx, ip, &pc.nodes[node])?;
     let probe = d.readiness_probe.clone().unwrap_or(ProbeDoc {
         period_seconds: None,
         failure_threshold: None,
@@ -479,7 +483,7 @@ fn pod_def(ctx: &Ctx, pc: &PodCheck, p: &Spanned<PodDoc>) -> Result<PodDef, Scen
         namespace: d.namespace.clone().unwrap_or_else(|| "default".into()),
         labels: d.labels.clone(),
         node,
-        ip: d.ip.value,
+        ip: ip.value,
         ports: d.ports.clone(),
         ready: d.ready.unwrap_or(true),
         probe,
@@ -651,7 +655,7 @@ fn time_within(
     Ok(SimTime::ZERO + d.value)
 }
 
-fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
+fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     names::check_display_name(
         "scenario name",
         &doc.name.value,
@@ -839,6 +843,9 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         });
     }
 
+    // Addresses left out: allocated from the pod and service CIDRs.
+    let ipam = super::ipam::assign(ctx, &mut doc, &nodes)?;
+
     // Pods (initial, then those created by events, for name resolution).
     let pc = PodCheck {
         node_index: &node_index,
@@ -859,10 +866,14 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             ));
         }
         if let Some(prev) = pod_ips.insert(def.ip, def.key()) {
-            return Err(ctx.err(
-                &p.value.ip,
-                format!("pod IP {} is already used by pod {prev}", def.ip),
-            ));
+            let at = match &p.value.ip {
+                Some(ip) => ctx.err(ip, ""),
+                None => ctx.err(&p.value.name, ""),
+            };
+            return Err(ScenarioError {
+                message: format!("pod IP {} is already used by pod {prev}", def.ip),
+                ..at
+            });
         }
         pods.push(def);
     }
@@ -1496,5 +1507,7 @@ fn check(ctx: &Ctx, doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         pcap_clients,
         events,
         expectations,
+        service_cidr: ipam.service_cidr,
+        allocated: ipam.allocated,
     })
 }

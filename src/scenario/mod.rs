@@ -7,10 +7,13 @@
 //! - [`yaml`]: the YAML reader's limits and its errors in the scenario's words.
 //! - [`names`]: Kubernetes' rules for the names of pods, nodes, namespaces and Services.
 //! - [`tcp_apps`]: the TCP application fields (`halfClose`, `connection:`), checked.
+//! - [`ipam`]: the pod and cluster IPs a scenario leaves out, allocated as host-local IPAM
+//!   and kube-apiserver do.
 //! - [`events`]: the events that change objects, kube-proxy, conntrack tables and nodes over
 //!   time, each checked against what exists at its instant.
 
 pub mod events;
+pub mod ipam;
 pub mod load;
 pub mod model;
 pub mod names;

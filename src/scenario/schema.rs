@@ -51,6 +51,10 @@ pub struct ScenarioDoc {
     /// Services, as Kubernetes YAML.
     #[serde(default)]
     pub services: Vec<S<k8s::Service>>,
+    /// The range cluster IPs left out are allocated from (default `10.96.0.0/12`,
+    /// kube-apiserver's `--service-cluster-ip-range`).
+    #[serde(default, rename = "serviceCIDR")]
+    pub service_cidr: Option<S<k8s::Cidr>>,
     /// EndpointSlices, as Kubernetes YAML. When absent, they are derived from the pods and the
     /// Services' selectors, and follow the pods' lifecycle.
     #[serde(default)]
@@ -167,8 +171,10 @@ pub struct PodDoc {
     pub labels: BTreeMap<String, String>,
     /// The node it runs on.
     pub node: S<String>,
-    /// Its IP, inside the node's pod CIDR.
-    pub ip: S<IpAddr>,
+    /// Its IP, inside the node's pod CIDR (default: allocated from it, as the CNI's
+    /// host-local IPAM does; `scenario::ipam`).
+    #[serde(default)]
+    pub ip: Option<S<IpAddr>>,
     /// Named container ports, for Services whose `targetPort` is a name.
     #[serde(default)]
     pub ports: BTreeMap<String, u16>,
@@ -606,6 +612,9 @@ pub struct RecreateDoc {
     /// The new pod's IP (default: the old one).
     #[serde(default)]
     pub ip: Option<S<IpAddr>>,
+    /// Allocate the new pod a new IP from its node's pod CIDR (default false).
+    #[serde(default)]
+    pub new_ip: Option<S<bool>>,
     /// The node (default: the old one).
     #[serde(default)]
     pub node: Option<S<String>>,

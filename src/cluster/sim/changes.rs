@@ -163,6 +163,9 @@ impl Simulation {
         match action {
             Action::UpsertService { service, created } => {
                 let key = service.key();
+                if created {
+                    self.log_service_allocation(&service);
+                }
                 let ports: Vec<String> = service
                     .spec
                     .ports
@@ -441,13 +444,7 @@ impl Simulation {
                 _ => {}
             }
         }
-        let IpAddr::V4(base) = cidr.addr() else {
-            return None;
-        };
-        let size = 1u64 << (32 - u32::from(cidr.prefix_len()));
-        (2..size.saturating_sub(1))
-            .map(|k| IpAddr::V4((u32::from(base).wrapping_add(k as u32)).into()))
-            .find(|ip| !used.contains(ip))
+        crate::scenario::ipam::first_free_pod_ip(&cidr, &used)
     }
 
     /// Scales the pods `selector` matches in `namespace` to `replicas`: removes running ones
@@ -498,6 +495,11 @@ impl Simulation {
             // A new pod gets a new IP: the lowest free one of its node's pod CIDR.
             if let Some(ip) = self.free_pod_ip(def.node) {
                 def.ip = ip;
+                let node = &self.nodes[def.node].def;
+                let from = format!("{}'s pod CIDR {}", node.name, node.pod_cidr);
+                self.sc
+                    .allocated
+                    .insert((format!("pod {}", def.key()), ip), from);
             }
             need -= 1;
             match self

@@ -874,6 +874,9 @@ impl Simulation {
                 sim.groups[g].proxy.set_existing_nat_chains(chains);
             }
         }
+        for s in sim.sc.services.clone() {
+            sim.log_service_allocation(&s);
+        }
         for p in sim.sc.pods.clone() {
             sim.add_pod(p, false)?;
         }
@@ -948,10 +951,31 @@ impl Simulation {
         }
     }
 
+    /// Shows the cluster IP allocated to Service `s`, if the file left it out.
+    fn log_service_allocation(&mut self, s: &crate::k8s::Service) {
+        let Some(ip) = s.ipv4_cluster_ip() else {
+            return;
+        };
+        if let Some(from) = self.sc.allocated.get(&(format!("service {}", s.key()), ip)) {
+            let change = format!("assigned cluster IP {ip} (from {from})");
+            self.log(What::Change {
+                subject: format!("service {}", s.key()),
+                change,
+            });
+        }
+    }
+
     /// Creates a pod: its veth on the node (holding the pod CIDR's first address) with a /32
     /// route to the pod's IP, and its servers.
     fn add_pod(&mut self, def: PodDef, announce: bool) -> Result<(), SimError> {
         let key = def.key();
+        if let Some(from) = self.sc.allocated.get(&(format!("pod {key}"), def.ip)) {
+            let change = format!("assigned {} (from {from})", def.ip);
+            self.log(What::Pod {
+                pod: key.clone(),
+                change,
+            });
+        }
         let node = def.node;
         self.veth_counter += 1;
         // Linux names are at most 15 bytes: "veth" and 8 hex digits.

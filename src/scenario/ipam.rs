@@ -1,0 +1,507 @@
+//! Addresses a scenario leaves out: pod IPs from their node's pod CIDR, as the CNI's
+//! host-local IPAM hands them out, and Service cluster IPs from the service CIDR, as
+//! kube-apiserver's allocator picks them (docs/kube-proxy-model.md §8).
+//!
+//! Both run once, at load time, over the objects in the order the simulation creates them:
+//! the pods and Services of the file (in file order), then the events by time (then file
+//! order). Every address given in the file, anywhere, is kept out of both draws, so an
+//! allocated address never collides with an explicit one, and an address is handed out once
+//! per run. The result is written into the document, so the rest of the loader and the
+//! simulation see ordinary addresses; [`Ipam::allocated`] remembers which ones were
+//! allocated, for the timeline.
+//!
+//! - Pods (`plugins/ipam/host-local/backend/allocator`: `Range.Canonicalize`,
+//!   `IPAllocator.Get`, `RangeIter.Next`): the range runs from the network address + 1 to the
+//!   broadcast address − 1; the gateway (network + 1, the node's own address on the pod
+//!   veths) is skipped; the iterator starts after the last address reserved and goes round.
+//!   On a fresh node that hands out network + 2, + 3, … in turn, and an address a pod
+//!   released comes back only after the whole range has gone round: nfsim hands out the
+//!   lowest address never used in the run ([`first_free_pod_ip`]; the same rule brings back
+//!   pods a `scale` event scaled down).
+//! - Services (`pkg/registry/core/service/ipallocator/bitmap.go`: `New`,
+//!   `calculateRangeOffset`; `pkg/registry/core/service/allocator/bitmap.go`:
+//!   `randomScanStrategyWithOffset`): offsets count from the network address + 1, the
+//!   broadcast address is left out; the first `min(max(16, size / 16), 256)` offsets (none
+//!   for a range of 16 addresses or fewer) are the static band, kept for addresses users
+//!   choose. A dynamic allocation draws a random start in the upper band and scans forward
+//!   (wrapping within the band) for a free offset; only when the upper band is full does it
+//!   draw and scan in the lower band. kube-apiserver seeds its draw from the clock; nfsim
+//!   draws from the scenario's seed (stream `ipam/service-cidr`).
+
+use super::load::{Ctx, ScenarioError};
+use super::model::NodeDef;
+use super::schema::{EventDoc, PodDoc, ScenarioDoc, S};
+use crate::k8s::{self, ClusterIp, ServiceType};
+use serde_saphyr::Spanned;
+use sim_core::SimRng;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+
+/// kube-apiserver's default `--service-cluster-ip-range`.
+pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
+
+/// What the allocation decided.
+#[derive(Clone, Debug)]
+pub struct Ipam {
+    /// The service CIDR (`serviceCIDR`, default [`DEFAULT_SERVICE_CIDR`]).
+    pub service_cidr: k8s::Cidr,
+    /// The allocated addresses: (`pod NS/NAME` or `service NS/NAME`, address) → where it came
+    /// from (`node-1's pod CIDR 10.244.1.0/24`, `the service CIDR 10.96.0.0/12`).
+    pub allocated: BTreeMap<(String, IpAddr), String>,
+}
+
+/// The usable pod addresses of an IPv4 `cidr` as host-local's default range has them:
+/// network + 2 (after the gateway) to broadcast − 1. Empty for a /31 or /32 or IPv6.
+fn pod_range(cidr: &k8s::Cidr) -> Option<(u32, u32)> {
+    let IpAddr::V4(net) = cidr.addr() else {
+        return None;
+    };
+    let host_bits = 32 - u32::from(cidr.prefix_len());
+    if host_bits < 2 {
+        return None;
+    }
+    let base = u32::from(net);
+    let last = base | (u32::MAX >> (32 - host_bits));
+    Some((base + 2, last - 1))
+}
+
+/// The lowest address of node pod CIDR `cidr` after its gateway that is not in `used` (the
+/// addresses pods of the run have had or will have), or `None` when there is none.
+pub fn first_free_pod_ip(cidr: &k8s::Cidr, used: &BTreeSet<IpAddr>) -> Option<IpAddr> {
+    let (first, last) = pod_range(cidr)?;
+    (first..=last)
+        .map(|a| IpAddr::V4(Ipv4Addr::from(a)))
+        .find(|ip| !used.contains(ip))
+}
+
+/// `calculateRangeOffset`: the size of the static band of a range of `size` addresses.
+pub fn static_band(size: u64) -> u64 {
+    if size <= 16 {
+        return 0;
+    }
+    (size / 16).clamp(16, 256)
+}
+
+/// kube-apiserver's ClusterIP allocator over one IPv4 range, with a seeded draw.
+#[derive(Debug)]
+pub struct ServiceIpAllocator {
+    cidr: k8s::Cidr,
+    base: u32,
+    max: u64,
+    offset: u64,
+    used: BTreeSet<u64>,
+    rng: SimRng,
+}
+
+impl ServiceIpAllocator {
+    /// An allocator over IPv4 `cidr` (at least a /30), drawing from `seed`.
+    pub fn new(cidr: k8s::Cidr, seed: u64) -> Option<ServiceIpAllocator> {
+        let IpAddr::V4(net) = cidr.addr() else {
+            return None;
+        };
+        let size = 1u64 << (32 - u32::from(cidr.prefix_len()));
+        // Neither the network address nor the broadcast address.
+        let max = size.checked_sub(2).filter(|m| *m > 0)?;
+        Some(ServiceIpAllocator {
+            cidr,
+            base: u32::from(net) + 1,
+            max,
+            offset: static_band(size),
+            used: BTreeSet::new(),
+            rng: SimRng::derive(seed, "ipam/service-cidr"),
+        })
+    }
+
+    /// The offset of `ip`, if it is allocatable in the range.
+    fn offset_of(&self, ip: IpAddr) -> Option<u64> {
+        let IpAddr::V4(a) = ip else { return None };
+        let off = u64::from(u32::from(a)).checked_sub(u64::from(self.base))?;
+        (off < self.max).then_some(off)
+    }
+
+    /// Marks `ip` taken (an address given in the file); false when it is outside the range.
+    pub fn reserve(&mut self, ip: IpAddr) -> bool {
+        match self.offset_of(ip) {
+            Some(o) => {
+                self.used.insert(o);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `ip` is an allocatable address of the range.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.offset_of(ip).is_some()
+    }
+
+    /// The next dynamic address: upper band first, then the static band; `None` when full.
+    pub fn allocate(&mut self) -> Option<IpAddr> {
+        let upper = self.max - self.offset;
+        let mut pick = None;
+        if upper > 0 {
+            let start = self.rng.below(upper);
+            pick = (0..upper)
+                .map(|i| self.offset + (start + i) % upper)
+                .find(|o| !self.used.contains(o));
+        }
+        if pick.is_none() && self.offset > 0 {
+            let start = self.rng.below(self.offset);
+            pick = (0..self.offset)
+                .map(|i| (start + i) % self.offset)
+                .find(|o| !self.used.contains(o));
+        }
+        let o = pick?;
+        self.used.insert(o);
+        Some(IpAddr::V4(Ipv4Addr::from(self.base + o as u32)))
+    }
+
+    /// The range, for messages.
+    pub fn cidr(&self) -> k8s::Cidr {
+        self.cidr
+    }
+}
+
+/// The pod's `namespace/name`.
+fn pod_key(p: &PodDoc) -> String {
+    format!(
+        "{}/{}",
+        p.namespace.as_deref().unwrap_or("default"),
+        p.name.value
+    )
+}
+
+/// A reference `NAME` or `NS/NAME` as a key.
+fn ref_key(r: &str) -> String {
+    if r.contains('/') {
+        r.to_string()
+    } else {
+        format!("default/{r}")
+    }
+}
+
+/// Pod address allocation over the nodes.
+struct Pods<'a> {
+    nodes: &'a [NodeDef],
+    used: BTreeSet<IpAddr>,
+}
+
+impl Pods<'_> {
+    /// An address for pod `key` on node `n`, or a located error at `at`.
+    fn allocate<T>(
+        &mut self,
+        ctx: &Ctx,
+        at: &Spanned<T>,
+        key: &str,
+        n: usize,
+        ipam: &mut Ipam,
+    ) -> Result<Spanned<IpAddr>, ScenarioError> {
+        let node = &self.nodes[n];
+        let cidr = node.pod_cidr;
+        let Some((first, last)) = pod_range(&cidr) else {
+            return Err(ctx.err(
+                at,
+                format!(
+                    "pod {key} has no `ip` and node {}'s pod CIDR {cidr} has no addresses to allocate from (nfsim allocates from IPv4 pod CIDRs of /30 or larger): give the pod an `ip`",
+                    node.name
+                ),
+            ));
+        };
+        let Some(ip) = first_free_pod_ip(&cidr, &self.used) else {
+            return Err(ctx.err(
+                at,
+                format!(
+                    "pod {key} has no `ip` and node {}'s pod CIDR {cidr} is exhausted: its {} usable address{} {} to {} {} used by pods of this run (an address is handed out once per run); give the pod an `ip`, put it on another node, or give node {} a larger podCIDR",
+                    node.name,
+                    last - first + 1,
+                    if last == first { "" } else { "es" },
+                    Ipv4Addr::from(first),
+                    Ipv4Addr::from(last),
+                    if last == first { "is" } else { "are all" },
+                    node.name
+                ),
+            ));
+        };
+        self.used.insert(ip);
+        ipam.allocated.insert(
+            (format!("pod {key}"), ip),
+            format!("{}'s pod CIDR {cidr}", node.name),
+        );
+        Ok(Spanned::new(ip, at.referenced, at.defined))
+    }
+}
+
+/// The node index of a pod document, if its node exists.
+fn node_of(nodes: &[NodeDef], p: &PodDoc) -> Option<usize> {
+    nodes.iter().position(|n| n.name == p.node.value)
+}
+
+/// Fills in the pod IPs and cluster IPs `doc` leaves out (see the module documentation).
+/// `nodes` are the checked nodes. Errors: a malformed or too small `serviceCIDR`, an
+/// explicit cluster IP outside an explicit `serviceCIDR`, an exhausted range.
+pub(super) fn assign(
+    ctx: &Ctx,
+    doc: &mut ScenarioDoc,
+    nodes: &[NodeDef],
+) -> Result<Ipam, ScenarioError> {
+    let service_cidr = match &doc.service_cidr {
+        Some(c) => c.value,
+        None => DEFAULT_SERVICE_CIDR
+            .parse()
+            .unwrap_or_else(|_| unreachable!("a valid CIDR")),
+    };
+    let mut svc = match ServiceIpAllocator::new(service_cidr, doc.seed.unwrap_or(1)) {
+        Some(a) => a,
+        None => {
+            let c = doc.service_cidr.as_ref().map(|c| (c.referenced, c.defined));
+            let (r, d) = c.unwrap_or((doc.name.referenced, doc.name.defined));
+            return Err(ctx.err(
+                &Spanned::new((), r, d),
+                format!("serviceCIDR {service_cidr}: expected an IPv4 range of at least 4 addresses (a /30 or larger), such as {DEFAULT_SERVICE_CIDR}"),
+            ));
+        }
+    };
+    let mut ipam = Ipam {
+        service_cidr,
+        allocated: BTreeMap::new(),
+    };
+    let strict = doc.service_cidr.is_some();
+
+    // Every address the file gives is kept out of the draws.
+    let mut pods = Pods {
+        nodes,
+        used: nodes.iter().map(|n| n.address).collect(),
+    };
+    let explicit_svc = |s: &S<k8s::Service>| s.value.spec.cluster_ip.and_then(ClusterIp::ip);
+    for p in &doc.pods {
+        pods.used.extend(p.value.ip.as_ref().map(|i| i.value));
+    }
+    for e in &doc.events {
+        let d = &e.value;
+        if let Some(p) = &d.create_pod {
+            pods.used.extend(p.ip.as_ref().map(|i| i.value));
+        }
+        if let Some(r) = d.delete_pod.as_ref().and_then(|x| x.recreate.as_ref()) {
+            pods.used.extend(r.ip.as_ref().map(|i| i.value));
+        }
+    }
+    let all_services = doc.services.iter().chain(
+        doc.events
+            .iter()
+            .flat_map(|e| [&e.value.create_service, &e.value.update_service])
+            .flatten(),
+    );
+    for s in all_services {
+        if let Some(ip) = explicit_svc(s) {
+            if !svc.reserve(ip) && strict && ip.is_ipv4() {
+                return Err(ctx.err(
+                    s,
+                    format!(
+                        "Service {}: cluster IP {ip} is not in the serviceCIDR {service_cidr}: kube-apiserver refuses it (\"provided IP is not in the valid range\"); expected an address in {service_cidr}, or leave `clusterIP` out to have one allocated",
+                        s.value.key()
+                    ),
+                ));
+            }
+        }
+    }
+
+    // The file's pods and Services, in file order.
+    for p in &mut doc.pods {
+        if p.value.ip.is_none() {
+            if let Some(n) = node_of(nodes, &p.value) {
+                let key = pod_key(&p.value);
+                let ip = pods.allocate(ctx, &p.value.name, &key, n, &mut ipam)?;
+                p.value.ip = Some(ip);
+            }
+        }
+    }
+    let mut current: BTreeMap<String, Option<ClusterIp>> = BTreeMap::new();
+    for s in &mut doc.services {
+        allocate_service(ctx, s, &mut svc, &mut ipam)?;
+        current.insert(s.value.key(), s.value.spec.cluster_ip);
+    }
+
+    // The events, in the order the simulation runs them.
+    let mut order: Vec<usize> = (0..doc.events.len()).collect();
+    order.sort_by_key(|&i| doc.events[i].value.at.value);
+    let mut pod_nodes: BTreeMap<String, usize> = doc
+        .pods
+        .iter()
+        .filter_map(|p| Some((pod_key(&p.value), node_of(nodes, &p.value)?)))
+        .collect();
+    for i in order {
+        let e: &mut EventDoc = &mut doc.events[i].value;
+        if let Some(p) = &mut e.create_pod {
+            let key = pod_key(p);
+            if let Some(n) = node_of(nodes, p) {
+                if p.ip.is_none() {
+                    let ip = pods.allocate(ctx, &p.name, &key, n, &mut ipam)?;
+                    p.ip = Some(ip);
+                }
+                pod_nodes.insert(key, n);
+            }
+        }
+        if let Some(dp) = &mut e.delete_pod {
+            let key = ref_key(&dp.pod.value);
+            if let Some(r) = &mut dp.recreate {
+                if let Some(flag) = &r.new_ip {
+                    if flag.value && r.ip.is_some() {
+                        return Err(ctx.err(
+                            flag,
+                            "`newIp: true` and `ip` both choose the new pod's address: give one of them",
+                        ));
+                    }
+                }
+                let node = match &r.node {
+                    Some(n) => nodes.iter().position(|x| x.name == n.value),
+                    None => pod_nodes.get(&key).copied(),
+                };
+                if let (Some(flag), Some(n)) = (&r.new_ip, node) {
+                    if flag.value {
+                        let ip = pods.allocate(ctx, flag, &key, n, &mut ipam)?;
+                        r.ip = Some(ip);
+                    }
+                }
+                if let Some(n) = node {
+                    pod_nodes.insert(key, n);
+                }
+            }
+        }
+        if let Some(s) = &mut e.create_service {
+            allocate_service(ctx, s, &mut svc, &mut ipam)?;
+            current.insert(s.value.key(), s.value.spec.cluster_ip);
+        }
+        if let Some(s) = &mut e.update_service {
+            // An update that leaves `clusterIP` out keeps the Service's (the API server
+            // copies the allocated values of the old object, `PatchAllocatedValues`).
+            if s.value.spec.cluster_ip.is_none() && s.value.spec.cluster_ips.is_empty() {
+                if let Some(Some(old)) = current.get(&s.value.key()) {
+                    s.value.spec.cluster_ip = Some(*old);
+                }
+            }
+        }
+        if let Some(k) = &e.delete_service {
+            current.remove(&k.value);
+        }
+    }
+    Ok(ipam)
+}
+
+/// Allocates a cluster IP to a Service that has none (not headless, not ExternalName).
+fn allocate_service(
+    ctx: &Ctx,
+    s: &mut S<k8s::Service>,
+    svc: &mut ServiceIpAllocator,
+    ipam: &mut Ipam,
+) -> Result<(), ScenarioError> {
+    let spec = &s.value.spec;
+    if spec.cluster_ip.is_some()
+        || !spec.cluster_ips.is_empty()
+        || spec.type_ == ServiceType::ExternalName
+    {
+        return Ok(());
+    }
+    let key = s.value.key();
+    let cidr = svc.cidr();
+    let Some(ip) = svc.allocate() else {
+        return Err(ctx.err(
+            s,
+            format!(
+                "Service {key} has no `clusterIP` and the serviceCIDR {cidr} is exhausted (kube-apiserver: \"range is full\"): give it a `clusterIP`, fewer Services, or a larger serviceCIDR"
+            ),
+        ));
+    };
+    s.value.spec.cluster_ip = Some(ClusterIp::Ip(ip));
+    ipam.allocated.insert(
+        (format!("service {key}"), ip),
+        format!("the service CIDR {cidr}"),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cidr(s: &str) -> k8s::Cidr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_static_band_follows_calculate_range_offset() {
+        // /28: 16 addresses, no band; /27: 16; /24: 16; /20: 256; /12: 256 (the cap).
+        assert_eq!(static_band(16), 0);
+        assert_eq!(static_band(32), 16);
+        assert_eq!(static_band(256), 16);
+        assert_eq!(static_band(4096), 256);
+        assert_eq!(static_band(1 << 20), 256);
+    }
+
+    #[test]
+    fn pods_get_the_lowest_unused_address_after_the_gateway() {
+        let c = cidr("10.244.1.0/24");
+        let mut used = BTreeSet::new();
+        assert_eq!(
+            first_free_pod_ip(&c, &used),
+            Some("10.244.1.2".parse().unwrap())
+        );
+        used.insert("10.244.1.2".parse().unwrap());
+        used.insert("10.244.1.3".parse().unwrap());
+        assert_eq!(
+            first_free_pod_ip(&c, &used),
+            Some("10.244.1.4".parse().unwrap())
+        );
+        // A /30 has one: .2 (.1 is the gateway, .3 the broadcast address).
+        let small = cidr("10.244.9.0/30");
+        let one: BTreeSet<IpAddr> = ["10.244.9.2".parse().unwrap()].into();
+        assert_eq!(
+            first_free_pod_ip(&small, &BTreeSet::new()),
+            Some("10.244.9.2".parse().unwrap())
+        );
+        assert_eq!(first_free_pod_ip(&small, &one), None);
+        assert_eq!(
+            first_free_pod_ip(&cidr("10.244.9.0/31"), &BTreeSet::new()),
+            None
+        );
+    }
+
+    #[test]
+    fn cluster_ips_come_from_the_upper_band_until_it_is_full() {
+        // A /27: offsets 0..30 (10.96.0.1 to 10.96.0.30), the static band is offsets 0..16.
+        let mut a = ServiceIpAllocator::new(cidr("10.96.0.0/27"), 7).unwrap();
+        assert!(a.reserve("10.96.0.20".parse().unwrap()));
+        assert!(!a.reserve("10.96.0.31".parse().unwrap()), "broadcast");
+        assert!(!a.reserve("10.96.0.0".parse().unwrap()), "network");
+        let mut got = Vec::new();
+        while let Some(ip) = a.allocate() {
+            got.push(ip);
+        }
+        assert_eq!(got.len(), 29, "30 addresses, one given");
+        assert!(!got.contains(&"10.96.0.20".parse().unwrap()));
+        let last_octet = |ip: &IpAddr| match ip {
+            IpAddr::V4(a) => a.octets()[3],
+            _ => 0,
+        };
+        // The first 13 are the upper band's (offsets 16..30 = .17 to .30, minus .20).
+        assert!(
+            got[..13]
+                .iter()
+                .all(|ip| (17..=30).contains(&last_octet(ip))),
+            "{got:?}"
+        );
+        assert!(
+            got[13..]
+                .iter()
+                .all(|ip| (1..=16).contains(&last_octet(ip))),
+            "{got:?}"
+        );
+        // Same seed, same draw; another seed, another first address (for this seed pair).
+        let first = |seed| {
+            ServiceIpAllocator::new(cidr("10.96.0.0/12"), seed)
+                .unwrap()
+                .allocate()
+        };
+        assert_eq!(first(1), first(1));
+        assert_ne!(first(1), first(2));
+    }
+}
