@@ -18,6 +18,17 @@
 //! (`--quiet`, what one asks of a million-packet capture); `replay/1m_with_lines` prints them
 //! into a sink to show what they cost.
 
+//!
+//! Measured (issue #13's target is not met): at load average 12-16 on the shared 2-core VM,
+//! `replay/1m_established` took 1.08-1.25 s per replay (0.80-0.93 M packets/s, criterion,
+//! 10 samples), the same before and after the changes below within that noise. Callgrind
+//! (`--profile-time 1`, one timed iteration) counts 3,802 instructions per packet: reading
+//! 543 (`sim_core::pcap::read`: record framing, Ethernet/IP/L4 parse), the node
+//! (`Netns::process_into`, PREROUTING → FORWARD → POSTROUTING with conntrack and NAT) 1,592,
+//! the byte edits of the output (`sim_core::manip::rewrite`) 462, the rest the replay loop,
+//! its defragmentation plan and the pcap records. Before: 4,020, of which the byte edits
+//! 680 (a `Vec` per packet and one RFC 1624 update per field) and the record writes five
+//! `write_all` calls with a 128-bit division.
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use nfsim::explain::{replay_with, NodeSpec, ReplayOptions, ReplayOutput};
 use sim_core::pcap::{read, PcapWriter, ReadOptions, WriteLink};
