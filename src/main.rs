@@ -436,7 +436,12 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     {
         let mut inputs = Vec::new();
         for f in &files {
-            let text = std::fs::read_to_string(f).with_context(|| format!("reading {f}"))?;
+            let text = sim_core::input::read_text_limited(
+                std::path::Path::new(f),
+                sim_core::input::MAX_RESULTS_BYTES,
+                "MAX_RESULTS_BYTES",
+            )
+            .with_context(|| format!("reading {f}"))?;
             inputs.push((f.clone(), text));
         }
         let (header, runs) = merge(&inputs)?;
@@ -453,8 +458,12 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     let seeds = a
         .seeds
         .ok_or_else(|| anyhow!("--seeds is required: which seeds to run, as 1..10000"))?;
-    let text = std::fs::read_to_string(&file)
-        .with_context(|| format!("{file}: cannot read the scenario file"))?;
+    let text = sim_core::input::read_text_limited(
+        std::path::Path::new(&file),
+        sim_core::input::MAX_SCENARIO_BYTES,
+        "MAX_SCENARIO_BYTES",
+    )
+    .with_context(|| format!("{file}: cannot read the scenario file"))?;
     let sweep = Sweep::plan(&file, &text, seeds, &a.sets)?;
     let jobs = a
         .jobs
@@ -478,6 +487,10 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
 
 fn load(file: &str, seed: Option<u64>) -> Result<Scenario> {
     let mut sc = load_file(file).map_err(|e| anyhow!("{e}"))?;
+    // Once each, to stderr: the timeline and the JSON lines stay the run's own.
+    for w in &sc.warnings {
+        let _ = writeln!(std::io::stderr(), "{w}");
+    }
     if let Some(s) = seed {
         sc.seed = s;
     }
@@ -1271,10 +1284,27 @@ fn main() -> ExitCode {
         // as ripgrep does.
         Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            let _ = writeln!(std::io::stderr(), "error: {}", error_text(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes, `: `-separated, each said once: an error whose message already
+/// holds its cause's text (`cannot read F: {source}` with `#[source]`) does not repeat it.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut s = String::new();
+    for cause in e.chain() {
+        let t = cause.to_string();
+        if s.contains(&t) {
+            continue;
+        }
+        if !s.is_empty() {
+            s.push_str(": ");
+        }
+        s.push_str(&t);
+    }
+    s
 }
 
 /// A writer whose errors say what was being written (`writing stdout: No space left on

@@ -69,3 +69,60 @@ fn a_recent_hitcount_the_kernel_refuses_is_an_error() {
     let _ = std::fs::remove_file(ok);
     let _ = std::fs::remove_file(bad);
 }
+
+/// A Service selecting no pod: one warning on stderr, before the run, whatever the command;
+/// the run goes on and its output (text and JSON lines) is what it is without the warning.
+#[test]
+fn a_service_selecting_no_pod_is_warned_about_once_on_stderr() {
+    let text = std::fs::read_to_string(format!("{}/{SC}", cli::ROOT))
+        .unwrap()
+        .replace(
+            "selector: {k8s-app: kube-dns}",
+            "selector: {k8s-app: kube-dnz}",
+        );
+    assert!(
+        text.contains("kube-dnz"),
+        "the scenario still selects by k8s-app"
+    );
+    let path = std::env::temp_dir().join(format!("nfsim-nopod-{}.yaml", std::process::id()));
+    std::fs::write(&path, &text).unwrap();
+    let p = path.to_str().unwrap();
+    let warning = "warning: Service kube-system/kube-dns selects no pod";
+    let (_, out, err) = nfsim(&["run", p, "--until", "1m"]);
+    assert_eq!(err.matches(warning).count(), 1, "{err}");
+    assert!(!out.contains("warning"), "{out}");
+    let (_, out, err) = nfsim(&["run", p, "--until", "1m", "--json", "-"]);
+    assert_eq!(err.matches(warning).count(), 1, "{err}");
+    for line in out.lines() {
+        serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+    let (code, _, err) = nfsim(&["rules", p, "--node", "node-1"]);
+    assert_eq!((code, err.matches(warning).count()), (0, 1), "{err}");
+    let (_, _, err) = nfsim(&["run", SC, "--until", "1m"]);
+    assert!(!err.contains("warning"), "{err}");
+    let _ = std::fs::remove_file(path);
+}
+
+/// An error whose message already holds its cause says the cause once (it was printed twice:
+/// once in the message, once more as the cause).
+#[test]
+fn an_error_says_its_cause_once() {
+    let (code, _, err) = nfsim(&["rules", "normalize", "/nonexistent/x.rules"]);
+    assert_eq!(code, 2);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let (code, _, err) = nfsim(&[
+        "trace",
+        "--rules",
+        "tests/fixtures/cli/kube-proxy.rules",
+        "--packet",
+        "udp 10.244.1.900:40000 -> 10.96.0.10:53",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(err.matches("bad packet").count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: --packet: bad packet \"udp 10.244.1.900:40000")
+            && err.contains("is not an address:port"),
+        "{err}"
+    );
+}

@@ -228,3 +228,52 @@ fn an_endless_scenario_file_is_refused_at_64_mib() {
         e.message
     );
 }
+
+#[test]
+fn a_service_selecting_no_pod_is_a_warning_with_its_place() {
+    assert!(load_str("t.yaml", GOOD).unwrap().warnings.is_empty());
+    let sc = load_str(
+        "t.yaml",
+        &GOOD.replace("selector: {app: dns}", "selector: {app: dnz}"),
+    )
+    .unwrap();
+    let w: Vec<String> = sc.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("t.yaml:15:5: warning: Service default/dns selects no pod")
+            && w[0].contains("has the labels app=dnz"),
+        "{w:?}"
+    );
+    // A pod in another namespace with the labels is named.
+    let sc = load_str(
+        "t.yaml",
+        &GOOD.replace(
+            "    node: n1\n    ip",
+            "    namespace: other\n    node: n1\n    ip",
+        ),
+    )
+    .unwrap();
+    assert_eq!(sc.warnings.len(), 1);
+    assert!(
+        sc.warnings[0]
+            .message
+            .contains("other/dns in another namespace"),
+        "{}",
+        sc.warnings[0].message
+    );
+    // A pod an event creates counts; a Service an event creates is checked too, once.
+    let later = GOOD.replace("selector: {app: dns}", "selector: {app: late}").replace(
+        "expectations:",
+        "events:\n  - at: 30s\n    createPod: {name: late, node: n1, ip: 10.244.1.6, labels: {app: late}}\n  - at: 40s\n    createService:\n      metadata: {name: nobody, namespace: default}\n      spec: {clusterIP: 10.96.0.11, selector: {app: nobody}, ports: [{port: 80}]}\nexpectations:",
+    );
+    let sc = load_str("t.yaml", &later).unwrap();
+    let w: Vec<String> = sc.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("Service default/nobody selects no pod"),
+        "{w:?}"
+    );
+    // Without a selector (endpoints managed by hand) there is nothing to match.
+    let sc = load_str("t.yaml", &GOOD.replace("      selector: {app: dns}\n", "")).unwrap();
+    assert!(sc.warnings.is_empty());
+}

@@ -12,6 +12,9 @@ pub const MAX_SCENARIO_BYTES: u64 = 64 << 20;
 pub const MAX_RULES_BYTES: u64 = 512 << 20;
 /// The largest capture file (pcap or pcapng): 1 GiB.
 pub const MAX_CAPTURE_BYTES: u64 = 1 << 30;
+/// The largest results file `nfsim sweep merge` reads (JSON lines, one per run): 1 GiB (a
+/// run's line is well under 1 KiB, so over a million runs).
+pub const MAX_RESULTS_BYTES: u64 = 1 << 30;
 
 /// `n` bytes in words (`64 MiB`).
 pub fn size_words(n: u64) -> String {

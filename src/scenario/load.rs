@@ -1203,6 +1203,13 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         kube_proxy: vec![(kube_proxy.clone(), true); nodes.len()],
     };
     let mut more_actions = super::events::check_events(ctx, &doc.events, &mut world)?;
+    let warnings = super::warnings::unmatched_selectors(
+        ctx,
+        &doc.services,
+        &doc.events,
+        &world.pods,
+        doc.endpoint_slices.is_some(),
+    );
     let mut events = Vec::new();
     for (i, e) in doc.events.iter().enumerate() {
         let d = &e.value;
@@ -1509,5 +1516,6 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         expectations,
         service_cidr: ipam.service_cidr,
         allocated: ipam.allocated,
+        warnings,
     })
 }

@@ -5,6 +5,7 @@
 //! - [`load`]: parsing and checking, [`ScenarioError`].
 //! - [`model`]: the checked [`Scenario`].
 //! - [`yaml`]: the YAML reader's limits and its errors in the scenario's words.
+//! - [`warnings`]: what loads but is probably a mistake (a Service selecting no pod).
 //! - [`names`]: Kubernetes' rules for the names of pods, nodes, namespaces and Services.
 //! - [`tcp_apps`]: the TCP application fields (`halfClose`, `connection:`), checked.
 //! - [`ipam`]: the pod and cluster IPs a scenario leaves out, allocated as host-local IPAM
@@ -20,7 +21,9 @@ pub mod names;
 mod pcap_client;
 pub mod schema;
 pub mod tcp_apps;
+pub mod warnings;
 pub mod yaml;
 
 pub use load::{load_file, load_str, ScenarioError};
 pub use model::Scenario;
+pub use warnings::ScenarioWarning;

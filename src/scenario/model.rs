@@ -50,6 +50,9 @@ pub struct Scenario {
     /// `service NS/NAME`, address) → where from (`node-1's pod CIDR 10.244.1.0/24`). The
     /// timeline shows each when the pod or Service appears.
     pub allocated: BTreeMap<(String, IpAddr), String>,
+    /// What loads but is probably a mistake, for the command line to print once (never part
+    /// of the run's output).
+    pub warnings: Vec<super::warnings::ScenarioWarning>,
 }
 
 /// A node.
