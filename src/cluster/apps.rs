@@ -16,6 +16,7 @@
 //! UDP, RST for TCP) is [`closed_port_response`].
 
 use crate::cluster::ports::ConnectPorts;
+use crate::cluster::querylog::QueryLog;
 pub use crate::cluster::tcp_server::{TcpServer, TCP_DELACK_MIN, TCP_FIN_TIMEOUT};
 use sim_core::packet::icmp;
 use sim_core::{Packet, SimDuration, SimRng, SimTime, TcpFlags, L4};
@@ -631,7 +632,7 @@ pub struct UdpClient {
     /// answer costs O(log n) in the queries in flight.
     deadlines: BTreeSet<(SimTime, u32)>,
     by_port: BTreeSet<(u16, u32)>,
-    records: Vec<QueryRecord>,
+    records: QueryLog,
 }
 
 /// Draws a free ephemeral port from `rng`, as `inet_hash_connect`/`udp_lib_get_port` pick a
@@ -659,7 +660,7 @@ impl UdpClient {
             inflight: BTreeMap::new(),
             deadlines: BTreeSet::new(),
             by_port: BTreeSet::new(),
-            records: Vec::new(),
+            records: QueryLog::new(),
             cfg,
         };
         c.schedule_next();
@@ -671,9 +672,18 @@ impl UdpClient {
         &self.cfg
     }
 
-    /// Every query so far, in order.
+    /// The queries kept, in order: every query so far, unless the driver took the finished
+    /// ones ([`UdpClient::take_finished`]).
     pub fn records(&self) -> &[QueryRecord] {
-        &self.records
+        self.records.kept()
+    }
+
+    /// Removes the finished queries at the front of [`UdpClient::records`] and returns them
+    /// (see [`QueryLog::take_finished`]).
+    pub fn take_finished(&mut self) -> Vec<QueryRecord> {
+        let inflight = &self.inflight;
+        self.records
+            .take_finished(|seq| inflight.contains_key(&seq))
     }
 
     /// The ports this client has bound right now (the fixed one, or those of queries in
@@ -840,7 +850,7 @@ impl UdpClient {
 
     fn record_mut(&mut self, seq: u32) -> Option<&mut QueryRecord> {
         // Records are pushed in seq order, starting at 0.
-        self.records.get_mut(seq as usize).filter(|r| r.seq == seq)
+        self.records.get_mut(seq)
     }
 
     fn try_failed(&mut self, now: SimTime, seq: u32, icmp_code: Option<u8>, out: &mut Outbox) {
@@ -1032,7 +1042,7 @@ pub struct TcpClient {
     /// The open connections by deadline and by local port: O(log n) per segment and timer.
     deadlines: BTreeSet<(SimTime, u32)>,
     by_port: BTreeMap<u16, u32>,
-    records: Vec<QueryRecord>,
+    records: QueryLog,
 }
 
 impl TcpClient {
@@ -1046,7 +1056,7 @@ impl TcpClient {
             conns: BTreeMap::new(),
             deadlines: BTreeSet::new(),
             by_port: BTreeMap::new(),
-            records: Vec::new(),
+            records: QueryLog::new(),
             cfg,
         };
         c.schedule_next();
@@ -1056,9 +1066,16 @@ impl TcpClient {
     pub fn config(&self) -> &TcpClientConfig {
         &self.cfg
     }
-    /// Every exchange so far, in order (`attempts` counts SYNs sent).
+    /// The exchanges kept, in order (`attempts` counts SYNs sent): every one so far, unless
+    /// the driver took the finished ones ([`TcpClient::take_finished`]).
     pub fn records(&self) -> &[QueryRecord] {
-        &self.records
+        self.records.kept()
+    }
+    /// Removes the finished exchanges at the front of [`TcpClient::records`] — those whose
+    /// connection is gone, so their outcome can no longer change — and returns them.
+    pub fn take_finished(&mut self) -> Vec<QueryRecord> {
+        let conns = &self.conns;
+        self.records.take_finished(|seq| conns.contains_key(&seq))
     }
     /// Ports bound right now.
     pub fn bound_ports(&self) -> BTreeSet<u16> {
@@ -1118,7 +1135,7 @@ impl TcpClient {
         if !self.close(seq, out) {
             return;
         }
-        if let Some(r) = self.records.get_mut(seq as usize) {
+        if let Some(r) = self.records.get_mut(seq) {
             r.outcome = match reason {
                 TcpFailure::Reset => QueryOutcome::Reset(now),
                 TcpFailure::Unreachable => QueryOutcome::IcmpError(now, icmp::CODE_HOST_UNREACH),
@@ -1161,7 +1178,7 @@ impl TcpClient {
                     let rto = SimDuration::from_secs(1u64 << c.syn_tries.min(6));
                     c.deadline = (now + rto).min(give_up);
                     let (port, isn, tries) = (c.port, c.snd_nxt.wrapping_sub(1), c.syn_tries);
-                    if let Some(r) = self.records.get_mut(seq as usize) {
+                    if let Some(r) = self.records.get_mut(seq) {
                         r.attempts = tries + 1;
                     }
                     let mut p = tcp_packet(
@@ -1336,7 +1353,7 @@ impl TcpClient {
                 c.deadline = now + self.cfg.request_timeout;
                 out.packets.push(fin);
                 let started = c.started;
-                if let Some(r) = self.records.get_mut(seq as usize) {
+                if let Some(r) = self.records.get_mut(seq) {
                     r.outcome = QueryOutcome::Answered(now);
                 }
                 out.events.push((

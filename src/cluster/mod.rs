@@ -4,6 +4,7 @@
 //! - [`apps`]: servers and clients as sans-IO state machines.
 //! - [`control`]: pod lifecycle and the EndpointSlice controller.
 //! - [`ping`]: a ping client (ICMP echo on a ping socket).
+//! - [`querylog`]: a client's query records, kept only while they can still change.
 //! - [`ports`]: the source ports of TCP `connect()`, as Linux picks them.
 //! - [`proxy`]: kube-proxy on the nodes, applied to their network namespaces.
 //! - [`tcp_server`]: the TCP server (half-close, process exit, orphans).
@@ -16,6 +17,7 @@ pub mod control;
 pub mod ping;
 pub mod ports;
 pub mod proxy;
+pub mod querylog;
 pub mod sim;
 pub mod tcp_server;
 pub mod tcp_session;

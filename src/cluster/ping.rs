@@ -15,6 +15,7 @@
 //! errors, `poll_timeout` names the next deadline.
 
 use crate::cluster::apps::{AppEvent, ClientSchedule, Outbox, QueryOutcome, QueryRecord, Tag};
+use crate::cluster::querylog::QueryLog;
 use sim_core::packet::icmp;
 use sim_core::{IcmpBody, Packet, SimDuration, SimRng, SimTime, L4};
 use std::collections::{BTreeMap, BTreeSet};
@@ -104,7 +105,7 @@ pub struct PingClient {
     /// Requests waiting for a reply, by ICMP sequence number, with their deadline.
     inflight: BTreeMap<u16, (u32, SimTime)>,
     deadlines: BTreeSet<(SimTime, u32)>,
-    records: Vec<QueryRecord>,
+    records: QueryLog,
 }
 
 impl PingClient {
@@ -116,7 +117,7 @@ impl PingClient {
             next_send: None,
             inflight: BTreeMap::new(),
             deadlines: BTreeSet::new(),
-            records: Vec::new(),
+            records: QueryLog::new(),
             cfg,
         };
         c.schedule_next();
@@ -126,9 +127,15 @@ impl PingClient {
     pub fn config(&self) -> &PingClientConfig {
         &self.cfg
     }
-    /// Every request so far, in order (`src_port` holds the identifier).
+    /// The requests kept, in order (`src_port` holds the identifier): every one so far,
+    /// unless the driver took the finished ones ([`PingClient::take_finished`]).
     pub fn records(&self) -> &[QueryRecord] {
-        &self.records
+        self.records.kept()
+    }
+    /// Removes the answered and timed-out requests at the front of [`PingClient::records`]
+    /// and returns them (an ended request never changes again).
+    pub fn take_finished(&mut self) -> Vec<QueryRecord> {
+        self.records.take_finished(|_| false)
     }
     /// The socket's identifier, which takes the place of a port.
     pub fn ident(&self) -> u16 {
@@ -156,7 +163,7 @@ impl PingClient {
         if let Some((_, deadline)) = self.inflight.remove(&Self::icmp_seq(k)) {
             self.deadlines.remove(&(deadline, k));
         }
-        if let Some(r) = self.records.get_mut(k as usize) {
+        if let Some(r) = self.records.get_mut(k) {
             r.outcome = outcome;
         }
         let _ = now;
@@ -233,7 +240,7 @@ impl PingClient {
                     return; // a reply after its timeout: ping counts it as late, not received
                 };
                 self.end(now, k, QueryOutcome::Answered(now));
-                let rtt = now - self.records[k as usize].sent_at;
+                let rtt = now - self.records.get(k).map_or(now, |r| r.sent_at);
                 out.events.push((
                     now,
                     AppEvent::PingAnswered {

@@ -60,9 +60,11 @@ impl Cluster {
         Cluster::from_builder(Simulation::builder(sc).cleanup(make))
     }
 
-    /// From a builder you configured; the timeline and conntrack events are recorded.
+    /// From a builder you configured; the timeline, conntrack events and every query are
+    /// recorded.
     pub fn from_builder(b: SimulationBuilder) -> Result<Cluster, TestkitError> {
         let sim = b
+            .keep_queries(true)
             .options(RunOptions {
                 record_timeline: true,
                 conntrack_events: true,

@@ -2,6 +2,7 @@
 
 use super::*;
 use record::{ClientSummary, EndpointSummary, FromClient};
+use tally::{ClientTally, EndpointTally, Outcomes, Pending};
 
 /// The significance of the `endpoints: {uniform: true}` check: the flows are called not
 /// uniform when a uniform spread would give a chi-square statistic at least as large with
@@ -129,41 +130,24 @@ impl Simulation {
                 refused,
             } => {
                 let to = to.unwrap_or(now).min(now + SimDuration::from_nanos(1));
-                let recs: Vec<&QueryRecord> = self.clients[*client]
+                // The queries taken from the client's log so far, and those still kept.
+                let mut o = match self.tally.checked(i) {
+                    Pending::Client { outcomes, .. } => outcomes,
+                    _ => Outcomes::default(),
+                };
+                for r in self.clients[*client]
                     .app
                     .records()
                     .iter()
                     .filter(|r| r.sent_at >= *from && r.sent_at < to)
-                    .collect();
-                let done = |f: &dyn Fn(&QueryOutcome) -> bool| {
-                    recs.iter()
-                        .filter(|r| r.outcome.done_at().is_some_and(|t| t <= now) && f(&r.outcome))
-                        .count() as u64
-                };
-                cmp("sent", *sent, recs.len() as u64);
-                cmp(
-                    "answered",
-                    *answered,
-                    done(&|o| matches!(o, QueryOutcome::Answered(_))),
-                );
-                cmp("failed", *failed, done(&|o| o.failed()));
-                cmp(
-                    "timedOut",
-                    *timed_out,
-                    done(&|o| matches!(o, QueryOutcome::TimedOut(_))),
-                );
-                cmp(
-                    "refused",
-                    *refused,
-                    done(&|o| {
-                        matches!(
-                            o,
-                            QueryOutcome::IcmpError(..)
-                                | QueryOutcome::Reset(_)
-                                | QueryOutcome::NoPort(_)
-                        )
-                    }),
-                );
+                {
+                    o.add(r, now);
+                }
+                cmp("sent", *sent, o.sent);
+                cmp("answered", *answered, o.answered);
+                cmp("failed", *failed, o.failed);
+                cmp("timedOut", *timed_out, o.timed_out);
+                cmp("refused", *refused, o.refused);
             }
             Check::Conntrack {
                 node,
@@ -223,27 +207,13 @@ impl Simulation {
                     seen.push(format!("first: {}", e.list_line(now)));
                 }
             }
-            Check::Endpoints {
-                client,
-                from,
-                to,
-                share,
-                uniform,
-            } => {
-                let to = to.unwrap_or(now).min(now + SimDuration::from_nanos(1));
-                // Distinct flows (source socket, protocol) per endpoint pod and address.
-                let mut flows: BTreeMap<(usize, IpAddr), BTreeSet<(SocketAddr, u8)>> =
-                    BTreeMap::new();
-                for h in self
-                    .hits
-                    .iter()
-                    .filter(|h| h.client == *client && h.at >= *from && h.at < to)
-                {
-                    flows
-                        .entry((h.pod, h.ip))
-                        .or_default()
-                        .insert((h.src, h.proto));
-                }
+            Check::Endpoints { share, uniform, .. } => {
+                // Distinct flows (source socket, protocol) per endpoint pod and address, as
+                // they arrived (tally.rs).
+                let flows = match self.tally.checked(i) {
+                    Pending::Endpoints { flows, .. } => flows,
+                    _ => BTreeMap::new(),
+                };
                 let total: usize = flows.values().map(|f| f.len()).sum();
                 seen.push(format!("flows={total}"));
                 if total == 0 {
@@ -286,35 +256,13 @@ impl Simulation {
                     }
                 }
             }
-            Check::Endpoint {
-                endpoint,
-                client,
-                from,
-                to,
-                packets,
-                flows,
-            } => {
-                let to = to.unwrap_or(now).min(now + SimDuration::from_nanos(1));
-                let ips = self.ep_ips(endpoint);
-                // A pod (by index, if it exists), or an address.
-                let pod = match endpoint {
-                    EndpointRef::Pod(k) => Some(self.pod_ids.get(k).copied()),
-                    EndpointRef::Ip(_) => None,
+            Check::Endpoint { packets, flows, .. } => {
+                let (n, distinct) = match self.tally.checked(i) {
+                    Pending::Endpoint { packets, flows, .. } => (packets, flows.len()),
+                    _ => (0, 0),
                 };
-                let hits: Vec<&Hit> = self
-                    .hits
-                    .iter()
-                    .filter(|h| h.at >= *from && h.at < to)
-                    .filter(|h| pod.map_or(ips.contains(&h.ip), |id| id == Some(h.pod)))
-                    .filter(|h| client.is_none_or(|c| h.client == c))
-                    .collect();
-                let nflows = hits
-                    .iter()
-                    .map(|h| (h.src, h.proto))
-                    .collect::<BTreeSet<_>>()
-                    .len();
-                cmp("packets", *packets, hits.len() as u64);
-                cmp("flows", *flows, nflows as u64);
+                cmp("packets", *packets, n);
+                cmp("flows", *flows, distinct as u64);
             }
         }
         let passed = problems.is_empty();
@@ -342,48 +290,44 @@ impl Simulation {
     pub(super) fn client_figures(&self) -> Vec<ClientFigures> {
         self.clients
             .iter()
-            .map(|c| ClientFigures::of(&c.def.name, c.app.records(), self.end))
+            .enumerate()
+            .map(|(i, c)| {
+                ClientFigures::after(&c.def.name, self.tally.client(i), c.app.records(), self.end)
+            })
             .collect()
     }
 
     pub(super) fn summary(&self) -> Summary {
         let mut out = Summary::default();
-        for c in &self.clients {
-            let r = c.app.records();
-            let count = |f: &dyn Fn(&QueryOutcome) -> bool| {
-                r.iter().filter(|q| f(&q.outcome)).count() as u64
-            };
+        for (i, c) in self.clients.iter().enumerate() {
+            // The queries taken from the client's log, and those still kept.
+            let mut o = self.tally.client(i).outcomes;
+            for q in c.app.records() {
+                o.add(q, SimTime::MAX);
+            }
             out.clients.push(ClientSummary {
                 client: c.def.name.clone(),
                 target: c.def.target_text.clone(),
-                sent: r.len() as u64,
-                answered: count(&|o| matches!(o, QueryOutcome::Answered(_))),
-                failed: count(&|o| o.failed()),
-                timed_out: count(&|o| matches!(o, QueryOutcome::TimedOut(_))),
-                refused: count(&|o| {
-                    matches!(
-                        o,
-                        QueryOutcome::IcmpError(..)
-                            | QueryOutcome::Reset(_)
-                            | QueryOutcome::NoPort(_)
-                    )
-                }),
-                in_flight: count(&|o| matches!(o, QueryOutcome::Pending)),
+                sent: o.sent,
+                answered: o.answered,
+                failed: o.failed,
+                timed_out: o.timed_out,
+                refused: o.refused,
+                in_flight: o.in_flight,
             });
         }
-        // Per endpoint: packets and flows received, by client.
-        let mut per: BTreeMap<(usize, IpAddr), EndpointTally> = BTreeMap::new();
-        for h in &self.hits {
-            let e = per.entry((h.pod, h.ip)).or_default();
-            e.0 += 1;
-            e.1.insert((h.src, h.proto));
-            *e.2.entry(h.client).or_default() += 1;
-        }
+        // Per endpoint: packets and flows received, by client (counted as they arrived).
+        let per = &self.tally.endpoints;
         for (key, &id) in &self.pod_ids {
             let pod = &self.pods[id];
             let mut any = false;
             for ip in &pod.ips {
-                let Some((pk, fl, by)) = per.get(&(id, *ip)) else {
+                let Some(EndpointTally {
+                    packets: pk,
+                    flows: fl,
+                    by_client: by,
+                }) = per.get(&(id, *ip))
+                else {
                     continue;
                 };
                 any = true;
@@ -448,42 +392,29 @@ pub struct ClientFigures {
 impl ClientFigures {
     /// The figures of one client's `records` for a run ending at `end`.
     pub fn of(name: &str, records: &[QueryRecord], end: SimTime) -> ClientFigures {
-        let count =
-            |f: &dyn Fn(&QueryOutcome) -> bool| records.iter().filter(|q| f(&q.outcome)).count();
-        let mut blackholed_ns = 0u64;
-        let mut streak_from: Option<SimTime> = None;
+        ClientFigures::after(name, ClientTally::default(), records, end)
+    }
+
+    /// The figures of the queries `before` sums up followed by `records`.
+    fn after(
+        name: &str,
+        before: ClientTally,
+        records: &[QueryRecord],
+        end: SimTime,
+    ) -> ClientFigures {
+        let (mut o, mut blackhole) = (before.outcomes, before.blackhole);
         for q in records {
-            match q.outcome {
-                QueryOutcome::Answered(_) => {
-                    if let Some(from) = streak_from.take() {
-                        blackholed_ns += q.sent_at.as_nanos().saturating_sub(from.as_nanos());
-                    }
-                }
-                o if o.failed() => {
-                    streak_from.get_or_insert(q.sent_at);
-                }
-                _ => {}
-            }
-        }
-        if let Some(from) = streak_from {
-            blackholed_ns += end.as_nanos().saturating_sub(from.as_nanos());
+            o.add(q, SimTime::MAX);
+            blackhole.feed(q);
         }
         ClientFigures {
             name: name.to_string(),
-            sent: records.len() as u64,
-            answered: count(&|o| matches!(o, QueryOutcome::Answered(_))) as u64,
-            failed: count(&|o| o.failed()) as u64,
-            timed_out: count(&|o| matches!(o, QueryOutcome::TimedOut(_))) as u64,
-            refused: count(&|o| {
-                matches!(
-                    o,
-                    QueryOutcome::IcmpError(..) | QueryOutcome::Reset(_) | QueryOutcome::NoPort(_)
-                )
-            }) as u64,
-            blackholed_ns,
+            sent: o.sent,
+            answered: o.answered,
+            failed: o.failed,
+            timed_out: o.timed_out,
+            refused: o.refused,
+            blackholed_ns: blackhole.total_ns(end),
         }
     }
 }
-
-/// Packets, distinct flows and packets per client that reached one endpoint address.
-type EndpointTally = (u64, BTreeSet<(SocketAddr, u8)>, BTreeMap<usize, u64>);

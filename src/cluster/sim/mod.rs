@@ -30,8 +30,8 @@
 //! at the state at several instants), then [`Simulation::finish`] for the results.
 
 use super::apps::{
-    closed_port_response, AppEvent, ClientSchedule, Outbox, QueryOutcome, QueryRecord, Tag,
-    TcpClient, TcpClientConfig, TcpServer, UdpClient, UdpClientConfig, UdpServer,
+    closed_port_response, AppEvent, ClientSchedule, Outbox, QueryRecord, Tag, TcpClient,
+    TcpClientConfig, TcpServer, UdpClient, UdpClientConfig, UdpServer,
 };
 use super::control::{derive_slices, Phase, PodState};
 use super::ping::{PingClient, PingClientConfig, PingIdents};
@@ -60,6 +60,7 @@ mod network;
 mod pcap_client;
 pub mod record;
 pub mod sink;
+mod tally;
 mod timeline;
 
 pub use capture::{CapturePoint, CaptureSink, PcapDir};
@@ -237,6 +238,15 @@ impl ClientApp {
             ClientApp::Ping(c) => c.records(),
         }
     }
+    fn take_finished(&mut self) -> Vec<QueryRecord> {
+        match self {
+            ClientApp::Udp(c) => c.take_finished(),
+            ClientApp::Tcp(c) => c.take_finished(),
+            // A keep-alive session client keeps every request (its log is its own).
+            ClientApp::TcpSession(_) => Vec::new(),
+            ClientApp::Ping(c) => c.take_finished(),
+        }
+    }
     fn owns(&self, proto: u8, port: u16) -> bool {
         match self {
             ClientApp::Udp(c) => proto == 17 && c.binds(port),
@@ -348,6 +358,7 @@ pub struct SimulationBuilder {
     one_kube_proxy_per_node: bool,
     sinks: Vec<Box<dyn EventSink>>,
     capture: Option<Box<dyn CaptureSink>>,
+    keep_queries: bool,
 }
 
 impl SimulationBuilder {
@@ -392,6 +403,14 @@ impl SimulationBuilder {
     /// does.
     pub fn capture(mut self, sink: Box<dyn CaptureSink>) -> SimulationBuilder {
         self.capture = Some(sink);
+        self
+    }
+
+    /// Keeps every query record for the whole run, for [`Simulation::client_records`]
+    /// (memory then grows with the run). By default a client's finished queries become
+    /// running totals as the run goes, and only those still in flight (and after) are kept.
+    pub fn keep_queries(mut self, keep: bool) -> SimulationBuilder {
+        self.keep_queries = keep;
         self
     }
 
@@ -466,7 +485,10 @@ pub struct Simulation {
     recording: bool,
     /// The first error a sink returned; the run stops at the next event.
     output_error: Option<std::io::Error>,
-    hits: Vec<Hit>,
+    /// What the summary and the expectations keep of the packets and queries so far.
+    tally: tally::Tally,
+    /// Whether every query record is kept ([`SimulationBuilder::keep_queries`]).
+    keep_queries: bool,
     results: Vec<ExpectResult>,
     checks: Vec<(SimTime, usize)>,
     next_check: usize,
@@ -695,6 +717,7 @@ impl Simulation {
             one_kube_proxy_per_node: false,
             sinks: Vec::new(),
             capture: None,
+            keep_queries: false,
         }
     }
 
@@ -706,6 +729,7 @@ impl Simulation {
             one_kube_proxy_per_node,
             sinks,
             capture,
+            keep_queries,
         } = b;
         let seed = sc.seed;
         let mut nodes = Vec::new();
@@ -823,7 +847,8 @@ impl Simulation {
             recording: opts.record_timeline || !sinks.is_empty(),
             sinks,
             output_error: None,
-            hits: Vec::new(),
+            tally: tally::Tally::new(&sc.expectations),
+            keep_queries,
             results: Vec::new(),
             checks,
             next_check: 0,
@@ -1941,13 +1966,22 @@ impl Simulation {
         self.groups.len()
     }
 
-    /// Every query (send, TCP exchange, echo request) a client has made so far, in order;
+    /// The queries (sends, TCP exchanges, echo requests) a client keeps, in order: every one
+    /// so far when built with [`SimulationBuilder::keep_queries`], otherwise those from the
+    /// oldest still in flight on (the finished ones before it are in the run's totals);
     /// `None` for an unknown client name.
     pub fn client_records(&self, name: &str) -> Option<&[QueryRecord]> {
         self.clients
             .iter()
             .find(|c| c.def.name == name)
             .map(|c| c.app.records())
+    }
+
+    /// How many query records the clients keep right now. The finished ones at the front of
+    /// each client's log go into running totals as the run goes (`tally.rs`), so this stays
+    /// near the number of queries in flight however long the run.
+    pub fn queries_kept(&self) -> usize {
+        self.clients.iter().map(|c| c.app.records().len()).sum()
     }
 
     /// Node names, in scenario order.

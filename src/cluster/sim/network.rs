@@ -229,14 +229,16 @@ impl Simulation {
                         && p.dport().is_some_and(|d| c.app.owns(p.protocol(), d));
                     if !to_client {
                         if let (Some(sport), L4::Udp { .. } | L4::Tcp { .. }) = (p.sport(), p.l4) {
-                            self.hits.push(Hit {
+                            let hit = Hit {
                                 at: self.now,
                                 pod: k,
                                 ip: p.dst,
                                 client: t.client as usize,
                                 src: SocketAddr::new(p.src, sport),
                                 proto: p.protocol(),
-                            });
+                            };
+                            let ids = &self.pod_ids;
+                            self.tally.hit(&hit, |key, id| ids.get(key) == Some(&id));
                         }
                     }
                 }
@@ -388,6 +390,10 @@ impl Simulation {
     }
 
     pub(super) fn client_output(&mut self, i: usize, out: Outbox) {
+        if !self.keep_queries {
+            let taken = self.clients[i].app.take_finished();
+            self.tally.take(i, &taken, self.now);
+        }
         self.note_ports(i, &out.ports);
         let m = self.clients[i].machine.clone();
         let (name, events) = if self.recording {
