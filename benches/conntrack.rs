@@ -56,24 +56,24 @@
 //! **One cache line per entry** (issue #15, "conntrack at 1,000,000 entries"): each step's
 //! effect on the heap at 1M and on the three lookup figures. Time measured with
 //! `sim-conntrack/examples/ct1m.rs` (thread CPU time, the three modes alternating in one
-//! process, min over 5 rounds), the build before and after run back to back, at load
-//! average 12-16 (six engineers' builds on 2 cores: these figures move by 30 % from run to
-//! run, and the hot figure is inflated by the others' cache use as much as the random ones);
-//! instructions and L1d misses per batched packet from callgrind (`--cache-sim=yes`, 256K
-//! packets):
+//! process, min over 5 rounds of 1M calls), the build before and after run alternately,
+//! three times each, at load average 11-14 (six engineers' builds on 2 cores: figures move
+//! by 30 % from minute to minute, and another's cache use inflates the hot figure as much as
+//! the random ones); instructions and L1d misses per batched packet from callgrind
+//! (`--cache-sim=yes`, 256K packets):
 //!
 //! | step | bytes/entry | batched | hot | batched / hot | single | batched instr. (L1d misses) |
 //! | --- | --- | --- | --- | --- | --- | --- |
-//! | before (two 64 B lines, 16 B timers) | 184.5 | 123-153 ns | 76-109 ns | 1.41-1.62 | 265-321 ns | 282 (4.3) |
-//! | both keys as 16 B slims in one 64 B line (IPv6 keys in a side map), mark and sequence number in arrays beside the slab, 12 B timer records | 125.8 | 113-140 ns | 74-100 ns | 1.36-1.73 | 248-298 ns | 334 (4.3) |
+//! | before (two 64 B lines, 16 B timers) | 184.5 | 79-103 ns (9.7-12.6 M/s) | 56-66 ns | 1.43-1.57 | 189-248 ns | 282 (4.3) |
+//! | both keys as 16 B slims in one 64 B line (IPv6 keys in a side map), mark and sequence number in arrays beside the slab, 12 B timer records | 125.8 | 113-140 ns in a busier hour (before: 123-153) | 74-100 ns | 1.36-1.73 (before: 1.41-1.62) | 248-298 ns | 334 (4.3) |
+//! | `Index::find` and `lookup_key` always inlined (the compiler had stopped inlining them) | 125.8 | 71-104 ns (9.6-14.2 M/s) | 56-62 ns | 1.26-1.67 | 176-224 ns | 310 |
 //!
 //! The 125.8 bytes: the slab 67.1 (64 B slots, capacity 2^20), mark + sequence number 12.6,
 //! the index 33.5 (2M keys in 4M eight-byte slots), timers 12.6. A lookup of either direction
 //! now reads one index slot and one entry line (the reply key used to be on the entry's
-//! second line). Criterion, one run of this bench during the same load: `lookup_refresh_1m`
-//! 800 ns, `_batched` 458 ns, `_hot_1m` 239 ns (batched / hot 1.92). The difference in time
-//! is inside the noise of this machine; what is measured for sure is the memory (-32 %) and
-//! the instructions (+52 per batched packet: the slim comparison and the side-map check).
+//! second line). Resident memory growth per entry: 156 B (197 B before). Criterion, one run
+//! of this bench at load 12-16 (second row's code): `lookup_refresh_1m` 800 ns, `_batched`
+//! 458 ns, `_hot_1m` 239 ns (batched / hot 1.92).
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use sim_conntrack::{Conntrack, CtVerdict, Sysctls};
 use sim_core::{Packet, SimDuration, SimRng, SimTime};

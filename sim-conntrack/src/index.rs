@@ -56,7 +56,7 @@ impl Index {
     }
 
     /// The value (`slot << 1 | dir`) of the first key with `hash` for which `eq` holds.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find(&self, hash: u32, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
         let mask = self.mask();
         let mut pos = self.home(hash);
