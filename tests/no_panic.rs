@@ -47,7 +47,43 @@ enum Mutation {
     LongName { nth: usize, len: usize },
     /// Insert a syntax token.
     Token { at: usize, token: usize },
+    /// Replace the value of the `nth` `key: value` line (YAML) by an edge value.
+    Value { nth: usize, value: usize },
 }
+
+const EDGE_VALUES: &[&str] = &[
+    "",
+    "~",
+    "null",
+    "[]",
+    "{}",
+    "0",
+    "-1",
+    "0s",
+    "0ms",
+    "1ns",
+    "584y",
+    "99999999h",
+    "18446744073709551616",
+    "1e999",
+    ".inf",
+    ".nan",
+    "true",
+    "\"\"",
+    "0.0.0.0",
+    "255.255.255.255",
+    "127.0.0.1",
+    "0.0.0.0/0",
+    "10.0.0.1/33",
+    "::",
+    "a/b",
+    "!!binary aGk=",
+    "*x",
+    "&x y",
+    "65536",
+    "[1, 2, [3]]",
+    "{a: {b: {c: 1}}}",
+];
 
 const EDGE_NUMBERS: &[&str] = &[
     "0",
@@ -145,6 +181,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         3 => (i, i).prop_map(|(nth, value)| Mutation::Number { nth, value }),
         1 => (i, i).prop_map(|(nth, len)| Mutation::LongName { nth, len }),
         2 => (i, i).prop_map(|(at, token)| Mutation::Token { at, token }),
+        3 => (i, i).prop_map(|(nth, value)| Mutation::Value { nth, value }),
     ]
 }
 
@@ -231,6 +268,19 @@ fn apply(input: &mut Vec<u8>, m: &Mutation, corpus: &[(String, Vec<u8>)]) {
             if let Some(&(s, _)) = rs.get(nth % rs.len().max(1)) {
                 let l = LONG_NAMES[len % LONG_NAMES.len()];
                 input.splice(s..s, std::iter::repeat_n(b'n', l));
+            }
+        }
+        Mutation::Value { nth, value } => {
+            let ls: Vec<(usize, usize)> = lines(input)
+                .into_iter()
+                .filter_map(|(s, e)| {
+                    let colon = input[s..e].windows(2).position(|w| w == b": ")?;
+                    let end = if input[e - 1] == b'\n' { e - 1 } else { e };
+                    Some((s + colon + 2, end))
+                })
+                .collect();
+            if let Some(&(s, e)) = ls.get(nth % ls.len().max(1)) {
+                input.splice(s..e, EDGE_VALUES[value % EDGE_VALUES.len()].bytes());
             }
         }
         Mutation::Token { at, token } => {
