@@ -21,8 +21,10 @@
 //!
 //! Speed (figures in `benches/conntrack.rs`): a lookup hashes the tuple once into five
 //! machine words ([`Tuple`] is kept for the API), reads one index slot (hash and slab slot in
-//! one `u64`) and one 64-byte line of the entry, which holds the original tuple, the
-//! generation, status, deadline and tracker state; a refresh writes the deadline only and
+//! one `u64`) and the entry, one 64-byte line holding both tuples (16 bytes each for IPv4;
+//! IPv6 tuples live in a side map), the generation, status, deadline, timer and tracker
+//! state, with the mark and creation number in arrays beside it (about 126 bytes per entry
+//! in all at 1M, index and timers included); a refresh writes the deadline only and
 //! the timer heap catches up lazily when the old deadline fires. A packet of a known UDP flow
 //! and a plain ACK of an ESTABLISHED TCP connection are tracked inline (the general path is
 //! out of line); `nat_packet` of a TCP/UDP/SCTP entry rewrites from the other direction's key
