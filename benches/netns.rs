@@ -62,7 +62,7 @@ use std::time::Duration;
 
 #[path = "support/first_packets.rs"]
 mod first_packets;
-use first_packets::time_first_packets;
+use first_packets::FirstPackets;
 
 const SERVICES: usize = 10_000;
 
@@ -202,11 +202,9 @@ fn bench(c: &mut Criterion) {
         ("first_packet_100_services", &small),
     ] {
         let base = node(k);
-        let mut i = 0usize;
+        let mut flows = FirstPackets::new(&base);
         g.bench_function(name, |b| {
-            b.iter_custom(|iters| {
-                time_first_packets(&base, iters, &mut i, eth0, |j| first_packet(k, j))
-            })
+            b.iter_custom(|iters| flows.time(iters, eth0, |j| first_packet(k, j)))
         });
     }
     g.finish();

@@ -7,8 +7,8 @@
 //! EndpointSlices, applied as the cluster applies them (`cluster::proxy::apply_sync`).
 //!
 //! Each packet is a host-network client's (172.18.x.y, through eth0) first packet to a
-//! Service: DNAT to an endpoint (`statistic` / `numgen` picks it), MASQUERADE (the source is
-//! outside the cluster CIDR) and the conntrack entry confirmed, as in
+//! Service: DNAT to an endpoint (`statistic` / `numgen` picks it), MASQUERADE to cni0's
+//! address (the source is outside the cluster CIDR) and the conntrack entry confirmed, as in
 //! `netns/first_packet_10k_services`. 100 Services too, to show how flat each mode is.
 //!
 //! `cargo bench --bench proxy_modes`; figures in the README's speed table.
@@ -26,7 +26,7 @@ use std::time::Duration;
 mod first_packets;
 #[path = "support/proxy_objects.rs"]
 mod proxy_objects;
-use first_packets::time_first_packets;
+use first_packets::FirstPackets;
 use proxy_objects::{cluster_ip, objects};
 
 /// A node (eth0 172.18.0.2/16 with the default route, cni0 10.244.0.1/16 to the pods) with
@@ -95,7 +95,8 @@ fn bench(c: &mut Criterion) {
         ] {
             let base = node(mode, services);
             // The rules do what they should: DNAT to one of the Service's endpoints,
-            // masqueraded to the node's address.
+            // masqueraded to the address of the interface it leaves by (cni0, the route to
+            // the pods: `nf_nat_masquerade_ipv4` takes the outgoing device's address).
             {
                 let mut n = base.clone();
                 let p = first_packet(services, 1);
@@ -107,13 +108,11 @@ fn bench(c: &mut Criterion) {
                     packet.dst.to_string().starts_with("10.244.") && packet.dport() == Some(8080),
                     "{label}: {p} went to {packet}"
                 );
-                assert_eq!(packet.src.to_string(), "172.18.0.2", "{label}: {packet}");
+                assert_eq!(packet.src.to_string(), "10.244.0.1", "{label}: {packet}");
             }
-            let mut i = 0usize;
+            let mut flows = FirstPackets::new(&base);
             g.bench_function(format!("first_packet_{services}_services_{label}"), |b| {
-                b.iter_custom(|iters| {
-                    time_first_packets(&base, iters, &mut i, eth0, |j| first_packet(services, j))
-                })
+                b.iter_custom(|iters| flows.time(iters, eth0, |j| first_packet(services, j)))
             });
         }
     }
