@@ -263,6 +263,39 @@ impl Conntrack {
         manip: Manip,
         range: &NatRange,
     ) -> Result<CtEntry, NatError> {
+        let slot = self.nat_setup_slot(id, manip, range)?;
+        Ok(self.snapshot(slot))
+    }
+
+    /// [`Conntrack::nat_setup`] without the copy of the entry: for a packet's pipeline, which
+    /// does not look at it (a first packet's two bindings made two copies of its entry).
+    pub fn nat_bind(&mut self, id: EntryId, manip: Manip, range: &NatRange) -> Result<(), NatError> {
+        self.nat_setup_slot(id, manip, range).map(|_| ())
+    }
+
+    /// [`Conntrack::nat_null_binding`] without the copy of the entry.
+    pub fn nat_null_bind(&mut self, id: EntryId, manip: Manip) -> Result<(), NatError> {
+        let slot = self.slot_of(id).ok_or(NatError::NoEntry(id))?;
+        let range = NatRange::to_addr(self.null_binding_addr(slot, manip));
+        self.nat_bind(id, manip, &range)
+    }
+
+    /// The address a null binding maps `manip` onto: the entry's own.
+    fn null_binding_addr(&self, slot: usize, manip: Manip) -> std::net::IpAddr {
+        let reply = self.key(slot, 1).tuple();
+        match manip {
+            Manip::Src => reply.dst,
+            Manip::Dst => reply.src,
+        }
+    }
+
+    /// [`Conntrack::nat_setup`]'s work; the entry's slot.
+    fn nat_setup_slot(
+        &mut self,
+        id: EntryId,
+        manip: Manip,
+        range: &NatRange,
+    ) -> Result<usize, NatError> {
         let slot = self.slot_of(id).ok_or(NatError::NoEntry(id))?;
         let e = &self.slab[slot];
         if e.life != Life::Unconfirmed {
@@ -295,7 +328,7 @@ impl Conntrack {
         }
         let e = &mut self.slab[slot];
         e.status.insert(manip.done_bit());
-        Ok(self.snapshot(slot))
+        Ok(slot)
     }
 
     /// Records that a NAT hook found no rule for a new connection (`nf_nat_alloc_null_binding`):
@@ -303,11 +336,7 @@ impl Conntrack {
     /// source port may still change if the reply tuple is already taken.
     pub fn nat_null_binding(&mut self, id: EntryId, manip: Manip) -> Result<CtEntry, NatError> {
         let slot = self.slot_of(id).ok_or(NatError::NoEntry(id))?;
-        let reply = self.key(slot, 1).tuple();
-        let ip = match manip {
-            Manip::Src => reply.dst,
-            Manip::Dst => reply.src,
-        };
+        let ip = self.null_binding_addr(slot, manip);
         self.nat_setup(id, manip, &NatRange::to_addr(ip))
     }
 

@@ -1595,18 +1595,26 @@ impl Netns {
         f.view = None;
         // A NAT target of the wrong manip type for this hook cannot be in a valid ruleset
         // (iptables refuses DNAT in POSTROUTING); treat it as no mapping.
+        // No copy of the entry unless a trace shows its reply tuple.
         let result = match range {
-            Some(r) => self.conntrack.nat_setup(h.id, manip, &r),
-            None => self.conntrack.nat_null_binding(h.id, manip),
+            Some(r) => self.conntrack.nat_bind(h.id, manip, &r),
+            None => self.conntrack.nat_null_bind(h.id, manip),
         };
         match result {
-            Ok(e) => {
-                Self::step(f, |_| Step::NatSetup {
-                    hook,
-                    manip,
-                    what: what.unwrap_or_default(),
-                    reply: tuple_text(&e.reply),
-                });
+            Ok(()) => {
+                if let Some(what) = what {
+                    let reply = self
+                        .conntrack
+                        .get(h.id)
+                        .map(|e| tuple_text(&e.reply))
+                        .unwrap_or_default();
+                    Self::step(f, |_| Step::NatSetup {
+                        hook,
+                        manip,
+                        what,
+                        reply,
+                    });
+                }
                 Ok(())
             }
             Err(e) => Err(Fate::Dropped(DropCause::Nat(e.to_string()))),
