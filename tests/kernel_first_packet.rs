@@ -26,7 +26,10 @@ fn the_kernel_dnats_and_masquerades_every_first_packet_in_both_modes() {
         eprintln!("{f:?}");
         assert_eq!((f.services, f.packets), (services, packets), "{f:?}");
         assert_eq!(f.entries, packets, "one entry per first packet: {f:?}");
-        assert_eq!(f.dnatted, packets, "every packet DNAT'd to an endpoint: {f:?}");
+        assert_eq!(
+            f.dnatted, packets,
+            "every packet DNAT'd to an endpoint: {f:?}"
+        );
         assert_eq!(f.masqueraded, packets, "every packet masqueraded: {f:?}");
     }
     let f = measure(KernelMode::Baseline, services, packets).unwrap_or_else(|e| panic!("{e}"));

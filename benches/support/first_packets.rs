@@ -61,9 +61,7 @@ impl<'a> FirstPackets<'a> {
                 self.taken = 0;
             }
             let batch = (iters - done).min(FIRST_BATCH - self.taken);
-            let packets: Vec<Packet> = (0..batch as usize)
-                .map(|j| packet(self.next + j))
-                .collect();
+            let packets: Vec<Packet> = (0..batch as usize).map(|j| packet(self.next + j)).collect();
             let n = &mut self.node;
             let mut taken = self.taken;
             let t = Instant::now();

@@ -30,11 +30,7 @@ pub fn objects(services: usize) -> Vec<String> {
 
 /// The same Services with Service `i`'s cluster IP at `cluster_base` + `i` and its two
 /// endpoints at `endpoint_base` + 2`i` and + 2`i` + 1.
-pub fn objects_at(
-    services: usize,
-    cluster_base: Ipv4Addr,
-    endpoint_base: Ipv4Addr,
-) -> Vec<String> {
+pub fn objects_at(services: usize, cluster_base: Ipv4Addr, endpoint_base: Ipv4Addr) -> Vec<String> {
     let mut out = Vec::new();
     for i in 0..services {
         if i % 400 == 0 {

@@ -269,7 +269,12 @@ impl Conntrack {
 
     /// [`Conntrack::nat_setup`] without the copy of the entry: for a packet's pipeline, which
     /// does not look at it (a first packet's two bindings made two copies of its entry).
-    pub fn nat_bind(&mut self, id: EntryId, manip: Manip, range: &NatRange) -> Result<(), NatError> {
+    pub fn nat_bind(
+        &mut self,
+        id: EntryId,
+        manip: Manip,
+        range: &NatRange,
+    ) -> Result<(), NatError> {
         self.nat_setup_slot(id, manip, range).map(|_| ())
     }
 
