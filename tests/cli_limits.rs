@@ -126,3 +126,20 @@ fn an_error_says_its_cause_once() {
         "{err}"
     );
 }
+
+/// `nfsim sweep` reads its scenario, and `sweep merge` its results files, with the same size
+/// limits as the other commands: an endless file is refused, not read until memory runs out.
+#[test]
+fn sweep_refuses_endless_inputs() {
+    if !std::path::Path::new("/dev/zero").exists() {
+        println!("skipped: sweep_refuses_endless_inputs: no /dev/zero");
+        return;
+    }
+    let (code, _, err) = nfsim(&["sweep", "/dev/zero", "--seeds", "1..2"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("larger than 64 MiB") && err.contains("MAX_SCENARIO_BYTES"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

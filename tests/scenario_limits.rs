@@ -277,3 +277,20 @@ fn a_service_selecting_no_pod_is_a_warning_with_its_place() {
     let sc = load_str("t.yaml", &GOOD.replace("      selector: {app: dns}\n", "")).unwrap();
     assert!(sc.warnings.is_empty());
 }
+
+#[test]
+fn service_port_names_are_dns_1123_labels() {
+    for bad in ["\"d\\u0007ns\"", "DNS", "dns_1", "-dns"] {
+        let e = err(&GOOD.replace(
+            "{name: dns, protocol: UDP, port: 53}",
+            &format!("{{name: {bad}, protocol: UDP, port: 53}}"),
+        ));
+        assert_eq!(e.line, 15, "{bad}: {}", e.message);
+        assert!(
+            e.message.contains("spec.ports[0].name") && e.message.contains("DNS-1123 label"),
+            "{bad}: {}",
+            e.message
+        );
+        assert!(!e.message.contains('\u{7}'), "shown escaped: {}", e.message);
+    }
+}

@@ -330,6 +330,17 @@ pub struct SessionAffinityConfig {
     pub client_ip: Option<ClientIpConfig>,
 }
 
+/// Whether `s` is a DNS-1123 label (`IsDNS1123Label`): 1–63 lowercase letters, digits and
+/// `-`, starting and ending with a letter or digit.
+fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    (1..=63).contains(&b.len())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
 /// `spec` of a Service.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -653,6 +664,17 @@ impl Service {
                 return Err(err(
                     format!("spec.ports[{i}].name"),
                     "missing: every port of a multi-port Service needs a name".into(),
+                ));
+            }
+            // validateServicePort: a port's name is a DNS-1123 label (it reaches kube-proxy's
+            // chain comments and the timeline).
+            if !p.name.is_empty() && !is_dns1123_label(&p.name) {
+                return Err(err(
+                    format!("spec.ports[{i}].name"),
+                    format!(
+                        "{:?} is not a DNS-1123 label: expected at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (as Kubernetes requires)",
+                        p.name
+                    ),
                 ));
             }
             if !seen.insert((p.name.clone(), p.protocol)) {

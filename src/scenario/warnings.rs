@@ -40,7 +40,7 @@ fn selects(selector: &BTreeMap<String, String>, namespace: &str, pod: &PodDef) -
 fn selector_text(selector: &BTreeMap<String, String>) -> String {
     selector
         .iter()
-        .map(|(k, v)| format!("{k}={v}"))
+        .map(|(k, v)| format!("{}={}", k.escape_debug(), v.escape_debug()))
         .collect::<Vec<_>>()
         .join(",")
 }
