@@ -17,8 +17,7 @@ use nfsim::scenario::load_str;
 fn one_pod(clients: usize) -> String {
     let mut s = String::from(
         "name: one-pod\nduration: 1h\nnodes:\n  - {name: n1, address: 192.168.0.1, podCIDR: 10.244.1.0/24}\n\
-pods:\n  - {name: dns, labels: {app: dns}, node: n1, ip: 10.244.1.5, apps: [{udpServer: {port: 53}}]}\n\
-  - {name: cl, node: n1, ip: 10.244.1.9}\n\
+pods:\n  - {name: dns, labels: {app: dns}, node: n1, ip: 10.244.1.5, apps: [{udpServer: {port: 53}}]}\n  - {name: cl, node: n1, ip: 10.244.1.9}\n\
 services:\n  - {metadata: {name: dns}, spec: {clusterIP: 10.96.0.10, selector: {app: dns}, ports: [{protocol: UDP, port: 53}]}}\n\
 clients:\n",
     );
