@@ -3,7 +3,7 @@
 //!
 //! A random statistic match draws `get_random_u32() & 0x7fffffff` and matches when the draw
 //! is below the stored threshold (`statistic_mt`, `net/netfilter/xt_statistic.c`), so each
-//! such rule the walk reaches either matches or not. [`Ruleset::walk_all`] follows both: it
+//! such rule the walk reaches either matches or not. `Ruleset::walk_all` follows both: it
 //! walks the table once, and where it reaches a random statistic match whose outcome is not
 //! certain it keeps a copy of the walk as it stands (position, jump stack, mark, random
 //! stream, rule state) to continue later with the rule forced to fail, and goes on with the

@@ -142,7 +142,7 @@ pub struct ReplaySummary {
     /// `PACKET_OUTGOING`): not replayed as arrivals.
     pub outgoing: usize,
     /// Records of a Linux cooked capture that repeat, byte for byte, one taken less than
-    /// [`DUPLICATE_WINDOW_NS`] before: one packet seen on two interfaces (a bridge port and
+    /// `DUPLICATE_WINDOW_NS` (1 ms) before: one packet seen on two interfaces (a bridge port and
     /// the bridge). Replayed once.
     pub duplicates: usize,
 }

@@ -445,7 +445,7 @@ pub enum SimError {
     /// names the command, the node, the time and what was wrong.
     #[error("{0}")]
     Reconciler(String),
-    /// A sink of [`RunOptions::sinks`] could not write (a closed pipe, a full disk): the run
+    /// A sink added with [`SimulationBuilder::sink`] could not write (a closed pipe, a full disk): the run
     /// stopped there.
     #[error("{message}")]
     Output {
