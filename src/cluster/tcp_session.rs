@@ -44,6 +44,7 @@ use crate::cluster::apps::{
     QueryRecord, Tag, TcpFailure, TCP_DELACK_MIN, TCP_TIMEWAIT_LEN,
 };
 use crate::cluster::ports::ConnectPorts;
+use crate::cluster::querylog::QueryLog;
 use sim_core::packet::icmp;
 use sim_core::{Packet, SimDuration, SimRng, SimTime, TcpFlags, L4};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -153,7 +154,7 @@ pub struct TcpSessionClient {
     /// EOF, send a queued request).
     pump: BTreeSet<u32>,
     pump_at: Option<SimTime>,
-    records: Vec<QueryRecord>,
+    records: QueryLog,
 }
 
 impl TcpSessionClient {
@@ -172,7 +173,7 @@ impl TcpSessionClient {
             by_port: BTreeMap::new(),
             pump: BTreeSet::new(),
             pump_at: None,
-            records: Vec::new(),
+            records: QueryLog::new(),
             cfg,
         };
         c.schedule_next();
@@ -184,9 +185,19 @@ impl TcpSessionClient {
         &self.cfg
     }
 
-    /// Every request so far, in order (`src_port` is the connection's).
+    /// The requests kept, in order (`src_port` is the connection's): every one so far,
+    /// unless the driver took the finished ones ([`TcpSessionClient::take_finished`]).
     pub fn records(&self) -> &[QueryRecord] {
-        &self.records
+        self.records.kept()
+    }
+
+    /// Removes the finished requests at the front of [`TcpSessionClient::records`] and
+    /// returns them. A request's outcome is set once, when it ends (its response read, its
+    /// connection failed or timed out while it waited, no port for it): every later change
+    /// goes to the request then waiting on the connection, never to an ended one, so an ended
+    /// request is final even while its connection stays open.
+    pub fn take_finished(&mut self) -> Vec<QueryRecord> {
+        self.records.take_finished(|_| false)
     }
 
     /// Ports bound right now (every connection not yet closed, TIME_WAIT included).
@@ -304,7 +315,7 @@ impl TcpSessionClient {
         let Some(r) = self.conns.get_mut(&id).and_then(|c| c.busy.take()) else {
             return;
         };
-        if let Some(rec) = self.records.get_mut(r as usize) {
+        if let Some(rec) = self.records.get_mut(r) {
             rec.outcome = match reason {
                 TcpFailure::Reset | TcpFailure::PeerClosed => QueryOutcome::Reset(now),
                 TcpFailure::Unreachable => QueryOutcome::IcmpError(now, icmp::CODE_HOST_UNREACH),
@@ -365,7 +376,7 @@ impl TcpSessionClient {
         if let Some(c) = self.conns.get_mut(&id) {
             c.snd_nxt = c.snd_nxt.wrapping_add(req as u32);
         }
-        if let Some(rec) = self.records.get_mut(r as usize) {
+        if let Some(rec) = self.records.get_mut(r) {
             rec.src_port = port;
         }
         self.set_deadline(id, Some(now + self.cfg.request_timeout));
@@ -429,7 +440,7 @@ impl TcpSessionClient {
         if let Some(s) = self.slots.get_mut(slot as usize) {
             s.conn = Some(id);
         }
-        if let Some(rec) = self.records.get_mut(r as usize) {
+        if let Some(rec) = self.records.get_mut(r) {
             rec.src_port = port;
         }
         let src = SocketAddr::new(self.cfg.local_ip, port);
@@ -501,7 +512,7 @@ impl TcpSessionClient {
             }
             // No free port (EADDRNOTAVAIL): the request fails at once.
             self.slots[slot as usize].queue.pop_front();
-            if let Some(rec) = self.records.get_mut(r as usize) {
+            if let Some(rec) = self.records.get_mut(r) {
                 rec.outcome = QueryOutcome::NoPort(now);
             }
         }
@@ -675,8 +686,8 @@ impl TcpSessionClient {
                 if payload > 0 {
                     c.rcv_nxt = pseq.wrapping_add(payload);
                     if let Some(r) = c.busy.take() {
-                        let sent_at = self.records.get(r as usize).map_or(now, |rec| rec.sent_at);
-                        if let Some(rec) = self.records.get_mut(r as usize) {
+                        let sent_at = self.records.get(r).map_or(now, |rec| rec.sent_at);
+                        if let Some(rec) = self.records.get_mut(r) {
                             rec.outcome = QueryOutcome::Answered(now);
                         }
                         out.events.push((

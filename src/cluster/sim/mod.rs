@@ -242,8 +242,7 @@ impl ClientApp {
         match self {
             ClientApp::Udp(c) => c.take_finished(),
             ClientApp::Tcp(c) => c.take_finished(),
-            // A keep-alive session client keeps every request (its log is its own).
-            ClientApp::TcpSession(_) => Vec::new(),
+            ClientApp::TcpSession(c) => c.take_finished(),
             ClientApp::Ping(c) => c.take_finished(),
         }
     }
