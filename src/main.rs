@@ -420,7 +420,7 @@ fn finish_sweep(
         std::fs::write(path, html).with_context(|| format!("writing {path}"))?;
     }
     if !quiet {
-        eprint!("{}", nfsim::sweep::stats::render(&agg));
+        err_out(&nfsim::sweep::stats::render(&agg))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1337,7 +1337,17 @@ impl<W: Write> Write for Named<W> {
 
 /// Writes `text` to stdout (an error, not a panic, when stdout is closed or full).
 fn out(text: &str) -> Result<()> {
-    let mut w = Named::new("stdout", std::io::stdout().lock());
+    write_named("stdout", std::io::stdout().lock(), text)
+}
+
+/// Writes `text` to stderr (an error, not a panic as `eprint!` would, when stderr is closed
+/// or full).
+fn err_out(text: &str) -> Result<()> {
+    write_named("stderr", std::io::stderr().lock(), text)
+}
+
+fn write_named(name: &str, inner: impl Write, text: &str) -> Result<()> {
+    let mut w = Named::new(name, inner);
     w.write_all(text.as_bytes())?;
     w.flush()?;
     Ok(())

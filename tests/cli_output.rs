@@ -168,6 +168,30 @@ fn a_full_json_file_is_exit_2_naming_it() {
     assert!(err.starts_with("error: writing /dev/full: "), "{err}");
 }
 
+/// `sweep` prints its table on stderr: a full stderr is exit 2 (the message cannot be
+/// written either), not a panic (exit 101, as `eprint!` gave); a closed one ends quietly.
+#[test]
+fn sweep_table_on_a_full_or_closed_stderr_is_not_a_panic() {
+    let args = ["sweep", "scenarios/stale-dns-udp.yaml", "--seeds", "1..3"];
+    if let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") {
+        let out = cmd(&args)
+            .stdout(Stdio::null())
+            .stderr(full)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+    } else {
+        println!("skipped: sweep_table_on_a_full_stderr: no /dev/full");
+    }
+    let mut child = cmd(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
 /// The timeline reaches the sinks while the run goes on: after `run_until(1m)` a sink holds
 /// every event up to 1m and none after; nothing is kept in the result unless asked.
 #[test]
