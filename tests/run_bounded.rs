@@ -2,7 +2,7 @@
 //! a client's finished queries and the packets that reach endpoints become running totals as
 //! the run goes, and the verdicts and the summary are what they would be with everything kept.
 
-use nfsim::cluster::sim::{RunOptions, Simulation};
+use nfsim::cluster::sim::{RunOptions, RunResult, Simulation};
 use sim_core::{SimDuration, SimTime};
 
 const GOOD: &str = include_str!("fixtures/scenario/minimal.yaml");
@@ -25,9 +25,11 @@ fn busy() -> nfsim::scenario::Scenario {
     nfsim::scenario::load_str("busy.yaml", &text).unwrap()
 }
 
-#[test]
-fn a_busy_client_keeps_few_records_and_every_verdict_counts_them_all() {
-    let mut sim = Simulation::builder(busy())
+/// Runs `scenario()` in 10 s steps, asserting at most 256 query records are ever kept, then
+/// again keeping every query: the two runs' verdicts, summaries and client figures must be
+/// equal, and the second must have kept all 12,000 records. Returns the folding run's result.
+fn folds_yet_counts_everything(scenario: fn() -> nfsim::scenario::Scenario) -> RunResult {
+    let mut sim = Simulation::builder(scenario())
         .options(RunOptions::default())
         .build()
         .unwrap();
@@ -47,12 +49,11 @@ fn a_busy_client_keeps_few_records_and_every_verdict_counts_them_all() {
     assert_eq!(r.results.len(), 5);
     let c = &r.summary_data.clients[0];
     assert_eq!((c.sent, c.answered, c.in_flight), (12_000, 12_000, 0));
-    assert_eq!(r.summary_data.endpoints[0].packets, 12_000);
     assert_eq!(r.clients[0].sent, 12_000);
     assert_eq!(r.clients[0].blackholed_ns, 0);
 
     // Keeping every query gives the same verdicts, summary and figures.
-    let mut all = Simulation::builder(busy())
+    let mut all = Simulation::builder(scenario())
         .options(RunOptions::default())
         .keep_queries(true)
         .build()
@@ -65,6 +66,13 @@ fn a_busy_client_keeps_few_records_and_every_verdict_counts_them_all() {
     assert_eq!(k.results, r.results);
     assert_eq!(k.summary, r.summary);
     assert_eq!(k.clients, r.clients);
+    r
+}
+
+#[test]
+fn a_busy_client_keeps_few_records_and_every_verdict_counts_them_all() {
+    let r = folds_yet_counts_everything(busy);
+    assert_eq!(r.summary_data.endpoints[0].packets, 12_000);
 }
 
 /// A web pod and a keep-alive TCP client on two connections sending every 10 ms for 2 minutes
@@ -86,40 +94,7 @@ expectations:\n  \
 
 #[test]
 fn a_keepalive_client_keeps_few_request_records_while_its_connections_stay_open() {
-    let mut sim = Simulation::builder(keepalive())
-        .options(RunOptions::default())
-        .build()
-        .unwrap();
-    let mut most = 0;
-    for s in (10..=120).step_by(10) {
-        sim.run_until(SimTime::ZERO + SimDuration::from_secs(s))
-            .unwrap();
-        most = most.max(sim.queries_kept());
-    }
     // Its two connections stay open until the end, yet an answered request is final: the
     // front of the log is taken all the same.
-    assert!(most <= 256, "kept {most} request records");
-    let r = sim.finish().unwrap();
-    for x in &r.results {
-        assert!(x.passed, "{}: {}", x.name, x.detail);
-    }
-    assert_eq!(r.results.len(), 5);
-    let c = &r.summary_data.clients[0];
-    assert_eq!((c.sent, c.answered, c.in_flight), (12_000, 12_000, 0));
-    assert_eq!(r.clients[0].sent, 12_000);
-    assert_eq!(r.clients[0].blackholed_ns, 0);
-
-    let mut all = Simulation::builder(keepalive())
-        .options(RunOptions::default())
-        .keep_queries(true)
-        .build()
-        .unwrap();
-    all.run_until(SimTime::ZERO + SimDuration::from_secs(120))
-        .unwrap();
-    assert_eq!(all.queries_kept(), 12_000);
-    assert_eq!(all.client_records("c").map(|r| r.len()), Some(12_000));
-    let k = all.finish().unwrap();
-    assert_eq!(k.results, r.results);
-    assert_eq!(k.summary, r.summary);
-    assert_eq!(k.clients, r.clients);
+    folds_yet_counts_everything(keepalive);
 }

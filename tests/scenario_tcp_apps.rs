@@ -8,7 +8,7 @@
 mod kernel;
 
 use kernel::{parse_ct_line, CtEntry, Scenario};
-use nfsim::cluster::apps::{ClientSchedule, Outbox, TcpServer};
+use nfsim::cluster::apps::{ClientSchedule, Outbox, TcpClientConfig, TcpServer};
 use nfsim::cluster::ports::ConnectPorts;
 use nfsim::cluster::sim::{RunOptions, RunResult, Simulation};
 use nfsim::cluster::tcp_session::{ConnectionPolicy, TcpSessionClient, TcpSessionConfig};
@@ -326,19 +326,21 @@ impl Loopback {
         let server = TcpServer::new(8080, SimDuration::from_millis(1), SimRng::derive(1, "s"));
         let client = TcpSessionClient::new(
             TcpSessionConfig {
-                index: 0,
-                local_ip: "127.0.0.1".parse().unwrap(),
-                dst: "127.0.0.2:8080".parse().unwrap(),
-                schedule: ClientSchedule {
-                    start: SimTime::ZERO,
-                    stop: SimTime::MAX,
-                    interval,
-                    jitter: SimDuration::ZERO,
-                    count: Some(requests),
+                client: TcpClientConfig {
+                    index: 0,
+                    local_ip: "127.0.0.1".parse().unwrap(),
+                    dst: "127.0.0.2:8080".parse().unwrap(),
+                    schedule: ClientSchedule {
+                        start: SimTime::ZERO,
+                        stop: SimTime::MAX,
+                        interval,
+                        jitter: SimDuration::ZERO,
+                        count: Some(requests),
+                    },
+                    connect_timeout: SimDuration::from_secs(10),
+                    request_timeout: SimDuration::from_secs(10),
+                    request_bytes: 3,
                 },
-                connect_timeout: SimDuration::from_secs(10),
-                request_timeout: SimDuration::from_secs(10),
-                request_bytes: 3,
                 policy: ConnectionPolicy {
                     requests: None,
                     parallel: 1,

@@ -749,11 +749,11 @@ impl UdpClient {
 
     /// The next instant it needs [`UdpClient::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<SimTime> {
-        let d = self.deadlines.first().map(|(t, _)| *t);
-        match (self.next_send, d) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        // The earlier of the next send and the nearest deadline, where either exists.
+        [self.next_send, self.deadlines.first().map(|(t, _)| *t)]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn send(&mut self, now: SimTime, seq: u32, port: u16, attempt: u8, out: &mut Outbox) {
@@ -1117,11 +1117,11 @@ impl TcpClient {
     }
     /// The next instant it needs [`TcpClient::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<SimTime> {
-        let d = self.deadlines.first().map(|(t, _)| *t);
-        match (self.next_send, d) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        // The earlier of the next send and the nearest deadline, where either exists.
+        [self.next_send, self.deadlines.first().map(|(t, _)| *t)]
+            .into_iter()
+            .flatten()
+            .min()
     }
     fn tag(&self, seq: u32, attempt: u8) -> u64 {
         Tag {

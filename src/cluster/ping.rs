@@ -149,11 +149,11 @@ impl PingClient {
     }
     /// The next instant it needs [`PingClient::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<SimTime> {
-        let d = self.deadlines.first().map(|(t, _)| *t);
-        match (self.next_send, d) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        // The earlier of the next send and the nearest deadline, where either exists.
+        [self.next_send, self.deadlines.first().map(|(t, _)| *t)]
+            .into_iter()
+            .flatten()
+            .min()
     }
     /// The ICMP sequence number of request `k` (ping counts from 1, modulo 2^16).
     fn icmp_seq(k: u32) -> u16 {

@@ -41,14 +41,14 @@
 
 use crate::cluster::apps::{
     tcp_packet, tcp_seg_len, AppEvent, ClientSchedule, Outbox, PortsInUse, QueryOutcome,
-    QueryRecord, Tag, TcpFailure, TCP_DELACK_MIN, TCP_TIMEWAIT_LEN,
+    QueryRecord, Tag, TcpClientConfig, TcpFailure, TCP_DELACK_MIN, TCP_TIMEWAIT_LEN,
 };
 use crate::cluster::ports::ConnectPorts;
 use crate::cluster::querylog::QueryLog;
 use sim_core::packet::icmp;
 use sim_core::{Packet, SimDuration, SimRng, SimTime, TcpFlags, L4};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 /// A pause on open connections: no request from `start + after` for `duration`; the rest of
 /// the schedule moves by `duration`.
@@ -72,23 +72,12 @@ pub struct ConnectionPolicy {
     pub pause: Option<Pause>,
 }
 
-/// The configuration of a [`TcpSessionClient`].
+/// The configuration of a [`TcpSessionClient`]: a plain [`TcpClientConfig`] (who, where,
+/// when, timeouts, request size) and how its connections are used.
 #[derive(Clone, Debug)]
 pub struct TcpSessionConfig {
-    /// Index of the client in the scenario (goes into the [`Tag`]).
-    pub index: u32,
-    /// The client's address.
-    pub local_ip: IpAddr,
-    /// Where it connects.
-    pub dst: SocketAddr,
-    /// When requests are made (one per interval).
-    pub schedule: ClientSchedule,
-    /// Give up a handshake after this long.
-    pub connect_timeout: SimDuration,
-    /// Give up waiting for a response after this long.
-    pub request_timeout: SimDuration,
-    /// Request payload in bytes.
-    pub request_bytes: u16,
+    /// The client, its schedule and timeouts, as for a one-request-per-connection client.
+    pub client: TcpClientConfig,
     /// How connections are used.
     pub policy: ConnectionPolicy,
 }
@@ -230,7 +219,7 @@ impl TcpSessionClient {
     /// When request `k` is due: the schedule's time, moved by the pause for requests whose
     /// nominal time falls at or after the pause's start.
     fn schedule_next(&mut self) {
-        let s = &self.cfg.schedule;
+        let s = &self.cfg.client.schedule;
         let k = self.next_k;
         self.next_send = match self.cfg.policy.pause {
             Some(p) if s.start + s.interval.saturating_mul(k as u64) >= s.start + p.after => {
@@ -246,7 +235,7 @@ impl TcpSessionClient {
 
     fn tag(&self, request: u32, attempt: u8) -> u64 {
         Tag {
-            client: self.cfg.index,
+            client: self.cfg.client.index,
             seq: request,
             attempt,
         }
@@ -288,8 +277,8 @@ impl TcpSessionClient {
             return;
         };
         let mut p = tcp_packet(
-            SocketAddr::new(self.cfg.local_ip, c.port),
-            self.cfg.dst,
+            SocketAddr::new(self.cfg.client.local_ip, c.port),
+            self.cfg.client.dst,
             flags,
             c.snd_nxt,
             c.rcv_nxt,
@@ -357,20 +346,20 @@ impl TcpSessionClient {
                 s.conn = None;
             }
         }
-        self.set_deadline(id, Some(now + self.cfg.request_timeout));
+        self.set_deadline(id, Some(now + self.cfg.client.request_timeout));
         self.note(now, id, format!("closing (FIN): {why}"), out);
     }
 
     /// Sends request `r` on connection `id` (established and idle).
     fn send_request(&mut self, now: SimTime, id: u32, r: u32, out: &mut Outbox) {
-        let req = self.cfg.request_bytes;
+        let req = self.cfg.client.request_bytes;
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
         c.busy = Some(r);
         c.served += 1;
         c.last_request = r;
-        let src = SocketAddr::new(self.cfg.local_ip, c.port);
+        let src = SocketAddr::new(self.cfg.client.local_ip, c.port);
         let port = c.port;
         self.send(id, TcpFlags::PSH | TcpFlags::ACK, req, out);
         if let Some(c) = self.conns.get_mut(&id) {
@@ -379,14 +368,14 @@ impl TcpSessionClient {
         if let Some(rec) = self.records.get_mut(r) {
             rec.src_port = port;
         }
-        self.set_deadline(id, Some(now + self.cfg.request_timeout));
+        self.set_deadline(id, Some(now + self.cfg.client.request_timeout));
         out.events.push((
             now,
             AppEvent::TcpRequestSent {
                 request: r,
                 conn: id,
                 src,
-                dst: self.cfg.dst,
+                dst: self.cfg.client.dst,
             },
         ));
     }
@@ -403,7 +392,7 @@ impl TcpSessionClient {
     ) -> bool {
         let own = &self.by_port;
         let busy = |p: u16| in_use.in_use(p) || own.contains_key(&p);
-        let Some(port) = connect.pick(self.cfg.local_ip, self.cfg.dst, &busy) else {
+        let Some(port) = connect.pick(self.cfg.client.local_ip, self.cfg.client.dst, &busy) else {
             return false;
         };
         let id = self.next_conn;
@@ -435,7 +424,7 @@ impl TcpSessionClient {
         }
         self.set_deadline(
             id,
-            Some((now + SimDuration::from_secs(1)).min(now + self.cfg.connect_timeout)),
+            Some((now + SimDuration::from_secs(1)).min(now + self.cfg.client.connect_timeout)),
         );
         if let Some(s) = self.slots.get_mut(slot as usize) {
             s.conn = Some(id);
@@ -443,8 +432,13 @@ impl TcpSessionClient {
         if let Some(rec) = self.records.get_mut(r) {
             rec.src_port = port;
         }
-        let src = SocketAddr::new(self.cfg.local_ip, port);
-        self.note(now, id, format!("{src} -> {} SYN", self.cfg.dst), out);
+        let src = SocketAddr::new(self.cfg.client.local_ip, port);
+        self.note(
+            now,
+            id,
+            format!("{src} -> {} SYN", self.cfg.client.dst),
+            out,
+        );
         true
     }
 
@@ -539,7 +533,7 @@ impl TcpSessionClient {
             };
             match c.state {
                 State::SynSent => {
-                    let give_up = c.started + self.cfg.connect_timeout;
+                    let give_up = c.started + self.cfg.client.connect_timeout;
                     if now >= give_up {
                         self.request_failed(now, id, TcpFailure::ConnectTimeout, out);
                         self.note(now, id, "connect timed out".into(), out);
@@ -556,8 +550,8 @@ impl TcpSessionClient {
                         c.snd_nxt.wrapping_sub(1),
                     );
                     let mut p = tcp_packet(
-                        SocketAddr::new(self.cfg.local_ip, port),
-                        self.cfg.dst,
+                        SocketAddr::new(self.cfg.client.local_ip, port),
+                        self.cfg.client.dst,
                         TcpFlags::SYN,
                         isn,
                         0,
@@ -631,7 +625,7 @@ impl TcpSessionClient {
                 icmp_type: icmp::DEST_UNREACH,
                 code,
                 body: sim_core::IcmpBody::Error(inner),
-            } if inner.src == self.cfg.local_ip => (inner.sport, Some(code)),
+            } if inner.src == self.cfg.client.local_ip => (inner.sport, Some(code)),
             _ => return,
         };
         let Some(&id) = self.by_port.get(&port) else {
@@ -776,19 +770,21 @@ mod tests {
     fn client(interval_ms: u64, count: u32, policy: ConnectionPolicy) -> TcpSessionClient {
         TcpSessionClient::new(
             TcpSessionConfig {
-                index: 0,
-                local_ip: "10.244.1.9".parse().unwrap(),
-                dst: sa("10.244.2.5:8080"),
-                schedule: ClientSchedule {
-                    start: SimTime::ZERO,
-                    stop: SimTime::MAX,
-                    interval: SimDuration::from_millis(interval_ms),
-                    jitter: SimDuration::ZERO,
-                    count: Some(count),
+                client: TcpClientConfig {
+                    index: 0,
+                    local_ip: "10.244.1.9".parse().unwrap(),
+                    dst: sa("10.244.2.5:8080"),
+                    schedule: ClientSchedule {
+                        start: SimTime::ZERO,
+                        stop: SimTime::MAX,
+                        interval: SimDuration::from_millis(interval_ms),
+                        jitter: SimDuration::ZERO,
+                        count: Some(count),
+                    },
+                    connect_timeout: SimDuration::from_secs(10),
+                    request_timeout: SimDuration::from_secs(10),
+                    request_bytes: 100,
                 },
-                connect_timeout: SimDuration::from_secs(10),
-                request_timeout: SimDuration::from_secs(10),
-                request_bytes: 100,
                 policy,
             },
             1,

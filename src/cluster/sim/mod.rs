@@ -1132,9 +1132,9 @@ impl Simulation {
             ClientKind::Tcp {
                 connect_timeout,
                 request_timeout,
-                connection: Some(policy),
-            } => ClientApp::TcpSession(Box::new(TcpSessionClient::new(
-                TcpSessionConfig {
+                connection,
+            } => {
+                let client = TcpClientConfig {
                     index: index as u32,
                     local_ip: ip,
                     dst: def.target,
@@ -1142,28 +1142,16 @@ impl Simulation {
                     connect_timeout,
                     request_timeout,
                     request_bytes: 100,
-                    policy,
-                },
-                self.sc.seed,
-                &label,
-            ))),
-            ClientKind::Tcp {
-                connect_timeout,
-                request_timeout,
-                connection: None,
-            } => ClientApp::Tcp(Box::new(TcpClient::new(
-                TcpClientConfig {
-                    index: index as u32,
-                    local_ip: ip,
-                    dst: def.target,
-                    schedule: def.schedule.clone(),
-                    connect_timeout,
-                    request_timeout,
-                    request_bytes: 100,
-                },
-                self.sc.seed,
-                &label,
-            ))),
+                };
+                match connection {
+                    Some(policy) => ClientApp::TcpSession(Box::new(TcpSessionClient::new(
+                        TcpSessionConfig { client, policy },
+                        self.sc.seed,
+                        &label,
+                    ))),
+                    None => ClientApp::Tcp(Box::new(TcpClient::new(client, self.sc.seed, &label))),
+                }
+            }
         };
         self.clients_by_ip.entry(ip).or_default().push(index);
         for p in app.bound_ports() {
