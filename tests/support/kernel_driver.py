@@ -160,6 +160,23 @@ def sentinel_handshake():
     must(run(["conntrack", "-D", "-s", SENTINEL]), "deleting the sentinel entries")
 
 
+def flush_events(seconds=5.0):
+    """Waits until `conntrack -E` has printed every event of the run: the kernel delivers a
+    namespace's events to the listener's netlink socket in order, so once the [NEW] event of
+    one more SENTINEL flow (port 7, unused by the handshake's ports 9 and up) has been read,
+    every event before it has been too. A fixed sleep lost the last events on a loaded
+    machine. Returns False if the sentinel's event did not come within `seconds`."""
+    mark = "src=%s " % SENTINEL
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    # The run's rules may drop it: then the fixed sleep is all there is.
+    s.settimeout(1.0)
+    s.bind((SENTINEL, 7))
+    s.sendto(b"sentinel", (SENTINEL, 7))
+    s.recv(64)
+    s.close()
+    return wait_event(lambda l: "[NEW]" in l and mark in l and "sport=7 " in l, seconds)
+
+
 FRAMES = []
 
 
@@ -617,7 +634,12 @@ def main():
             capture.stop()
         if events is not None:
             proc, reader = events
-            time.sleep(0.1)
+            try:
+                flushed = flush_events()
+            except OSError:
+                flushed = False
+            if not flushed:
+                time.sleep(0.1)
             proc.send_signal(signal.SIGINT)
             try:
                 proc.wait(3)
