@@ -61,7 +61,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sim_core::{IfName, Packet, SimTime, TcpFlags};
-use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig, Prefix};
+use sim_netfilter::netns::{Egress, Ingress, Netns};
 use sim_netfilter::synth::KubeServices;
 use std::hint::black_box;
 use std::net::{IpAddr, SocketAddr};
@@ -74,19 +74,7 @@ use first_packets::FirstPackets;
 const SERVICES: usize = 10_000;
 
 fn node(k: &KubeServices) -> Netns {
-    let mut n = Netns::new(NetnsConfig::new("bench", 1));
-    let eth0 = IfName::new("eth0").unwrap();
-    let cni0 = IfName::new("cni0").unwrap();
-    n.add_interface(eth0, &[("172.18.0.2".parse().unwrap(), 16)])
-        .unwrap();
-    n.add_interface(cni0, &[("10.244.0.1".parse().unwrap(), 16)])
-        .unwrap();
-    n.add_route(
-        Prefix::default_for(true),
-        Some("172.18.0.1".parse().unwrap()),
-        eth0,
-    )
-    .unwrap();
+    let mut n = first_packets::bare_node();
     n.restore(&k.save_text(), false)
         .expect("synthetic ruleset loads");
     n

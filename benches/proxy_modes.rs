@@ -18,7 +18,7 @@ use nfsim::cluster::proxy::apply_sync;
 use nfsim::k8s::parse_objects;
 use nfsim::kubeproxy::{KubeProxy, MemConntrack, ProxierConfig, ProxyMode, SyncTiming, V133};
 use sim_core::{IfName, Packet, SimTime};
-use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig, Prefix};
+use sim_netfilter::netns::{Egress, Ingress, Netns};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -52,19 +52,7 @@ fn node(mode: ProxyMode, services: usize) -> Netns {
     }
     let at = kp.poll_timeout().expect("a sync is due");
     let out = kp.on_timeout(at).expect("a sync is due");
-    let mut n = Netns::new(NetnsConfig::new("bench", 1));
-    let eth0 = IfName::new("eth0").unwrap();
-    let cni0 = IfName::new("cni0").unwrap();
-    n.add_interface(eth0, &[("172.18.0.2".parse().unwrap(), 16)])
-        .unwrap();
-    n.add_interface(cni0, &[("10.244.0.1".parse().unwrap(), 16)])
-        .unwrap();
-    n.add_route(
-        Prefix::default_for(true),
-        Some("172.18.0.1".parse().unwrap()),
-        eth0,
-    )
-    .unwrap();
+    let mut n = first_packets::bare_node();
     apply_sync(&mut n, &out, None).expect("kube-proxy's sync applies");
     kp.complete_sync(at, Ok(()), &mut MemConntrack::default());
     n
