@@ -16,7 +16,6 @@ use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const KILL_S: u64 = 300;
 
@@ -277,29 +276,7 @@ fn tshark_reads_every_capture_with_checksums_validated() {
     run_into(&dir, "1");
     for e in std::fs::read_dir(&dir).unwrap() {
         let path = e.unwrap().path();
-        let run = |filter: &str| {
-            let o = Command::new(tools::find("tshark").unwrap())
-                .args(["-n", "-r"])
-                .arg(&path)
-                .args([
-                    "-o",
-                    "ip.check_checksum:TRUE",
-                    "-o",
-                    "udp.check_checksum:TRUE",
-                    "-o",
-                    "tcp.check_checksum:TRUE",
-                    "-Y",
-                    filter,
-                ])
-                .output()
-                .unwrap();
-            assert!(
-                o.status.success(),
-                "tshark: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            String::from_utf8(o.stdout).unwrap()
-        };
+        let run = |filter: &str| tools::tshark_matching(&path, filter);
         let name = path.display();
         // Errors, bad checksums, and UDP the DNS dissector did not read.
         let bad = run("ip.checksum.status == \"Bad\" || udp.checksum.status == \"Bad\" || tcp.checksum.status == \"Bad\" || icmp.checksum.status == \"Bad\" || _ws.malformed || _ws.expert.severity == \"Error\" || (udp && !dns && !icmp)");

@@ -203,29 +203,7 @@ fn tshark_validates_every_checksum_of_the_output() {
         let name = input.file_name().unwrap().to_string_lossy().to_string();
         let out = tmp(&format!("{name}.tshark.pcap"));
         replay(&input, &out);
-        let run = |filter: &str| {
-            let o = Command::new(tools::find("tshark").unwrap())
-                .args(["-n", "-r"])
-                .arg(&out)
-                .args([
-                    "-o",
-                    "ip.check_checksum:TRUE",
-                    "-o",
-                    "tcp.check_checksum:TRUE",
-                    "-o",
-                    "udp.check_checksum:TRUE",
-                    "-Y",
-                    filter,
-                ])
-                .output()
-                .unwrap();
-            assert!(
-                o.status.success(),
-                "tshark: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            String::from_utf8(o.stdout).unwrap()
-        };
+        let run = |filter: &str| tools::tshark_matching(&out, filter);
         let bad = run("ip.checksum.status == \"Bad\" || tcp.checksum.status == \"Bad\" || udp.checksum.status == \"Bad\" || icmp.checksum.status == \"Bad\" || _ws.malformed || _ws.expert.severity == \"Error\"");
         assert_eq!(bad, "", "{name}: tshark finds errors in the output");
         let all = run("frame");

@@ -121,3 +121,30 @@ pub fn have_programs_or_skip(test: &str, tools: &[&str]) -> bool {
         }
     }
 }
+
+/// The lines `tshark` prints for the frames of `file` that match the display `filter`, read
+/// with checksum validation on for IPv4, UDP and TCP (tshark leaves it off by default).
+/// Panics if tshark fails; callers have checked it is present.
+pub fn tshark_matching(file: &std::path::Path, filter: &str) -> String {
+    let o = std::process::Command::new(find("tshark").expect("tshark was checked for"))
+        .args(["-n", "-r"])
+        .arg(file)
+        .args([
+            "-o",
+            "ip.check_checksum:TRUE",
+            "-o",
+            "udp.check_checksum:TRUE",
+            "-o",
+            "tcp.check_checksum:TRUE",
+            "-Y",
+            filter,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
