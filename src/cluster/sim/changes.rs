@@ -55,20 +55,25 @@ impl Simulation {
         for s in &self.slices {
             proxy.upsert_endpoint_slice(now, s.clone());
         }
-        let chains = self.nodes[first]
-            .netns
-            .ruleset()
-            .chains(sim_netfilter::Table::Nat)
-            .iter()
-            .map(|c| c.name().to_string())
-            .collect();
-        proxy.set_existing_nat_chains(chains);
+        proxy.set_existing_nat_chains(self.nat_chain_names(first));
         let grp = &mut self.groups[g];
         grp.proxy = proxy;
         grp.wake = None;
         grp.memo = RestoreMemo::new();
         self.proxy_running[g] = true;
         self.arm_proxy(g);
+    }
+
+    /// The names of node `n`'s nat chains, as kube-proxy reads them at start-up
+    /// (`GetChainsFromTable` over `iptables-save -t nat`).
+    pub(super) fn nat_chain_names(&self, n: usize) -> std::collections::BTreeSet<String> {
+        self.nodes[n]
+            .netns
+            .ruleset()
+            .chains(sim_netfilter::Table::Nat)
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect()
     }
 
     /// Creates kube-proxy's nfacct counters on node `n` if its settings turn them on (what

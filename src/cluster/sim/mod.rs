@@ -888,13 +888,7 @@ impl Simulation {
         for g in 0..sim.groups.len() {
             let first = sim.groups[g].nodes[0];
             if sim.nodes[first].def.state.rules.is_some() {
-                let chains = sim.nodes[first]
-                    .netns
-                    .ruleset()
-                    .chains(sim_netfilter::Table::Nat)
-                    .iter()
-                    .map(|c| c.name().to_string())
-                    .collect();
+                let chains = sim.nat_chain_names(first);
                 sim.groups[g].proxy.set_existing_nat_chains(chains);
             }
         }
