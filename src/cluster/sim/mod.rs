@@ -1504,11 +1504,17 @@ impl Simulation {
                 {
                     let mut out = Outbox::new();
                     let m = self.clients[i].machine.clone();
-                    // The host's connect() port state, lent to the client for this call.
-                    let mut connect = self
-                        .stack_mut(&m)
-                        .map(|s| std::mem::take(&mut s.connect))
-                        .unwrap_or_default();
+                    // The host's connect() port state, lent to the client for this call (only
+                    // TCP clients connect(): the others leave it in place, which spares a
+                    // placeholder state per wake-up).
+                    let tcp = matches!(
+                        self.clients[i].app,
+                        ClientApp::Tcp(_) | ClientApp::TcpSession(_)
+                    );
+                    let mut lent = match self.stack_mut(&m) {
+                        Some(s) if tcp => Some(std::mem::take(&mut s.connect)),
+                        _ => None,
+                    };
                     let c = &mut self.clients[i];
                     let (ip, proto) = (c.ip, c.app.proto());
                     let table = &self.client_ports;
@@ -1516,14 +1522,16 @@ impl Simulation {
                     match &mut c.app {
                         ClientApp::Udp(c) => c.handle_timeout(self.now, &busy, &mut out),
                         ClientApp::Tcp(c) => {
-                            c.handle_timeout(self.now, &busy, &mut connect, &mut out)
+                            let connect = lent.get_or_insert_with(ConnectPorts::default);
+                            c.handle_timeout(self.now, &busy, connect, &mut out)
                         }
                         ClientApp::TcpSession(c) => {
-                            c.handle_timeout(self.now, &busy, &mut connect, &mut out)
+                            let connect = lent.get_or_insert_with(ConnectPorts::default);
+                            c.handle_timeout(self.now, &busy, connect, &mut out)
                         }
                         ClientApp::Ping(c) => c.handle_timeout(self.now, &mut out),
                     }
-                    if let Some(s) = self.stack_mut(&m) {
+                    if let (Some(s), Some(connect)) = (self.stack_mut(&m), lent) {
                         s.connect = connect;
                     }
                     self.client_output(i, out);
