@@ -82,7 +82,7 @@ impl Index {
     /// Asks the CPU to start loading the home slot of `hash` (a hint only: nothing is read).
     #[inline(always)]
     pub(crate) fn prefetch_home(&self, hash: u32) {
-        crate::prefetch::line(&self.slots[self.home(hash)]);
+        sim_core::prefetch::line(&self.slots[self.home(hash)]);
     }
 
     /// Adds a key; the caller has checked it is not present.

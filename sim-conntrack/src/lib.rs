@@ -48,7 +48,6 @@ pub mod filter;
 mod index;
 pub mod listing;
 pub mod nat;
-mod prefetch;
 pub mod table;
 mod track;
 pub mod tuple;

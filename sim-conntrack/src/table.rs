@@ -657,9 +657,23 @@ impl Conntrack {
     /// quote a known connection are RELATED to it and create nothing.
     #[inline]
     pub fn conntrack_in(&mut self, now: SimTime, pkt: &Packet) -> CtVerdict {
+        self.conntrack_in_then(now, pkt, || {})
+    }
+
+    /// [`Conntrack::conntrack_in`], calling `on_new` when the packet's tuple is in no entry,
+    /// before the new entry is made: the caller can start on what a new flow will need
+    /// next (a namespace asks the CPU for the nat rules it is about to walk). `on_new` must
+    /// not change anything this call's outcome depends on.
+    #[inline]
+    pub fn conntrack_in_then(
+        &mut self,
+        now: SimTime,
+        pkt: &Packet,
+        on_new: impl FnOnce(),
+    ) -> CtVerdict {
         let key = Key::from_packet(pkt);
         let h = key.hash(&self.hseed);
-        self.conntrack_in_keyed(now, pkt, key, h)
+        self.conntrack_in_keyed(now, pkt, key, h, on_new)
     }
 
     /// [`Conntrack::conntrack_in`] for each packet of `pkts` in order, the verdicts appended
@@ -719,7 +733,7 @@ impl Conntrack {
                 self.stage_check(&keys[j % RING], homes[j % RING]);
             }
             let r = i % RING;
-            out.push(self.conntrack_in_keyed(now, &pkts[i], keys[r], hashes[r]));
+            out.push(self.conntrack_in_keyed(now, &pkts[i], keys[r], hashes[r], || {}));
         }
     }
 
@@ -746,7 +760,7 @@ impl Conntrack {
     fn stage_entry(&self, hash: u32) -> Option<u32> {
         let v = self.index.home_value(hash)?;
         if let Some(e) = self.slab.get((v >> 1) as usize) {
-            crate::prefetch::line(e);
+            sim_core::prefetch::line(e);
         }
         Some(v)
     }
@@ -767,7 +781,14 @@ impl Conntrack {
 
     /// [`Conntrack::conntrack_in`] with the packet's key and its hash computed.
     #[inline(always)]
-    fn conntrack_in_keyed(&mut self, now: SimTime, pkt: &Packet, key: Key, h: u32) -> CtVerdict {
+    fn conntrack_in_keyed(
+        &mut self,
+        now: SimTime,
+        pkt: &Packet,
+        key: Key,
+        h: u32,
+        on_new: impl FnOnce(),
+    ) -> CtVerdict {
         self.expire_due(now);
         if let L4::Icmp {
             icmp_type, body, ..
@@ -785,10 +806,13 @@ impl Conntrack {
         // The common cases, a packet of a known UDP flow and a plain ACK of an ESTABLISHED
         // TCP connection, without leaving this function: the same trackers and bookkeeping
         // as `conntrack_in_general`, only inlined, on one borrow of the entry.
-        if let Some((slot, dir)) = found {
-            if let Some(v) = self.track_inline(now, &pkt.l4, slot, dir) {
-                return v;
+        match found {
+            Some((slot, dir)) => {
+                if let Some(v) = self.track_inline(now, &pkt.l4, slot, dir) {
+                    return v;
+                }
             }
+            None => on_new(),
         }
         self.conntrack_in_general(now, pkt, key, h, found)
     }

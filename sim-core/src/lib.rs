@@ -14,6 +14,7 @@
 //! - [`manip`]: editing a captured packet's bytes in place as the kernel does (NAT, TTL,
 //!   checksums), and building the packets the kernel sends itself.
 //! - [`input`]: reading input files with a size limit.
+//! - [`prefetch`]: a safe software-prefetch hint (changes no result, only when memory is read).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -22,6 +23,7 @@ pub mod input;
 pub mod manip;
 pub mod packet;
 pub mod pcap;
+pub mod prefetch;
 pub mod queue;
 pub mod rng;
 pub mod time;

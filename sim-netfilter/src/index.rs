@@ -81,6 +81,7 @@ const MANY: u32 = 1 << 31;
 
 #[derive(Clone, Debug)]
 struct Run {
+    start: u32,
     end: u32,
     map: KeyMap,
     /// Ascending positions of keys used by more than one rule.
@@ -204,6 +205,7 @@ impl ChainIndex {
                 *r = run_id;
             }
             idx.runs.push(Run {
+                start: start as u32,
                 end: i as u32,
                 map,
                 many,
@@ -214,6 +216,18 @@ impl ChainIndex {
             None
         } else {
             Some(idx)
+        }
+    }
+
+    /// The position of the first rule of the chain's first indexed run that `key` matches,
+    /// if any: where a walk that reaches that run from its start goes. For a prefetch hint
+    /// only (it ignores the rules before the run).
+    #[inline]
+    pub(crate) fn first_in_first_run(&self, key: Key) -> Option<usize> {
+        let start = self.runs.first()?.start as usize;
+        match self.lookup(start, Some(key)) {
+            Lookup::Match(at) => Some(at),
+            _ => None,
         }
     }
 

@@ -53,6 +53,7 @@ mod compile;
 pub mod error;
 pub mod eval;
 mod fmt;
+mod hint;
 mod index;
 pub mod netns;
 pub mod nft;

@@ -129,7 +129,7 @@ impl TableData {
         }
     }
 
-    fn id(&self, name: &str) -> Option<u32> {
+    pub(crate) fn id(&self, name: &str) -> Option<u32> {
         self.by_name.get(name).copied()
     }
 

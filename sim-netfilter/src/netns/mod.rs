@@ -1214,7 +1214,14 @@ impl Netns {
             });
             return None;
         }
-        match self.conntrack.conntrack_in(now, &f.pkt) {
+        // A packet of no known flow walks the nat table next: ask for its rules now, so
+        // that they load while conntrack makes the entry (`hint.rs`).
+        let ruleset = &self.ruleset;
+        let pkt = &f.pkt;
+        let v = self
+            .conntrack
+            .conntrack_in_then(now, pkt, || ruleset.prefetch_new_flow(pkt));
+        match v {
             CtVerdict::Tracked(h) if f.trace.is_none() => {
                 f.handle = Some(h);
                 f.view = None;
