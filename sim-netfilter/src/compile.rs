@@ -140,11 +140,12 @@ pub(crate) struct Program {
     pub matches: Vec<CMatch>,
     /// Copies of the targets compiled as [`CTarget::Other`].
     pub others: Vec<Target>,
-    /// By rule (parallel to `rules`): where its jump or goto target's rules start, or
-    /// [`NO_JUMP`]. The same as in the rule's [`CTarget`], but 4 bytes a rule instead of 64:
-    /// an index hit reads it to ask for the target chain's rules while the rule's own line
-    /// is still loading (`eval.rs` `prefetch_subtree`).
-    pub jumps: Vec<u32>,
+    /// By rule (parallel to `rules`): where its jump or goto target's rules start (or
+    /// [`NO_JUMP`]), and the first entry of `others` at or after that start. The first is
+    /// in the rule's [`CTarget`] too, but this is 8 bytes a rule instead of 64: a prefetch
+    /// hint reads it to ask for the target chain's rules and DNAT ranges without waiting
+    /// for the rule's own line (`hint.rs`).
+    pub jumps: Vec<(u32, u32)>,
     /// The ids of the chains with a first-match index, ascending.
     pub indexed: Vec<u32>,
     /// By chain id: where its rules are (empty for a freed id) and whether it is indexed.
@@ -467,7 +468,15 @@ pub(crate) fn compile(td: &TableData) -> Program {
     p.indexed = (0..n as u32)
         .filter(|&id| p.spans[id as usize].indexed)
         .collect();
-    p.jumps = vec![NO_JUMP; p.rules.len()];
+    // `others` is filled in rule order: the first entry at or after each position.
+    let mut others_from = Vec::with_capacity(p.rules.len() + 1);
+    let mut seen = 0u32;
+    for r in &p.rules {
+        others_from.push(seen);
+        seen += u32::from(matches!(r.target, CTarget::Other(_)));
+    }
+    others_from.push(seen);
+    p.jumps = vec![(NO_JUMP, 0); p.rules.len()];
     for (r, to) in p.rules.iter_mut().zip(&mut p.jumps) {
         let jump = matches!(r.target, CTarget::Jump { .. });
         if let CTarget::Jump { start, end } | CTarget::Goto { start, end } = &mut r.target {
@@ -477,7 +486,7 @@ pub(crate) fn compile(td: &TableData) -> Program {
             } else {
                 *start = span.start;
                 *end = span.end | if span.indexed { END_INDEXED } else { 0 };
-                *to = span.start;
+                *to = (span.start, others_from[span.start as usize]);
             }
         }
     }

@@ -55,6 +55,14 @@ pub(crate) fn prefetch_subtree(prog: &Program, state: &RulesetState, start: usiz
         .prefetch_run(first.slot_idx as usize, ahead.len());
 }
 
+/// Programs with fewer rules than this get no hints: at 64 bytes a rule, a program of up
+/// to 256 KiB mostly stays in a core's L2 cache, and there is nothing to hide.
+pub(crate) const HINT_MIN_RULES: usize = 4096;
+
+/// How many of the kept targets after a jump [`Ruleset::prefetch_new_flow`] asks for:
+/// the DNAT ranges of a Service's first endpoints.
+const PREFETCH_OTHERS: usize = 3;
+
 /// How many indexed chains of the nat table [`Ruleset::prefetch_new_flow`] looks in
 /// (kube-proxy's `KUBE-SERVICES`, and `KUBE-NODEPORTS` when it is long).
 const HINT_CHAINS: usize = 2;
@@ -69,7 +77,7 @@ impl Ruleset {
     /// conntrack finds no entry for a packet, so that the lines load while the entry is
     /// made, before the nat walk needs them.
     #[inline]
-    pub fn prefetch_new_flow(&self, pkt: &Packet) {
+    pub fn prefetch_new_flow(&self, state: &RulesetState, pkt: &Packet) {
         if !self.indexing {
             return;
         }
@@ -85,6 +93,9 @@ impl Ruleset {
             dport,
         };
         let prog = &*td.program;
+        if prog.rules.len() < HINT_MIN_RULES {
+            return;
+        }
         for &chain in prog.indexed.iter().take(HINT_CHAINS) {
             let Some(ix) = &td.chain(chain).index else {
                 continue;
@@ -92,15 +103,36 @@ impl Ruleset {
             let Some(at) = ix.first_in_first_run(key) else {
                 continue;
             };
-            let pos = prog.spans[chain as usize].start as usize + at;
-            let (Some(rule), Some(&to)) = (prog.rules.get(pos), prog.jumps.get(pos)) else {
+            let start = prog.spans[chain as usize].start as usize;
+            let pos = start + at;
+            let (Some(first), Some(rule), Some(&(to, others))) = (
+                prog.rules.get(start),
+                prog.rules.get(pos),
+                prog.jumps.get(pos),
+            ) else {
                 continue;
             };
             sim_core::prefetch::line(rule);
+            // Counter slots are handed out in layout order, so a rule's slot is most likely
+            // the chain's first rule's plus the distance between them (a guess, as in
+            // `prefetch_subtree`; it saves reading the rules' lines to learn their slots).
+            let slot_of = |p: usize| (first.slot_idx as usize + p).checked_sub(start);
+            if let Some(s) = slot_of(pos) {
+                state.slots.prefetch_run(s, 1);
+            }
             if to != NO_JUMP {
-                let ahead = prog.rules.get(to as usize..).unwrap_or(&[]);
+                let to = to as usize;
+                let ahead = prog.rules.get(to..).unwrap_or(&[]);
                 for r in ahead.iter().take(PREFETCH_RULES) {
                     sim_core::prefetch::line(r);
+                }
+                if let Some(s) = slot_of(to) {
+                    state.slots.prefetch_run(s, PREFETCH_RULES);
+                }
+                // The targets kept aside in that stretch: the SEP chains' DNAT ranges.
+                let kept = prog.others.get(others as usize..).unwrap_or(&[]);
+                for t in kept.iter().take(PREFETCH_OTHERS) {
+                    sim_core::prefetch::line(t);
                 }
             }
         }
@@ -151,7 +183,8 @@ mod tests {
                 "service {i}: found {rule:?}"
             );
             let pos = prog.spans[services as usize].start as usize + at;
-            let to = prog.jumps[pos] as usize;
+            let (to, others) = prog.jumps[pos];
+            let to = to as usize;
             let svc_id = td.id(&svc_chain).expect("KUBE-SVC chain");
             assert_eq!(to, prog.spans[svc_id as usize].start as usize);
             // Within PREFETCH_RULES of it: the SVC chain, then each SEP chain in turn (for
@@ -180,8 +213,31 @@ mod tests {
                     "service {i}: SEP chain {sep} ends past the prefetched rules"
                 );
             }
+            // The kept targets it asks for are the SEP chains' DNAT ranges, in order.
+            for (j, sep) in seps.iter().enumerate() {
+                let span = prog.spans[*sep as usize];
+                let dnat = prog.rules[span.start as usize..span.end as usize]
+                    .iter()
+                    .find_map(|r| match r.target {
+                        CTarget::Other(i) => Some(i),
+                        _ => None,
+                    });
+                assert_eq!(dnat, Some(others + j as u32), "service {i}, endpoint {j}");
+            }
+            // In a fresh table the slot guess is right: slots follow the layout.
+            let start = prog.spans[services as usize].start as usize;
+            let guess = |p: usize| prog.rules[start].slot_idx as usize + p - start;
+            assert_eq!(guess(pos), prog.rules[pos].slot_idx as usize);
+            let subtree_end = seps
+                .iter()
+                .map(|c| prog.spans[*c as usize].end as usize)
+                .max()
+                .expect("endpoints");
+            for p in to..subtree_end {
+                assert_eq!(guess(p), prog.rules[p].slot_idx as usize, "rule {p}");
+            }
             // And the hint itself runs on the packet without effect on the ruleset.
-            rs.prefetch_new_flow(&pkt);
+            rs.prefetch_new_flow(&RulesetState::new(), &pkt);
         }
     }
 }

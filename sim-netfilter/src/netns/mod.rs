@@ -1216,11 +1216,11 @@ impl Netns {
         }
         // A packet of no known flow walks the nat table next: ask for its rules now, so
         // that they load while conntrack makes the entry (`hint.rs`).
-        let ruleset = &self.ruleset;
+        let (ruleset, state) = (&self.ruleset, &self.rules_state);
         let pkt = &f.pkt;
         let v = self
             .conntrack
-            .conntrack_in_then(now, pkt, || ruleset.prefetch_new_flow(pkt));
+            .conntrack_in_then(now, pkt, || ruleset.prefetch_new_flow(state, pkt));
         match v {
             CtVerdict::Tracked(h) if f.trace.is_none() => {
                 f.handle = Some(h);
