@@ -586,6 +586,15 @@ impl Netns {
         Ok(self.routes.add_route(dst, gateway, dev)?)
     }
 
+    /// Adds routes (destination, gateway, device) as [`Netns::add_route`] one after the
+    /// other would, in one go (see [`RoutingTable::add_routes`]). On error none is added.
+    pub fn add_routes(
+        &mut self,
+        routes: &[(Prefix, Option<IpAddr>, IfName)],
+    ) -> Result<(), NetnsError> {
+        Ok(self.routes.add_routes(routes)?)
+    }
+
     /// Removes the routes to exactly `dst`; returns how many there were.
     pub fn remove_route(&mut self, dst: Prefix) -> usize {
         self.routes.remove_route(dst)
@@ -609,14 +618,16 @@ impl Netns {
 
     /// [`Netns::restore`] through a [`RestoreMemo`] shared by many namespaces: when this
     /// namespace's ruleset has the lineage of one the memo already applied `text` to, it takes
-    /// that outcome instead of parsing again (identical result; see [`RestoreMemo`]).
+    /// that outcome instead of parsing again (identical result; see [`RestoreMemo`]). Give
+    /// every namespace the same `Arc`: the memo then knows the text without comparing it
+    /// ([`RestoreMemo::restore_shared`]).
     pub fn restore_shared(
         &mut self,
-        text: &str,
+        text: &std::sync::Arc<str>,
         noflush: bool,
         memo: &mut RestoreMemo,
     ) -> Result<RestoreReport, NetnsError> {
-        Ok(memo.restore(
+        Ok(memo.restore_shared(
             &mut self.ruleset,
             text,
             &RestoreOptions {

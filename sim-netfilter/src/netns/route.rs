@@ -232,19 +232,21 @@ struct V4Fib {
 impl V4Fib {
     fn build(ifaces: &[Interface], routes: &[Route]) -> V4Fib {
         let mut levels: Vec<Level> = Vec::new();
-        for (i, r) in routes.iter().enumerate() {
-            let IpAddr::V4(net) = r.dst.addr() else {
-                continue;
-            };
-            let len = r.dst.prefix_len();
-            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-            // `routes` is sorted by length, longest first: a new length starts a new level.
-            match levels.last_mut() {
-                Some(l) if l.mask == mask => l.nets.push((u32::from(net), i as u32)),
-                _ => levels.push(Level {
-                    mask,
-                    nets: vec![(u32::from(net), i as u32)],
-                }),
+        // `routes` is sorted by length, longest first: each run of one length is a level
+        // (sized at once: a node with a route per node rebuilds this on every pod added).
+        let mut start = 0;
+        for run in routes.chunk_by(|a, b| a.dst.prefix_len() == b.dst.prefix_len()) {
+            let len = run[0].dst.prefix_len();
+            let mut nets = Vec::with_capacity(run.len());
+            for (i, r) in run.iter().enumerate() {
+                if let IpAddr::V4(net) = r.dst.addr() {
+                    nets.push((u32::from(net), (start + i) as u32));
+                }
+            }
+            start += run.len();
+            if !nets.is_empty() {
+                let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+                levels.push(Level { mask, nets });
             }
         }
         for l in &mut levels {
@@ -367,6 +369,36 @@ impl RoutingTable {
             }
         }
         self.insert_route(Route { dst, gateway, dev });
+        self.reindex();
+        Ok(())
+    }
+
+    /// Adds routes (destination, gateway, device) as [`RoutingTable::add_route`] would one
+    /// after the other, but reindexes once: a node's route to every other node's pod CIDR is
+    /// a thousand routes in a big cluster. On error none is added.
+    pub fn add_routes(
+        &mut self,
+        routes: &[(Prefix, Option<IpAddr>, IfName)],
+    ) -> Result<(), RouteError> {
+        for &(dst, gateway, dev) in routes {
+            if !self.ifaces.iter().any(|i| i.name == dev) {
+                return Err(RouteError::NoSuchInterface(dev));
+            }
+            if let Some(g) = gateway {
+                if g.is_ipv4() != dst.addr().is_ipv4() {
+                    return Err(RouteError::FamilyMismatch(dst.addr(), g));
+                }
+            }
+        }
+        // `insert_route` puts a route after every route at least as long: appending them
+        // all and sorting stably by length, longest first, gives the same order.
+        self.routes.extend(
+            routes
+                .iter()
+                .map(|&(dst, gateway, dev)| Route { dst, gateway, dev }),
+        );
+        self.routes
+            .sort_by_key(|r| std::cmp::Reverse(r.dst.prefix_len()));
         self.reindex();
         Ok(())
     }
@@ -550,6 +582,27 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_with_a_bad_route_adds_none() {
+        let mut t = node();
+        let before = t.routes().to_vec();
+        let err = t.add_routes(&[
+            (
+                "10.244.3.0/24".parse().unwrap(),
+                Some(ip("172.18.0.4")),
+                ifn("eth0"),
+            ),
+            ("10.244.4.0/24".parse().unwrap(), None, ifn("eth9")),
+        ]);
+        assert_eq!(err, Err(RouteError::NoSuchInterface(ifn("eth9"))));
+        assert_eq!(t.routes(), &before[..]);
+        assert_eq!(
+            t.lookup(ip("10.244.3.5")),
+            node().lookup(ip("10.244.3.5")),
+            "the default route, as before"
+        );
+    }
+
+    #[test]
     fn longest_prefix_wins() {
         let t = node();
         assert_eq!(t.lookup(ip("172.18.0.2")), RouteDecision::Local);
@@ -709,6 +762,35 @@ mod tests {
                     prop_assert_eq!(t.interface_of(p), owner);
                     prop_assert_eq!(t.is_local(p), d == RouteDecision::Local);
                 }
+            }
+        }
+
+        /// Routes added in one batch end up where adding them one by one puts them: same
+        /// order, same lookups.
+        #[test]
+        fn a_batch_of_routes_equals_adding_them_one_by_one(
+            routes in prop::collection::vec((small_v4(), 0u8..33, 0usize..2, any::<bool>()), 1..40),
+            split in 0usize..40,
+            probes in prop::collection::vec(small_v4(), 1..16),
+        ) {
+            let mut one = RoutingTable::new();
+            one.add_interface(ifn("eth0"), &[(ip("10.0.0.2"), 24)]).unwrap();
+            one.add_interface(ifn("veth1"), &[(ip("10.0.3.1"), 32)]).unwrap();
+            let mut batch = one.clone();
+            let devs = [ifn("eth0"), ifn("veth1")];
+            let routes: Vec<(Prefix, Option<IpAddr>, IfName)> = routes
+                .into_iter()
+                .map(|(a, l, d, g)| (Prefix::new(a, l).unwrap(), g.then(|| ip("10.0.0.1")), devs[d]))
+                .collect();
+            for &(p, g, d) in &routes {
+                one.add_route(p, g, d).unwrap();
+            }
+            let (first, rest) = routes.split_at(split.min(routes.len()));
+            batch.add_routes(first).unwrap();
+            batch.add_routes(rest).unwrap();
+            prop_assert_eq!(one.routes(), batch.routes());
+            for &p in &probes {
+                prop_assert_eq!(one.lookup(p), batch.lookup(p));
             }
         }
     }

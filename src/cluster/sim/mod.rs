@@ -621,12 +621,16 @@ fn node_netns(sc: &Scenario, i: usize) -> Result<Netns, SimError> {
         ns.add_interface(name, addrs)
             .map_err(|e| err(e.to_string()))?;
     }
-    for (j, m) in sc.nodes.iter().enumerate() {
-        if i != j && m.address.is_ipv4() == m.pod_cidr.addr().is_ipv4() {
-            ns.add_route(cidr_prefix(&m.pod_cidr), Some(m.address), eth0())
-                .map_err(|e| err(e.to_string()))?;
-        }
-    }
+    // Every other node's pod CIDR via that node, added at once (one index rebuild, not one
+    // per node).
+    let pod_routes: Vec<_> = sc
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|&(j, m)| i != j && m.address.is_ipv4() == m.pod_cidr.addr().is_ipv4())
+        .map(|(_, m)| (cidr_prefix(&m.pod_cidr), Some(m.address), eth0()))
+        .collect();
+    ns.add_routes(&pod_routes).map_err(|e| err(e.to_string()))?;
     // Without a free address for the router, the default route is on-link: the next hop is
     // the destination itself.
     ns.add_route(
