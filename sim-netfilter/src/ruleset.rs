@@ -369,7 +369,9 @@ pub struct RestoreMemo {
 struct MemoEntry {
     before: Lineage,
     opts: RestoreOptions,
-    text: String,
+    /// Shared with the caller's [`RestoreMemo::restore_shared`] input when it came that
+    /// way: the same allocation is the same text, without comparing megabytes per ruleset.
+    text: Arc<str>,
     digest: [u8; 32],
     after: Ruleset,
     result: Result<RestoreReport, RestoreError>,
@@ -392,17 +394,41 @@ impl RestoreMemo {
         input: &str,
         opts: &RestoreOptions,
     ) -> Result<RestoreReport, RestoreError> {
+        self.restore_text(rs, input, None, opts)
+    }
+
+    /// [`RestoreMemo::restore`] of an input many rulesets get: the memo keeps `input`
+    /// itself, so the next ruleset given the same `Arc` is matched without comparing the
+    /// text (a big cluster's payload is megabytes, given to a thousand nodes).
+    pub fn restore_shared(
+        &mut self,
+        rs: &mut Ruleset,
+        input: &Arc<str>,
+        opts: &RestoreOptions,
+    ) -> Result<RestoreReport, RestoreError> {
+        self.restore_text(rs, input, Some(input), opts)
+    }
+
+    fn restore_text(
+        &mut self,
+        rs: &mut Ruleset,
+        input: &str,
+        shared: Option<&Arc<str>>,
+        opts: &RestoreOptions,
+    ) -> Result<RestoreReport, RestoreError> {
+        let same_text =
+            |e: &MemoEntry| shared.is_some_and(|a| Arc::ptr_eq(a, &e.text)) || *e.text == *input;
         if let Some(e) = self
             .entries
             .iter()
-            .find(|e| e.before == rs.lineage && e.opts == *opts && e.text == input)
+            .find(|e| e.before == rs.lineage && e.opts == *opts && same_text(e))
         {
             self.hits += 1;
             *rs = e.after.clone();
             return e.result.clone();
         }
         self.misses += 1;
-        let digest = match self.entries.iter().find(|e| e.text == input) {
+        let digest = match self.entries.iter().find(|e| same_text(e)) {
             Some(e) => e.digest,
             None => text_digest(input),
         };
@@ -414,7 +440,7 @@ impl RestoreMemo {
         self.entries.push(MemoEntry {
             before,
             opts: *opts,
-            text: input.to_string(),
+            text: shared.cloned().unwrap_or_else(|| Arc::from(input)),
             digest,
             after: rs.clone(),
             result: result.clone(),

@@ -35,6 +35,7 @@ use sim_conntrack::Conntrack;
 use sim_core::SimTime;
 use sim_netfilter::netns::Netns;
 use sim_netfilter::{rule_spec, RestoreMemo, Table};
+use std::sync::Arc;
 
 /// Makes the cleanup strategy of one node's kube-proxy; called once per node with the node's
 /// name, in scenario order. See [`crate::cluster::sim::SimulationBuilder::cleanup`].
@@ -121,11 +122,13 @@ pub fn ensure_jump_rule(ns: &mut Netns, j: &JumpRule) -> Result<(), String> {
 /// --noflush` of the payload. On error, what the restore would have changed is left
 /// unchanged (the restore is atomic), as with the real tool. With a `memo` shared by the
 /// nodes a sync is applied to, nodes whose rules are identical get the outcome of the first
-/// one's restore instead of parsing the payload again (same result: see [`RestoreMemo`]).
+/// one's restore instead of parsing the payload again (same result: see [`RestoreMemo`]);
+/// the memo comes with `out.restore` as one `Arc` given to every node, so that the memo
+/// recognises the payload without comparing its text node after node.
 pub fn apply_sync(
     ns: &mut Netns,
     out: &SyncOutput,
-    memo: Option<&mut RestoreMemo>,
+    memo: Option<(&mut RestoreMemo, &Arc<str>)>,
 ) -> Result<(), String> {
     if out.mode == crate::kubeproxy::ProxyMode::Nftables {
         // The stale-chain deletion is a transaction of its own; its failure is logged by
@@ -142,7 +145,10 @@ pub fn apply_sync(
         ensure_jump_rule(ns, j)?;
     }
     match memo {
-        Some(m) => ns.restore_shared(&out.restore, true, m),
+        Some((m, payload)) => {
+            debug_assert_eq!(**payload, *out.restore);
+            ns.restore_shared(payload, true, m)
+        }
         None => ns.restore(&out.restore, true),
     }
     .map(|_| ())
@@ -289,9 +295,10 @@ impl ProxyGroup {
         let output = self.proxy.on_timeout(now)?;
         let mut per_node = Vec::with_capacity(nodes.len());
         let mut failed = None;
-        let share = nodes.len() > 1;
+        let payload: Option<Arc<str>> = (nodes.len() > 1).then(|| Arc::from(&*output.restore));
         for (i, ns) in nodes.iter_mut() {
-            let r = apply_sync(ns, &output, share.then_some(&mut self.memo));
+            let shared = payload.as_ref().map(|p| (&mut self.memo, p));
+            let r = apply_sync(ns, &output, shared);
             if let Err(e) = &r {
                 failed.get_or_insert_with(|| e.clone());
             }
