@@ -301,7 +301,10 @@ pub struct Ruleset {
     /// Shared between clones (a [`RestoreMemo`] hands one outcome to many namespaces);
     /// a restore builds a new table and swaps it in.
     pub(crate) tables: [Option<Arc<TableData>>; 4],
-    alloc: SlotAlloc,
+    /// Shared between clones until one of them allocates or frees a slot: the free list of
+    /// a big ruleset is hundreds of kilobytes, and a [`RestoreMemo`] hit clones the ruleset
+    /// into every node of a group.
+    alloc: Arc<SlotAlloc>,
     next_uid: u64,
     pub(crate) recent: Registry,
     pub(crate) nfacct: Registry,
@@ -537,7 +540,7 @@ impl Ruleset {
     pub fn new() -> Ruleset {
         Ruleset {
             tables: [None, None, None, None],
-            alloc: SlotAlloc::default(),
+            alloc: Arc::default(),
             next_uid: 1,
             recent: Registry::default(),
             nfacct: Registry::default(),
@@ -1200,7 +1203,7 @@ impl Ruleset {
             if c.hook.is_some() {
                 if c.policy_slot.uid == 0 {
                     c.policy_slot = Bind {
-                        idx: self.alloc.take(),
+                        idx: Arc::make_mut(&mut self.alloc).take(),
                         uid: self.next_uid,
                     };
                     self.next_uid += 1;
@@ -1211,7 +1214,7 @@ impl Ruleset {
             for r in &mut c.rules {
                 if r.slot.uid == 0 {
                     r.slot = Bind {
-                        idx: self.alloc.take(),
+                        idx: Arc::make_mut(&mut self.alloc).take(),
                         uid: self.next_uid,
                     };
                     self.next_uid += 1;
@@ -1223,7 +1226,7 @@ impl Ruleset {
                         if matches!(s.mode, StatisticMode::Nth { .. }) {
                             if s.slot.uid == 0 {
                                 s.slot = Bind {
-                                    idx: self.alloc.take(),
+                                    idx: Arc::make_mut(&mut self.alloc).take(),
                                     uid: self.next_uid,
                                 };
                                 self.next_uid += 1;
@@ -1263,7 +1266,7 @@ impl Ruleset {
         }
         for f in freed {
             if !kept.contains(&f.idx) {
-                self.alloc.free.push(f.idx);
+                Arc::make_mut(&mut self.alloc).free.push(f.idx);
             }
         }
         for (name, d) in recent_delta {
@@ -1304,7 +1307,9 @@ impl Ruleset {
         for c in o.chains.iter().flatten() {
             collect_binds(c, &mut freed, &mut rd, &mut nd, -1);
         }
-        self.alloc.free.extend(freed.into_iter().map(|b| b.idx));
+        Arc::make_mut(&mut self.alloc)
+            .free
+            .extend(freed.into_iter().map(|b| b.idx));
         for (name, d) in rd {
             let i = self.recent.get_or_add(&name) as usize;
             let e = &mut self.recent.entries[i];
