@@ -279,12 +279,19 @@ struct ClientRt {
     wake: Option<SimTime>,
 }
 
+type VethMap = std::collections::HashMap<
+    IfName,
+    usize,
+    std::hash::BuildHasherDefault<std::hash::DefaultHasher>,
+>;
+
 struct NodeRt {
     def: NodeDef,
     netns: Netns,
     stack: Stack,
-    /// Pod veths → pod index.
-    veths: BTreeMap<IfName, usize>,
+    /// Pod veths → pod index: looked up for every packet a node hands to a pod, never
+    /// iterated (a hash of fixed keys: the same in every run).
+    veths: VethMap,
     ct_wake: Option<SimTime>,
 }
 
@@ -748,7 +755,7 @@ impl Simulation {
                 stack: Stack::build(&n.apps, seed, &format!("node/{}", n.name)),
                 def: n.clone(),
                 netns: node_netns(&sc, i)?,
-                veths: BTreeMap::new(),
+                veths: VethMap::default(),
                 ct_wake: None,
             });
         }
