@@ -317,7 +317,6 @@ impl Simulation {
             });
         }
         // Per endpoint: packets and flows received, by client (counted as they arrived).
-        let per = &self.tally.endpoints;
         for (key, &id) in &self.pod_ids {
             let pod = &self.pods[id];
             let mut any = false;
@@ -326,7 +325,7 @@ impl Simulation {
                     packets: pk,
                     flows: fl,
                     by_client: by,
-                }) = per.get(&(id, *ip))
+                }) = self.tally.endpoint(id, *ip)
                 else {
                     continue;
                 };

@@ -155,8 +155,9 @@ fn within(t: SimTime, from: SimTime, to: Option<SimTime>) -> bool {
 pub(super) struct Tally {
     /// Per client, by index.
     pub clients: Vec<ClientTally>,
-    /// Per endpoint (pod index, address).
-    pub endpoints: BTreeMap<(usize, IpAddr), EndpointTally>,
+    /// Per endpoint: by pod index, then per address (a pod has one, or a few when it was
+    /// recreated with another); indexed, not searched, as every packet to a pod counts here.
+    endpoints: Vec<Vec<(IpAddr, EndpointTally)>>,
     /// Per expectation, by index.
     pub pending: Vec<Pending>,
 }
@@ -202,9 +203,15 @@ impl Tally {
             .collect();
         Tally {
             clients: Vec::new(),
-            endpoints: BTreeMap::new(),
+            endpoints: Vec::new(),
             pending,
         }
+    }
+
+    /// What reached pod `pod` at address `ip`, if anything did.
+    pub fn endpoint(&self, pod: usize, ip: IpAddr) -> Option<&EndpointTally> {
+        let per_ip = self.endpoints.get(pod)?;
+        per_ip.iter().find(|(a, _)| *a == ip).map(|(_, e)| e)
     }
 
     /// Client `i`'s totals (zero until some of its queries are taken).
@@ -246,7 +253,18 @@ impl Tally {
     /// the pod (by index) the packet reached.
     pub fn hit(&mut self, h: &Hit, pod_is: impl Fn(&str, usize) -> bool) {
         let flow = (h.src, h.proto);
-        let e = self.endpoints.entry((h.pod, h.ip)).or_default();
+        if self.endpoints.len() <= h.pod {
+            self.endpoints.resize_with(h.pod + 1, Vec::new);
+        }
+        let per_ip = &mut self.endpoints[h.pod];
+        let i = match per_ip.iter().position(|(a, _)| *a == h.ip) {
+            Some(i) => i,
+            None => {
+                per_ip.push((h.ip, EndpointTally::default()));
+                per_ip.len() - 1
+            }
+        };
+        let e = &mut per_ip[i].1;
         e.packets += 1;
         e.flows.insert(flow);
         *e.by_client.entry(h.client).or_default() += 1;
