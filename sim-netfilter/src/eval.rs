@@ -18,10 +18,9 @@ use sim_core::{Packet, SimRng, SimTime, TcpFlags, L4};
 
 use crate::compile::{
     CMatch, CRule, CTarget, MemoSpec, Program, DST_INV, END_INDEXED, HAS_DST, HAS_INIT, HAS_PROTO,
-    HAS_SRC, IP_TESTS, NO_JUMP, PROTO_INV, SLOW_IP, SRC_INV,
+    HAS_SRC, IP_TESTS, PROTO_INV, SLOW_IP, SRC_INV,
 };
 use crate::fmt::rule_spec;
-use crate::hint::HINT_MIN_RULES;
 use crate::index::{Key, Lookup};
 use crate::rule::*;
 use crate::ruleset::{Chain, Ruleset, TableData};
@@ -1537,15 +1536,6 @@ impl Ruleset {
                         Lookup::Match(at) => {
                             pos = start + at;
                             known = true;
-                            // An indexed chain is kube-proxy's KUBE-SERVICES: the rule found
-                            // jumps to a service's chains, which at 10,000 Services are
-                            // rarely in the cache. Ask for them now, beside the rule's line.
-                            if let Some(&(to, _)) = prog.jumps.get(pos) {
-                                if to != NO_JUMP && prog.rules.len() >= HINT_MIN_RULES {
-                                    sim_core::prefetch::line(&prog.rules[pos]);
-                                    crate::hint::prefetch_subtree(prog, state, to as usize);
-                                }
-                            }
                         }
                     }
                 }

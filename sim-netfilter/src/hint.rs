@@ -10,72 +10,85 @@
 
 use sim_core::Packet;
 
-use crate::compile::{CTarget, Program, NO_JUMP};
+use crate::compile::{Program, NO_JUMP};
 use crate::index::Key;
 use crate::ruleset::Ruleset;
 use crate::state::RulesetState;
 use crate::types::Table;
 
-/// How many compiled rules [`prefetch_subtree`] asks for.
+/// How many compiled rules from a jump's target on [`prefetch_hit`] asks for: a Service
+/// of two endpoints has 3 `KUBE-SVC-` rules and 2 per `KUBE-SEP-` chain.
 pub(crate) const PREFETCH_RULES: usize = 8;
 
-/// Asks the CPU for the compiled rules from `start` on, their counter slots and the targets
-/// they keep in `others`: a software prefetch, which changes no result, only when memory is
-/// read.
-///
-/// Called when an indexed chain's lookup finds a rule that jumps: `KUBE-SERVICES` →
-/// `KUBE-SVC-…`, before the rule itself is read ([`Program::jumps`]). The program
-/// lays chains out depth first (`compile::layout_order`), so the rules that follow a
-/// service's `KUBE-SVC-` chain are its `KUBE-SEP-` chains, and its counter slots follow the
-/// same order. At 10,000 Services none of that is in the cache; walked rule by rule, each
-/// line is a wait of its own (the SVC rules, then the SEP rules, then DNAT's range). Asked
-/// for together, they load side by side: one wait for the rules, one for what they name.
-#[inline]
-pub(crate) fn prefetch_subtree(prog: &Program, state: &RulesetState, start: usize) {
-    let ahead = prog.rules.get(start..).unwrap_or(&[]);
-    let ahead = &ahead[..ahead.len().min(PREFETCH_RULES)];
-    for r in ahead {
-        sim_core::prefetch::line(r);
-    }
-    let Some(first) = ahead.first() else {
-        return;
-    };
-    for r in ahead {
-        if let CTarget::Other(i) = r.target {
-            if let Some(t) = prog.others.get(i as usize) {
-                sim_core::prefetch::line(t);
-            }
-        }
-    }
-    // A table's counter slots are handed out in the program's layout order, so these
-    // rules' slots are most likely the run from the first one's on (a guess: a wrong one
-    // only loads a line for nothing).
-    state
-        .slots
-        .prefetch_run(first.slot_idx as usize, ahead.len());
-}
+/// How many of the kept targets after a jump [`prefetch_hit`] asks for: the DNAT ranges of
+/// a Service's first endpoints.
+const PREFETCH_OTHERS: usize = 3;
 
 /// Programs with fewer rules than this get no hints: at 64 bytes a rule, a program of up
 /// to 256 KiB mostly stays in a core's L2 cache, and there is nothing to hide.
 pub(crate) const HINT_MIN_RULES: usize = 4096;
 
-/// How many of the kept targets after a jump [`Ruleset::prefetch_new_flow`] asks for:
-/// the DNAT ranges of a Service's first endpoints.
-const PREFETCH_OTHERS: usize = 3;
-
 /// How many indexed chains of the nat table [`Ruleset::prefetch_new_flow`] looks in
 /// (kube-proxy's `KUBE-SERVICES`, and `KUBE-NODEPORTS` when it is long).
 const HINT_CHAINS: usize = 2;
 
+/// Asks the CPU for what a walk reads after an index hit at rule `pos` of the indexed chain
+/// whose rules start at `start`: the rule, its counter slot, and when it jumps, the rules
+/// from the target on, their counter slots and the targets they keep in `others`.
+///
+/// The program lays chains out depth first (`compile::layout_order`), so the rules that
+/// follow a Service's `KUBE-SVC-` chain are its `KUBE-SEP-` chains; `others` is filled in
+/// the same order, and so are a table's counter slots. So none of this needs the rules'
+/// own lines: [`Program::jumps`] gives the target and its first kept target, and a rule's
+/// slot is most likely the chain's first rule's plus the distance between them (a guess: a
+/// wrong one only loads a line for nothing). At 10,000 Services none of it is in the cache;
+/// walked rule by rule, each line was a wait of its own. Asked for together, they load
+/// side by side.
+#[inline]
+pub(crate) fn prefetch_hit(prog: &Program, state: &RulesetState, start: usize, pos: usize) {
+    if prog.rules.len() < HINT_MIN_RULES {
+        return;
+    }
+    let (Some(first), Some(rule), Some(&(to, others))) = (
+        prog.rules.get(start),
+        prog.rules.get(pos),
+        prog.jumps.get(pos),
+    ) else {
+        return;
+    };
+    sim_core::prefetch::line(rule);
+    let slot_of = |p: usize| (first.slot_idx as usize + p).checked_sub(start);
+    if let Some(s) = slot_of(pos) {
+        state.slots.prefetch_run(s, 1);
+    }
+    if to == NO_JUMP {
+        return;
+    }
+    let to = to as usize;
+    let ahead = prog.rules.get(to..).unwrap_or(&[]);
+    for r in ahead.iter().take(PREFETCH_RULES) {
+        sim_core::prefetch::line(r);
+    }
+    if let Some(s) = slot_of(to) {
+        state.slots.prefetch_run(s, PREFETCH_RULES);
+    }
+    let kept = prog.others.get(others as usize..).unwrap_or(&[]);
+    for t in kept.iter().take(PREFETCH_OTHERS) {
+        sim_core::prefetch::line(t);
+    }
+}
+
 impl Ruleset {
     /// Asks the CPU for the nat rules the first packet of a new flow `pkt` is likely to walk:
     /// in each indexed nat chain (kube-proxy's `KUBE-SERVICES`), the rule its destination,
-    /// protocol and port select, and the rules of the chain that rule jumps to and after it
-    /// (the Service's `KUBE-SVC-` and `KUBE-SEP-` chains, laid out together).
+    /// protocol and port select, and what [`prefetch_hit`] asks for after it (the Service's
+    /// `KUBE-SVC-` and `KUBE-SEP-` chains, their counters and DNAT ranges).
     ///
-    /// A hint: it changes no result and nothing in the ruleset. A namespace calls it when
-    /// conntrack finds no entry for a packet, so that the lines load while the entry is
-    /// made, before the nat walk needs them.
+    /// A hint: it changes no result and nothing in the ruleset or `state`. A namespace
+    /// calls it when conntrack finds no entry for a packet, so that the lines load while
+    /// the entry is made, before the nat walk needs them. (The walk itself asks for
+    /// nothing: issued at the index hit, the same prefetches came too late to help much
+    /// and cost 120 instructions a first packet on top of this hint.)
     #[inline]
     pub fn prefetch_new_flow(&self, state: &RulesetState, pkt: &Packet) {
         if !self.indexing {
@@ -84,6 +97,10 @@ impl Ruleset {
         let Some(td) = self.tables[Table::Nat.index()].as_deref() else {
             return;
         };
+        let prog = &*td.program;
+        if prog.rules.len() < HINT_MIN_RULES {
+            return;
+        }
         let (std::net::IpAddr::V4(dst), Some(dport)) = (pkt.dst, pkt.dport()) else {
             return;
         };
@@ -92,48 +109,13 @@ impl Ruleset {
             proto: pkt.protocol(),
             dport,
         };
-        let prog = &*td.program;
-        if prog.rules.len() < HINT_MIN_RULES {
-            return;
-        }
         for &chain in prog.indexed.iter().take(HINT_CHAINS) {
             let Some(ix) = &td.chain(chain).index else {
                 continue;
             };
-            let Some(at) = ix.first_in_first_run(key) else {
-                continue;
-            };
-            let start = prog.spans[chain as usize].start as usize;
-            let pos = start + at;
-            let (Some(first), Some(rule), Some(&(to, others))) = (
-                prog.rules.get(start),
-                prog.rules.get(pos),
-                prog.jumps.get(pos),
-            ) else {
-                continue;
-            };
-            sim_core::prefetch::line(rule);
-            // Counter slots are handed out in layout order, so a rule's slot is most likely
-            // the chain's first rule's plus the distance between them (a guess, as in
-            // `prefetch_subtree`; it saves reading the rules' lines to learn their slots).
-            let slot_of = |p: usize| (first.slot_idx as usize + p).checked_sub(start);
-            if let Some(s) = slot_of(pos) {
-                state.slots.prefetch_run(s, 1);
-            }
-            if to != NO_JUMP {
-                let to = to as usize;
-                let ahead = prog.rules.get(to..).unwrap_or(&[]);
-                for r in ahead.iter().take(PREFETCH_RULES) {
-                    sim_core::prefetch::line(r);
-                }
-                if let Some(s) = slot_of(to) {
-                    state.slots.prefetch_run(s, PREFETCH_RULES);
-                }
-                // The targets kept aside in that stretch: the SEP chains' DNAT ranges.
-                let kept = prog.others.get(others as usize..).unwrap_or(&[]);
-                for t in kept.iter().take(PREFETCH_OTHERS) {
-                    sim_core::prefetch::line(t);
-                }
+            if let Some(at) = ix.first_in_first_run(key) {
+                let start = prog.spans[chain as usize].start as usize;
+                prefetch_hit(prog, state, start, start + at);
             }
         }
     }
@@ -145,6 +127,7 @@ mod tests {
     //! it finds is that Service's `KUBE-SERVICES` rule, and the rules it asks for from that
     //! rule's target on are the Service's `KUBE-SVC-` chain and then its `KUBE-SEP-` chains.
     use super::*;
+    use crate::compile::CTarget;
     use crate::synth::KubeServices;
     use crate::RestoreOptions;
     use sim_core::Packet;
