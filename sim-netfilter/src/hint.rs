@@ -135,16 +135,22 @@ mod tests {
 
     #[test]
     fn the_hint_finds_the_services_rule_and_its_chains() {
-        let k = KubeServices::new(300, 2);
+        // Enough Services for a program the hints are for (HINT_MIN_RULES).
+        let k = KubeServices::new(600, 2);
         let mut rs = Ruleset::new();
         rs.restore(&k.save_text(), &RestoreOptions::default())
             .expect("synthetic ruleset loads");
         let td = rs.tables[Table::Nat.index()].as_deref().expect("nat table");
         let prog = &*td.program;
+        assert!(
+            prog.rules.len() >= HINT_MIN_RULES,
+            "{} rules",
+            prog.rules.len()
+        );
         let services = td.id("KUBE-SERVICES").expect("KUBE-SERVICES");
         assert_eq!(prog.indexed, vec![services], "KUBE-SERVICES is indexed");
         let ix = td.chain(services).index.as_ref().expect("index");
-        for i in [0, 3, 150, 299] {
+        for i in [0, 3, 150, 599] {
             let (proto, svc) = k.service(i);
             let src = SocketAddr::V4(SocketAddrV4::new([172, 18, 0, 9].into(), 40000));
             let pkt = if proto == 17 {

@@ -236,3 +236,39 @@ fn a_different_node_is_told_apart() {
     b.process(SimTime::ZERO, p, from);
     assert_ne!(a.save(true), b.save(true));
 }
+
+/// A node with enough Services for the first-packet prefetch hints (`hint.rs`: programs of
+/// 4,096 rules and more) gives the same results as plain evaluation, which takes no hint:
+/// every first packet's fate and egress, the counters and the conntrack table.
+#[test]
+fn a_node_with_hints_agrees_with_plain_evaluation() {
+    let k = KubeServices::new(700, 3);
+    let mut fast = node(&k, &[], true);
+    let mut plain = node(&k, &[], false);
+    let mut r = SimRng::derive(15, "hints");
+    let from = Ingress::Interface(ifn("eth0"));
+    let now = SimTime::ZERO;
+    let mut dnat = 0;
+    for i in 0..400u16 {
+        let (proto, svc) = k.service(r.below(k.services as u64) as usize);
+        let src = SocketAddr::new(IpAddr::from([172, 18, 1, 10]), 20_000 + i);
+        let p = if proto == 17 {
+            Packet::udp(src, svc.into())
+        } else {
+            Packet::tcp(src, svc.into(), TcpFlags::SYN)
+        };
+        let a = fast.process(now, p, from);
+        assert_eq!(a, plain.process(now, p, from), "packet {i}: {p}");
+        if let Some(Egress::Transmit { packet, .. }) = a.out.first() {
+            dnat += usize::from(packet.dst != p.dst);
+        }
+    }
+    assert_eq!(dnat, 400, "every first packet reached an endpoint");
+    assert_eq!(fast.save(true), plain.save(true), "counters");
+    let filter = sim_conntrack::Filter::default();
+    assert_eq!(
+        fast.conntrack().dump(now, &filter),
+        plain.conntrack().dump(now, &filter),
+        "conntrack tables"
+    );
+}
