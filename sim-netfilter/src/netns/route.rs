@@ -6,10 +6,11 @@
 //! added first (`fib_table_lookup` picks the longest prefix; among equal prefixes we keep the
 //! order of insertion, where the kernel would use metric and insertion order).
 //!
-//! IPv4 lookups go through an index rebuilt whenever routes or addresses change: one sorted
-//! array of networks per prefix length present, searched from the longest length down (a
-//! binary search per length, so a node with a route per pod and per node stays cheap), and the
-//! local addresses sorted for `is_local`. IPv6 (rare here) scans the routes in order.
+//! IPv4 lookups go through an index kept up to date as routes and addresses change (updated in
+//! place when an interface or a route is added, rebuilt otherwise): one sorted array of
+//! networks per prefix length present, searched from the longest length down (a binary search
+//! per length, so a node with a route per pod and per node stays cheap), and the local
+//! addresses sorted for `is_local`. IPv6 (rare here) scans the routes in order.
 
 use sim_core::IfName;
 use std::fmt;
@@ -211,7 +212,7 @@ pub struct RoutingTable {
 }
 
 /// The IPv4 routes of one prefix length.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Level {
     mask: u32,
     /// (network, index in `routes`), sorted by network; for a network routed more than once
@@ -219,8 +220,9 @@ struct Level {
     nets: Vec<(u32, u32)>,
 }
 
-/// The IPv4 side of a [`RoutingTable`] in searchable form (rebuilt on every change).
-#[derive(Clone, Debug, Default)]
+/// The IPv4 side of a [`RoutingTable`] in searchable form: updated in place when an
+/// interface or a route is added, rebuilt on other changes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct V4Fib {
     /// One level per prefix length present, longest first.
     levels: Vec<Level>,
@@ -265,6 +267,48 @@ impl V4Fib {
         locals.sort_by_key(|&(a, _)| a);
         locals.dedup_by_key(|&mut (a, _)| a);
         V4Fib { levels, locals }
+    }
+
+    /// What [`V4Fib::build`] would give once `route` is inserted at `pos` of the routes
+    /// (every route from `pos` on moving up one).
+    fn route_inserted(&mut self, pos: usize, route: &Route) {
+        let pos = pos as u32;
+        for l in &mut self.levels {
+            for e in &mut l.nets {
+                if e.1 >= pos {
+                    e.1 += 1;
+                }
+            }
+        }
+        let IpAddr::V4(net) = route.dst.addr() else {
+            return;
+        };
+        let len = route.dst.prefix_len();
+        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+        // Levels go longest prefix first: the larger mask first.
+        let at = self.levels.partition_point(|l| l.mask > mask);
+        if self.levels.get(at).is_none_or(|l| l.mask != mask) {
+            self.levels.insert(
+                at,
+                Level {
+                    mask,
+                    nets: Vec::new(),
+                },
+            );
+        }
+        let nets = &mut self.levels[at].nets;
+        // A network routed already keeps its route: that one was added first (a lower index).
+        if let Err(i) = nets.binary_search_by_key(&u32::from(net), |&(n, _)| n) {
+            nets.insert(i, (u32::from(net), pos));
+        }
+    }
+
+    /// What [`V4Fib::build`] would give once interface `iface`, the last one, holds `a`.
+    fn local_added(&mut self, a: u32, iface: u32) {
+        // An address held already stays with its interface: that one was added first.
+        if let Err(i) = self.locals.binary_search_by_key(&a, |&(x, _)| x) {
+            self.locals.insert(i, (a, iface));
+        }
     }
 
     /// The index of the interface holding local address `a`.
@@ -316,11 +360,17 @@ impl RoutingTable {
         for &(a, l) in addrs {
             Prefix::new(a, l)?;
         }
+        let index = self.ifaces.len() as u32;
         self.ifaces.push(Interface {
             name,
             addrs: addrs.to_vec(),
         });
+        // The index is updated in place, not rebuilt: a node adds an interface and a route
+        // per pod, over a table holding a route per node of the cluster.
         for &(a, l) in addrs {
+            if let IpAddr::V4(v) = a {
+                self.v4.local_added(u32::from(v), index);
+            }
             if l < width(a) {
                 self.insert_route(Route {
                     dst: Prefix::new(a, l)?,
@@ -329,7 +379,6 @@ impl RoutingTable {
                 });
             }
         }
-        self.reindex();
         Ok(())
     }
 
@@ -369,7 +418,6 @@ impl RoutingTable {
             }
         }
         self.insert_route(Route { dst, gateway, dev });
-        self.reindex();
         Ok(())
     }
 
@@ -418,13 +466,13 @@ impl RoutingTable {
         self.v4 = V4Fib::build(&self.ifaces, &self.routes);
     }
 
+    /// Inserts `r` after every route at least as long, and into the index.
     fn insert_route(&mut self, r: Route) {
         let pos = self
             .routes
-            .iter()
-            .position(|x| x.dst.prefix_len() < r.dst.prefix_len())
-            .unwrap_or(self.routes.len());
+            .partition_point(|x| x.dst.prefix_len() >= r.dst.prefix_len());
         self.routes.insert(pos, r);
+        self.v4.route_inserted(pos, &r);
     }
 
     /// The interfaces, in the order they were added.
@@ -756,6 +804,8 @@ mod tests {
                         t.remove_route(Prefix::new(a, l).unwrap());
                     }
                 }
+                // Updated in place or rebuilt, the index is the one a rebuild gives.
+                prop_assert_eq!(&t.v4, &V4Fib::build(&t.ifaces, &t.routes));
                 for &p in probes.iter().chain([ip("127.1.2.3"), ip("192.168.1.1")].iter()) {
                     let (d, owner) = reference(&t, p);
                     prop_assert_eq!(t.lookup(p), d);
