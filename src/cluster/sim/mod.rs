@@ -279,11 +279,12 @@ struct ClientRt {
     wake: Option<SimTime>,
 }
 
-type VethMap = std::collections::HashMap<
-    IfName,
-    usize,
-    std::hash::BuildHasherDefault<std::hash::DefaultHasher>,
->;
+/// A hash map with fixed keys (SipHash keyed with zeros), for maps that are only looked up,
+/// never iterated: nothing depends on the OS's randomness, and no order reaches any output.
+type LookupMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<std::hash::DefaultHasher>>;
+
+type VethMap = LookupMap<IfName, usize>;
 
 struct NodeRt {
     def: NodeDef,
@@ -479,9 +480,9 @@ pub struct Simulation {
     clients: Vec<ClientRt>,
     clients_by_ip: BTreeMap<IpAddr, Vec<usize>>,
     /// The ports clients have bound, by (address, protocol, port), with the clients holding
-    /// each: kept up to date from [`Outbox::ports`], so a send's port draw and a packet's
-    /// delivery cost O(log n) in the sockets of the host.
-    client_ports: BTreeMap<(IpAddr, u8, u16), BTreeSet<usize>>,
+    /// each (ascending; almost always one): kept up to date from [`Outbox::ports`], so a
+    /// send's port draw and a packet's delivery cost one hash lookup. Never iterated.
+    client_ports: LookupMap<(IpAddr, u8, u16), Vec<usize>>,
     slices: Vec<EndpointSlice>,
     slice_sync_pending: bool,
     timeline: Vec<TimelineEvent>,
@@ -850,7 +851,7 @@ impl Simulation {
             pod_ids: BTreeMap::new(),
             clients: Vec::new(),
             clients_by_ip: BTreeMap::new(),
-            client_ports: BTreeMap::new(),
+            client_ports: LookupMap::default(),
             slices: Vec::new(),
             slice_sync_pending: false,
             timeline: Vec::new(),
@@ -1160,10 +1161,10 @@ impl Simulation {
         };
         self.clients_by_ip.entry(ip).or_default().push(index);
         for p in app.bound_ports() {
-            self.client_ports
-                .entry((ip, app.proto(), p))
-                .or_default()
-                .insert(index);
+            let holders = self.client_ports.entry((ip, app.proto(), p)).or_default();
+            if let Err(k) = holders.binary_search(&index) {
+                holders.insert(k, index);
+            }
         }
         self.clients.push(ClientRt {
             def,

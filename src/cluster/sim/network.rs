@@ -527,10 +527,15 @@ impl Simulation {
         for &(port, bound) in changes {
             let key = (ip, proto, port);
             if bound {
-                self.client_ports.entry(key).or_default().insert(i);
-            } else if let Some(set) = self.client_ports.get_mut(&key) {
-                set.remove(&i);
-                if set.is_empty() {
+                let holders = self.client_ports.entry(key).or_default();
+                if let Err(k) = holders.binary_search(&i) {
+                    holders.insert(k, i);
+                }
+            } else if let Some(holders) = self.client_ports.get_mut(&key) {
+                if let Ok(k) = holders.binary_search(&i) {
+                    holders.remove(k);
+                }
+                if holders.is_empty() {
                     self.client_ports.remove(&key);
                 }
             }
