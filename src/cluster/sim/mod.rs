@@ -277,6 +277,11 @@ struct ClientRt {
     ip: IpAddr,
     app: ClientApp,
     wake: Option<SimTime>,
+    /// `app.poll_timeout()` as of the app's last change: every call into the app that can
+    /// change it ends in [`Simulation::arm_client`], which sets this. A wake-up that finds
+    /// nothing due (a deadline whose query was answered meanwhile) reads it instead of the
+    /// app, whose state is elsewhere in memory.
+    due: Option<SimTime>,
 }
 
 /// A hash map with fixed keys (SipHash keyed with zeros), for maps that are only looked up,
@@ -1172,13 +1177,21 @@ impl Simulation {
             ip,
             app,
             wake: None,
+            due: None,
         });
         self.arm_client(index);
     }
 
     fn arm_client(&mut self, i: usize) {
         let c = &mut self.clients[i];
-        if let Some(t) = c.app.poll_timeout() {
+        c.due = c.app.poll_timeout();
+        self.wake_client_when_due(i);
+    }
+
+    /// Queues a wake-up of client `i` at its `due` instant unless an earlier one is queued.
+    fn wake_client_when_due(&mut self, i: usize) {
+        let c = &mut self.clients[i];
+        if let Some(t) = c.due {
             if c.wake.is_none_or(|w| t < w) {
                 c.wake = Some(t);
                 self.queue.push(t.max(self.now), Ev::ClientWake(i));
@@ -1506,14 +1519,12 @@ impl Simulation {
                 self.arm_stack(&m);
             }
             Ev::ClientWake(i) => {
-                if self.clients[i].wake.is_some_and(|w| w <= self.now) {
-                    self.clients[i].wake = None;
+                let c = &mut self.clients[i];
+                if c.wake.is_some_and(|w| w <= self.now) {
+                    c.wake = None;
                 }
-                if self.clients[i]
-                    .app
-                    .poll_timeout()
-                    .is_some_and(|t| t <= self.now)
-                {
+                debug_assert_eq!(c.due, c.app.poll_timeout(), "client {i}'s due instant");
+                if c.due.is_some_and(|t| t <= self.now) {
                     let mut out = Outbox::new();
                     let m = self.clients[i].machine.clone();
                     // The host's connect() port state, lent to the client for this call (only
@@ -1548,7 +1559,8 @@ impl Simulation {
                     }
                     self.client_output(i, out);
                 } else {
-                    self.arm_client(i);
+                    // Nothing due: the app is as it was when last armed.
+                    self.wake_client_when_due(i);
                 }
             }
             Ev::CtWake(n) => {
