@@ -153,9 +153,47 @@ enum Server {
     Tcp(Box<TcpServer>),
 }
 
+/// A stack's servers by (protocol, port), in that order: a sorted list, as a stack has one
+/// or two (a tree would give each of a big cluster's pods a node of eleven).
+#[derive(Debug, Clone, Default)]
+struct Servers(Vec<((u8, u16), Server)>);
+
+impl Servers {
+    fn insert(&mut self, key: (u8, u16), srv: Server) {
+        match self.0.binary_search_by_key(&key, |(k, _)| *k) {
+            Ok(i) => self.0[i].1 = srv,
+            Err(i) => self.0.insert(i, (key, srv)),
+        }
+    }
+    fn get_mut(&mut self, key: &(u8, u16)) -> Option<&mut Server> {
+        let i = self.0.binary_search_by_key(key, |(k, _)| *k).ok()?;
+        Some(&mut self.0[i].1)
+    }
+    fn contains_key(&self, key: &(u8, u16)) -> bool {
+        self.0.binary_search_by_key(key, |(k, _)| *k).is_ok()
+    }
+    fn values(&self) -> impl Iterator<Item = &Server> {
+        self.0.iter().map(|(_, s)| s)
+    }
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut Server> {
+        self.0.iter_mut().map(|(_, s)| s)
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl IntoIterator for Servers {
+    type Item = ((u8, u16), Server);
+    type IntoIter = std::vec::IntoIter<((u8, u16), Server)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct Stack {
-    servers: BTreeMap<(u8, u16), Server>,
+    servers: Servers,
     wake: Option<SimTime>,
     /// The ICMP error rate limit of a pod's or host's own kernel namespace (a node's
     /// stack uses its `Netns`'s, shared with what its rules send).
