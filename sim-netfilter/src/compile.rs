@@ -10,6 +10,7 @@
 //! the reference walk. The reference walk (`Ruleset::set_indexing(false)`, and every traced
 //! walk) never uses this; a property test checks both agree.
 
+use crate::index::{ChainIndex, NO_JUMP};
 use crate::rule::*;
 use crate::ruleset::{Chain, TableData};
 use crate::types::{Counters, PortRange};
@@ -32,9 +33,6 @@ pub(crate) const IP_TESTS: u8 = HAS_SRC | HAS_DST | HAS_PROTO | SLOW_IP;
 /// taken over by it must read them from the original rule. Without this bit they start at
 /// zero, and the walk never touches the original rule to count a packet.
 pub(crate) const HAS_INIT: u8 = 1 << 7;
-
-/// In [`Program::jumps`]: the rule neither jumps nor goes to a chain with rules.
-pub(crate) const NO_JUMP: u32 = u32::MAX;
 
 /// In a compiled jump's or goto's `end`: the target chain has a first-match index.
 pub(crate) const END_INDEXED: u32 = 1 << 31;
@@ -140,14 +138,12 @@ pub(crate) struct Program {
     pub matches: Vec<CMatch>,
     /// Copies of the targets compiled as [`CTarget::Other`].
     pub others: Vec<Target>,
-    /// By rule (parallel to `rules`): where its jump or goto target's rules start (or
-    /// [`NO_JUMP`]), and the first entry of `others` at or after that start. The first is
-    /// in the rule's [`CTarget`] too, but this is 8 bytes a rule instead of 64: a prefetch
-    /// hint reads it to ask for the target chain's rules and DNAT ranges without waiting
-    /// for the rule's own line (`hint.rs`).
-    pub jumps: Vec<(u32, u32)>,
-    /// The ids of the chains with a first-match index, ascending.
-    pub indexed: Vec<u32>,
+    /// The first-match indexes of the indexed chains, by chain id, ascending: copies of
+    /// the chains' own, annotated with each single-rule key's jump target in this program
+    /// and the first kept target after it ([`ChainIndex::annotate`]), so that a prefetch
+    /// hint learns where a Service's chains are from the one map probe the walk makes
+    /// anyway (`hint.rs`).
+    pub indexes: Vec<(u32, ChainIndex)>,
     /// By chain id: where its rules are (empty for a freed id) and whether it is indexed.
     pub spans: Vec<Span>,
     /// By hook: what a walk from that hook's built-in chain reads of the packet, when that
@@ -197,6 +193,17 @@ pub(crate) struct MemoSpec {
     /// The bits of a packet's three raw key words (see `memo_key` in `eval.rs`) that the
     /// flags above select, set by [`MemoSpec::seal`].
     pub masks: [u64; 3],
+}
+
+impl Program {
+    /// The program's copy of chain `id`'s first-match index, if it has one.
+    #[inline]
+    pub(crate) fn index_of(&self, id: u32) -> Option<&ChainIndex> {
+        self.indexes
+            .iter()
+            .find(|(c, _)| *c == id)
+            .map(|(_, ix)| ix)
+    }
 }
 
 impl MemoSpec {
@@ -437,8 +444,7 @@ pub(crate) fn compile(td: &TableData) -> Program {
         origins: Vec::new(),
         matches: Vec::new(),
         others: Vec::new(),
-        jumps: Vec::new(),
-        indexed: Vec::new(),
+        indexes: Vec::new(),
         spans: vec![Span::default(); n],
         memo: [None; 5],
     };
@@ -465,19 +471,7 @@ pub(crate) fn compile(td: &TableData) -> Program {
     }
     // Jumps were compiled with the target's chain id in `start` (its span was not known
     // yet): now the span.
-    p.indexed = (0..n as u32)
-        .filter(|&id| p.spans[id as usize].indexed)
-        .collect();
-    // `others` is filled in rule order: the first entry at or after each position.
-    let mut others_from = Vec::with_capacity(p.rules.len() + 1);
-    let mut seen = 0u32;
-    for r in &p.rules {
-        others_from.push(seen);
-        seen += u32::from(matches!(r.target, CTarget::Other(_)));
-    }
-    others_from.push(seen);
-    p.jumps = vec![(NO_JUMP, 0); p.rules.len()];
-    for (r, to) in p.rules.iter_mut().zip(&mut p.jumps) {
+    for r in &mut p.rules {
         let jump = matches!(r.target, CTarget::Jump { .. });
         if let CTarget::Jump { start, end } | CTarget::Goto { start, end } = &mut r.target {
             let span = p.spans[*start as usize];
@@ -486,9 +480,32 @@ pub(crate) fn compile(td: &TableData) -> Program {
             } else {
                 *start = span.start;
                 *end = span.end | if span.indexed { END_INDEXED } else { 0 };
-                *to = (span.start, others_from[span.start as usize]);
             }
         }
+    }
+    // `others` is filled in rule order: the first entry at or after each position.
+    let mut others_from = Vec::with_capacity(p.rules.len() + 1);
+    let mut seen = 0u32;
+    for r in &p.rules {
+        others_from.push(seen);
+        seen += u32::from(matches!(r.target, CTarget::Other(_)));
+    }
+    others_from.push(seen);
+    for id in 0..n {
+        let (Some(c), true) = (&td.chains[id], p.spans[id].indexed) else {
+            continue;
+        };
+        let Some(mut ix) = c.index.clone() else {
+            continue;
+        };
+        let start = p.spans[id].start as usize;
+        ix.annotate(|at| match p.rules.get(start + at).map(|r| r.target) {
+            Some(CTarget::Jump { start: to, .. } | CTarget::Goto { start: to, .. }) => {
+                (to, others_from[to as usize])
+            }
+            _ => (NO_JUMP, 0),
+        });
+        p.indexes.push((id as u32, ix));
     }
     p
 }

@@ -1526,7 +1526,7 @@ impl Ruleset {
             if indexed {
                 // An indexed chain has rules: its first one says which chain it is.
                 let chain = prog.origins[start].0;
-                if let Some(ix) = &td.chain(chain).index {
+                if let Some(ix) = prog.index_of(chain) {
                     match ix.lookup(pos - start, key) {
                         Lookup::Outside => {}
                         Lookup::Past(e) => {

@@ -10,8 +10,8 @@
 
 use sim_core::Packet;
 
-use crate::compile::{Program, NO_JUMP};
-use crate::index::Key;
+use crate::compile::Program;
+use crate::index::{Key, NO_JUMP};
 use crate::ruleset::Ruleset;
 use crate::state::RulesetState;
 use crate::types::Table;
@@ -33,27 +33,27 @@ pub(crate) const HINT_MIN_RULES: usize = 4096;
 const HINT_CHAINS: usize = 2;
 
 /// Asks the CPU for what a walk reads after an index hit at rule `pos` of the indexed chain
-/// whose rules start at `start`: the rule, its counter slot, and when it jumps, the rules
-/// from the target on, their counter slots and the targets they keep in `others`.
+/// whose rules start at `start`: the rule and its counter slot, and when the rule jumps to
+/// `to`, the rules from there on, their counter slots and the targets kept in `others` from
+/// `others` on.
 ///
 /// The program lays chains out depth first (`compile::layout_order`), so the rules that
 /// follow a Service's `KUBE-SVC-` chain are its `KUBE-SEP-` chains; `others` is filled in
 /// the same order, and so are a table's counter slots. So none of this needs the rules'
-/// own lines: [`Program::jumps`] gives the target and its first kept target, and a rule's
-/// slot is most likely the chain's first rule's plus the distance between them (a guess: a
-/// wrong one only loads a line for nothing). At 10,000 Services none of it is in the cache;
-/// walked rule by rule, each line was a wait of its own. Asked for together, they load
-/// side by side.
+/// own lines: the program's copy of the index gives the target and its first kept target
+/// ([`crate::index::ChainIndex::annotate`]), and a rule's slot is most likely the chain's
+/// first rule's plus the distance between them (a guess: a wrong one only loads a line for
+/// nothing). At 10,000 Services none of it is in the cache; walked rule by rule, each line
+/// was a wait of its own. Asked for together, they load side by side.
 #[inline]
-pub(crate) fn prefetch_hit(prog: &Program, state: &RulesetState, start: usize, pos: usize) {
-    if prog.rules.len() < HINT_MIN_RULES {
-        return;
-    }
-    let (Some(first), Some(rule), Some(&(to, others))) = (
-        prog.rules.get(start),
-        prog.rules.get(pos),
-        prog.jumps.get(pos),
-    ) else {
+fn prefetch_hit(
+    prog: &Program,
+    state: &RulesetState,
+    start: usize,
+    pos: usize,
+    (to, others): (u32, u32),
+) {
+    let (Some(first), Some(rule)) = (prog.rules.get(start), prog.rules.get(pos)) else {
         return;
     };
     sim_core::prefetch::line(rule);
@@ -86,9 +86,10 @@ impl Ruleset {
     ///
     /// A hint: it changes no result and nothing in the ruleset or `state`. A namespace
     /// calls it when conntrack finds no entry for a packet, so that the lines load while
-    /// the entry is made, before the nat walk needs them. (The walk itself asks for
-    /// nothing. Issued at the walk's own index hit, the same prefetches helped on their
-    /// own, but the hint's come a thousand instructions earlier and help more; both
+    /// the entry is made, before the nat walk needs them. Its one map probe is the one the
+    /// walk's index lookup makes next, which then finds it in the cache. (The walk itself
+    /// asks for nothing. Issued at the walk's own index hit, the same prefetches helped on
+    /// their own, but the hint's come a thousand instructions earlier and help more; both
     /// together only repeated the hint's, at 120 instructions a first packet.)
     #[inline]
     pub fn prefetch_new_flow(&self, state: &RulesetState, pkt: &Packet) {
@@ -110,13 +111,10 @@ impl Ruleset {
             proto: pkt.protocol(),
             dport,
         };
-        for &chain in prog.indexed.iter().take(HINT_CHAINS) {
-            let Some(ix) = &td.chain(chain).index else {
-                continue;
-            };
-            if let Some(at) = ix.first_in_first_run(key) {
-                let start = prog.spans[chain as usize].start as usize;
-                prefetch_hit(prog, state, start, start + at);
+        for (chain, ix) in prog.indexes.iter().take(HINT_CHAINS) {
+            if let Some((at, to, others)) = ix.first_hit(key) {
+                let start = prog.spans[*chain as usize].start as usize;
+                prefetch_hit(prog, state, start, start + at, (to, others));
             }
         }
     }
@@ -149,8 +147,9 @@ mod tests {
             prog.rules.len()
         );
         let services = td.id("KUBE-SERVICES").expect("KUBE-SERVICES");
-        assert_eq!(prog.indexed, vec![services], "KUBE-SERVICES is indexed");
-        let ix = td.chain(services).index.as_ref().expect("index");
+        assert_eq!(prog.indexes.len(), 1, "one indexed chain");
+        assert_eq!(prog.indexes[0].0, services, "KUBE-SERVICES is indexed");
+        let ix = prog.index_of(services).expect("index");
         for i in [0, 3, 150, 599] {
             let (proto, svc) = k.service(i);
             let src = SocketAddr::V4(SocketAddrV4::new([172, 18, 0, 9].into(), 40000));
@@ -165,7 +164,7 @@ mod tests {
                 proto: pkt.protocol(),
                 dport: svc.port(),
             };
-            let at = ix.first_in_first_run(key).expect("the service's rule");
+            let (at, to, others) = ix.first_hit(key).expect("the service's rule");
             let rule = &td.chain(services).rules()[at];
             let svc_chain = k.svc_chain(i);
             assert!(
@@ -173,7 +172,12 @@ mod tests {
                 "service {i}: found {rule:?}"
             );
             let pos = prog.spans[services as usize].start as usize + at;
-            let (to, others) = prog.jumps[pos];
+            // The walk's own lookup from the chain's start finds the same rule.
+            assert_eq!(
+                ix.lookup(0, Some(key)),
+                crate::index::Lookup::Match(at),
+                "service {i}"
+            );
             let to = to as usize;
             let svc_id = td.id(&svc_chain).expect("KUBE-SVC chain");
             assert_eq!(to, prog.spans[svc_id as usize].start as usize);

@@ -73,15 +73,30 @@ impl Hasher for KeyHasher {
     }
 }
 
-type KeyMap = FastMap<Key, u32>;
+/// A map value: where the key's rules are, and for a key of one rule, where that rule's
+/// jump target starts in the compiled program (for prefetch hints, `hint.rs`).
+#[derive(Clone, Copy, Debug)]
+struct Hit {
+    /// With [`MANY`] set, an index into the run's `many` lists (keys shared by several
+    /// rules); otherwise the only rule position with that key.
+    at: u32,
+    /// The program position where the rule's jump or goto target starts, or [`NO_JUMP`];
+    /// set by [`ChainIndex::annotate`] when the table is compiled.
+    to: u32,
+    /// The first of the program's kept targets (`Program::others`) at or after `to`.
+    others: u32,
+}
 
-/// A map value with this bit set is an index into the run's `many` lists (keys shared by
-/// several rules); otherwise it is the only rule position with that key.
+type KeyMap = FastMap<Key, Hit>;
+
+/// A map value's `at` with this bit set is an index into the run's `many` lists.
 const MANY: u32 = 1 << 31;
+
+/// In a [`Hit`], and from [`ChainIndex::first_hit`]: no jump target known.
+pub(crate) const NO_JUMP: u32 = u32::MAX;
 
 #[derive(Clone, Debug)]
 struct Run {
-    start: u32,
     end: u32,
     map: KeyMap,
     /// Ascending positions of keys used by more than one rule.
@@ -189,14 +204,19 @@ impl ChainIndex {
                 let Some(k) = k else { continue };
                 has_any_dst |= k.dst.is_none();
                 let pos = pos as u32;
-                match map.get(k).copied() {
+                let hit = |at| Hit {
+                    at,
+                    to: NO_JUMP,
+                    others: 0,
+                };
+                match map.get(k).map(|h| h.at) {
                     None => {
-                        map.insert(*k, pos);
+                        map.insert(*k, hit(pos));
                     }
                     Some(v) if v & MANY != 0 => many[(v & !MANY) as usize].push(pos),
                     Some(first) => {
                         many.push(vec![first, pos]);
-                        map.insert(*k, MANY | (many.len() - 1) as u32);
+                        map.insert(*k, hit(MANY | (many.len() - 1) as u32));
                     }
                 }
             }
@@ -205,7 +225,6 @@ impl ChainIndex {
                 *r = run_id;
             }
             idx.runs.push(Run {
-                start: start as u32,
                 end: i as u32,
                 map,
                 many,
@@ -219,16 +238,37 @@ impl ChainIndex {
         }
     }
 
-    /// The position of the first rule of the chain's first indexed run that `key` matches,
-    /// if any: where a walk that reaches that run from its start goes. For a prefetch hint
-    /// only (it ignores the rules before the run).
-    #[inline]
-    pub(crate) fn first_in_first_run(&self, key: Key) -> Option<usize> {
-        let start = self.runs.first()?.start as usize;
-        match self.lookup(start, Some(key)) {
-            Lookup::Match(at) => Some(at),
-            _ => None,
+    /// Records, for each key of one rule, where that rule's jump target starts in the
+    /// compiled program and the first kept target from there: `targets(position in the
+    /// chain)` gives both ([`NO_JUMP`] for a rule that does not jump). Called when the
+    /// table is compiled, on the program's own copy of the index.
+    pub(crate) fn annotate(&mut self, targets: impl Fn(usize) -> (u32, u32)) {
+        for run in &mut self.runs {
+            for h in run.map.values_mut() {
+                if h.at & MANY == 0 {
+                    (h.to, h.others) = targets(h.at as usize);
+                }
+            }
         }
+    }
+
+    /// For a prefetch hint: the rule of the chain's first indexed run that a walk reaching
+    /// that run from its start goes to for `key`, with its jump target and first kept
+    /// target as [`ChainIndex::annotate`] recorded them (`NO_JUMP` when unknown). One map
+    /// probe, the same the walk's lookup makes next, so that one is then in the cache.
+    #[inline]
+    pub(crate) fn first_hit(&self, key: Key) -> Option<(usize, u32, u32)> {
+        let run = self.runs.first()?;
+        if run.has_any_dst {
+            // Two keys to look at: leave it to the walk's lookup.
+            return None;
+        }
+        let h = run.map.get(&key)?;
+        if h.at & MANY != 0 {
+            let at = *run.many[(h.at & !MANY) as usize].first()?;
+            return Some((at as usize, NO_JUMP, 0));
+        }
+        Some((h.at as usize, h.to, h.others))
     }
 
     /// Where to go from `pos` for a packet with `key` (`None` for a packet without ports):
@@ -248,14 +288,14 @@ impl ChainIndex {
         };
         let p = pos as u32;
         let first_at_or_after = |k: &Key| -> u32 {
-            match run.map.get(k) {
+            match run.map.get(k).map(|h| h.at) {
                 None => run.end,
-                Some(&v) if v & MANY != 0 => {
+                Some(v) if v & MANY != 0 => {
                     let v = &run.many[(v & !MANY) as usize];
                     let i = v.partition_point(|&x| x < p);
                     v.get(i).copied().unwrap_or(run.end)
                 }
-                Some(&x) if x >= p => x,
+                Some(x) if x >= p => x,
                 Some(_) => run.end,
             }
         };
