@@ -595,6 +595,11 @@ impl Netns {
         Ok(self.routes.add_routes(routes)?)
     }
 
+    /// Makes room for `additional` more routes ([`RoutingTable::reserve`]).
+    pub fn reserve_routes(&mut self, additional: usize) {
+        self.routes.reserve(additional);
+    }
+
     /// Removes the routes to exactly `dst`; returns how many there were.
     pub fn remove_route(&mut self, dst: Prefix) -> usize {
         self.routes.remove_route(dst)

@@ -451,6 +451,12 @@ impl RoutingTable {
         Ok(())
     }
 
+    /// Makes room for `additional` more routes at once (a node about to get a route per
+    /// node and per pod), instead of doubling the table's memory as they come.
+    pub fn reserve(&mut self, additional: usize) {
+        self.routes.reserve_exact(additional);
+    }
+
     /// Removes every route to exactly `dst`; returns how many went.
     pub fn remove_route(&mut self, dst: Prefix) -> usize {
         let before = self.routes.len();
