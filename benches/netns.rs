@@ -65,18 +65,23 @@
 //! misses a packet than at 100). When conntrack finds no entry for a packet
 //! (`Conntrack::conntrack_in_then`), the namespace now asks the CPU for all of them at once
 //! (`Ruleset::prefetch_new_flow`, `sim-netfilter/src/hint.rs`), so they load side by side
-//! while the entry is made. The hint needs no rule line to know where to look:
-//! `Program::jumps` gives a rule's jump target and the first DNAT range after it, and counter
-//! slots follow the layout order. Programs under 4,096 rules (100 Services) take no hint.
-//! Instructions (callgrind, `netns_hot first 20000`): 7,771 → 8,108 at 10,000 (the hint),
-//! 7,618 → 7,616 at 100. How early the lines are asked for is what counts
+//! while the entry is made. The hint needs no rule line to know where to look: the
+//! program's copy of the `KUBE-SERVICES` index gives, with the rule, its jump target and the
+//! first DNAT range after it (`ChainIndex::annotate`), and counter slots follow the layout
+//! order. Its one map probe is the walk's next one, which then hits the cache. Programs
+//! under 4,096 rules (100 Services) take no hint. Instructions (callgrind, `netns_hot first
+//! 20000`): 7,771 → 8,071 at 10,000 (the hint), 7,618 → 7,656 at 100.
+//!
+//! How early the lines are asked for is what counts
 //! (`sim-netfilter/examples/first_packet_ratio.rs`: rounds alternating 65,536 flows at
-//! 10,000 and at 100 Services, median ratio of 15–25 rounds, load average 2–3): 1.8× asking for nothing; 1.55–1.65× asking for the Service's
-//! chains, slots and ranges at the jump into them, as the walk reaches it; 1.4× asking from
-//! the index hit through `Program::jumps`; 1.3× adding the rule lines when conntrack finds
-//! no entry; 1.25× adding the slots and ranges there too. Criterion, load average 2.5
-//! (another job on the other core): 1.13–1.17 µs at 10,000, 0.88–0.94 µs at 100,
-//! 1.21–1.30×.
+//! 10,000 and at 100 Services, median of the per-round ratio over 15–25 rounds, load average
+//! 2–3): 1.8× asking for nothing; 1.55–1.65× asking for the Service's chains, slots and
+//! ranges at the jump into them, as the walk reaches it; 1.4× asking at the walk's index
+//! hit (a per-rule array of jump targets); 1.3× asking for the rule lines when conntrack
+//! finds no entry; 1.25× adding the slots and ranges there; 1.18–1.20× with the targets in
+//! the index entry (10,000: 1.08–1.13 µs, 100: 0.91–0.94 µs). Criterion at load average
+//! 3–4 (another job on the other core), four runs: 1.06–1.33 µs at 10,000, 0.90–1.05 µs
+//! at 100, 1.17–1.33×.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sim_core::{IfName, Packet, SimTime, TcpFlags};
