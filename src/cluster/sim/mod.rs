@@ -526,6 +526,10 @@ pub struct Simulation {
     /// each (ascending; almost always one): kept up to date from [`Outbox::ports`], so a
     /// send's port draw and a packet's delivery cost one hash lookup. Never iterated.
     client_ports: LookupMap<(IpAddr, u8, u16), Vec<usize>>,
+    /// While the scenario's initial pods are added: each node's pod routes, added in one
+    /// batch per node once they all are ([`Netns::add_routes`]; one at a time, each /32 went
+    /// in front of the node's thousand routes to other nodes).
+    pending_pod_routes: Option<Vec<Vec<(Prefix, Option<IpAddr>, IfName)>>>,
     slices: Vec<EndpointSlice>,
     slice_sync_pending: bool,
     timeline: Vec<TimelineEvent>,
@@ -905,6 +909,7 @@ impl Simulation {
             clients: Vec::new(),
             clients_by_ip: BTreeMap::new(),
             client_ports: LookupMap::default(),
+            pending_pod_routes: None,
             slices: Vec::new(),
             slice_sync_pending: false,
             timeline: Vec::new(),
@@ -960,8 +965,26 @@ impl Simulation {
         for s in sim.sc.services.clone() {
             sim.log_service_allocation(&s);
         }
+        sim.pending_pod_routes = Some(vec![Vec::new(); sim.nodes.len()]);
         for p in sim.sc.pods.clone() {
             sim.add_pod(p, false)?;
+        }
+        // Nothing has routed a packet yet: the routes go in now, where adding them one by
+        // one would have put them.
+        for (n, routes) in sim
+            .pending_pod_routes
+            .take()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let node = &mut sim.nodes[n];
+            node.netns
+                .add_routes(&routes)
+                .map_err(|e| SimError::Netns {
+                    node: node.def.name.clone(),
+                    message: format!("pod routes: {e}"),
+                })?;
         }
         for (i, c) in sim.sc.clients.clone().into_iter().enumerate() {
             sim.add_client(i, c);
@@ -1074,9 +1097,13 @@ impl Simulation {
         n.netns
             .add_interface(veth, &[(gw, host_len)])
             .map_err(err)?;
-        n.netns
-            .add_route(Prefix::host(def.ip), None, veth)
-            .map_err(err)?;
+        match &mut self.pending_pod_routes {
+            Some(pending) => pending[node].push((Prefix::host(def.ip), None, veth)),
+            None => n
+                .netns
+                .add_route(Prefix::host(def.ip), None, veth)
+                .map_err(err)?,
+        }
         let id = match self.pod_ids.get(&key) {
             Some(&id) => id,
             None => self.pods.len(),
