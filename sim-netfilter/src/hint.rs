@@ -81,7 +81,7 @@ fn prefetch_hit(
 impl Ruleset {
     /// Asks the CPU for the nat rules the first packet of a new flow `pkt` is likely to walk:
     /// in each indexed nat chain (kube-proxy's `KUBE-SERVICES`), the rule its destination,
-    /// protocol and port select, and what [`prefetch_hit`] asks for after it (the Service's
+    /// protocol and port select, and what `prefetch_hit` asks for after it (the Service's
     /// `KUBE-SVC-` and `KUBE-SEP-` chains, their counters and DNAT ranges).
     ///
     /// A hint: it changes no result and nothing in the ruleset or `state`. A namespace
