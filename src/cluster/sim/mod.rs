@@ -322,6 +322,9 @@ struct ClientRt {
     due: Option<SimTime>,
 }
 
+/// A route as [`Netns::add_routes`] takes it: destination, gateway, device.
+type RouteSpec = (Prefix, Option<IpAddr>, IfName);
+
 /// A hash map with fixed keys (SipHash keyed with zeros), for maps that are only looked up,
 /// never iterated: nothing depends on the OS's randomness, and no order reaches any output.
 type LookupMap<K, V> =
@@ -529,7 +532,7 @@ pub struct Simulation {
     /// While the scenario's initial pods are added: each node's pod routes, added in one
     /// batch per node once they all are ([`Netns::add_routes`]; one at a time, each /32 went
     /// in front of the node's thousand routes to other nodes).
-    pending_pod_routes: Option<Vec<Vec<(Prefix, Option<IpAddr>, IfName)>>>,
+    pending_pod_routes: Option<Vec<Vec<RouteSpec>>>,
     slices: Vec<EndpointSlice>,
     slice_sync_pending: bool,
     timeline: Vec<TimelineEvent>,
