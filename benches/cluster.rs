@@ -13,7 +13,7 @@
 //! |---|---|---|
 //! | incident scenario, 1 h | 1.5–2.1 ms | |
 //! | 100 / 1,000 / 10,000 / 1,000 | 2.4–2.9 s | 257 MiB |
-//! | 1,000 / 5,000 / 50,000 / 10,000 (`examples/big_cluster.rs`, issue 15) | 43 s CPU | 7.1 GiB |
+//! | 1,000 / 5,000 / 50,000 / 10,000 (`examples/big_cluster.rs` under `/usr/bin/time -v`, issue 15; load average 1.2–1.9) | 12.6–17.2 s CPU (main at 2110424 alongside: 22.6–25.6 s) | 0.79 GiB (2110424: 1.50 GiB) |
 //!
 //! Before the memo each node re-parsed the payload at start and at the hourly full resync:
 //! 26–33 s and 2,170 MiB at full size, 83 % of it in `Netns::restore`. What remains is
