@@ -81,7 +81,9 @@
 //! finds no entry; 1.25× adding the slots and ranges there; 1.18–1.20× with the targets in
 //! the index entry (10,000: 1.08–1.13 µs, 100: 0.91–0.94 µs). Criterion at load average
 //! 3–4 (another job on the other core), four runs: 1.06–1.33 µs at 10,000, 0.90–1.05 µs
-//! at 100, 1.17–1.33×.
+//! at 100, 1.17–1.33×. On the quiet VM (load average 0.8–0.9, three runs of 5 s, with the
+//! same round's big-cluster work also on main): 0.91–0.93 µs at 10,000, 0.79–0.82 µs at
+//! 100, 1.13–1.15×.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sim_core::{IfName, Packet, SimTime, TcpFlags};
