@@ -487,14 +487,9 @@ fn same_entries(what: &str, kernel: &[CtEntry], sim: &[CtEntry], slack: u64) {
     }
 }
 
-/// Compares `conntrack -E` lines in order: identical, except for the seconds left:
-/// - a DESTROY's may differ by one either way: the kernel counts in jiffies and an entry
-///   killed within the jiffy it was refreshed in still shows the full timeout, where nfsim
-///   floors the exact time left;
-/// - any other event's may be one less on the kernel's side: the kernel prints the seconds
-///   left when it builds the event, truncated (`ctnetlink_dump_timeout`), so a jiffy
-///   between the state change and the event reads TIME_WAIT 119 where nfsim says 120 (seen
-///   under load; the half-close comparison in `tests/scenario_tcp_apps.rs` allows the same).
+/// Compares `conntrack -E` lines in order: identical, except for the seconds left, which
+/// agree as [`kernel::event_secs_agree`] says (seen under load: TIME_WAIT 119 on the
+/// kernel where nfsim says 120).
 fn same_events(kernel: &[&str], sim: &[String]) {
     let all = || format!("kernel:\n{}\nnfsim:\n{}", kernel.join("\n"), sim.join("\n"));
     assert_eq!(kernel.len(), sim.len(), "conntrack -E differs\n{}", all());
@@ -509,7 +504,7 @@ fn same_events(kernel: &[&str], sim: &[String]) {
         let close = ke
             .timeout_secs
             .zip(se.timeout_secs)
-            .is_some_and(|(k, s)| k.abs_diff(s) <= 1 && (destroy || k < s));
+            .is_some_and(|(k, s)| kernel::event_secs_agree(k, s, destroy));
         ke.timeout_secs = None;
         se.timeout_secs = None;
         assert!(

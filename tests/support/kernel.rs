@@ -1011,6 +1011,17 @@ impl CtEntry {
     }
 }
 
+/// Whether the seconds left in a `conntrack -E` event agree between the kernel (`kernel`)
+/// and nfsim (`nfsim`). The kernel prints them when it builds the event, truncated
+/// (`ctnetlink_dump_timeout`: `nf_ct_expires(ct) / HZ`), so a jiffy passing between the state
+/// change and the event shows one second less: the kernel's are nfsim's or one below. A
+/// DESTROY's may also be one above: an entry killed within the jiffy it was refreshed in
+/// still shows its full timeout, where nfsim floors the exact time left.
+#[allow(dead_code)] // not every test file that includes this module compares events
+pub fn event_secs_agree(kernel: u64, nfsim: u64, destroy: bool) -> bool {
+    kernel == nfsim || kernel + 1 == nfsim || (destroy && kernel == nfsim + 1)
+}
+
 /// Parses a line `conntrack -L` or `conntrack -E` prints (without `-o extended`, which adds the
 /// family first: strip `ipv4     2 ` before calling). `None` for anything else (the
 /// "N flow entries" summary, blank lines).
