@@ -99,13 +99,6 @@ use first_packets::FirstPackets;
 
 const SERVICES: usize = 10_000;
 
-fn node(k: &KubeServices) -> Netns {
-    let mut n = first_packets::bare_node();
-    n.restore(&k.save_text(), false)
-        .expect("synthetic ruleset loads");
-    n
-}
-
 /// Packet `i`: a client on the host network (so the masquerade path runs too) to service
 /// `i % services`.
 fn packet(k: &KubeServices, i: usize, sport: u16) -> Packet {
@@ -163,7 +156,7 @@ fn bench(c: &mut Criterion) {
     // and confirms its entry (DNAT + MASQUERADE) and the endpoint answers it, then the bench
     // replays the clients' packets (ctstate ESTABLISHED, no nat table).
     {
-        let mut n = node(&k);
+        let mut n = k.node();
         let flows: Vec<Packet> = (0..4096)
             .map(|i| packet(&k, i * 7, 20_000 + i as u16))
             .collect();
@@ -222,7 +215,7 @@ fn bench(c: &mut Criterion) {
         ("first_packet_10k_services", &k),
         ("first_packet_100_services", &small),
     ] {
-        let base = node(k);
+        let base = k.node();
         let mut flows = FirstPackets::new(&base);
         g.bench_function(name, |b| {
             b.iter_custom(|iters| flows.time(iters, eth0, |j| first_packet(k, j)))

@@ -52,7 +52,7 @@ fn node(mode: ProxyMode, services: usize) -> Netns {
     }
     let at = kp.poll_timeout().expect("a sync is due");
     let out = kp.on_timeout(at).expect("a sync is due");
-    let mut n = first_packets::bare_node();
+    let mut n = sim_netfilter::synth::bench_node();
     apply_sync(&mut n, &out, None).expect("kube-proxy's sync applies");
     kp.complete_sync(at, Ok(()), &mut MemConntrack::default());
     n

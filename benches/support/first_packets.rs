@@ -1,29 +1,10 @@
 //! The first-packet measurement of `benches/netns.rs` and `benches/proxy_modes.rs`: new
 //! flows pushed through copies of one node, each copy taking at most [`FIRST_BATCH`] of them.
 
-use sim_core::{IfName, Packet, SimTime};
-use sim_netfilter::netns::{Ingress, Netns, NetnsConfig, Prefix};
+use sim_core::{Packet, SimTime};
+use sim_netfilter::netns::{Ingress, Netns};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-
-/// The benches' node before any rules: eth0 172.18.0.2/16 with the default route via
-/// 172.18.0.1, and cni0 10.244.0.1/16 toward the pods.
-pub fn bare_node() -> Netns {
-    let mut n = Netns::new(NetnsConfig::new("bench", 1));
-    let eth0 = IfName::new("eth0").unwrap();
-    let cni0 = IfName::new("cni0").unwrap();
-    n.add_interface(eth0, &[("172.18.0.2".parse().unwrap(), 16)])
-        .unwrap();
-    n.add_interface(cni0, &[("10.244.0.1".parse().unwrap(), 16)])
-        .unwrap();
-    n.add_route(
-        Prefix::default_for(true),
-        Some("172.18.0.1".parse().unwrap()),
-        eth0,
-    )
-    .unwrap();
-    n
-}
 
 /// New flows a node takes before the bench starts over from a fresh copy of it (outside the
 /// timing): a table of a node's usual size, never full.

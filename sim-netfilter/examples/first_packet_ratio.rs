@@ -9,7 +9,7 @@
 //! per-round ratio. The flows are `benches/netns.rs`'s: client 172.18.x.y (10,000 of them)
 //! to Service `i × 7919 mod 10,000`, a source port that moves every 10,000 flows.
 use sim_core::{IfName, Packet, SimTime, TcpFlags};
-use sim_netfilter::netns::{Ingress, Netns, NetnsConfig, Prefix};
+use sim_netfilter::netns::{Ingress, Netns};
 use sim_netfilter::synth::KubeServices;
 use std::hint::black_box;
 use std::net::{IpAddr, SocketAddr};
@@ -17,24 +17,6 @@ use std::time::Instant;
 
 const SERVICES: usize = 10_000;
 const FLOWS: usize = 65_536;
-
-fn node(k: &KubeServices) -> Netns {
-    let mut n = Netns::new(NetnsConfig::new("ratio", 1));
-    let ifn = |s: &str| IfName::new(s).expect("valid interface name");
-    n.add_interface(ifn("eth0"), &[(IpAddr::from([172, 18, 0, 2]), 16)])
-        .expect("eth0");
-    n.add_interface(ifn("cni0"), &[(IpAddr::from([10, 244, 0, 1]), 16)])
-        .expect("cni0");
-    n.add_route(
-        Prefix::default_for(true),
-        Some(IpAddr::from([172, 18, 0, 1])),
-        ifn("eth0"),
-    )
-    .expect("default route");
-    n.restore(&k.save_text(), false)
-        .expect("synthetic ruleset loads");
-    n
-}
 
 fn first_packet(k: &KubeServices, i: usize) -> Packet {
     let pick = i.wrapping_mul(7919) % SERVICES;
@@ -77,7 +59,7 @@ fn main() {
     };
     let eth0 = Ingress::Interface(IfName::new("eth0").expect("valid interface name"));
     let ks = [KubeServices::new(SERVICES, 2), KubeServices::new(100, 2)];
-    let bases: Vec<Netns> = ks.iter().map(node).collect();
+    let bases: Vec<Netns> = ks.iter().map(KubeServices::node).collect();
     let (mut big, mut small, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..rounds {
         let a = round(&bases[0], &ks[0], r * FLOWS, eth0);

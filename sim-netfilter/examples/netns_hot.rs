@@ -14,7 +14,7 @@
 //! No clock here (nfsim never reads one): time the loop with `perf stat` against a run with
 //! N = 0 (the setup alone), or profile it with `perf record -g`.
 use sim_core::{IfName, Packet, SimDuration, SimTime, TcpFlags};
-use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig, Prefix};
+use sim_netfilter::netns::{Egress, Ingress, Netns};
 use sim_netfilter::synth::KubeServices;
 use std::hint::black_box;
 use std::net::{IpAddr, SocketAddr};
@@ -28,24 +28,6 @@ fn services() -> usize {
         .and_then(|v| v.parse().ok())
         .filter(|&n| n > 0)
         .unwrap_or(SERVICES)
-}
-
-fn node(k: &KubeServices) -> Netns {
-    let mut n = Netns::new(NetnsConfig::new("hot", 1));
-    let ifn = |s: &str| IfName::new(s).expect("valid interface name");
-    n.add_interface(ifn("eth0"), &[(IpAddr::from([172, 18, 0, 2]), 16)])
-        .expect("eth0");
-    n.add_interface(ifn("cni0"), &[(IpAddr::from([10, 244, 0, 1]), 16)])
-        .expect("cni0");
-    n.add_route(
-        Prefix::default_for(true),
-        Some(IpAddr::from([172, 18, 0, 1])),
-        ifn("eth0"),
-    )
-    .expect("default route");
-    n.restore(&k.save_text(), false)
-        .expect("synthetic ruleset loads");
-    n
 }
 
 fn packet(k: &KubeServices, i: usize, sport: u16, client: u8) -> Packet {
@@ -165,7 +147,7 @@ fn main() {
     };
     let k = KubeServices::new(services(), 2);
     let eth0 = Ingress::Interface(IfName::new("eth0").expect("valid interface name"));
-    let mut ns = node(&k);
+    let mut ns = k.node();
     match mode.as_str() {
         "established" | "established-into" => {
             let flows: Vec<Packet> = (0..flows_n)

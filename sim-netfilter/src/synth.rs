@@ -7,6 +7,7 @@
 use std::fmt::Write;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+use crate::netns::{Netns, NetnsConfig, Prefix};
 use crate::types::{format_probability, quantize_probability};
 
 /// A kube-proxy-style ruleset: `services` service ports with `endpoints` endpoints each.
@@ -35,7 +36,34 @@ fn chain_hash(kind: u8, a: u64, b: u64) -> String {
     s
 }
 
+/// The node the benchmarks and profiling examples push packets through, before any rules:
+/// `eth0` 172.18.0.2/16 with the default route via 172.18.0.1, and `cni0` 10.244.0.1/16
+/// toward the pods (the endpoints' 10.244.0.0/16).
+pub fn bench_node() -> Netns {
+    let mut n = Netns::new(NetnsConfig::new("bench", 1));
+    let ifn = |s: &str| sim_core::IfName::new(s).expect("valid interface name");
+    n.add_interface(ifn("eth0"), &[(Ipv4Addr::new(172, 18, 0, 2).into(), 16)])
+        .expect("eth0 on a fresh node");
+    n.add_interface(ifn("cni0"), &[(Ipv4Addr::new(10, 244, 0, 1).into(), 16)])
+        .expect("cni0 on a fresh node");
+    n.add_route(
+        Prefix::default_for(true),
+        Some(Ipv4Addr::new(172, 18, 0, 1).into()),
+        ifn("eth0"),
+    )
+    .expect("a default route via eth0's subnet");
+    n
+}
+
 impl KubeServices {
+    /// [`bench_node`] holding this ruleset.
+    pub fn node(&self) -> Netns {
+        let mut n = bench_node();
+        n.restore(&self.save_text(), false)
+            .expect("a synthetic ruleset loads");
+        n
+    }
+
     /// A shape.
     pub fn new(services: usize, endpoints: usize) -> KubeServices {
         KubeServices {
