@@ -1448,6 +1448,41 @@ mod read_ahead {
         SocketAddr::new(IpAddr::V4(Ipv4Addr::from(0x7f00_0000 + host)), port)
     }
 
+    /// `conntrack_in_then` calls its hook for a packet of no known flow only, before the
+    /// entry is made, and tracks every packet as `conntrack_in` does.
+    #[test]
+    fn the_new_flow_hook_runs_for_new_flows_only() {
+        let mut hooked = Conntrack::new(7, "hook", Sysctls::default());
+        let mut plain = hooked.clone();
+        let (c, s) = (sa(1, 40_000), sa(2, 53));
+        let packets = [
+            Packet::udp(c, s),
+            Packet::udp(c, s),
+            Packet::udp(s, c),
+            Packet::udp(sa(3, 40_000), s),
+        ];
+        let mut calls = Vec::new();
+        for (i, p) in packets.iter().enumerate() {
+            let now = SimTime::from_millis(i as u64);
+            let mut called = false;
+            let v = hooked.conntrack_in_then(now, p, || called = true);
+            calls.push(called);
+            let w = plain.conntrack_in(now, p);
+            assert_eq!(format!("{v:?}"), format!("{w:?}"), "packet {i}");
+            if let (CtVerdict::Tracked(h), CtVerdict::Tracked(g)) = (v, w) {
+                hooked.confirm(now, h).expect("no clash");
+                plain.confirm(now, g).expect("no clash");
+            }
+        }
+        // New, known, its reply, another new flow.
+        assert_eq!(calls, [true, false, false, true]);
+        let now = SimTime::from_millis(10);
+        assert_eq!(
+            hooked.dump(now, &Filter::default()),
+            plain.dump(now, &Filter::default())
+        );
+    }
+
     /// On a table large enough for `conntrack_in_many` to read ahead, a batch mixing known
     /// flows, replies, new flows, TCP, ICMP errors and entries expiring at the batch's
     /// instant gives what one call per packet gives.
