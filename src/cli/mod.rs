@@ -1,0 +1,241 @@
+//! The commands of the `nfsim` binary, one module each, and what they share.
+//!
+//! Every command module has the same three parts, in ripgrep's order:
+//! - `Args`: the flags as clap parses them (the low-level form: strings and durations as
+//!   typed);
+//! - a resolve step (`resolve`, or the first lines of `run` where there is little to
+//!   resolve): the flags checked and turned into what the library takes (a loaded
+//!   [`Scenario`], a [`NodeSpec`](nfsim::explain::NodeSpec), a conntrack filter, a sweep
+//!   plan), every refusal said before any work is done;
+//! - `run`: the library called, its output written, the exit code returned (0 done, 1 an
+//!   expectation failed, 2 an error: see `main`).
+//!
+//! This module holds what several commands share: the node options of `trace` and `replay`
+//! ([`NodeArgs`], [`RecentArgs`]), loading a scenario and checking `--node` and instants
+//! against it, and the output helpers (writers whose errors name what was being written, and
+//! the recognition of a closed pipe).
+
+pub(crate) mod conntrack;
+pub(crate) mod replay;
+pub(crate) mod rules;
+pub(crate) mod run;
+pub(crate) mod sweep;
+pub(crate) mod trace;
+
+use anyhow::{anyhow, Context, Result};
+use nfsim::cluster::sim::SimError;
+use nfsim::scenario::{load_file, Scenario};
+use sim_core::SimDuration;
+use std::io::Write;
+
+/// The node a packet is explained on (`nfsim trace`, `nfsim replay`).
+#[derive(clap::Args, Debug)]
+pub(crate) struct NodeArgs {
+    /// The node's address on eth0; the default route goes via the subnet's first address.
+    #[arg(long, default_value_t = nfsim::explain::DEFAULT_NODE_ADDR.to_string())]
+    pub(crate) node_addr: String,
+    /// The prefix length of eth0's subnet.
+    #[arg(long, default_value_t = nfsim::explain::DEFAULT_NODE_PREFIX)]
+    pub(crate) node_prefix: u8,
+    /// The pod CIDR, directly connected through the bridge cni0 (which holds its first
+    /// address); packets from it enter on cni0. Without it, everything enters on eth0.
+    #[arg(long)]
+    pub(crate) pod_cidr: Option<String>,
+    /// The seed of the node's random streams (statistic draws, NAT port offsets).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+}
+
+impl NodeArgs {
+    /// The node the flags describe, checked.
+    pub(crate) fn spec(&self) -> Result<nfsim::explain::NodeSpec> {
+        Ok(nfsim::explain::NodeSpec::parse(
+            &self.node_addr,
+            self.node_prefix,
+            self.pod_cidr.as_deref(),
+            self.seed,
+        )?)
+    }
+}
+
+/// A real node's `recent` lists (sessionAffinity: ClientIP) as the starting state.
+#[derive(clap::Args, Debug)]
+pub(crate) struct RecentArgs {
+    /// A copy of a real node's `/proc/net/xt_recent/NAME` loaded into the rules' recent list
+    /// NAME (kube-proxy's ClientIP affinity lists are named after the KUBE-SEP chain;
+    /// repeatable).
+    #[arg(long = "recent", value_name = "NAME=FILE")]
+    pub(crate) lists: Vec<String>,
+    /// The node's `jiffies` when the files were read (`grep -m1 ^jiffies /proc/timer_list`);
+    /// default: the newest stamp in the files.
+    #[arg(long = "recent-jiffies", value_name = "JIFFIES", requires = "lists")]
+    pub(crate) jiffies: Option<u64>,
+    /// The node kernel's CONFIG_HZ, jiffies per second (`1000` on RHEL and Fedora kernels).
+    #[arg(long = "recent-hz", value_name = "HZ", default_value_t = sim_netfilter::DEFAULT_HZ,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(crate) hz: u32,
+}
+
+impl RecentArgs {
+    /// `(NAME, FILE)` pairs, or an error naming the malformed one.
+    pub(crate) fn pairs(&self) -> Result<Vec<(String, String)>> {
+        self.lists
+            .iter()
+            .map(|kv| match kv.split_once('=') {
+                Some((n, f)) if !n.is_empty() && !f.is_empty() => {
+                    Ok((n.to_string(), f.to_string()))
+                }
+                _ => Err(anyhow!(
+                    "--recent {kv:?}: expected NAME=FILE (the list's name, = and the file)"
+                )),
+            })
+            .collect()
+    }
+
+    /// The clock the files' stamps are read against.
+    pub(crate) fn clock(&self) -> nfsim::explain::RecentClock {
+        nfsim::explain::RecentClock {
+            now: self.jiffies,
+            hz: self.hz,
+        }
+    }
+}
+
+/// A buffered writer to the file `out`, or to stdout without one.
+pub(crate) fn open_out(out: Option<&str>) -> Result<Box<dyn Write>> {
+    Ok(match out {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {p}"))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    })
+}
+
+/// The writer of a `--json FILE` flag: the file, created, or stdout for `-`.
+pub(crate) fn json_out(path: &str) -> Result<Named<Box<dyn Write>>> {
+    let to_stdout = path == "-";
+    let w: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stdout())
+    } else {
+        Box::new(std::fs::File::create(path).with_context(|| format!("writing {path}"))?)
+    };
+    let name = if to_stdout { "stdout" } else { path };
+    Ok(Named::new(name, w))
+}
+
+/// Loads a scenario file, prints its warnings to stderr, and sets `--seed` where given.
+pub(crate) fn load(file: &str, seed: Option<u64>) -> Result<Scenario> {
+    let mut sc = load_file(file).map_err(|e| anyhow!("{e}"))?;
+    // Once each, to stderr: the timeline and the JSON lines stay the run's own.
+    for w in &sc.warnings {
+        let _ = writeln!(std::io::stderr(), "{w}");
+    }
+    if let Some(s) = seed {
+        sc.seed = s;
+    }
+    Ok(sc)
+}
+
+/// An instant given on the command line must fall within the run (a later one would show the
+/// state at the end as if it were later: entries that should have expired).
+pub(crate) fn within_run(flag: &str, at: SimDuration, sc: &Scenario) -> Result<()> {
+    if at > sc.duration {
+        return Err(anyhow!(
+            "{flag} {at} is after the end of the run ({}, the scenario's duration in {}): expected at most {}",
+            sc.duration,
+            sc.file,
+            sc.duration
+        ));
+    }
+    Ok(())
+}
+
+/// `--node` must name a node of the scenario.
+pub(crate) fn known_node(node: &str, sc: &Scenario) -> Result<()> {
+    if sc.nodes.iter().any(|n| n.name == node) {
+        return Ok(());
+    }
+    Err(anyhow!(
+        "--node {node:?}: no such node in {}: expected one of {}",
+        sc.file,
+        sc.nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// The error and its causes, `: `-separated, each said once: an error whose message already
+/// holds its cause's text (`cannot read F: {source}` with `#[source]`) does not repeat it.
+pub(crate) fn error_text(e: &anyhow::Error) -> String {
+    let mut s = String::new();
+    for cause in e.chain() {
+        let t = cause.to_string();
+        if s.contains(&t) {
+            continue;
+        }
+        if !s.is_empty() {
+            s.push_str(": ");
+        }
+        s.push_str(&t);
+    }
+    s
+}
+
+/// A writer whose errors say what was being written (`writing stdout: No space left on
+/// device`).
+pub(crate) struct Named<W> {
+    name: String,
+    inner: W,
+}
+
+impl<W: Write> Named<W> {
+    pub(crate) fn new(name: &str, inner: W) -> Named<W> {
+        Named {
+            name: name.to_string(),
+            inner,
+        }
+    }
+    fn wrap(&self, e: std::io::Error) -> std::io::Error {
+        std::io::Error::new(e.kind(), format!("writing {}: {e}", self.name))
+    }
+}
+
+impl<W: Write> Write for Named<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf).map_err(|e| self.wrap(e))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().map_err(|e| self.wrap(e))
+    }
+}
+
+/// Writes `text` to stdout (an error, not a panic, when stdout is closed or full).
+pub(crate) fn out(text: &str) -> Result<()> {
+    write_named("stdout", std::io::stdout().lock(), text)
+}
+
+/// Writes `text` to stderr (an error, not a panic as `eprint!` would, when stderr is closed
+/// or full).
+pub(crate) fn err_out(text: &str) -> Result<()> {
+    write_named("stderr", std::io::stderr().lock(), text)
+}
+
+fn write_named(name: &str, inner: impl Write, text: &str) -> Result<()> {
+    let mut w = Named::new(name, inner);
+    w.write_all(text.as_bytes())?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Whether an error comes from writing to a pipe whose reader has gone.
+pub(crate) fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<SimError>().is_some_and(|s| {
+                matches!(s, SimError::Output { kind, .. } if *kind == std::io::ErrorKind::BrokenPipe)
+            })
+    })
+}
