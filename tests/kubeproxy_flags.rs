@@ -156,3 +156,75 @@ fn detect_local_modes() {
         "{e}"
     );
 }
+
+/// nftables mode: `nodePortAddresses` decides the `nodeport-ips` set, and so which of the
+/// node's addresses a NodePort answers on (upstream `setupNFTables`; unset means `primary`,
+/// kube-proxy's nftables default). A NodePort packet to the node's second address is
+/// DNAT'd only when a CIDR selects that address.
+#[test]
+fn nftables_node_port_addresses_select_the_addresses_nodeports_answer_on() {
+    use sim_core::Packet;
+    use sim_netfilter::netns::{Egress, Ingress};
+    let run = |kube_proxy: &str| {
+        let yaml = format!(
+            "
+name: t
+duration: 1m
+nodes:
+  - {{name: node-1, address: 192.168.0.11, podCIDR: 10.244.1.0/24, extraAddresses: [192.168.0.21]}}
+pods:
+  - {{name: web, labels: {{app: web}}, node: node-1, ip: 10.244.1.5, apps: [{{udpServer: {{port: 53}}}}]}}
+services:
+  - metadata: {{name: web, namespace: default}}
+    spec:
+      type: NodePort
+      clusterIP: 10.96.0.20
+      selector: {{app: web}}
+      ports: [{{name: dns, protocol: UDP, port: 53, targetPort: 53, nodePort: 30053}}]
+kubeProxy: {kube_proxy}
+"
+        );
+        let sc = load_str("t.yaml", &yaml).unwrap_or_else(|e| panic!("{e}"));
+        let mut sim = Simulation::new(sc, RunOptions::default()).unwrap();
+        sim.run_until(SimTime::from_secs(1)).unwrap();
+        let mut ns = sim.netns(0).clone();
+        let now = SimTime::from_secs(1);
+        let dnat_to = |ns: &mut sim_netfilter::netns::Netns, dst: &str| {
+            let q = Packet::udp("192.168.0.99:40000".parse().unwrap(), dst.parse().unwrap());
+            let r = ns.process(
+                now,
+                q,
+                Ingress::Interface(sim_core::IfName::new("eth0").unwrap()),
+            );
+            match r.out.first() {
+                Some(Egress::Transmit { packet, .. }) => Some(packet.dst.to_string()),
+                _ => None,
+            }
+        };
+        let primary = dnat_to(&mut ns, "192.168.0.11:30053");
+        let second = dnat_to(&mut ns, "192.168.0.21:30053");
+        (sim.rules(0), primary, second)
+    };
+    // Unset: `primary`, the node's address alone.
+    let (r, primary, second) = run("{mode: nftables}");
+    assert!(r.contains("elements = { 192.168.0.11 }"), "{r}");
+    assert_eq!(primary.as_deref(), Some("10.244.1.5"), "{r}");
+    assert_eq!(second, None, "{r}");
+    // A CIDR holding both addresses: both answer.
+    let (r, primary, second) = run("{mode: nftables, nodePortAddresses: [192.168.0.0/16]}");
+    assert!(
+        r.contains("elements = { 192.168.0.11, 192.168.0.21 }"),
+        "{r}"
+    );
+    assert_eq!(primary.as_deref(), Some("10.244.1.5"), "{r}");
+    assert_eq!(second.as_deref(), Some("10.244.1.5"), "{r}");
+    // 0.0.0.0/0: every local address (`fib daddr type local`), no set.
+    let (r, primary, second) = run("{mode: nftables, nodePortAddresses: [0.0.0.0/0]}");
+    assert!(!r.contains("nodeport-ips"), "{r}");
+    assert!(
+        r.contains("fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports"),
+        "{r}"
+    );
+    assert_eq!(primary.as_deref(), Some("10.244.1.5"), "{r}");
+    assert_eq!(second.as_deref(), Some("10.244.1.5"), "{r}");
+}

@@ -127,17 +127,21 @@ fn syncs_load_in_nfsim_and_the_real_nft_alike() {
     }
     all.extend(txs);
     let first = rs.list_table(Family::Ip, "kube-proxy", t0).unwrap();
+    assert!(!first.contains("nodeport-ips"), "{first}");
     for want in [
         "\tchain service-FY5PMXPG-kube-system/kube-dns/udp/dns {\n",
         "numgen random mod 2 vmap { 0 : goto endpoint-",
         "meta l4proto udp dnat to 10.244.1.7:53",
-        "ip daddr 10.96.0.10 udp dport 53 ip saddr != 10.244.0.0/16 jump mark-for-masquerade",
+        // No `udp dport` (upstream 81810de6: the ClusterIP alone).
+        "ip daddr 10.96.0.10 ip saddr != 10.244.0.0/16 jump mark-for-masquerade",
         "10.96.0.30 . tcp . 80 comment \"shop/empty:http\" : goto reject-chain",
         "ip saddr != 203.0.113.0/25 drop",
         "flags dynamic,timeout",
         "update @affinity-",
-        "type filter hook prerouting priority dstnat - 10; policy accept;",
-        "type filter hook output priority -90; policy accept;",
+        "\tchain filter-prerouting-pre-dnat {\n\t\ttype filter hook prerouting priority dstnat - 10; policy accept;",
+        "\tchain filter-output {\n\t\ttype filter hook output priority filter; policy accept;\n\t\tct state new jump service-endpoints-check\n\t\tct state new jump cluster-ips-check\n",
+        // nodePortAddresses unset (every address): no nodeport-ips set, `fib daddr type local`.
+        "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports",
         "ip daddr 10.96.0.0/16 drop comment \"Drop traffic to unallocated ClusterIPs\"",
     ] {
         assert!(first.contains(want), "missing {want:?} in\n{first}");

@@ -13,10 +13,15 @@
 //! (`staleChains`: kernels before 6.2 notice an unreferenced chain late); stale affinity sets
 //! are deleted at once.
 //!
+//! The rules follow upstream at kubernetes/kubernetes 81810de635aa13aa0a32992f6def3aa9d6025ebc
+//! (`tests/kubeproxy_nftables_upstream.rs` checks a full sync against that commit's
+//! `TestOverallNFTablesRules` and `TestBadIPs`; `docs/kube-proxy-model.md §9`).
+//!
 //! Differences, each deliberate: services are written sorted by [`ServicePortName`] (kube-proxy
-//! iterates a Go map); `--nodeport-addresses` is the default (`primary`: the node's IP);
-//! there is no `serviceCIDRs` rule (`Drop traffic to unallocated ClusterIPs`) unless
-//! [`ProxierConfig::service_cidrs`] is set; IPv4 only.
+//! iterates a Go map); `nodeport-ips` holds [`ProxierConfig::node_port_addresses`] (`None`:
+//! every address, `fib daddr type local`); there is no `Drop traffic to unallocated
+//! ClusterIPs` rule unless [`ProxierConfig::service_cidrs`] is set (a scenario always sets
+//! its `serviceCIDR`); IPv4 only.
 
 use super::model::{categorize_endpoints, EndpointInfo, ProxyState};
 use super::names::ServicePortName;
@@ -29,11 +34,11 @@ use std::fmt::Write;
 /// The table kube-proxy owns.
 pub const TABLE: &str = "ip kube-proxy";
 
-const FILTER_PREROUTING: &str = "filter-prerouting";
+const FILTER_PREROUTING_PRE_DNAT: &str = "filter-prerouting-pre-dnat";
+const FILTER_OUTPUT_PRE_DNAT: &str = "filter-output-pre-dnat";
 const FILTER_INPUT: &str = "filter-input";
 const FILTER_FORWARD: &str = "filter-forward";
 const FILTER_OUTPUT: &str = "filter-output";
-const FILTER_OUTPUT_POST_DNAT: &str = "filter-output-post-dnat";
 const NAT_PREROUTING: &str = "nat-prerouting";
 const NAT_OUTPUT: &str = "nat-output";
 const NAT_POSTROUTING: &str = "nat-postrouting";
@@ -52,42 +57,60 @@ const FIREWALL_IPS: &str = "firewall-ips";
 const FIREWALL_CHECK: &str = "firewall-check";
 const MARK_MASQ: &str = "mark-for-masquerade";
 const MASQUERADING: &str = "masquerading";
+/// `noLocalhost`: NodePorts are never served on 127.0.0.0/8 in nftables mode.
+const NO_LOCALHOST: &str = "ip daddr != 127.0.0.0/8";
 
-/// `nftablesBaseChains`: name, type, hook, priority. knftables writes `dstnat-10` as the
-/// number (-110), which every nft accepts at every hook.
+/// `nftablesBaseChains`: name, type, hook, priority. The two `-pre-dnat` chains run at
+/// `dstnat-10`, before DNAT, so that `firewall-check` sees the LoadBalancer IP; the other
+/// filter chains at `filter` (0). knftables writes the priorities as numbers (-110, 0), which
+/// every nft accepts at every hook.
 const BASE_CHAINS: [(&str, &str, &str, i32); 8] = [
-    (FILTER_PREROUTING, "filter", "prerouting", -110),
-    (FILTER_INPUT, "filter", "input", -110),
-    (FILTER_FORWARD, "filter", "forward", -110),
-    (FILTER_OUTPUT, "filter", "output", -110),
-    (FILTER_OUTPUT_POST_DNAT, "filter", "output", -90),
+    (FILTER_PREROUTING_PRE_DNAT, "filter", "prerouting", -110),
+    (FILTER_OUTPUT_PRE_DNAT, "filter", "output", -110),
+    (FILTER_INPUT, "filter", "input", 0),
+    (FILTER_FORWARD, "filter", "forward", 0),
+    (FILTER_OUTPUT, "filter", "output", 0),
     (NAT_PREROUTING, "nat", "prerouting", -100),
     (NAT_OUTPUT, "nat", "output", -100),
     (NAT_POSTROUTING, "nat", "postrouting", 100),
 ];
 
-/// `nftablesJumpChains`: destination, source, extra match.
+/// `nftablesJumpChains`: destination, source, extra match. `cluster-ips-check` hangs off
+/// `filter-forward` and `filter-output`, which run after DNAT: a packet that reached it was
+/// not DNAT'd, so it is to a port of a ClusterIP no service has, or to an unallocated one.
 const JUMP_CHAINS: [(&str, &str, &str); 11] = [
     (NODEPORT_ENDPOINTS_CHECK, FILTER_INPUT, "ct state new"),
     (SERVICE_ENDPOINTS_CHECK, FILTER_INPUT, "ct state new"),
     (SERVICE_ENDPOINTS_CHECK, FILTER_FORWARD, "ct state new"),
     (SERVICE_ENDPOINTS_CHECK, FILTER_OUTPUT, "ct state new"),
-    (FIREWALL_CHECK, FILTER_PREROUTING, "ct state new"),
-    (FIREWALL_CHECK, FILTER_OUTPUT, "ct state new"),
+    (FIREWALL_CHECK, FILTER_PREROUTING_PRE_DNAT, "ct state new"),
+    (FIREWALL_CHECK, FILTER_OUTPUT_PRE_DNAT, "ct state new"),
     (SERVICES, NAT_OUTPUT, ""),
     (SERVICES, NAT_PREROUTING, ""),
     (MASQUERADING, NAT_POSTROUTING, ""),
     (CLUSTER_IPS_CHECK, FILTER_FORWARD, "ct state new"),
-    (CLUSTER_IPS_CHECK, FILTER_OUTPUT_POST_DNAT, "ct state new"),
+    (CLUSTER_IPS_CHECK, FILTER_OUTPUT, "ct state new"),
 ];
 
-/// `hashAndTruncate`: `base32(sha256(name))[:8] + "-" + name`, cut to 112 characters.
+/// `chainNameBaseLengthMax`: knftables' `NameLengthMax` (256, the kernel's
+/// `NFT_NAME_MAXLEN`) less `chainNamePrefixLengthMax` (16, the longest prefix with its
+/// hyphen).
+pub const CHAIN_NAME_BASE_LENGTH_MAX: usize = 256 - 16;
+
+/// `hashAndTruncate`: `base32(sha256(name))[:8] + "-" + name`; longer than
+/// [`CHAIN_NAME_BASE_LENGTH_MAX`] (240), its first 237 characters and `...`. The hash is of
+/// the whole name, so two names that differ only past the cut stay apart. Names are
+/// ASCII (namespace, service and port names are `[a-z0-9-]`), so bytes are characters.
 pub fn hash_and_truncate(name: &str) -> String {
     let digest = Sha256::digest(name.as_bytes());
     let enc = base32::encode(base32::Alphabet::Rfc4648 { padding: true }, &digest);
     let mut s = format!("{}-{name}", &enc[..8]);
-    if s.len() > 112 {
-        s.truncate(109);
+    if s.len() > CHAIN_NAME_BASE_LENGTH_MAX {
+        let mut cut = CHAIN_NAME_BASE_LENGTH_MAX - 3;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
         s.push_str("...");
     }
     s
@@ -458,7 +481,9 @@ pub fn render_nft_sync(
             continue;
         }
         if has_internal {
-            let head = format!("ip daddr {} {proto} dport {}", svc.cluster_ip, svc.port);
+            // No `tcp dport`: upstream matches the ClusterIP alone (the chain is only
+            // reached through the service-ips element of this port).
+            let head = format!("ip daddr {}", svc.cluster_ip);
             if cfg.masquerade_all {
                 rule(&mut tx, internal_chain, &format!("{head} jump {MARK_MASQ}"));
             } else if let Some(nl) = &if_not_local {
@@ -690,17 +715,28 @@ fn setup(cfg: &ProxierConfig, st: &mut NftProxierState, tx: &mut String) {
             ),
         );
     }
+    // `nodeport-ips`: with `nodePortAddresses` matching every address (`MatchAll`) the set
+    // is added and deleted (so that it does not exist, whether or not it did), and NodePorts
+    // are matched by `fib daddr type local`; otherwise it holds the node's addresses inside
+    // the CIDRs (`GetNodeIPs`), loopback left out ("localhost NodePorts are not supported").
     let _ = writeln!(
         tx,
         "add set {TABLE} {NODEPORT_IPS} {{ type ipv4_addr ; comment \"IPs that accept NodePort traffic\" ; }}"
     );
-    let _ = writeln!(tx, "flush set {TABLE} {NODEPORT_IPS}");
-    if cfg.node_ip.is_ipv4() && !cfg.node_ip.is_loopback() {
-        let _ = writeln!(
-            tx,
-            "add element {TABLE} {NODEPORT_IPS} {{ {} }}",
-            cfg.node_ip
-        );
+    let match_all = cfg.node_port_addresses.is_none();
+    match &cfg.node_port_addresses {
+        None => {
+            let _ = writeln!(tx, "delete set {TABLE} {NODEPORT_IPS}");
+        }
+        Some(ips) => {
+            let _ = writeln!(tx, "flush set {TABLE} {NODEPORT_IPS}");
+            let mut ips = ips.clone();
+            ips.sort();
+            ips.dedup();
+            for ip in ips.iter().filter(|i| i.is_ipv4() && !i.is_loopback()) {
+                let _ = writeln!(tx, "add element {TABLE} {NODEPORT_IPS} {{ {ip} }}");
+            }
+        }
     }
     let _ = writeln!(
         tx,
@@ -721,10 +757,15 @@ fn setup(cfg: &ProxierConfig, st: &mut NftProxierState, tx: &mut String) {
         SERVICE_ENDPOINTS_CHECK,
         &format!("ip daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}"),
     );
+    let nodeport_dst = if match_all {
+        NO_LOCALHOST.to_string()
+    } else {
+        format!("ip daddr @{NODEPORT_IPS}")
+    };
     rule(
         tx,
         NODEPORT_ENDPOINTS_CHECK,
-        &format!("ip daddr @{NODEPORT_IPS} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}"),
+        &format!("{nodeport_dst} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}"),
     );
     let _ = writeln!(
         tx,
@@ -749,10 +790,15 @@ fn setup(cfg: &ProxierConfig, st: &mut NftProxierState, tx: &mut String) {
         SERVICES,
         &format!("ip daddr . meta l4proto . th dport vmap @{SERVICE_IPS}"),
     );
+    let nodeport_dst = if match_all {
+        format!("fib daddr type local {NO_LOCALHOST}")
+    } else {
+        format!("ip daddr @{NODEPORT_IPS}")
+    };
     rule(
         tx,
         SERVICES,
-        &format!("ip daddr @{NODEPORT_IPS} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}"),
+        &format!("{nodeport_dst} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}"),
     );
     for s in st.storages.iter_mut() {
         s.reset(tx);
@@ -781,5 +827,38 @@ mod tests {
             endpoint_chain_base(&spn, &ep),
             "5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80"
         );
+    }
+
+    /// Upstream's `Test_servicePortEndpointChainNameBase` cases around the 240-character cut
+    /// (proxier_test.go at 81810de635aa13aa0a32992f6def3aa9d6025ebc): the hash is of the
+    /// whole name, the cut keeps 237 characters and adds `...`.
+    #[test]
+    fn long_names_are_cut_at_240_as_upstream() {
+        let svc = "very-long-namespace-name-abcdefghijklmnopqrstuvwxyz0123456789xx/very-long-service-name-why-would-you-even-do-this-i-mean-really/sctp/port-443-providing-the-hypertext-transmission-protocol-with-tls";
+        let kept = hash_and_truncate(&format!("{svc}__1234.5678.9abc.def0..abc.1234/443"));
+        assert_eq!(
+            kept,
+            format!("5YS7AFEA-{svc}__1234.5678.9abc.def0..abc.1234/443")
+        );
+        assert_eq!(kept.len(), 240);
+        let cut1 = hash_and_truncate(&format!("{svc}__1234.5678.9abc.def0..abcd.1234.5678/443"));
+        assert_eq!(
+            cut1,
+            format!("CI6C53Q3-{svc}__1234.5678.9abc.def0..abcd.1234...")
+        );
+        assert_eq!(cut1.len(), CHAIN_NAME_BASE_LENGTH_MAX);
+        let cut2 = hash_and_truncate(&format!("{svc}__1234.5678.9abc.def0..abcd.1234.8765/443"));
+        assert_eq!(
+            cut2,
+            format!("2FLXFK6X-{svc}__1234.5678.9abc.def0..abcd.1234...")
+        );
+        // The longest service chain base is never cut.
+        let spn = ServicePortName::new(
+            "very-long-namespace-name-abcdefghijklmnopqrstuvwxyz0123456789xx",
+            "very-long-service-name-why-would-you-even-do-this-i-mean-really",
+            "port-443-providing-the-hypertext-transmission-protocol-with-tls",
+            Protocol::SCTP,
+        );
+        assert_eq!(service_chain_base(&spn), format!("KR6NACJP-{svc}"));
     }
 }

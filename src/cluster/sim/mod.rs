@@ -42,7 +42,7 @@ use super::proxy::{
 };
 use super::tcp_session::{TcpSessionClient, TcpSessionConfig};
 use crate::k8s::EndpointSlice;
-use crate::kubeproxy::{KubeProxy, LocalDetector, ProxierConfig, SyncKind, SyncTiming};
+use crate::kubeproxy::{KubeProxy, LocalDetector, ProxierConfig, ProxyMode, SyncKind, SyncTiming};
 use crate::scenario::model::*;
 use serde::Serialize;
 use sim_conntrack::{EventKind, Filter, Status, Sysctls};
@@ -758,8 +758,18 @@ fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) -> ProxierCon
     cfg.masquerade_bit = kp.masquerade_bit;
     cfg.random_fully = kp.random_fully;
     cfg.nfacct = kp.nfacct;
-    cfg.node_port_addresses = node_port_ips(n, &kp.node_port_addresses);
     cfg.mode = kp.mode;
+    // In nftables mode an unset `nodePortAddresses` means `primary` (kube-proxy's
+    // `platformApplyDefaults`, cmd/kube-proxy/app/server_linux.go).
+    cfg.node_port_addresses = if kp.mode == ProxyMode::Nftables && kp.node_port_addresses.is_empty()
+    {
+        node_port_ips(n, &[NodePortAddress::Primary])
+    } else {
+        node_port_ips(n, &kp.node_port_addresses)
+    };
+    // The ServiceCIDRs kube-proxy watches: the cluster's one range (`serviceCIDR`, or its
+    // default), which nftables mode turns into `Drop traffic to unallocated ClusterIPs`.
+    cfg.service_cidrs = vec![sc.service_cidr];
     // kube-proxy leaves out its INVALID drop rule when conntrack is liberal.
     cfg.conntrack_tcp_be_liberal =
         n.sysctls.get("net.netfilter.nf_conntrack_tcp_be_liberal") == Some(&1);
