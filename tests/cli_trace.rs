@@ -389,3 +389,40 @@ COMMIT
     assert_eq!(outs[1]["probability"]["fraction"], "1/4");
     assert_eq!(b["sums_to_one"], true);
 }
+
+/// Fourteen non-terminal coin flips are 2^14 paths: `--all-branches` stops at its run limit
+/// and says so in the JSON (`stopped_at_limit`, a note) and in the text, exit 0 (before, it
+/// aborted on allocation).
+#[test]
+fn all_branches_past_the_run_limit_says_it_stopped() {
+    let file = std::env::temp_dir().join(format!("nfsim-cli-coins-{}.rules", std::process::id()));
+    std::fs::write(&file, nfsim::testkit::examples::coin_flip_mark_rules(14)).unwrap();
+    let args = [
+        "trace",
+        "--rules",
+        file.to_str().unwrap(),
+        "--packet",
+        "udp 192.0.2.1:1000 -> 198.51.100.1:53",
+        "--all-branches",
+    ];
+    let (code, text, err) = nfsim(&args);
+    let (jcode, json, jerr) = nfsim(&[&args[..], &["--json"]].concat());
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("4096 runs: stopped at the run limit"),
+        "{text}"
+    );
+    assert!(text.contains("NOT 1: stopped at the run limit"));
+    assert_eq!(jcode, 0, "{jerr}");
+    let v: Value = serde_json::from_str(&json).unwrap();
+    let b = &v["branches"];
+    assert_eq!(b["stopped_at_limit"], true);
+    assert_eq!(b["run_limit"], 4096);
+    assert_eq!(b["sums_to_one"], false);
+    assert_eq!(b["total"]["fraction"], "1/4");
+    assert!(b["notes"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("stopped at the limit of 4096 runs"));
+}

@@ -3,8 +3,11 @@
 //! instead of walking the chain again per branch, so both take a fraction of a second in a
 //! debug build (they took minutes when every branch re-ran the whole ruleset).
 
+use nfsim::explain::MAX_BRANCH_RUNS;
 use nfsim::explain::{trace, Dyadic, NodeSpec, TraceOptions};
-use nfsim::testkit::examples::{always_met_statistic_rules, kube_proxy_cascade_rules};
+use nfsim::testkit::examples::{
+    always_met_statistic_rules, coin_flip_mark_rules, kube_proxy_cascade_rules,
+};
 use sim_core::Packet;
 
 fn branches_of(rules: &str, packet: &str) -> nfsim::explain::BranchReport {
@@ -132,4 +135,42 @@ COMMIT
         first,
         [("mangle".to_string(), true), ("nat".to_string(), false)]
     );
+}
+
+/// 2^n paths: the run limit is checked as the walks fork, so 16, 20 and 64 coin flips cost
+/// `MAX_BRANCH_RUNS` runs and bounded memory (before, 16 took 358 MB in one walk and 20
+/// aborted on allocation), and the report says it stopped, with the exact probability its
+/// outcomes cover.
+#[test]
+fn coin_flips_past_the_run_limit_stop_at_it_and_say_so() {
+    for n in [16usize, 20, 64] {
+        let b = branches_of(
+            &coin_flip_mark_rules(n),
+            "udp 10.244.200.9:40000 -> 172.18.0.9:53",
+        );
+        assert!(b.stopped_at_limit, "{n} rules");
+        assert_eq!(b.run_limit, MAX_BRANCH_RUNS);
+        assert_eq!(b.runs, MAX_BRANCH_RUNS, "{n} rules");
+        assert!(!b.sums_to_one);
+        // Each run is one path through n coins, each decided with 1/2: 2^-n.
+        let paths: Vec<_> = b.outcomes.iter().flat_map(|o| &o.paths).collect();
+        assert_eq!(paths.len(), MAX_BRANCH_RUNS);
+        assert!(paths.iter().all(|p| p.len() == n), "{n} rules");
+        let each = Dyadic::new(1, n as u32);
+        let covered = (0..MAX_BRANCH_RUNS).fold(Dyadic::zero(), |t, _| t.add(&each));
+        assert_eq!(b.total.exact(), &covered);
+        assert!(b
+            .notes
+            .iter()
+            .any(|n| n.contains("stopped at the limit of 4096 runs")));
+        assert!(b.text().contains("stopped at the run limit"));
+    }
+    // Below the limit nothing changes: 2^10 paths, every one followed.
+    let b = branches_of(
+        &coin_flip_mark_rules(10),
+        "udp 10.244.200.9:40000 -> 172.18.0.9:53",
+    );
+    assert!(!b.stopped_at_limit);
+    assert_eq!(b.runs, 1024);
+    assert!(b.sums_to_one);
 }

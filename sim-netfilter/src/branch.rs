@@ -194,6 +194,44 @@ pub struct WalkLeaf {
     pub repeats: Vec<(Table, Arc<str>, usize)>,
 }
 
+/// How many more branches the walks of one run may make, and whether one was not made for
+/// want of them. The caller of [`Netns::process_branching`] limits its runs (each branch not
+/// followed becomes a run of its own), and checks the limit here, as the branches are made,
+/// not after a walk has enumerated them all: a chain of n non-terminal coin-flip rules has
+/// 2^n leaves. A rule met with no branch to spare is decided as matched only (its
+/// decision stays on the path, with its probability), so every leaf still made is exact and
+/// the probability of the leaves not made is what is missing from the total.
+///
+/// [`Netns::process_branching`]: crate::netns::Netns::process_branching
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct BranchBudget {
+    /// `None`: no limit.
+    spare: Option<usize>,
+    /// A branch was not made for want of budget.
+    pub(crate) hit: bool,
+}
+
+impl BranchBudget {
+    /// Takes one branch; `false` when none is left.
+    fn take(&mut self) -> bool {
+        match &mut self.spare {
+            None => true,
+            Some(0) => false,
+            Some(n) => {
+                *n -= 1;
+                true
+            }
+        }
+    }
+
+    /// Gives back a branch taken but not made after all.
+    fn refund(&mut self) {
+        if let Some(n) = &mut self.spare {
+            *n += 1;
+        }
+    }
+}
+
 /// A walk in progress, as it stands where it forked.
 #[derive(Clone)]
 struct Cont {
@@ -280,6 +318,7 @@ impl Ruleset {
         ctx: &mut EvalCtx<'_>,
         state: &mut RulesetState,
         path: Option<Arc<PathNode>>,
+        budget: &mut BranchBudget,
     ) -> (WalkLeaf, Vec<WalkLeaf>) {
         let mut events = Trace::new();
         let td = match &self.tables[table.index()] {
@@ -331,6 +370,7 @@ impl Ruleset {
             incoming: start.path.clone(),
             before: None,
             decided: HashSet::new(),
+            budget: *budget,
         };
         let (leaf, mut dirty) = self.walk_from(&mut w, ctx, state, start);
         let first = WalkLeaf {
@@ -364,6 +404,7 @@ impl Ruleset {
         if dirty {
             before.restore(state);
         }
+        *budget = w.budget;
         ctx.packet.mark = mark0;
         *ctx.rng = rng0;
         (first, others)
@@ -405,11 +446,16 @@ impl Ruleset {
                 } else {
                     None
                 };
-                let mut forked = false;
+                let (mut forked, mut starved) = (false, false);
                 let force = match (c.force_next.take(), earlier, certain(rule)) {
                     (Some(f), _, _) => f,
                     (None, Some(m), _) => m,
                     (None, None, Some(m)) => m,
+                    (None, None, None) if !w.budget.take() => {
+                        // No branch to spare: this rule matches on this path only.
+                        starved = true;
+                        true
+                    }
                     (None, None, None) => {
                         // The other side of the fork: this walk as it stands, to evaluate
                         // this rule again forced to fail.
@@ -431,6 +477,7 @@ impl Ruleset {
                 ctx.force_random = None;
                 let reached = draws.iter().any(|d| matches!(d, StatDraw::Random { .. }));
                 if reached {
+                    w.budget.hit |= starved;
                     if earlier.is_some() {
                         c.repeats.push((table, chain.name().into(), num));
                     } else {
@@ -448,6 +495,7 @@ impl Ruleset {
                 } else if forked {
                     // Not reached (an earlier match failed): no fork after all.
                     w.pending.pop();
+                    w.budget.refund();
                 }
                 m
             } else {
@@ -522,10 +570,13 @@ pub struct NumgenPlan {
     /// Other forcings to walk with: each this walk's forcing up to a `numgen` it met for the
     /// first time, and one of that `numgen`'s other values.
     others: Vec<Vec<(Arc<str>, usize, u32)>>,
+    /// The branches left to make (the run's, lent to this walk).
+    pub(crate) budget: BranchBudget,
 }
 
 /// The most values of one `numgen` followed (more would pass [`Branching`]'s caller's run
-/// limit anyway).
+/// limit anyway); a `numgen` with more is followed that far, and the run says its limit was
+/// hit ([`Branching::limit_hit`]).
 const MAX_NUMGEN_VALUES: u32 = 65_536;
 
 impl NumgenPlan {
@@ -550,7 +601,11 @@ impl NumgenPlan {
             Some(v) => v,
             None => {
                 let key: Arc<str> = chain.into();
-                for v in (1..d.modulus).take(MAX_NUMGEN_VALUES as usize) {
+                for v in 1..d.modulus {
+                    if v > MAX_NUMGEN_VALUES || !self.budget.take() {
+                        self.budget.hit = true;
+                        break;
+                    }
                     let mut f = self.forced.clone();
                     f.push((key.clone(), num, v));
                     self.others.push(f);
@@ -613,6 +668,8 @@ pub struct Branching {
     taken: Vec<(usize, Taken)>,
     /// The leaves or forcings of walks this run did not follow, by walk number.
     found: Vec<(usize, Vec<Taken>)>,
+    /// The branches this run may still make.
+    pub(crate) budget: BranchBudget,
 }
 
 impl Branching {
@@ -623,6 +680,21 @@ impl Branching {
             inject,
             ..Branching::default()
         }
+    }
+
+    /// At most `n` branches left for later runs ([`Branching::alternatives`]): the walks
+    /// stop forking there, so a run's memory is bounded by `n` however many statistic rules
+    /// it meets. [`Branching::limit_hit`] says whether a branch was left unmade.
+    pub fn with_limit(mut self, n: usize) -> Branching {
+        self.budget.spare = Some(n);
+        self
+    }
+
+    /// Whether a walk met a rule it would have forked at (or a `numgen` value it would have
+    /// followed) with no branch left under [`Branching::with_limit`]: the leaves this run
+    /// and its alternatives reach are exact, but do not cover every outcome.
+    pub fn limit_hit(&self) -> bool {
+        self.budget.hit
     }
 
     /// What is given for walk `j`, if anything.
@@ -677,6 +749,7 @@ impl NumgenPlan {
             forced: plan.forced.clone(),
             path,
             others: Vec::new(),
+            budget: BranchBudget::default(),
         }
     }
 
@@ -697,6 +770,7 @@ impl NumgenPlan {
                     forced,
                     path: None,
                     others: Vec::new(),
+                    budget: BranchBudget::default(),
                 }))
             })
             .collect()
@@ -731,6 +805,8 @@ struct Walker<'a> {
     before: Option<HashSet<(Table, usize, u64)>>,
     /// [`maybe_key`]s of the rules decided by the branches of this walk.
     decided: HashSet<(Table, usize, u64)>,
+    /// The branches left to make.
+    budget: BranchBudget,
 }
 
 impl Cont {

@@ -30,7 +30,13 @@
 //! evaluated twice on one path (reached from two hooks) is decided alike both times, where the
 //! kernel would draw twice; the report notes it. Other random choices (a `--random-fully` NAT
 //! port) come from the node's seeded stream, the same in every branch. At most
-//! [`MAX_BRANCH_RUNS`] runs.
+//! [`MAX_BRANCH_RUNS`] runs: the limit is checked as the walks fork (each branch not followed
+//! at once is a run to make), so memory stays bounded however many statistic rules a path
+//! meets (a chain of n non-terminal coin-flip rules has 2^n paths). Where it is hit, the
+//! walks stop forking: the outcomes reached are exact, the report says the limit was hit
+//! ([`BranchReport::stopped_at_limit`]) and its total is the probability they cover, below 1.
+//! Paths are not merged when their states become equal again (`-j MARK --set-mark 1` on
+//! every coin): each path is its own run.
 
 use super::dyadic::Dyadic;
 use super::trace::{outcome_of, Outcome};
@@ -163,6 +169,11 @@ pub struct BranchReport {
     pub sums_to_one: bool,
     /// Caveats met while exploring.
     pub notes: Vec<String>,
+    /// The most runs made ([`MAX_BRANCH_RUNS`]).
+    pub run_limit: usize,
+    /// Whether some branch was not followed for want of runs: the outcomes are exact but do
+    /// not cover every path, and `total` is the probability they cover.
+    pub stopped_at_limit: bool,
 }
 
 /// `P(rule matches)` from its random statistic matches, exactly.
@@ -266,15 +277,16 @@ pub(crate) fn explore(
     let mut notes: Vec<String> = Vec::new();
     type Merged = (Dyadic, Vec<Vec<Arc<Decision>>>, Vec<Vec<String>>);
     let mut merged: IndexMap<Outcome, Merged> = IndexMap::new();
+    let mut stopped_at_limit = false;
     while let Some(inject) = stack.pop() {
         runs += 1;
-        if runs > MAX_BRANCH_RUNS {
-            return Err(ExplainError::TooManyBranches {
-                limit: MAX_BRANCH_RUNS,
-            });
-        }
+        // Every branch this run leaves is a run to make: the runs made, those on the stack
+        // and those this run may leave stay within the limit.
+        let spare = MAX_BRANCH_RUNS.saturating_sub(runs + stack.len());
         let mut ns = base.clone();
-        let (result, br) = ns.process_branching(now, pkt, ingress, Branching::new(inject));
+        let (result, br) =
+            ns.process_branching(now, pkt, ingress, Branching::new(inject).with_limit(spare));
+        stopped_at_limit |= br.limit_hit();
         let steps: &[Step] = result
             .trace
             .as_ref()
@@ -347,6 +359,13 @@ pub(crate) fn explore(
         })
         .collect();
     drop(heads);
+    if stopped_at_limit {
+        notes.push(format!(
+            "stopped at the limit of {MAX_BRANCH_RUNS} runs (MAX_BRANCH_RUNS): the paths past it were not followed, so the outcomes listed are exact but cover a probability of {} ≈ {}, not 1",
+            total.fraction(),
+            total.decimal(DECIMAL_DIGITS)
+        ));
+    }
     Ok(BranchReport {
         runs,
         statistic_rules: decided.len(),
@@ -354,6 +373,8 @@ pub(crate) fn explore(
         total: Probability(total),
         outcomes,
         notes,
+        run_limit: MAX_BRANCH_RUNS,
+        stopped_at_limit,
     })
 }
 
@@ -394,13 +415,18 @@ impl BranchReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "all branches: {} outcome{} ({} statistic rule{} branched, {} run{})",
+            "all branches: {} outcome{} ({} statistic rule{} branched, {} run{}{})",
             self.outcomes.len(),
             if self.outcomes.len() == 1 { "" } else { "s" },
             self.statistic_rules,
             if self.statistic_rules == 1 { "" } else { "s" },
             self.runs,
             if self.runs == 1 { "" } else { "s" },
+            if self.stopped_at_limit {
+                ": stopped at the run limit, not every path followed"
+            } else {
+                ""
+            },
         );
         for (i, o) in self.outcomes.iter().enumerate() {
             let _ = writeln!(
@@ -443,6 +469,8 @@ impl BranchReport {
             self.total.fraction(),
             if self.sums_to_one {
                 "exactly 1"
+            } else if self.stopped_at_limit {
+                "NOT 1: stopped at the run limit, see the note"
             } else {
                 "NOT 1: some outcome was lost"
             }

@@ -124,12 +124,6 @@ pub enum ExplainError {
         /// Where and what.
         message: String,
     },
-    /// `--all-branches` would take more than [`MAX_BRANCH_RUNS`] runs.
-    #[error("--all-branches: more than {limit} runs would be needed to follow every statistic branch of this packet (MAX_BRANCH_RUNS); the rules meet too many statistic matches on one path")]
-    TooManyBranches {
-        /// The limit.
-        limit: usize,
-    },
 }
 
 /// `FILE:LINE: what`, then the offending line with a caret, as the restore error prints it.

@@ -129,3 +129,18 @@ pub fn always_met_statistic_rules(n: usize) -> String {
     }
     s + "COMMIT\n"
 }
+
+/// A mangle PREROUTING chain of `n` coin flips that do not decide the packet's fate:
+/// `-m statistic --mode random --probability 0.5 -j MARK --set-xmark B/B`, each setting its
+/// own mark bit `B` (bit `i mod 32` for rule `i`), so each rule's two branches go on, and
+/// differ, to the end: 2^n paths.
+pub fn coin_flip_mark_rules(n: usize) -> String {
+    let mut s = String::from("*mangle\n:PREROUTING ACCEPT [0:0]\n");
+    for i in 0..n {
+        let bit = 1u32 << (i % 32);
+        s += &format!(
+            "-A PREROUTING -m statistic --mode random --probability 0.5 -j MARK --set-xmark {bit:#x}/{bit:#x}\n"
+        );
+    }
+    s + "COMMIT\n"
+}

@@ -1400,6 +1400,7 @@ impl Netns {
                             &mut ctx,
                             &mut self.rules_state,
                             path,
+                            &mut br.budget,
                         );
                         (
                             std::sync::Arc::new(first),

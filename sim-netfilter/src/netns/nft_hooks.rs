@@ -243,10 +243,12 @@ impl Netns {
                     }
                     _ => crate::branch::NumgenPlan::start(path),
                 };
+                plan.budget = br.budget;
                 let v = self
                     .nft
                     .run_base_chain_with(at, &mut ctx, Some(st), Some(&mut plan));
                 let others = plan.take_others();
+                br.budget = plan.budget;
                 br.took(
                     j,
                     crate::branch::Taken::Numgen(std::sync::Arc::new(plan)),
