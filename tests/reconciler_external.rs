@@ -141,3 +141,36 @@ fn an_empty_command_is_a_load_error_with_its_line() {
     assert!(e.contains("cleanup.command is empty"), "{e}");
     assert!(e.starts_with(&format!("{SCENARIO}:")), "{e}");
 }
+
+/// A process that writes a 10 MiB line, or one whose filter is 3,000 options long: nfsim
+/// reads at most MAX_LINE_BYTES of it and the error quotes a bounded excerpt once (before,
+/// the line was read whole — a 100 MiB line cost 1.85 GB — and quoted up to three times).
+#[test]
+fn a_huge_line_from_the_reconciler_is_refused_after_a_bounded_read() {
+    if !tools::have_or_skip(
+        "a_huge_line_from_the_reconciler_is_refused_after_a_bounded_read",
+        &["sh", "head", "tr"],
+    ) {
+        return;
+    }
+    let huge = failure(
+        "command: [sh, -c, 'read l; head -c 10485760 /dev/zero | tr \"\\0\" x; echo']",
+        "10s",
+    );
+    assert!(huge.len() < 1000, "{} bytes: {}", huge.len(), &huge[..1000]);
+    assert!(
+        huge.contains("line 1 of its output \"xxxx") && huge.contains("longer than 4096 bytes"),
+        "{huge}"
+    );
+    assert_eq!(huge.matches("\"xxx").count(), 1, "quoted once: {huge}");
+
+    // Under the limit but long: a filter of many unknown options, quoted once, cut.
+    let long = failure(
+        r#"command: [sh, -c, 'read l; printf "{\"type\":\"list\",\"filter\":\"--bogus%01000d\"}\n" 0']"#,
+        "10s",
+    );
+    assert!(long.len() < 1000, "{long}");
+    // The command (in the message head), the line excerpt and the option: once each.
+    assert_eq!(long.matches("--bogus").count(), 3, "{long}");
+    assert!(long.contains("…"), "{long}");
+}

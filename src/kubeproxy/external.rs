@@ -40,6 +40,14 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Most requests a process may make in one sync's turn.
 pub const MAX_REQUESTS_PER_SYNC: usize = 100_000;
 
+/// Most bytes of one line the process writes, its `\n` included: a request is a filter of a
+/// few options and a short reason, far below it. A longer line ends the turn with an error
+/// after reading no more than this much of it.
+pub const MAX_LINE_BYTES: usize = 4096;
+
+/// Most characters of a line (or of a word in it) quoted in an error.
+const EXCERPT_CHARS: usize = 100;
+
 /// Most bytes of the process's stderr quoted in an error.
 const STDERR_TAIL: usize = 2000;
 
@@ -49,7 +57,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 struct Proc {
     child: Child,
     stdin: ChildStdin,
-    lines: Receiver<std::io::Result<String>>,
+    /// Each line, or what was wrong with it (too long, not UTF-8, a read error).
+    lines: Receiver<Result<String, String>>,
     stderr: Arc<Mutex<Vec<u8>>>,
     /// Lines read so far (for messages: "line N of its output").
     read: u64,
@@ -107,16 +116,20 @@ impl ExternalReconciler {
         std::thread::spawn(move || {
             let mut r = BufReader::new(stdout);
             loop {
-                let mut line = String::new();
-                match r.read_line(&mut line) {
-                    Ok(0) => break,
-                    Ok(_) => {
+                match read_line_bounded(&mut r) {
+                    Ok(None) => break,
+                    Ok(Some(Ok(line))) => {
                         if tx.send(Ok(line)).is_err() {
                             break;
                         }
                     }
-                    Err(e) => {
+                    // A line too long or not UTF-8: said once, and nothing more is read.
+                    Ok(Some(Err(e))) => {
                         let _ = tx.send(Err(e));
+                        break;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(format!("could not be read ({e})")));
                         break;
                     }
                 }
@@ -193,7 +206,7 @@ impl ExternalReconciler {
                 p.read += 1;
                 Ok((p.read, line))
             }
-            Ok(Err(e)) => Err(format!("reading its output failed: {e}")),
+            Ok(Err(e)) => Err(format!("line {} of its output {e}", p.read + 1)),
             Err(RecvTimeoutError::Timeout) => Err(format!(
                 "no answer within {} s (after {} lines of output)",
                 timeout.as_secs_f64(),
@@ -230,58 +243,115 @@ impl ExternalReconciler {
         self.send(&msg)?;
         for _ in 0..MAX_REQUESTS_PER_SYNC {
             let (n, line) = self.recv()?;
-            let bad = |what: String| format!("line {n} of its output {line:?}: {what}");
-            let v: Value =
-                serde_json::from_str(line.trim()).map_err(|e| bad(format!("not JSON ({e})")))?;
-            let kind = v
-                .get("type")
-                .and_then(Value::as_str)
-                .ok_or_else(|| bad("expected a JSON object with a string \"type\"".into()))?;
-            match kind {
-                "done" => return Ok(()),
-                "list" => {
-                    let text = filter_text(&v).map_err(&bad)?;
-                    let f = parse_filter(&text).map_err(&bad)?;
-                    let entries = ct.list(&f);
-                    report.listed += entries.len();
-                    report
-                        .requests
-                        .push(format!("list {text} → {} entries", entries.len()));
-                    let answer = json!({
-                        "type": "entries",
-                        "entries": entries.iter().map(entry_json).collect::<Vec<_>>(),
-                    });
-                    self.send(&answer)?;
-                }
-                "delete" => {
-                    let text = filter_text(&v).map_err(&bad)?;
-                    let f = parse_filter(&text).map_err(&bad)?;
-                    let reason = v
-                        .get("reason")
-                        .and_then(Value::as_str)
-                        .unwrap_or("external reconciler")
-                        .to_string();
-                    let deleted = ct.delete(&f);
-                    report
-                        .requests
-                        .push(format!("delete {text} → {deleted} deleted ({reason})"));
-                    report.deletions.push(CleanupDeletion {
-                        filter: f,
-                        deleted,
-                        reason,
-                    });
-                    self.send(&json!({"type": "deleted", "count": deleted}))?;
-                }
-                other => {
-                    return Err(bad(format!(
-                        "unknown type {other:?}: expected \"list\", \"delete\" or \"done\""
-                    )))
-                }
+            match handle_line(n, &line, ct, report)? {
+                Reply::Done => return Ok(()),
+                Reply::Answer(answer) => self.send(&answer)?,
             }
         }
         Err(format!(
             "more than {MAX_REQUESTS_PER_SYNC} requests in one sync (MAX_REQUESTS_PER_SYNC)"
         ))
+    }
+}
+
+/// What nfsim does with one line of the process's output in its turn.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    /// `done`: the turn is over.
+    Done,
+    /// The answer to write back (`entries`, `deleted`).
+    Answer(Value),
+}
+
+/// One request of the process (line `n` of its output, `\n` included or not): the request
+/// carried out on `ct` and noted in `report`, and the answer to write, or a message naming
+/// the line (quoted once, at most 100 characters of it) and what was wrong.
+pub fn handle_line(
+    n: u64,
+    line: &str,
+    ct: &mut dyn ConntrackOps,
+    report: &mut CleanupReport,
+) -> Result<Reply, String> {
+    let bad = |what: String| format!("line {n} of its output {}: {what}", excerpt(line));
+    let v: Value = serde_json::from_str(line.trim()).map_err(|e| bad(format!("not JSON ({e})")))?;
+    let kind = v
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("expected a JSON object with a string \"type\"".into()))?;
+    match kind {
+        "done" => Ok(Reply::Done),
+        "list" => {
+            let text = filter_text(&v).map_err(&bad)?;
+            let f = parse_filter(&text).map_err(&bad)?;
+            let entries = ct.list(&f);
+            report.listed += entries.len();
+            report
+                .requests
+                .push(format!("list {text} → {} entries", entries.len()));
+            Ok(Reply::Answer(json!({
+                "type": "entries",
+                "entries": entries.iter().map(entry_json).collect::<Vec<_>>(),
+            })))
+        }
+        "delete" => {
+            let text = filter_text(&v).map_err(&bad)?;
+            let f = parse_filter(&text).map_err(&bad)?;
+            let reason = match v.get("reason") {
+                None | Some(Value::Null) => "external reconciler".to_string(),
+                Some(Value::String(r)) => r.clone(),
+                Some(_) => return Err(bad("\"reason\" must be a string".into())),
+            };
+            let deleted = ct.delete(&f);
+            report
+                .requests
+                .push(format!("delete {text} → {deleted} deleted ({reason})"));
+            report.deletions.push(CleanupDeletion {
+                filter: f,
+                deleted,
+                reason,
+            });
+            Ok(Reply::Answer(json!({"type": "deleted", "count": deleted})))
+        }
+        other => Err(bad(format!(
+            "unknown type {}: expected \"list\", \"delete\" or \"done\"",
+            excerpt(other)
+        ))),
+    }
+}
+
+/// Reads one line of at most [`MAX_LINE_BYTES`] (its `\n` included; the last line may lack
+/// it): `Ok(None)` at the end, `Ok(Some(Err(what)))` for a line too long (after reading
+/// [`MAX_LINE_BYTES`] + 1 bytes of it, no more) or not UTF-8, `what` quoting a bounded excerpt.
+pub fn read_line_bounded<R: BufRead>(r: &mut R) -> std::io::Result<Option<Result<String, String>>> {
+    let mut buf = Vec::new();
+    r.take(MAX_LINE_BYTES as u64 + 1)
+        .read_until(b'\n', &mut buf)?;
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    if buf.len() > MAX_LINE_BYTES {
+        let head = String::from_utf8_lossy(&buf[..buf.len().min(4 * EXCERPT_CHARS)]);
+        return Ok(Some(Err(format!(
+            "{}: longer than {MAX_LINE_BYTES} bytes (MAX_LINE_BYTES; a request is one short line)",
+            excerpt(&head)
+        ))));
+    }
+    Ok(Some(String::from_utf8(buf).map_err(|e| {
+        let head = String::from_utf8_lossy(e.as_bytes());
+        format!(
+            "{}: not UTF-8 (invalid byte at offset {})",
+            excerpt(&head),
+            e.utf8_error().valid_up_to()
+        )
+    })))
+}
+
+/// `s` quoted as Rust writes a string (control characters escaped), cut to its first
+/// [`EXCERPT_CHARS`] characters, then `…`, when longer.
+fn excerpt(s: &str) -> String {
+    match s.char_indices().nth(EXCERPT_CHARS) {
+        None => format!("{s:?}"),
+        Some((cut, _)) => format!("{:?}…", &s[..cut]),
     }
 }
 
@@ -305,19 +375,19 @@ pub fn parse_filter(text: &str) -> Result<CtFilter, String> {
         let opt = words[i];
         let val = words
             .get(i + 1)
-            .ok_or_else(|| format!("filter {text:?}: option {opt} needs a value"))?;
+            .ok_or_else(|| format!("filter: option {} needs a value", excerpt(opt)))?;
         let ip = || -> Result<IpAddr, String> {
             val.parse()
-                .map_err(|_| format!("filter {text:?}: {opt} {val:?} is not an IP address"))
+                .map_err(|_| format!("filter: {opt} {} is not an IP address", excerpt(val)))
         };
         let port = || -> Result<u16, String> {
             if f.proto.is_none() {
                 return Err(format!(
-                    "filter {text:?}: {opt} needs -p tcp|udp|sctp before it (as conntrack does)"
+                    "filter: {opt} needs -p tcp|udp|sctp before it (as conntrack does)"
                 ));
             }
             val.parse()
-                .map_err(|_| format!("filter {text:?}: {opt} {val:?} is not a port 0-65535"))
+                .map_err(|_| format!("filter: {opt} {} is not a port 0-65535", excerpt(val)))
         };
         match opt {
             "-p" | "--proto" => {
@@ -327,7 +397,8 @@ pub fn parse_filter(text: &str) -> Result<CtFilter, String> {
                     "sctp" => 132,
                     other => {
                         return Err(format!(
-                            "filter {text:?}: -p {other:?}: expected udp, tcp or sctp"
+                            "filter: -p {}: expected udp, tcp or sctp",
+                            excerpt(other)
                         ))
                     }
                 })
@@ -342,7 +413,8 @@ pub fn parse_filter(text: &str) -> Result<CtFilter, String> {
             "--reply-port-dst" => f.reply_dport = Some(port()?),
             other => {
                 return Err(format!(
-                    "filter {text:?}: unknown or unsupported option {other:?} (expected -p, --orig-src, --orig-dst, --reply-src, --reply-dst, --orig-port-src, --orig-port-dst, --reply-port-src, --reply-port-dst)"
+                    "filter: unknown or unsupported option {} (expected -p, --orig-src, --orig-dst, --reply-src, --reply-dst, --orig-port-src, --orig-port-dst, --reply-port-src, --reply-port-dst)",
+                    excerpt(other)
                 ))
             }
         }
@@ -435,5 +507,70 @@ impl Reconciler for ExternalReconciler {
             report.error = Some(msg);
         }
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubeproxy::cleanup::MemConntrack;
+
+    fn line(text: &str) -> Result<Reply, String> {
+        handle_line(
+            7,
+            text,
+            &mut MemConntrack::default(),
+            &mut CleanupReport::default(),
+        )
+    }
+
+    #[test]
+    fn lines_are_read_up_to_the_limit_and_no_further() {
+        let ok = format!("{}\n", "a".repeat(MAX_LINE_BYTES - 1));
+        let mut r =
+            std::io::Cursor::new(format!("{ok}{}\nnext\n", "b".repeat(10 * MAX_LINE_BYTES)));
+        assert_eq!(read_line_bounded(&mut r).unwrap(), Some(Ok(ok)));
+        let e = read_line_bounded(&mut r).unwrap().unwrap().unwrap_err();
+        assert!(e.contains("longer than 4096 bytes"), "{e}");
+        assert!(e.len() < 200, "{e}");
+        assert_eq!(
+            r.position() as usize,
+            2 * MAX_LINE_BYTES + 1,
+            "read no further"
+        );
+        // The last line may lack its newline; then the end.
+        let mut r = std::io::Cursor::new(b"{\"type\":\"done\"}".to_vec());
+        assert_eq!(
+            read_line_bounded(&mut r).unwrap(),
+            Some(Ok("{\"type\":\"done\"}".into()))
+        );
+        assert_eq!(read_line_bounded(&mut r).unwrap(), None);
+        let mut r = std::io::Cursor::new(b"{\"type\xff\":1}\n".to_vec());
+        let e = read_line_bounded(&mut r).unwrap().unwrap().unwrap_err();
+        assert!(e.contains("not UTF-8 (invalid byte at offset 6)"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_line_is_quoted_once_and_cut() {
+        let long = format!(r#"{{"type":"{}"}}"#, "z".repeat(3000));
+        let e = line(&long).unwrap_err();
+        assert!(
+            e.starts_with("line 7 of its output \"{\\\"type\\\":\\\"zzz"),
+            "{e}"
+        );
+        assert!(e.len() < 400, "{e}");
+        let e = line(r#"{"type":"delete","filter":"-p udp --orig-dst 10.0.0.x"}"#).unwrap_err();
+        assert!(
+            e.ends_with("filter: --orig-dst \"10.0.0.x\" is not an IP address"),
+            "{e}"
+        );
+        assert_eq!(e.matches("10.0.0.x").count(), 2, "{e}");
+        let e = line(r#"{"type":"delete","reason":7}"#).unwrap_err();
+        assert!(e.ends_with("\"reason\" must be a string"), "{e}");
+        assert_eq!(line(r#"{"type":"done"}"#), Ok(Reply::Done));
+        assert!(matches!(
+            line(r#"{"type":"delete","filter":"-p udp"}"#),
+            Ok(Reply::Answer(_))
+        ));
     }
 }
