@@ -35,6 +35,25 @@ use sim_core::{SimDuration, SimTime};
 use std::fmt;
 use std::net::IpAddr;
 
+/// The most fields (blank-separated words) one listing line may have. A line conntrack-tools
+/// prints has at most about 33 (every optional field present: `ipv4 2`, zones, counters,
+/// `secctx=`, `[start=…]`, `[stop=…]`, `helper=`, `id=`, `labels=`); it prints into a
+/// 1,024-byte buffer (`dump_cb` in conntrack-tools' `src/conntrack.c`).
+pub const MAX_FIELDS: usize = 64;
+
+/// Most characters of a word quoted in an error.
+const QUOTE_CHARS: usize = 64;
+
+/// `s` quoted (`{:?}`), cut for an error message.
+fn q(s: &str) -> String {
+    sim_core::input::quote_excerpt(s, QUOTE_CHARS)
+}
+
+/// `s` bare, cut for an error message.
+fn bare(s: &str) -> std::borrow::Cow<'_, str> {
+    sim_core::input::cut(s, QUOTE_CHARS)
+}
+
 /// An error in a listing: where, and what was expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListingError {
@@ -120,12 +139,16 @@ struct Word<'a> {
     col: usize,
 }
 
-/// Splits on blanks, keeping `[start=Tue Dec  1 09:18:07 2026]` as one word.
+/// Splits on blanks, keeping `[start=Tue Dec  1 09:18:07 2026]` as one word; stops after
+/// [`MAX_FIELDS`] + 1 words (the caller refuses the line then). Linear in the line's length:
+/// each word's column is counted on from the previous one's.
 fn words(line: &str) -> Vec<Word<'_>> {
     let mut out = Vec::new();
     let b = line.as_bytes();
     let mut i = 0;
-    while i < b.len() {
+    // Characters in `line[..counted]`.
+    let (mut counted, mut chars) = (0usize, 0usize);
+    while i < b.len() && out.len() <= MAX_FIELDS {
         if b[i].is_ascii_whitespace() {
             i += 1;
             continue;
@@ -142,9 +165,11 @@ fn words(line: &str) -> Vec<Word<'_>> {
                 i += 1;
             }
         }
+        chars += line[counted..start].chars().count();
+        counted = start;
         out.push(Word {
             text: &line[start..i],
-            col: line[..start].chars().count() + 1,
+            col: chars + 1,
         });
     }
     out
@@ -189,7 +214,7 @@ impl<'a> Cursor<'a> {
             .ok_or_else(|| ListingError {
                 line: self.line,
                 column: col,
-                message: format!("expected {key}=…, found {t:?}"),
+                message: format!("expected {key}=…, found {}", q(t)),
             })
     }
     fn num<T: std::str::FromStr>(&mut self, key: &str) -> Result<T, ListingError> {
@@ -198,7 +223,7 @@ impl<'a> Cursor<'a> {
         v.parse().map_err(|_| ListingError {
             line: self.line,
             column: col,
-            message: format!("{key}={v}: not a number in range"),
+            message: format!("{key}={}: not a number in range", bare(v)),
         })
     }
     fn addr(&mut self, key: &str) -> Result<IpAddr, ListingError> {
@@ -207,7 +232,7 @@ impl<'a> Cursor<'a> {
         v.parse().map_err(|_| ListingError {
             line: self.line,
             column: col,
-            message: format!("{key}={v}: not an IP address"),
+            message: format!("{key}={}: not an IP address", bare(v)),
         })
     }
 }
@@ -281,6 +306,15 @@ fn parse_line(raw: &str, line: usize) -> Result<ListedEntry, ListingError> {
         line,
         end_col: raw.chars().count() + 1,
     };
+    if let Some(w) = c.w.get(MAX_FIELDS) {
+        return Err(ListingError {
+            line,
+            column: w.col,
+            message: format!(
+                "more than {MAX_FIELDS} fields (MAX_FIELDS): a conntrack -L line has at most about 33"
+            ),
+        });
+    }
     // -o extended: the layer-3 name and number.
     if let Some(l3) = c.peek().filter(|t| *t == "ipv4" || *t == "ipv6") {
         c.i += 1;
@@ -291,7 +325,7 @@ fn parse_line(raw: &str, line: usize) -> Result<ListedEntry, ListingError> {
             return Err(ListingError {
                 line,
                 column: col,
-                message: format!("{l3} is family {want}, found {n:?}"),
+                message: format!("{l3} is family {want}, found {}", q(n)),
             });
         }
     }
@@ -302,7 +336,7 @@ fn parse_line(raw: &str, line: usize) -> Result<ListedEntry, ListingError> {
         return Err(ListingError {
             line,
             column: col,
-            message: format!("unknown protocol name {name:?}"),
+            message: format!("unknown protocol name {}", q(name)),
         });
     }
     let col = c.col();
@@ -310,7 +344,7 @@ fn parse_line(raw: &str, line: usize) -> Result<ListedEntry, ListingError> {
     let proto: u8 = num.parse().map_err(|_| ListingError {
         line,
         column: col,
-        message: format!("expected the protocol number, found {num:?}"),
+        message: format!("expected the protocol number, found {}", q(num)),
     })?;
     if known.is_some_and(|k| k != proto) {
         return Err(ListingError {
@@ -324,7 +358,7 @@ fn parse_line(raw: &str, line: usize) -> Result<ListedEntry, ListingError> {
     let timeout_s: u64 = secs.parse().map_err(|_| ListingError {
         line,
         column: col,
-        message: format!("expected the seconds left, found {secs:?}"),
+        message: format!("expected the seconds left, found {}", q(secs)),
     })?;
     let mut tcp_state = None;
     if c.peek().is_some_and(|t| !t.contains('=')) {
@@ -334,13 +368,13 @@ fn parse_line(raw: &str, line: usize) -> Result<ListedEntry, ListingError> {
             tcp_state = Some(TcpState::from_name(st).ok_or_else(|| ListingError {
                 line,
                 column: col,
-                message: format!("unknown TCP state {st:?}"),
+                message: format!("unknown TCP state {}", q(st)),
             })?);
         } else if proto != 132 && proto != crate::tuple::IPPROTO_DCCP {
             return Err(ListingError {
                 line,
                 column: col,
-                message: format!("expected src=, found {st:?}"),
+                message: format!("expected src=, found {}", q(st)),
             });
         }
         // SCTP and DCCP states are read and dropped: those trackers are not modelled.
@@ -422,7 +456,9 @@ fn parse_line(raw: &str, line: usize) -> Result<ListedEntry, ListingError> {
                     line,
                     column: col,
                     message: format!(
-                        "{k}={v:?}: expected a ctime date like \"Tue Dec  1 09:18:07 2026\""
+                        "{}={}: expected a ctime date like \"Tue Dec  1 09:18:07 2026\"",
+                        bare(k),
+                        q(v)
                     ),
                 })?;
                 if k == "start" {
@@ -434,7 +470,8 @@ fn parse_line(raw: &str, line: usize) -> Result<ListedEntry, ListingError> {
                     line,
                     column: col,
                     message: format!(
-                        "unexpected {t:?} (expected mark=, zone=, delta-time=, use=, id=, …)"
+                        "unexpected {} (expected mark=, zone=, delta-time=, use=, id=, …)",
+                        q(t)
                     ),
                 })
             }
@@ -716,5 +753,30 @@ ipv4     2 udp      17 25 src=10.0.0.1 dst=10.0.0.2 sport=4 dport=2 src=10.0.0.2
         assert!(e.message.contains("color=3"), "{e}");
         let e = parse_listing("udp      17 29 src=10.0.0.1 dst=10.0.0.2 sport=1").unwrap_err();
         assert!(e.message.contains("end of the line"), "{e}");
+    }
+
+    #[test]
+    fn a_line_of_many_fields_is_refused_at_the_first_one_too_many() {
+        const HEAD: &str = "udp      17 29 src=10.0.0.1 dst=10.0.0.2 sport=1 dport=2 src=10.0.0.2 dst=10.0.0.1 sport=2 dport=1";
+        // 200,000 fields took 5 s (each word's column counted from the line's start) and
+        // were accepted; now the 65th field is the error's place.
+        let line = format!("{HEAD}{}", " mark=0".repeat(200_000));
+        let e = parse_listing(&line).unwrap_err();
+        assert!(
+            e.message.starts_with("more than 64 fields (MAX_FIELDS)"),
+            "{e}"
+        );
+        assert_eq!(e.column, HEAD.len() + 1 + (MAX_FIELDS - 11) * 7 + 1, "{e}");
+        // At the limit the line is read.
+        let ok = format!("{HEAD}{}", " mark=0".repeat(MAX_FIELDS - 11));
+        assert_eq!(parse_listing(&ok).unwrap().len(), 1);
+        // Columns count characters, not bytes, and a long word is quoted cut.
+        let e = parse_listing(&format!("{HEAD} secctx=ééé {}=3", "c".repeat(10_000))).unwrap_err();
+        assert_eq!(e.column, HEAD.len() + 1 + "secctx=ééé ".chars().count() + 1);
+        assert!(e.message.len() < 200, "{e}");
+        assert!(
+            e.message.contains("\"cccc") && e.message.contains('…'),
+            "{e}"
+        );
     }
 }

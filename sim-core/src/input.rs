@@ -64,6 +64,25 @@ pub fn read_text_limited(path: &Path, limit: u64, what: &str) -> io::Result<Stri
     })
 }
 
+/// `s` quoted as Rust's `{:?}` writes a string (quotes, control characters escaped), cut
+/// after its first `max_chars` characters with `…` after the closing quote when longer: an
+/// error that quotes foreign input stays short however long the input is.
+pub fn quote_excerpt(s: &str, max_chars: usize) -> String {
+    match s.char_indices().nth(max_chars) {
+        None => format!("{s:?}"),
+        Some((cut, _)) => format!("{:?}…", &s[..cut]),
+    }
+}
+
+/// `s` as it is when at most `max_chars` characters, else its first `max_chars` and `…`
+/// (unquoted, for messages that print a value bare: `mark=12x: not a number`).
+pub fn cut(s: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(max_chars) {
+        None => s.into(),
+        Some((at, _)) => format!("{}…", &s[..at]).into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +110,14 @@ mod tests {
             io::ErrorKind::FileTooLarge
         );
         let _ = std::fs::remove_file(dir);
+    }
+
+    #[test]
+    fn excerpts_are_cut_at_a_character_and_escaped() {
+        assert_eq!(quote_excerpt("a\nb", 5), "\"a\\nb\"");
+        assert_eq!(quote_excerpt("ééé", 2), "\"éé\"…");
+        assert_eq!(quote_excerpt(&"x".repeat(1 << 20), 3), "\"xxx\"…");
+        assert_eq!(cut("abcd", 4), "abcd");
+        assert_eq!(cut("abcdé", 4), "abcd…");
     }
 }

@@ -75,8 +75,14 @@ pub struct Jiffies {
 /// (`kernel/Kconfig.hz`, `default HZ_250`).
 pub const DEFAULT_HZ: u32 = 250;
 
-/// The most stamps one address can carry (`XT_RECENT_MAX_NSTAMPS`).
+/// The most stamps one address can carry (`XT_RECENT_MAX_NSTAMPS`): a line with more is
+/// refused at the first one too many, so a line costs time linear in its length.
 pub const MAX_PROC_STAMPS: usize = 65536;
+
+/// A word of the file quoted in an error, cut to 64 characters.
+fn q(s: &str) -> String {
+    sim_core::input::quote_excerpt(s, 64)
+}
 
 struct Cursor<'a> {
     s: &'a str,
@@ -114,7 +120,7 @@ impl<'a> Cursor<'a> {
         let w = self.word();
         w.parse::<T>().map_err(|_| {
             self.pos = start;
-            self.err(format!("expected {what}, found {w:?}"))
+            self.err(format!("expected {what}, found {}", q(w)))
         })
     }
 }
@@ -143,10 +149,11 @@ pub fn parse_proc_recent(text: &str) -> Result<Vec<ProcRecentEntry>, ProcRecentE
             c.pos = at;
             if a.contains(':') {
                 c.err(format!(
-                    "{a:?} is an IPv6 address: ip6tables recent lists are not modelled"
+                    "{} is an IPv6 address: ip6tables recent lists are not modelled",
+                    q(a)
                 ))
             } else {
-                c.err(format!("expected an IPv4 address, found {a:?}"))
+                c.err(format!("expected an IPv4 address, found {}", q(a)))
             }
         })?;
         c.lit(" ttl: ", "the TTL follows the address")?;
@@ -340,5 +347,23 @@ src=127.0.0.2 ttl: 64 last_seen: 4297891176 oldest_pkt: 1 4297891176\n";
             )
             .unwrap_err();
         assert!(e.message.contains("after the jiffies"), "{e}");
+    }
+
+    #[test]
+    fn a_line_of_the_most_stamps_reads_in_linear_time_and_one_more_is_refused() {
+        let line = |n: usize| {
+            let mut s = String::from("src=10.0.0.1 ttl: 64 last_seen: 5 oldest_pkt: 1 5");
+            s += &", 5".repeat(n - 1);
+            s
+        };
+        let e = parse_proc_recent(&line(MAX_PROC_STAMPS)).unwrap();
+        assert_eq!(e[0].stamps.len(), MAX_PROC_STAMPS);
+        let text = line(MAX_PROC_STAMPS + 1);
+        let e = parse_proc_recent(&text).unwrap_err();
+        assert!(e.message.contains("more than 65536 stamps"), "{e}");
+        assert_eq!(e.column, text.chars().count() + 1);
+        // A long bad word is quoted cut.
+        let e = parse_proc_recent(&format!("src={}", "9".repeat(100_000))).unwrap_err();
+        assert!(e.message.len() < 200, "{e}");
     }
 }

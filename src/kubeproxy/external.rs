@@ -346,13 +346,9 @@ pub fn read_line_bounded<R: BufRead>(r: &mut R) -> std::io::Result<Option<Result
     })))
 }
 
-/// `s` quoted as Rust writes a string (control characters escaped), cut to its first
-/// [`EXCERPT_CHARS`] characters, then `…`, when longer.
+/// `s` quoted, control characters escaped, cut after [`EXCERPT_CHARS`] characters.
 fn excerpt(s: &str) -> String {
-    match s.char_indices().nth(EXCERPT_CHARS) {
-        None => format!("{s:?}"),
-        Some((cut, _)) => format!("{:?}…", &s[..cut]),
-    }
+    sim_core::input::quote_excerpt(s, EXCERPT_CHARS)
 }
 
 fn filter_text(v: &Value) -> Result<String, String> {
