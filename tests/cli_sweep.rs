@@ -71,7 +71,7 @@ fn shards_merge_into_the_whole_sweep_and_missing_or_doubled_runs_are_refused() {
     let (code, _, err) = nfsim(&["sweep", "merge", &files[0], &files[2]]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("16 of 48 runs missing (the first: run 16)"),
+        err.contains("shard-2.jsonl: 16 of 48 runs missing: runs 16..=23 (combination 0, seeds 17..=24), runs 24..=31 (combination 1, seeds 1..=8); shard 1/3 not among the files"),
         "{err}"
     );
     let (code, _, err) = nfsim(&["sweep", "merge", &files[0], &files[1], &files[1], &files[2]]);
@@ -149,4 +149,115 @@ fn bad_set_paths_and_values_are_refused_with_their_place() {
     let (code, _, err) = nfsim(&["sweep", FILE, "--seeds", "9..2"]);
     assert_eq!(code, 2);
     assert!(err.contains("A <= B"), "{err}");
+}
+
+/// Three shards of a small sweep (2 combinations × 6 seeds), as (file name, text).
+fn small_shards() -> Vec<(String, String)> {
+    (0..3)
+        .map(|i| {
+            let (code, out, err) = nfsim(&[
+                "sweep",
+                FILE,
+                "--seeds",
+                "1..6",
+                "--set",
+                "kubeProxy.release=v1.31,v1.33",
+                "-q",
+                "--shard",
+                &format!("{i}/3"),
+            ]);
+            assert_eq!(code, 0, "{err}");
+            (format!("shard-{i}.jsonl"), out)
+        })
+        .collect()
+}
+
+/// Shard `f`'s line `ln` (1-based) edited by `edit`.
+fn forge(
+    shards: &[(String, String)],
+    f: usize,
+    ln: usize,
+    edit: impl Fn(&mut serde_json::Value),
+) -> Vec<(String, String)> {
+    let mut out = shards.to_vec();
+    let mut lines: Vec<String> = out[f].1.lines().map(str::to_string).collect();
+    let mut v: serde_json::Value = serde_json::from_str(&lines[ln - 1]).unwrap();
+    edit(&mut v);
+    lines[ln - 1] = v.to_string();
+    out[f].1 = lines.join("\n") + "\n";
+    out
+}
+
+fn merge_error(inputs: &[(String, String)]) -> String {
+    match nfsim::sweep::merge(inputs) {
+        Ok(_) => panic!("a forged shard was merged"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// `sweep merge` checks each run line against the header, and the header itself: a forged
+/// seed, a failed expectation that does not exist, impossible client counts, a bogus shard
+/// label, a run outside its file's shard are each a located error (file:line). Before, all
+/// but the header's run count (refused as runs missing, without a place) were merged.
+#[test]
+fn merge_refuses_forged_shards_at_their_line() {
+    let shards = small_shards();
+    assert!(nfsim::sweep::merge(&shards).is_ok());
+    // shard-1 holds runs 4..8: its line 2 is run 4 (combination 0, seed 5).
+    let cases: Vec<(Vec<(String, String)>, &str)> = vec![
+        (
+            forge(&shards, 1, 2, |v| v["seed"] = 99.into()),
+            "shard-1.jsonl:2: run 4 is of combination 0 with seed 99: run 4 of this sweep is combination 0 with seed 5",
+        ),
+        (
+            forge(&shards, 1, 2, |v| {
+                v["failed"] = serde_json::json!([17]);
+                v["passed"] = false.into();
+            }),
+            "shard-1.jsonl:2: run 4: failed expectation 17 does not exist",
+        ),
+        (
+            forge(&shards, 1, 2, |v| v["clients"][0]["answered"] = 1_000_000.into()),
+            "shard-1.jsonl:2: run 4, client",
+        ),
+        (
+            forge(&shards, 1, 2, |v| v["set"]["kubeProxy.release"] = "v1.33".into()),
+            "shard-1.jsonl:2: run 4 has the values",
+        ),
+        (
+            forge(&shards, 1, 2, |v| {
+                v["passed"] = true.into();
+                v["error"] = "boom".into();
+            }),
+            "shard-1.jsonl:2: run 4 passed, yet",
+        ),
+        (
+            forge(&shards, 1, 1, |v| v["shard"] = "7/3".into()),
+            "shard-1.jsonl:1: a bad sweep header: shard \"7/3\": expected i/N",
+        ),
+        (
+            forge(&shards, 1, 1, |v| v["shard"] = "0/3".into()),
+            "shard-1.jsonl:2: run 4 is not in this file's shard 0/3 (runs 0..4)",
+        ),
+        (
+            forge(&shards, 0, 1, |v| v["runs"] = 13.into()),
+            "shard-0.jsonl:1: a bad sweep header: runs 13, where 2 combinations of 6 seeds are 12",
+        ),
+    ];
+    for (inputs, want) in cases {
+        let e = merge_error(&inputs);
+        assert!(e.starts_with(want), "expected {want:?}, got {e:?}");
+    }
+}
+
+/// Missing runs name the files read, the runs (with combination and seeds) and the shards
+/// absent (before: `error: :0: 4 of 12 runs missing (the first: run 4)`).
+#[test]
+fn merge_with_runs_missing_names_the_files_runs_and_shards() {
+    let shards = small_shards();
+    let e = merge_error(&[shards[0].clone(), shards[2].clone()]);
+    assert_eq!(
+        e,
+        "shard-0.jsonl, shard-2.jsonl: 4 of 12 runs missing: runs 4..=5 (combination 0, seeds 5..=6), runs 6..=7 (combination 1, seeds 1..=2); shard 1/3 not among the files; expected every shard's output"
+    );
 }

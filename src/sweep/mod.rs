@@ -56,6 +56,19 @@ pub enum SweepError {
         /// What was wrong and what was expected.
         message: String,
     },
+    /// The shards hold every run they claim, but not every run of the sweep.
+    #[error("{files}: {missing} of {runs} runs missing: {detail}; expected every shard's output")]
+    MergeIncomplete {
+        /// The files read, as `a.jsonl, b.jsonl` (at most a few named, then how many more).
+        files: String,
+        /// Runs missing.
+        missing: u64,
+        /// Runs in the sweep.
+        runs: u64,
+        /// Which: the first ranges of missing runs with their combinations and seeds, and
+        /// the shards absent when the files' labels tell.
+        detail: String,
+    },
     /// Writing the output failed.
     #[error("writing the output: {0}")]
     Io(std::io::Error),
@@ -93,7 +106,8 @@ impl std::str::FromStr for SeedRange {
         let num = |x: &str| {
             x.trim().parse::<u64>().map_err(|_| {
                 format!(
-                    "{x:?} is not a seed: expected A..B (both included, as 1..10000) or one seed"
+                    "{} is not a seed: expected A..B (both included, as 1..10000) or one seed",
+                    sim_core::input::quote_excerpt(x, 40)
                 )
             })
         };
@@ -106,12 +120,14 @@ impl std::str::FromStr for SeedRange {
         };
         if last < first {
             return Err(format!(
-                "{s}: the last seed is below the first: expected A..B with A <= B"
+                "{}: the last seed is below the first: expected A..B with A <= B",
+                sim_core::input::cut(s, 40)
             ));
         }
         if last - first >= u64::from(u32::MAX) {
             return Err(format!(
-                "{s}: more than 2^32 seeds: expected a smaller range"
+                "{}: more than 2^32 seeds: expected a smaller range",
+                sim_core::input::cut(s, 40)
             ));
         }
         Ok(SeedRange { first, last })
@@ -144,7 +160,12 @@ impl Shard {
 impl std::str::FromStr for Shard {
     type Err = String;
     fn from_str(s: &str) -> Result<Shard, String> {
-        let bad = || format!("{s:?}: expected i/N with 0 <= i < N, as 0/4");
+        let bad = || {
+            format!(
+                "{}: expected i/N with 0 <= i < N, as 0/4",
+                sim_core::input::quote_excerpt(s, 40)
+            )
+        };
         let (i, n) = s.split_once('/').ok_or_else(bad)?;
         let (index, count) = (
             i.trim().parse::<u64>().map_err(|_| bad())?,
@@ -467,18 +488,27 @@ pub fn aggregate_line(a: &stats::Aggregate) -> String {
 }
 
 /// Puts shards' outputs (`(file name, text)`) back together: checks that they come from one
-/// sweep (same header but for the shard) and hold every run exactly once, and returns the
-/// header (without a shard) and the runs in order.
+/// sweep (same header but for the shard), that the header is one `nfsim sweep` writes (its
+/// runs, seeds and combinations agree, its shard label is `i/N`), that each run line fits it
+/// (number, combination, seed and values; failed expectations that exist, in order;
+/// consistent pass, error and client figures; within its file's shard) and that every run is
+/// there exactly once; returns the header (without a shard) and the runs in order. A line
+/// that does not fit is a located error (`file:line`); missing runs name the files read and
+/// which runs (and shards) are absent.
 pub fn merge(inputs: &[(String, String)]) -> Result<(Header, Vec<RunRecord>), SweepError> {
     let mut header: Option<(Header, String)> = None;
     let mut runs: BTreeMap<u64, (RunRecord, String, usize)> = BTreeMap::new();
+    // The shard labels read, by file.
+    let mut shards: Vec<Option<Shard>> = Vec::new();
     for (file, text) in inputs {
         let err = |line: usize, message: String| SweepError::Merge {
             file: file.clone(),
             line,
             message,
         };
-        let mut seen_header = false;
+        // This file's header, checked, and its shard (a file of shards concatenated has one
+        // header per shard: each holds for the runs after it).
+        let mut this: Option<(SeedRange, Option<Shard>)> = None;
         for (i, line) in text.lines().enumerate() {
             let ln = i + 1;
             if line.trim().is_empty() {
@@ -494,6 +524,7 @@ pub fn merge(inputs: &[(String, String)]) -> Result<(Header, Vec<RunRecord>), Sw
                 Some("sweep") => {
                     let mut h: Header = serde_json::from_value(v)
                         .map_err(|e| err(ln, format!("a bad sweep header: {e}")))?;
+                    let (seeds, shard) = check_header(&h).map_err(|m| err(ln, m))?;
                     h.shard = None;
                     match &header {
                         None => header = Some((h, file.clone())),
@@ -505,14 +536,16 @@ pub fn merge(inputs: &[(String, String)]) -> Result<(Header, Vec<RunRecord>), Sw
                         }
                         Some(_) => {}
                     }
-                    seen_header = true;
+                    shards.push(shard);
+                    this = Some((seeds, shard));
                 }
                 Some("run") => {
-                    if !seen_header {
+                    let (Some((seeds, shard)), Some((h, _))) = (&this, &header) else {
                         return Err(err(ln, "a run before the sweep header: expected the output of nfsim sweep, whole".into()));
-                    }
+                    };
                     let rec: RunRecord = serde_json::from_value(v)
                         .map_err(|e| err(ln, format!("a bad run line: {e}")))?;
+                    check_run(h, *seeds, *shard, &rec).map_err(|m| err(ln, m))?;
                     if let Some((_, f, l)) = runs.get(&rec.run) {
                         return Err(err(
                             ln,
@@ -525,12 +558,17 @@ pub fn merge(inputs: &[(String, String)]) -> Result<(Header, Vec<RunRecord>), Sw
                 other => {
                     return Err(err(
                         ln,
-                        format!("kind {other:?}: expected \"sweep\", \"run\" or \"aggregate\""),
+                        format!(
+                            "kind {}: expected \"sweep\", \"run\" or \"aggregate\"",
+                            other.map_or("missing".into(), |k| sim_core::input::quote_excerpt(
+                                k, 40
+                            ))
+                        ),
                     ))
                 }
             }
         }
-        if !seen_header {
+        if this.is_none() {
             return Err(err(
                 0,
                 "no sweep header: expected the output of nfsim sweep".into(),
@@ -539,35 +577,253 @@ pub fn merge(inputs: &[(String, String)]) -> Result<(Header, Vec<RunRecord>), Sw
     }
     let Some((header, _)) = header else {
         return Err(SweepError::Merge {
-            file: String::new(),
+            file: "sweep merge".into(),
             line: 0,
             message: "no input: expected shard outputs".into(),
         });
     };
-    for (r, (rec, f, l)) in &runs {
-        if *r >= header.runs || rec.combo >= header.combos.len() {
-            return Err(SweepError::Merge {
-                file: f.clone(),
-                line: *l,
-                message: format!("run {r} is outside the sweep's {} runs", header.runs),
-            });
-        }
-    }
     let missing = header.runs - runs.len() as u64;
     if missing > 0 {
-        let first = (0..header.runs)
-            .find(|r| !runs.contains_key(r))
-            .unwrap_or(0);
-        return Err(SweepError::Merge {
-            file: String::new(),
-            line: 0,
-            message: format!(
-                "{missing} of {} runs missing (the first: run {first}): expected every shard's output",
-                header.runs
-            ),
+        let seeds: SeedRange = header
+            .seeds
+            .parse()
+            .unwrap_or(SeedRange { first: 0, last: 0 });
+        return Err(SweepError::MergeIncomplete {
+            files: name_files(inputs.iter().map(|(f, _)| f.as_str())),
+            missing,
+            runs: header.runs,
+            detail: missing_detail(&header, seeds, &runs, &shards),
         });
     }
     Ok((header, runs.into_values().map(|(r, _, _)| r).collect()))
+}
+
+/// Checks a header read back is one `nfsim sweep` writes: its seeds a range, its runs the
+/// combinations times the seeds, its combinations numbered in order with the `--set` values
+/// in mixed radix (as [`Sweep::plan`] makes them), its shard label `i/N`.
+fn check_header(h: &Header) -> Result<(SeedRange, Option<Shard>), String> {
+    let seeds: SeedRange = h
+        .seeds
+        .parse()
+        .map_err(|e| format!("a bad sweep header: seeds {e}"))?;
+    let n_combos = h
+        .set
+        .iter()
+        .try_fold(1usize, |n, s| n.checked_mul(s.values.len()))
+        .filter(|&n| n > 0)
+        .ok_or("a bad sweep header: a --set with no values, or too many combinations")?;
+    if h.combos.len() != n_combos {
+        return Err(format!(
+            "a bad sweep header: {} combinations, where its --set values make {n_combos}",
+            h.combos.len()
+        ));
+    }
+    let runs = (n_combos as u64).checked_mul(seeds.len());
+    if runs != Some(h.runs) {
+        return Err(format!(
+            "a bad sweep header: runs {}, where {n_combos} combinations of {} seeds are {}",
+            h.runs,
+            seeds.len(),
+            runs.map_or("more than 2^64".into(), |r| r.to_string())
+        ));
+    }
+    for (c, combo) in h.combos.iter().enumerate() {
+        let mut rem = c;
+        let mut want = BTreeMap::new();
+        for s in h.set.iter().rev() {
+            want.insert(s.path.clone(), s.values[rem % s.values.len()].clone());
+            rem /= s.values.len();
+        }
+        if combo.combo != c || combo.set != want {
+            return Err(format!(
+                "a bad sweep header: combination {c} is numbered {} with the values {:?}, where its --set values make {want:?}",
+                combo.combo, combo.set
+            ));
+        }
+    }
+    let shard = h
+        .shard
+        .as_deref()
+        .map(|s| {
+            s.parse::<Shard>()
+                .map_err(|e| format!("a bad sweep header: shard {e}"))
+        })
+        .transpose()?;
+    Ok((seeds, shard))
+}
+
+/// Checks a run line fits its header (see [`merge`]).
+fn check_run(
+    h: &Header,
+    seeds: SeedRange,
+    shard: Option<Shard>,
+    rec: &RunRecord,
+) -> Result<(), String> {
+    let r = rec.run;
+    if r >= h.runs {
+        return Err(format!("run {r} is outside the sweep's {} runs", h.runs));
+    }
+    if let Some(s) = shard {
+        let range = s.range(h.runs);
+        if !range.contains(&r) {
+            return Err(format!(
+                "run {r} is not in this file's shard {s} (runs {}..{})",
+                range.start, range.end
+            ));
+        }
+    }
+    let (combo, seed) = ((r / seeds.len()) as usize, seeds.first + r % seeds.len());
+    if rec.combo != combo || rec.seed != seed {
+        return Err(format!(
+            "run {r} is of combination {} with seed {}: run {r} of this sweep is combination {combo} with seed {seed}",
+            rec.combo, rec.seed
+        ));
+    }
+    let ch = &h.combos[combo];
+    if rec.set != ch.set {
+        return Err(format!(
+            "run {r} has the values {:?}: its combination {combo} has {:?}",
+            rec.set, ch.set
+        ));
+    }
+    let n = ch.expectations.len();
+    if let Some(&bad) = rec.failed.iter().find(|&&i| i >= n) {
+        return Err(format!(
+            "run {r}: failed expectation {bad} does not exist (the scenario has {n}: 0..{n})"
+        ));
+    }
+    if rec.failed.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(format!(
+            "run {r}: failed expectations {:?} are not in increasing order, each once",
+            rec.failed
+        ));
+    }
+    if rec.passed && (!rec.failed.is_empty() || rec.error.is_some()) {
+        return Err(format!(
+            "run {r} passed, yet lists a failed expectation or an error"
+        ));
+    }
+    if rec.error.is_some() {
+        if !rec.clients.is_empty() || !rec.failed.is_empty() {
+            return Err(format!(
+                "run {r} stopped with an error, yet has client figures or failed expectations (a run that stops has neither)"
+            ));
+        }
+        return Ok(());
+    }
+    let names: Vec<&str> = rec.clients.iter().map(|c| c.name.as_str()).collect();
+    if names != ch.clients.iter().map(String::as_str).collect::<Vec<_>>() {
+        return Err(format!(
+            "run {r} has figures for the clients {names:?}: its scenario's clients are {:?}",
+            ch.clients
+        ));
+    }
+    for c in &rec.clients {
+        let done = c.answered.checked_add(c.failed);
+        if done.is_none_or(|d| d > c.sent) || c.timed_out.checked_add(c.refused) != Some(c.failed) {
+            return Err(format!(
+                "run {r}, client {:?}: sent {}, answered {}, failed {} (timed out {}, refused {}) cannot be: expected answered + failed <= sent and failed = timed out + refused",
+                c.name, c.sent, c.answered, c.failed, c.timed_out, c.refused
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// At most this many files, and ranges of missing runs, are named in a message.
+const NAMED: usize = 5;
+
+/// `a, b, c` (at most [`NAMED`], then `and N more`).
+fn name_files<'a>(files: impl Iterator<Item = &'a str>) -> String {
+    let all: Vec<&str> = files.collect();
+    let mut s = all
+        .iter()
+        .take(NAMED)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if all.len() > NAMED {
+        s += &format!(" and {} more files", all.len() - NAMED);
+    }
+    s
+}
+
+/// The first ranges of missing runs, each with its combination and seeds, and the shards
+/// absent when every file is labelled `i/N` with one `N`.
+fn missing_detail(
+    h: &Header,
+    seeds: SeedRange,
+    runs: &BTreeMap<u64, (RunRecord, String, usize)>,
+    shards: &[Option<Shard>],
+) -> String {
+    // Gaps between the runs present: linear in the runs read, not in the sweep's size.
+    let mut gaps: Vec<(u64, u64)> = Vec::new();
+    let mut next = 0u64;
+    for &r in runs.keys().chain(std::iter::once(&h.runs)) {
+        if r > next {
+            gaps.push((next, r - 1));
+        }
+        next = r + 1;
+    }
+    let n = seeds.len();
+    // A range of runs may span combinations: one part per combination.
+    let mut parts = Vec::new();
+    let mut more = 0usize;
+    for &(a, b) in &gaps {
+        let mut at = a;
+        while at <= b {
+            let combo = at / n;
+            let end = b.min((combo + 1) * n - 1);
+            if parts.len() < NAMED {
+                let (s0, s1) = (seeds.first + at % n, seeds.first + end % n);
+                parts.push(if at == end {
+                    format!("run {at} (combination {combo}, seed {s0})")
+                } else {
+                    format!("runs {at}..={end} (combination {combo}, seeds {s0}..={s1})")
+                });
+            } else {
+                more += 1;
+            }
+            if end == u64::MAX {
+                break;
+            }
+            at = end + 1;
+        }
+    }
+    let mut s = parts.join(", ");
+    if more > 0 {
+        s += &format!(" and {more} more ranges");
+    }
+    let labels: Vec<Shard> = shards.iter().flatten().copied().collect();
+    if labels.len() == shards.len() && !labels.is_empty() {
+        let count = labels[0].count;
+        if labels.iter().all(|l| l.count == count) {
+            let absent: Vec<String> = (0..count)
+                .filter(|i| !labels.iter().any(|l| l.index == *i))
+                .take(NAMED)
+                .map(|i| format!("{i}/{count}"))
+                .collect();
+            if !absent.is_empty() {
+                let total = count as usize
+                    - labels
+                        .iter()
+                        .map(|l| l.index)
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .len();
+                s += &format!(
+                    "; shard{} {}{} not among the files",
+                    if total == 1 { "" } else { "s" },
+                    absent.join(", "),
+                    if total > absent.len() {
+                        format!(" and {} more", total - absent.len())
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+    }
+    s
 }
 
 #[cfg(test)]
