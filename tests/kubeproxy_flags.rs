@@ -160,7 +160,7 @@ fn detect_local_modes() {
 /// nftables mode: `nodePortAddresses` decides the `nodeport-ips` set, and so which of the
 /// node's addresses a NodePort answers on (upstream `setupNFTables`; unset means `primary`,
 /// kube-proxy's nftables default). A NodePort packet to the node's second address is
-/// DNAT'd only when a CIDR selects that address.
+/// DNAT'd only when a CIDR selects that address, in both modes.
 #[test]
 fn nftables_node_port_addresses_select_the_addresses_nodeports_answer_on() {
     use sim_core::Packet;
@@ -226,5 +226,15 @@ kubeProxy: {kube_proxy}
         "{r}"
     );
     assert_eq!(primary.as_deref(), Some("10.244.1.5"), "{r}");
+    assert_eq!(second.as_deref(), Some("10.244.1.5"), "{r}");
+    // iptables mode honours it too (one `-d IP -j KUBE-NODEPORTS` per address; unset there
+    // means every address).
+    let (r, primary, second) = run("{nodePortAddresses: [primary]}");
+    assert_eq!(primary.as_deref(), Some("10.244.1.5"), "{r}");
+    assert_eq!(second, None, "{r}");
+    let (r, primary, second) = run("{nodePortAddresses: [192.168.0.0/16]}");
+    assert_eq!(primary.as_deref(), Some("10.244.1.5"), "{r}");
+    assert_eq!(second.as_deref(), Some("10.244.1.5"), "{r}");
+    let (r, _, second) = run("{}");
     assert_eq!(second.as_deref(), Some("10.244.1.5"), "{r}");
 }

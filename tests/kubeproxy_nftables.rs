@@ -54,6 +54,11 @@ ports: [{name: dns, port: 53, protocol: UDP}]
 "#;
 
 fn proxy() -> KubeProxy {
+    proxy_with(|_| {})
+}
+
+/// The proxier of [`proxy`] with `tweak` applied to its configuration.
+fn proxy_with(tweak: impl FnOnce(&mut ProxierConfig)) -> KubeProxy {
     let mut cfg = ProxierConfig::new(
         "node-a",
         "172.18.0.2".parse().unwrap(),
@@ -61,6 +66,7 @@ fn proxy() -> KubeProxy {
     );
     cfg.mode = ProxyMode::Nftables;
     cfg.service_cidrs = vec!["10.96.0.0/16".parse().unwrap()];
+    tweak(&mut cfg);
     let mut kp = KubeProxy::new(
         cfg,
         SyncTiming::default(),
@@ -271,22 +277,10 @@ fn every_local_detector_renders_rules_the_nft_parser_accepts() {
         ),
     ];
     for (detector, want) in modes {
-        let mut cfg = ProxierConfig::new(
-            "node-a",
-            "172.18.0.2".parse().unwrap(),
-            "10.244.0.0/16".parse().unwrap(),
-        );
-        cfg.mode = ProxyMode::Nftables;
-        cfg.local_detector = detector.clone();
-        let mut kp = KubeProxy::new(
-            cfg,
-            SyncTiming::default(),
-            Box::new(V133::default()),
-            SimTime::ZERO,
-        );
-        for o in parse_objects(OBJECTS).unwrap() {
-            kp.upsert(SimTime::ZERO, o);
-        }
+        let mut kp = proxy_with(|c| {
+            c.service_cidrs.clear();
+            c.local_detector = detector.clone();
+        });
         let (t0, txs) = sync(&mut kp, SimTime::ZERO);
         let mut rs = NftRuleset::new();
         for t in &txs {
@@ -305,5 +299,40 @@ fn every_local_detector_renders_rules_the_nft_parser_accepts() {
                 "{detector:?}: the real nft lists\n{real}"
             );
         }
+    }
+}
+
+/// `nodePortAddresses` selecting two of the node's addresses: `nodeport-ips` holds both, and
+/// the real nft lists the table as nfsim does.
+#[test]
+fn node_port_addresses_fill_nodeport_ips_as_the_real_nft_lists_them() {
+    let mut kp = proxy_with(|c| {
+        c.node_port_addresses = Some(vec![
+            "172.18.0.3".parse().unwrap(),
+            "172.18.0.2".parse().unwrap(),
+            "127.0.0.1".parse().unwrap(),
+        ])
+    });
+    let (t0, txs) = sync(&mut kp, SimTime::ZERO);
+    let mut rs = NftRuleset::new();
+    for t in &txs {
+        rs.apply("sync-1", t, t0)
+            .unwrap_or_else(|e| panic!("{e}\n{t}"));
+    }
+    let ours = rs.list_table(Family::Ip, "kube-proxy", t0).unwrap();
+    // Sorted; loopback left out ("localhost NodePorts are not supported").
+    assert!(
+        ours.contains("elements = { 172.18.0.2, 172.18.0.3 }"),
+        "{ours}"
+    );
+    assert!(
+        ours.contains("ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports"),
+        "{ours}"
+    );
+    if let Some(real) = real_nft_list(&txs) {
+        assert_eq!(
+            real, ours,
+            "nft list table ip kube-proxy: real nft vs nfsim"
+        );
     }
 }

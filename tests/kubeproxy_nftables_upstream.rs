@@ -1,5 +1,5 @@
 //! nfsim's nftables proxier against upstream's own expectations: the Service and
-//! EndpointSlice objects of `TestOverallNFTablesRules`
+//! EndpointSlice objects of `TestOverallNFTablesRules` and `TestBadIPs`
 //! (kubernetes/kubernetes `pkg/proxy/nftables/proxier_test.go` at
 //! 81810de635aa13aa0a32992f6def3aa9d6025ebc, transcribed in
 //! `tests/fixtures/kubeproxy-upstream/`), rendered by nfsim's proxier configured as the test's
@@ -88,6 +88,11 @@ fn assert_upstream_equal(objects: &str, expected: &str) -> Vec<String> {
 #[test]
 fn overall_rules_are_upstreams() {
     assert_upstream_equal("overall.yaml", "overall.nft");
+}
+
+#[test]
+fn leading_zero_addresses_are_read_as_kube_proxy_reads_them() {
+    assert_upstream_equal("bad-ips.yaml", "bad-ips.nft");
 }
 
 /// The overall transaction through nfsim's nft and the real one: `nft list table ip

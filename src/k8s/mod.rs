@@ -16,9 +16,11 @@
 
 mod cidr;
 mod parse;
+mod sloppy;
 
 pub use cidr::{Cidr, CidrParseError};
 pub use parse::{parse_objects, K8sError, K8sObject};
+pub use sloppy::{parse_cidr_sloppy, parse_ip_sloppy};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
@@ -186,7 +188,8 @@ impl<'de> Deserialize<'de> for ClusterIp {
         if s == "None" {
             return Ok(ClusterIp::None);
         }
-        s.parse::<IpAddr>().map(ClusterIp::Ip).map_err(|_| {
+        // kube-proxy reads it with ParseIPSloppy (leading zeros allowed: `10.96.0.010`).
+        parse_ip_sloppy(&s).map(ClusterIp::Ip).ok_or_else(|| {
             serde::de::Error::custom(format!(
                 "invalid clusterIP {s:?}: expected an IPv4 or IPv6 address, or \"None\" for a headless Service"
             ))
@@ -278,9 +281,37 @@ fn de_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> 
 fn de_cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Cidr>, D::Error> {
     let raw = Option::<Vec<String>>::deserialize(d)?.unwrap_or_default();
     raw.iter()
-        // kube-proxy trims whitespace before parsing (proxyutil.MapCIDRsByIPFamily).
-        .map(|s| s.trim().parse::<Cidr>().map_err(serde::de::Error::custom))
+        // kube-proxy trims whitespace, then parses with ParseCIDRSloppy
+        // (proxyutil.MapCIDRsByIPFamily).
+        .map(|s| {
+            parse_cidr_sloppy(s.trim()).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "invalid CIDR {s:?}: expected ADDRESS/PREFIX such as 203.0.113.0/24"
+                ))
+            })
+        })
         .collect()
+}
+
+fn sloppy_ip<E: serde::de::Error>(s: &str, what: &str) -> Result<IpAddr, E> {
+    parse_ip_sloppy(s).ok_or_else(|| {
+        E::custom(format!(
+            "invalid {what} {s:?}: expected an IPv4 or IPv6 address"
+        ))
+    })
+}
+
+/// A list of addresses read as kube-proxy reads them (`ParseIPSloppy`); `null` is empty.
+fn de_ips_sloppy<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpAddr>, D::Error> {
+    let raw = Option::<Vec<String>>::deserialize(d)?.unwrap_or_default();
+    raw.iter().map(|s| sloppy_ip(s, "address")).collect()
+}
+
+/// An optional address read with `ParseIPSloppy`.
+fn de_opt_ip_sloppy<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IpAddr>, D::Error> {
+    Option::<String>::deserialize(d)?
+        .map(|s| sloppy_ip(&s, "address"))
+        .transpose()
 }
 
 /// One entry of `spec.ports`.
@@ -369,10 +400,10 @@ pub struct ServiceSpec {
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub selector: BTreeMap<String, String>,
-    /// `externalIPs`.
+    /// `externalIPs` (read with `ParseIPSloppy`, as kube-proxy does).
     #[serde(
         default,
-        deserialize_with = "null_default",
+        deserialize_with = "de_ips_sloppy",
         rename = "externalIPs",
         skip_serializing_if = "Vec::is_empty"
     )]
@@ -412,8 +443,12 @@ pub struct ServiceSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LoadBalancerIngress {
-    /// `ip`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `ip` (read with `ParseIPSloppy`).
+    #[serde(
+        default,
+        deserialize_with = "de_opt_ip_sloppy",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ip: Option<IpAddr>,
     /// `hostname` (kube-proxy ignores hostname-only ingress).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -514,8 +549,8 @@ impl EndpointConditions {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Endpoint {
-    /// `addresses`; kube-proxy uses only the first.
-    #[serde(default, deserialize_with = "null_default")]
+    /// `addresses`; kube-proxy uses only the first (read with `ParseIPSloppy`).
+    #[serde(default, deserialize_with = "de_ips_sloppy")]
     pub addresses: Vec<IpAddr>,
     /// `conditions`.
     #[serde(default)]
