@@ -107,6 +107,11 @@
 //!   confidence intervals, distributions of the clients' figures, shards and their merge.
 //! - [`report`]: a run as one self-contained HTML page (`nfsim run --report`).
 //!
+//! The modules stand on each other in one order, lowest first: `k8s`, `kubeproxy`, `scenario`
+//! (what to run: the model owns its types), `cluster` (how it runs), then `explain`, `sweep`,
+//! `report`, and `testkit` on top. A module uses only those below it; `tests/layering.rs`
+//! reads every `crate::` and `super::` path and fails on one that points up.
+//!
 //! Below them, the workspace's libraries: `sim-core` (packets, simulated time, seeded randomness),
 //! `sim-conntrack` (the connection tracking table) and `sim-netfilter` (rules, hooks, NAT, a
 //! network namespace). The facts they implement are in the repository's `docs/kernel-model.md` and
@@ -119,6 +124,7 @@ pub mod explain;
 pub mod k8s;
 pub mod kubeproxy;
 pub mod report;
+mod rules_error;
 pub mod scenario;
 pub mod sweep;
 pub mod testkit;

@@ -58,7 +58,10 @@ pub use entry::{
 };
 pub use event::{CtEvent, DestroyCause, EventKind, Stats};
 pub use filter::{AddrMatch, Filter, FilterError};
-pub use listing::{load_listing, parse_listing, AgeSource, ListedEntry, ListingError, LoadReport};
+pub use listing::{
+    load_listing, parse_listing, AgeSource, ListedEntry, ListingError, LoadReport,
+    DEFAULT_ASSUMED_AGE,
+};
 pub use nat::{Manip, NatError, NatRange, NatRangeError};
 pub use table::{
     ConfirmError, Conntrack, CtHandle, CtInfo, CtVerdict, DropReason, InsertError, InvalidReason,

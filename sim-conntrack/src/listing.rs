@@ -603,6 +603,12 @@ impl fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
+/// The age assumed for an entry whose line prints none (no `delta-time=`, no `[start=…]`):
+/// older than the 2 s after which a replied UDP entry's next packet makes it ASSURED
+/// (`nf_conntrack_udp_packet`), as almost every entry of a dump taken on a busy node is.
+/// The `assumed_age` [`load_listing`] takes when its caller has no better figure.
+pub const DEFAULT_ASSUMED_AGE: SimDuration = SimDuration::from_secs(60);
+
 /// Inserts a listing's entries into `ct` at `now`, each with its timeout and age, as
 /// `conntrack -I` would (the `[NEW]` events this queues are the caller's to drain or keep).
 pub fn load_listing(

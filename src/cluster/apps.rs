@@ -18,6 +18,9 @@
 use crate::cluster::ports::ConnectPorts;
 use crate::cluster::querylog::QueryLog;
 pub use crate::cluster::tcp_server::{TcpServer, TCP_DELACK_MIN, TCP_FIN_TIMEOUT};
+// The settings of the applications are the scenario model's (what to run); the cluster
+// runs them.
+pub use crate::scenario::model::{ClientSchedule, SourcePort, UdpReply};
 use sim_core::packet::icmp;
 use sim_core::{Packet, SimDuration, SimRng, SimTime, TcpFlags, L4};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -405,18 +408,6 @@ pub struct UdpServer {
     answered: u64,
 }
 
-/// How a UDP server answers a datagram.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UdpReply {
-    /// From the address and port the datagram was sent to (a DNS server).
-    SamePort,
-    /// Never (a sink: syslog, statsd, metrics over UDP).
-    Never,
-    /// From another port of the same address (a socket of its own: the reply is a new
-    /// flow to conntrack, with an entry of its own).
-    FromPort(u16),
-}
-
 impl UdpServer {
     /// A server on `port` answering after `service_time`.
     pub fn new(port: u16, service_time: SimDuration) -> UdpServer {
@@ -479,33 +470,6 @@ impl UdpServer {
     pub fn answered(&self) -> u64 {
         self.answered
     }
-}
-
-/// Which source port a client's queries leave from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SourcePort {
-    /// Always this port (a resolver bound to one socket for its whole life).
-    Fixed(u16),
-    /// One ephemeral port drawn once at start and kept (a long-lived sidecar socket).
-    FixedEphemeral,
-    /// A new ephemeral port for every query (`dig`, glibc's resolver).
-    PerQuery,
-}
-
-/// The schedule and behaviour of a client.
-#[derive(Clone, Debug)]
-pub struct ClientSchedule {
-    /// First query/connection.
-    pub start: SimTime,
-    /// No new query/connection at or after this instant.
-    pub stop: SimTime,
-    /// Time between queries.
-    pub interval: SimDuration,
-    /// Each send is delayed by a uniform draw in `[0, jitter]` from the client's seeded stream,
-    /// from its nominal time `start + k × interval` (so jitter does not accumulate).
-    pub jitter: SimDuration,
-    /// At most this many queries/connections (`None`: no limit).
-    pub count: Option<u32>,
 }
 
 impl ClientSchedule {

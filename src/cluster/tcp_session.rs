@@ -45,32 +45,12 @@ use crate::cluster::apps::{
 };
 use crate::cluster::ports::ConnectPorts;
 use crate::cluster::querylog::QueryLog;
+// How a client uses its connections is the scenario model's setting; this module runs it.
+pub use crate::scenario::model::{ConnectionPolicy, Pause};
 use sim_core::packet::icmp;
 use sim_core::{Packet, SimDuration, SimRng, SimTime, TcpFlags, L4};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
-
-/// A pause on open connections: no request from `start + after` for `duration`; the rest of
-/// the schedule moves by `duration`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pause {
-    /// From the client's start to the pause.
-    pub after: SimDuration,
-    /// How long it lasts.
-    pub duration: SimDuration,
-}
-
-/// How a TCP client uses its connections (`tcp.connection` of a scenario client).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConnectionPolicy {
-    /// Requests per connection, after which the client closes it; `None`: keep-alive (as many
-    /// as come, until the connection breaks).
-    pub requests: Option<u32>,
-    /// Connections open at once (at least 1).
-    pub parallel: u32,
-    /// A pause on the open connections.
-    pub pause: Option<Pause>,
-}
 
 /// The configuration of a [`TcpSessionClient`]: a plain [`TcpClientConfig`] (who, where,
 /// when, timeouts, request size) and how its connections are used.

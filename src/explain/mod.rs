@@ -40,14 +40,14 @@ pub use trace::{trace, trace_in, Outcome, StepJson, TraceOptions, TraceReport};
 use sim_core::packet::PacketParseError;
 use sim_core::pcap::{PcapReadError, PcapWriteError};
 use sim_netfilter::netns::NetnsError;
-use sim_netfilter::{RestoreError, RestoreErrorKind};
+use sim_netfilter::RestoreError;
 
 /// Why a command of this module failed. Every variant caused by input names the file (and for
 /// rules the line) and says what was expected.
 #[derive(Debug, thiserror::Error)]
 pub enum ExplainError {
     /// The rules file did not load: `FILE:LINE: what was wrong`, the line and a caret.
-    #[error("{}", rules_error_text(.file, .error, *.into_netns))]
+    #[error("{}", crate::rules_error::text(.file, .error, *.into_netns))]
     Rules {
         /// The rules file as named on the command line.
         file: String,
@@ -124,33 +124,6 @@ pub enum ExplainError {
         /// Where and what.
         message: String,
     },
-}
-
-/// `FILE:LINE: what`, then the offending line with a caret, as the restore error prints it.
-fn rules_error_text(file: &str, e: &RestoreError, into_netns: bool) -> String {
-    // RestoreError's Display is "line N: what\n  text\n  caret"; keep all but its prefix.
-    let full = e.to_string();
-    let rest = full.split_once('\n').map(|(_, r)| r).unwrap_or("");
-    let what = match &e.kind {
-        // The library's hint names its API; say what a command-line user can do.
-        RestoreErrorKind::NoSuchNfacct(n) if into_netns => format!(
-            "nfacct object {n:?} does not exist (on a node kube-proxy creates it with `nfacct add \
-             {n}` before it restores; nfsim trace and replay cannot create nfacct objects yet. \
-             Without a quota the match always matches, so deleting `-m nfacct --nfacct-name {n}` \
-             from the file changes no packet's way)"
-        ),
-        RestoreErrorKind::NoSuchNfacct(n) => format!(
-            "nfacct object {n:?} does not exist (iptables-restore fails the same way; on a node \
-             kube-proxy creates it with `nfacct add {n}` first: --nfacct {n} does the same)"
-        ),
-        k => k.to_string(),
-    };
-    let mut s = format!("{file}:{}: {what}", e.line);
-    if !rest.is_empty() {
-        s.push('\n');
-        s.push_str(rest);
-    }
-    s
 }
 
 impl ExplainError {

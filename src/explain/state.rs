@@ -6,10 +6,9 @@ use sim_conntrack::{load_listing, parse_listing, LoadReport};
 use sim_core::{SimDuration, SimTime};
 use sim_netfilter::netns::Netns;
 
-/// The age assumed for an entry whose line prints none (no `delta-time=`, no `[start=…]`):
-/// older than the 2 s after which a replied UDP entry's next packet makes it ASSURED
-/// (`nf_conntrack_udp_packet`), as almost every entry of a dump taken on a busy node is.
-pub const DEFAULT_ASSUMED_AGE: SimDuration = SimDuration::from_secs(60);
+/// The age assumed for an entry whose line prints none: conntrack's own default (a scenario's
+/// `state.conntrack` assumes the same).
+pub use sim_conntrack::DEFAULT_ASSUMED_AGE;
 
 /// Loads the `conntrack -L` listing in `file` into `ns`'s table at `now`, each entry with
 /// the seconds left that its line prints and its age (see [`sim_conntrack::listing`]). The

@@ -6,10 +6,10 @@
 use super::model::*;
 use super::names;
 use super::schema::*;
-use crate::cluster::apps::{ClientSchedule, SourcePort};
 use crate::k8s;
 use serde_saphyr::{Location, Spanned};
 use sim_core::{SimDuration, SimTime};
+use sim_netfilter::netns::ICMP_SYSCTLS;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -162,12 +162,7 @@ fn node_state(
         if let Err(e) = ns.restore(&text, false) {
             let why = match e {
                 sim_netfilter::netns::NetnsError::Restore(error) => {
-                    crate::explain::ExplainError::Rules {
-                        file: path.clone(),
-                        error,
-                        into_netns: true,
-                    }
-                    .to_string()
+                    crate::rules_error::text(&path, &error, true)
                 }
                 other => format!("{path}: {other}"),
             };
@@ -197,9 +192,6 @@ fn one_of(names: impl IntoIterator<Item = String>, none: &str) -> String {
 fn opt_dur(d: Option<SimDuration>, default: SimDuration) -> SimDuration {
     d.unwrap_or(default)
 }
-
-/// The non-conntrack sysctls a node takes: its kernel's ICMP error rate limit.
-pub const ICMP_SYSCTLS: [&str; 2] = ["net.ipv4.icmp_ratelimit", "net.ipv4.icmp_ratemask"];
 
 /// Checks conntrack sysctls (full `net.netfilter.nf_conntrack_*` names) and the ICMP rate
 /// limit's ([`ICMP_SYSCTLS`]) as the kernel would take them: known names, values in range.
@@ -349,7 +341,7 @@ fn check_pod_ip(ctx: &Ctx, ip: &Spanned<IpAddr>, node: &NodeDef) -> Result<(), S
             ));
         }
     }
-    let gw = crate::cluster::sim::pod_gateway(&cidr);
+    let gw = pod_gateway(&cidr);
     if ip.value == cidr.addr() || ip.value == gw {
         return Err(ctx.err(
             ip,
@@ -384,9 +376,9 @@ fn app_defs(ctx: &Ctx, apps: &[Spanned<AppDoc>]) -> Result<Vec<AppDef>, Scenario
                     (Some(false), Some(p)) => {
                         return Err(ctx.err(p, "a server that never answers has no reply port: give `answer: false` or `replyFromPort`"))
                     }
-                    (Some(false), None) => crate::cluster::apps::UdpReply::Never,
-                    (_, Some(p)) => crate::cluster::apps::UdpReply::FromPort(check_port(ctx, p)?),
-                    (_, None) => crate::cluster::apps::UdpReply::SamePort,
+                    (Some(false), None) => UdpReply::Never,
+                    (_, Some(p)) => UdpReply::FromPort(check_port(ctx, p)?),
+                    (_, None) => UdpReply::SamePort,
                 },
             },
             (None, Some(s)) if s.answer.is_some() || s.reply_from_port.is_some() => {

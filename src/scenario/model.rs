@@ -173,7 +173,7 @@ pub enum AppDef {
         /// Service time.
         service_time: SimDuration,
         /// How it answers.
-        reply: crate::cluster::apps::UdpReply,
+        reply: UdpReply,
     },
     /// TCP server.
     TcpServer {
@@ -352,7 +352,7 @@ pub enum ClientKind {
     /// UDP queries.
     Udp {
         /// Source port choice.
-        source_port: crate::cluster::apps::SourcePort,
+        source_port: SourcePort,
         /// Per-try timeout.
         timeout: SimDuration,
         /// Retries.
@@ -370,7 +370,7 @@ pub enum ClientKind {
         /// Response timeout.
         request_timeout: SimDuration,
         /// How connections are reused (`connection:`); `None`: one request per connection.
-        connection: Option<crate::cluster::tcp_session::ConnectionPolicy>,
+        connection: Option<ConnectionPolicy>,
     },
     /// ICMP echo requests (`ping`); the target's port is 0.
     Ping {
@@ -391,7 +391,7 @@ pub struct ClientDef {
     /// How the target was written (`kube-system/kube-dns:dns` or the address).
     pub target_text: String,
     /// Schedule.
-    pub schedule: crate::cluster::apps::ClientSchedule,
+    pub schedule: ClientSchedule,
     /// Kind.
     pub kind: ClientKind,
 }
@@ -752,5 +752,75 @@ impl fmt::Display for EndpointRef {
             EndpointRef::Pod(p) => f.write_str(p),
             EndpointRef::Ip(ip) => write!(f, "{ip}"),
         }
+    }
+}
+
+/// How a UDP server answers a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UdpReply {
+    /// From the address and port the datagram was sent to (a DNS server).
+    SamePort,
+    /// Never (a sink: syslog, statsd, metrics over UDP).
+    Never,
+    /// From another port of the same address (a socket of its own: the reply is a new
+    /// flow to conntrack, with an entry of its own).
+    FromPort(u16),
+}
+
+/// Which source port a client's queries leave from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourcePort {
+    /// Always this port (a resolver bound to one socket for its whole life).
+    Fixed(u16),
+    /// One ephemeral port drawn once at start and kept (a long-lived sidecar socket).
+    FixedEphemeral,
+    /// A new ephemeral port for every query (`dig`, glibc's resolver).
+    PerQuery,
+}
+
+/// The schedule and behaviour of a client.
+#[derive(Clone, Debug)]
+pub struct ClientSchedule {
+    /// First query/connection.
+    pub start: SimTime,
+    /// No new query/connection at or after this instant.
+    pub stop: SimTime,
+    /// Time between queries.
+    pub interval: SimDuration,
+    /// Each send is delayed by a uniform draw in `[0, jitter]` from the client's seeded stream,
+    /// from its nominal time `start + k × interval` (so jitter does not accumulate).
+    pub jitter: SimDuration,
+    /// At most this many queries/connections (`None`: no limit).
+    pub count: Option<u32>,
+}
+
+/// A pause on open connections: no request from `start + after` for `duration`; the rest of
+/// the schedule moves by `duration`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pause {
+    /// From the client's start to the pause.
+    pub after: SimDuration,
+    /// How long it lasts.
+    pub duration: SimDuration,
+}
+
+/// How a TCP client uses its connections (`tcp.connection` of a scenario client).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionPolicy {
+    /// Requests per connection, after which the client closes it; `None`: keep-alive (as many
+    /// as come, until the connection breaks).
+    pub requests: Option<u32>,
+    /// Connections open at once (at least 1).
+    pub parallel: u32,
+    /// A pause on the open connections.
+    pub pause: Option<Pause>,
+}
+
+/// The node-side address of pod veths: the pod CIDR's first address (`10.244.1.1`). The
+/// loader keeps pods off it; the cluster gives it to the node's end of every veth.
+pub fn pod_gateway(c: &k8s::Cidr) -> IpAddr {
+    match c.addr() {
+        IpAddr::V4(a) => IpAddr::V4((u32::from(a).wrapping_add(1)).into()),
+        IpAddr::V6(a) => IpAddr::V6((u128::from(a).wrapping_add(1)).into()),
     }
 }

@@ -5,8 +5,8 @@
 //! docs/scenario-reference.md documents the fields.
 
 use super::load::{Ctx, ScenarioError};
+use super::model::{ConnectionPolicy, Pause};
 use super::schema::{ConnectionDoc, ServerDoc, S};
-use crate::cluster::tcp_session::{ConnectionPolicy, Pause};
 use serde_saphyr::Location;
 
 /// Most connections one client may keep open at once (`connection.parallel`).

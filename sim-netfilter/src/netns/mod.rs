@@ -66,6 +66,11 @@ pub fn lo() -> IfName {
 /// How deep kernel-generated packets (a REJECT answering a REJECT…) may nest.
 const MAX_GENERATED_DEPTH: u8 = 4;
 
+/// The sysctls besides conntrack's that [`Netns::set_sysctl`] takes, by their full names: the
+/// kernel's ICMP error rate limit (`net/ipv4/icmp.c`: `sysctl_icmp_ratelimit` in
+/// milliseconds, `sysctl_icmp_ratemask`).
+pub const ICMP_SYSCTLS: [&str; 2] = ["net.ipv4.icmp_ratelimit", "net.ipv4.icmp_ratemask"];
+
 /// Settings of a new namespace.
 #[derive(Clone, Debug)]
 pub struct NetnsConfig {

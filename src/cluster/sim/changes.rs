@@ -148,7 +148,7 @@ impl Simulation {
                 ns.conntrack_mut(),
                 now,
                 entries,
-                crate::explain::DEFAULT_ASSUMED_AGE,
+                sim_conntrack::DEFAULT_ASSUMED_AGE,
             )
             .map_err(|e| SimError::Netns {
                 node: node.clone(),

@@ -608,14 +608,6 @@ pub fn node_network_len(addr: IpAddr, nodes: &[NodeDef]) -> u8 {
     len
 }
 
-/// The node-side address of pod veths: the pod CIDR's first address (`10.244.1.1`).
-pub fn pod_gateway(c: &crate::k8s::Cidr) -> IpAddr {
-    match c.addr() {
-        IpAddr::V4(a) => IpAddr::V4((u32::from(a).wrapping_add(1)).into()),
-        IpAddr::V6(a) => IpAddr::V6((u128::from(a).wrapping_add(1)).into()),
-    }
-}
-
 /// The router's address on the node network of `addr`: the network's first address that no
 /// node or host has (`None` when every address is taken).
 pub fn router_address(addr: IpAddr, sc: &Scenario) -> Option<IpAddr> {
@@ -652,7 +644,7 @@ fn node_netns(sc: &Scenario, i: usize, pods: usize) -> Result<Netns, SimError> {
         message,
     };
     let mut sysctls = Sysctls::default();
-    let icmp = |k: &String| crate::scenario::load::ICMP_SYSCTLS.contains(&k.as_str());
+    let icmp = |k: &String| sim_netfilter::netns::ICMP_SYSCTLS.contains(&k.as_str());
     for (k, v) in n.sysctls.iter().filter(|(k, _)| !icmp(k)) {
         sysctls
             .set(k, &v.to_string())
