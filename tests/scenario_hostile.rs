@@ -233,3 +233,38 @@ fn a_week_long_jitter_loads_and_runs() {
     let mut c = nfsim::testkit::Cluster::from_scenario(sc).unwrap();
     c.run_until(sim_core::SimTime::from_secs(60)).unwrap();
 }
+
+#[test]
+fn an_error_on_a_huge_line_shows_a_window_around_the_caret() {
+    // The whole line was echoed: a 20 MB line put 20 MB on stderr.
+    let pad = "ü".repeat(1_000_000);
+    let text = with(
+        "    udp: {target: default/dns:dns, interval: 10s}",
+        &format!("    udp: {{target: \"{pad}\", interval: 10s, bogus: 1, other: \"{pad}\"}}"),
+    );
+    let e = err(&text);
+    let shown = e.to_string();
+    assert!(shown.len() < 1000, "{} bytes shown", shown.len());
+    let lines: Vec<&str> = shown.lines().collect();
+    let src = lines[2].split_once(" | ").unwrap().1;
+    let caret = lines[3].split_once(" | ").unwrap().1;
+    assert!(src.starts_with('…') && src.ends_with('…'), "{src}");
+    let at: String = src.chars().skip(caret.len() - 1).take(5).collect();
+    assert_eq!(at, "bogus", "{shown}");
+}
+
+#[test]
+fn an_error_line_with_control_characters_is_shown_escaped() {
+    let e = err(&with(
+        "  - name: c\n",
+        "  - name: c\n    bogus: \"\u{1b}[2J\"\n",
+    ));
+    let shown = e.to_string();
+    assert!(!shown.contains('\u{1b}'), "{shown}");
+    // An ordinary line is shown as it was.
+    let e = err(&with("  - name: c\n", "  - name: c\n    bogus: 1\n"));
+    assert!(
+        e.to_string().ends_with("22 |     bogus: 1\n   |     ^"),
+        "{e}"
+    );
+}

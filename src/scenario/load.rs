@@ -40,10 +40,18 @@ impl fmt::Display for ScenarioError {
             self.file, self.line, self.column, self.message
         )?;
         if let Some(src) = &self.source_line {
+            // A bounded window around the column, escaped (sim_core::text::Snippet): a 20 MB
+            // line shows as about 120 characters.
+            let col = self.column.saturating_sub(1) as usize;
+            let snip = sim_core::text::Snippet::new(src, col, col + 1);
             let n = self.line.to_string();
             let pad = " ".repeat(n.len());
-            let caret = " ".repeat(self.column.saturating_sub(1) as usize);
-            write!(f, "\n{pad} |\n{n} | {src}\n{pad} | {caret}^")?;
+            write!(
+                f,
+                "\n{pad} |\n{n} | {}\n{pad} | {}",
+                snip.text,
+                snip.caret()
+            )?;
         }
         Ok(())
     }
