@@ -14,6 +14,8 @@
 //! - [`manip`]: editing a captured packet's bytes in place as the kernel does (NAT, TTL,
 //!   checksums), and building the packets the kernel sends itself.
 //! - [`input`]: reading input files with a size limit.
+//! - [`text`]: printing foreign text safely: control characters escaped ([`text::Escaped`]),
+//!   long source lines cut around the place an error points at ([`text::Snippet`]).
 //! - [`prefetch`]: a safe software-prefetch hint (changes no result, only when memory is read).
 
 #![forbid(unsafe_code)]
@@ -26,6 +28,7 @@ pub mod pcap;
 pub mod prefetch;
 pub mod queue;
 pub mod rng;
+pub mod text;
 pub mod time;
 pub mod wire;
 

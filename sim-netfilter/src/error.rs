@@ -198,17 +198,23 @@ impl fmt::Display for RestoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "line {}: {}", self.line, self.kind)?;
         if !self.text.is_empty() {
-            write!(f, "\n  {}", self.text)?;
-            if let Some((a, b)) = self.span {
-                let lead: String = self.text[..a.min(self.text.len())]
-                    .chars()
-                    .map(|c| if c == '\t' { '\t' } else { ' ' })
-                    .collect();
-                let width = self.text[a.min(self.text.len())..b.min(self.text.len())]
-                    .chars()
-                    .count()
-                    .max(1);
-                write!(f, "\n  {}{}", lead, "^".repeat(width))?;
+            // A bounded window around the word, escaped (sim_core::text::Snippet): a 20 MB
+            // line shows as about 120 characters.
+            let chars_to = |byte: usize| {
+                let mut b = byte.min(self.text.len());
+                while !self.text.is_char_boundary(b) {
+                    b -= 1;
+                }
+                self.text[..b].chars().count()
+            };
+            let (start, end) = match self.span {
+                Some((a, b)) => (chars_to(a), chars_to(b)),
+                None => (0, 0),
+            };
+            let snip = sim_core::text::Snippet::new(&self.text, start, end);
+            write!(f, "\n  {}", snip.text)?;
+            if self.span.is_some() {
+                write!(f, "\n  {}", snip.caret())?;
             }
         }
         Ok(())
@@ -216,3 +222,42 @@ impl fmt::Display for RestoreError {
 }
 
 impl std::error::Error for RestoreError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(text: String, span: Option<(usize, usize)>) -> String {
+        RestoreError {
+            line: 3,
+            text,
+            kind: RestoreErrorKind::Rule(RuleErrorKind::DanglingInvert),
+            span,
+            committed: Vec::new(),
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn a_huge_line_is_cut_around_the_caret() {
+        // The whole line was echoed (a 20 MB line: 20 MB on stderr, issue 31); here 4 MB.
+        let pad = "é".repeat(1_000_000);
+        let text = format!("-A X {pad} --dport BAD {pad}");
+        let a = text.find("BAD").unwrap();
+        let out = shown(text, Some((a, a + 3)));
+        assert!(out.len() < 1000, "{} bytes", out.len());
+        let lines: Vec<&str> = out.lines().collect();
+        let caret = lines[2].find('^').unwrap();
+        let at: String = lines[1].chars().skip(caret).take(3).collect();
+        assert_eq!(at, "BAD", "{out}");
+        assert_eq!(lines[2].trim(), "^^^");
+    }
+
+    #[test]
+    fn an_ordinary_line_shows_as_before_and_controls_are_escaped() {
+        let out = shown("-A X -p tcp !".into(), Some((12, 13)));
+        assert_eq!(out, "line 3: `!` must be followed by exactly one invertible option\n  -A X -p tcp !\n              ^");
+        let out = shown("-A X \u{1b}[2J !".into(), Some((10, 11)));
+        assert!(out.ends_with("-A X \\x1b[2J !\n               ^"), "{out}");
+    }
+}

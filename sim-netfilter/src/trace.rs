@@ -171,7 +171,11 @@ impl fmt::Display for StatDraw {
 }
 
 impl fmt::Display for TraceEvent {
+    /// One line. The rules file's own text (chain names, a rule with its `--comment`) is
+    /// escaped ([`sim_core::text::Escaped`]): a comment holding a newline or an escape
+    /// sequence cannot forge a trace line or reach the terminal.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use sim_core::text::Escaped;
         match self {
             TraceEvent::Enter {
                 table,
@@ -194,22 +198,23 @@ impl fmt::Display for TraceEvent {
             } => {
                 write!(
                     f,
-                    "   {table} {chain} #{num} {}",
+                    "   {table} {} #{num} {}",
+                    Escaped(chain),
                     if *matched { "MATCH   " } else { "no match" }
                 )?;
                 for d in draws {
                     write!(f, " [{d}]")?;
                 }
-                write!(f, "  {spec}")
+                write!(f, "  {}", Escaped(spec))
             }
             TraceEvent::Return { table, from, to } => {
-                write!(f, "   {table} {from}: return to {to}")
+                write!(f, "   {table} {}: return to {}", Escaped(from), Escaped(to))
             }
             TraceEvent::Policy {
                 table,
                 chain,
                 policy,
-            } => write!(f, "   {table} {chain}: policy {}", policy.name()),
+            } => write!(f, "   {table} {}: policy {}", Escaped(chain), policy.name()),
             TraceEvent::Log { prefix, level } => {
                 write!(f, "   LOG level {level} prefix {prefix:?}")
             }

@@ -138,8 +138,10 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         let mut t = t.borrow_mut();
         let w = t.writer();
         writeln!(w, "scenario {name} (seed {seed})")?;
-        if !sc.description.is_empty() {
-            writeln!(w, "  {}", sc.description.trim())?;
+        // Free text: each of its lines indented, control characters escaped, so that it
+        // cannot forge a line of the output.
+        for line in sc.description.trim().lines() {
+            writeln!(w, "  {}", sim_core::text::Escaped(line))?;
         }
         writeln!(w)?;
     }
@@ -245,10 +247,10 @@ fn render_end(r: &RunResult, skipped: &[String]) -> String {
         s.push_str(&format!(
             "  {} {} (line {}, at {}): {}\n",
             if x.passed { "PASS" } else { "FAIL" },
-            x.name,
+            sim_core::text::Escaped(&x.name),
             x.line,
             x.at,
-            x.detail
+            sim_core::text::Escaped(&x.detail)
         ));
     }
     for n in skipped {

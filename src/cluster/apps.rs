@@ -488,7 +488,7 @@ impl ClientSchedule {
         let jitter = if self.jitter.is_zero() {
             SimDuration::ZERO
         } else {
-            SimDuration::from_nanos(rng.below(self.jitter.as_nanos() + 1))
+            SimDuration::from_nanos(rng.below(self.jitter.as_nanos().saturating_add(1)))
         };
         Some(nominal + jitter)
     }
@@ -1655,6 +1655,17 @@ mod tests {
         assert_eq!(c.records()[0].outcome, QueryOutcome::Pending);
         c.handle_timeout(t(5), &BTreeSet::new(), &mut out);
         assert_eq!(c.records()[0].outcome, QueryOutcome::TimedOut(t(5)));
+    }
+
+    #[test]
+    fn the_longest_jitter_draws_without_overflow() {
+        // `jitter + 1` wrapped to 0 and panicked in SimRng::below(0) (issue 31).
+        let s = ClientSchedule {
+            jitter: SimDuration::MAX,
+            ..sched(30, Some(2))
+        };
+        let mut rng = SimRng::child(1, "c", "jitter");
+        assert!(s.send_time(0, &mut rng).is_some());
     }
 
     #[test]

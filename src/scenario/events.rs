@@ -32,7 +32,7 @@ pub struct ScaleDoc {
     pub replicas: S<u32>,
     /// Grace period of the pods removed (default: each pod's `terminationGracePeriod`).
     #[serde(default)]
-    pub grace_period: Option<SimDuration>,
+    pub grace_period: Option<super::schema::Duration>,
 }
 
 /// `kubeProxy:` of an event.
@@ -69,7 +69,7 @@ pub struct RebootDoc {
     pub node: S<String>,
     /// Time from the reboot to kube-proxy's first sync (default 10s).
     #[serde(default)]
-    pub kube_proxy_after: Option<SimDuration>,
+    pub kube_proxy_after: Option<super::schema::Duration>,
 }
 
 /// `iptablesRestore:` of an event (and of `nodes[].iptablesRestore`).
@@ -148,7 +148,7 @@ pub(super) fn kube_proxy_settings(
         })?;
     }
     if let Some(v) = d.min_sync_period {
-        s.min_sync_period = v;
+        s.min_sync_period = v.get();
     }
     if let Some(v) = d.sync_period {
         if v.is_zero() {
@@ -157,7 +157,7 @@ pub(super) fn kube_proxy_settings(
                 "syncPeriod 0s: expected a positive duration (default 30s)",
             ));
         }
-        s.sync_period = v;
+        s.sync_period = v.get();
     }
     if let Some(v) = d.masquerade_all {
         s.masquerade_all = v;
@@ -248,7 +248,10 @@ pub(super) fn kube_proxy_settings(
                 "cleanup.command is empty: expected the program and its arguments, e.g. [python3, examples/reconciler/python/reconciler.py]",
             ));
         }
-        let timeout = c.value.timeout.unwrap_or(SimDuration::from_secs(10));
+        let timeout = c
+            .value
+            .timeout
+            .map_or(SimDuration::from_secs(10), |t| t.get());
         if timeout.is_zero() {
             return Err(ctx.err(
                 c,
@@ -385,7 +388,7 @@ pub(super) fn check_events(
     for i in order {
         let e = &events[i];
         let d = &e.value;
-        let at = SimTime::ZERO + d.at.value;
+        let at = SimTime::ZERO + d.at.value.get();
         let action = if let Some(s) = d.create_service.as_ref().or(d.update_service.as_ref()) {
             let created = d.create_service.is_some();
             s.value.validate().map_err(|x| ctx.err(s, x.to_string()))?;
@@ -520,7 +523,7 @@ pub(super) fn check_events(
                 namespace,
                 selector: sd.selector.value.clone(),
                 replicas: sd.replicas.value,
-                grace_period: sd.grace_period,
+                grace_period: sd.grace_period.map(|g| g.get()),
             }
         } else if let Some(k) = &d.kube_proxy {
             let kd = &k.value;
@@ -601,7 +604,10 @@ pub(super) fn check_events(
             }
             Action::RebootNode {
                 node,
-                kube_proxy_after: r.value.kube_proxy_after.unwrap_or(REBOOT_KUBE_PROXY_AFTER),
+                kube_proxy_after: r
+                    .value
+                    .kube_proxy_after
+                    .map_or(REBOOT_KUBE_PROXY_AFTER, |d| d.get()),
             }
         } else if let Some(r) = &d.iptables_restore {
             let nodes = nodes_of(ctx, w, &r.value.node)?;

@@ -40,10 +40,18 @@ impl fmt::Display for ScenarioError {
             self.file, self.line, self.column, self.message
         )?;
         if let Some(src) = &self.source_line {
+            // A bounded window around the column, escaped (sim_core::text::Snippet): a 20 MB
+            // line shows as about 120 characters.
+            let col = self.column.saturating_sub(1) as usize;
+            let snip = sim_core::text::Snippet::new(src, col, col + 1);
             let n = self.line.to_string();
             let pad = " ".repeat(n.len());
-            let caret = " ".repeat(self.column.saturating_sub(1) as usize);
-            write!(f, "\n{pad} |\n{n} | {src}\n{pad} | {caret}^")?;
+            write!(
+                f,
+                "\n{pad} |\n{n} | {}\n{pad} | {}",
+                snip.text,
+                snip.caret()
+            )?;
         }
         Ok(())
     }
@@ -189,8 +197,8 @@ fn one_of(names: impl IntoIterator<Item = String>, none: &str) -> String {
     }
 }
 
-fn opt_dur(d: Option<SimDuration>, default: SimDuration) -> SimDuration {
-    d.unwrap_or(default)
+fn opt_dur(d: Option<Duration>, default: SimDuration) -> SimDuration {
+    d.map_or(default, Duration::get)
 }
 
 /// Checks conntrack sysctls (full `net.netfilter.nf_conntrack_*` names) and the ICMP rate
@@ -465,6 +473,20 @@ fn pod_def(ctx: &Ctx, pc: &PodCheck, p: &Spanned<PodDoc>) -> Result<PodDef, Scen
             ));
         }
     }
+    // The probe's period is a duration: no longer than a run (MAX_DURATION).
+    if let Some(v) = probe
+        .period_seconds
+        .filter(|v| *v as u64 > MAX_DURATION.as_secs())
+    {
+        return Err(ctx.err(
+            p,
+            format!(
+                "pod {}: readinessProbe.periodSeconds {v} is longer than the longest run nfsim simulates ({MAX_DURATION}, MAX_DURATION): expected at most {}",
+                d.name.value,
+                MAX_DURATION.as_secs()
+            ),
+        ));
+    }
     let probe = Probe {
         period_seconds: probe.period_seconds.unwrap_or(10),
         failure_threshold: probe.failure_threshold.unwrap_or(3),
@@ -626,24 +648,21 @@ fn resolve_target(
     Ok(SocketAddr::new(ip, port.port))
 }
 
-/// The longest `duration` a scenario may have: 7 days, beyond the longest default conntrack
-/// timeout (TCP ESTABLISHED, 5 days). What a run keeps grows with its queries (one record
-/// per query for the summary and the expectations), so the cap bounds memory as well as time.
-pub const MAX_DURATION: SimDuration = SimDuration::from_secs(7 * 24 * 3600);
+pub use super::schema::MAX_DURATION;
 
 fn time_within(
     ctx: &Ctx,
-    d: &Spanned<SimDuration>,
+    d: &Spanned<Duration>,
     duration: SimDuration,
     what: &str,
 ) -> Result<SimTime, ScenarioError> {
-    if d.value > duration {
+    if d.value.get() > duration {
         return Err(ctx.err(
             d,
             format!("{what} at {} is after the end of the run ({duration}): expected at most {duration}", d.value),
         ));
     }
-    Ok(SimTime::ZERO + d.value)
+    Ok(SimTime::ZERO + d.value.get())
 }
 
 fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
@@ -654,17 +673,11 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         true,
     )
     .map_err(|m| ctx.err(&doc.name, m))?;
-    let duration = doc.duration.value;
+    let duration = doc.duration.value.get();
     if duration.is_zero() {
         return Err(ctx.err(
             &doc.duration,
             "duration 0s: expected a positive duration such as 1h",
-        ));
-    }
-    if duration > MAX_DURATION {
-        return Err(ctx.err(
-            &doc.duration,
-            format!("duration {duration} is longer than the longest run nfsim simulates ({MAX_DURATION}, MAX_DURATION): expected at most {MAX_DURATION}"),
         ));
     }
     let mut sysctls = BTreeMap::new();
@@ -943,10 +956,10 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     let control_plane = ControlPlaneSettings {
         endpoint_slice_delay: cp
             .and_then(|c| c.endpoint_slice_delay)
-            .unwrap_or(SimDuration::from_secs(1)),
+            .map_or(SimDuration::from_secs(1), Duration::get),
         watch_delay: cp
             .and_then(|c| c.watch_delay)
-            .unwrap_or(SimDuration::from_millis(100)),
+            .map_or(SimDuration::from_millis(100), Duration::get),
     };
 
     // Clients (their target may be a Service an event creates).
@@ -1069,19 +1082,22 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             _ => return Err(ctx.err(c, "a client needs exactly one of `pod`, `host` or `node`")),
         };
         let end = SimTime::ZERO + duration;
-        let sched = |interval: &Spanned<SimDuration>,
-                     jitter: Option<SimDuration>,
-                     start: Option<SimDuration>,
-                     stop: Option<SimDuration>,
+        let sched = |interval: &Spanned<Duration>,
+                     jitter: Option<Duration>,
+                     start: Option<Duration>,
+                     stop: Option<Duration>,
                      count: Option<u32>| {
             if interval.value.is_zero() {
                 return Err(ctx.err(interval, "interval 0s: expected a positive duration"));
             }
             Ok(ClientSchedule {
-                start: SimTime::ZERO + start.unwrap_or(SimDuration::ZERO),
-                stop: stop.map(|s| SimTime::ZERO + s).unwrap_or(end).min(end),
-                interval: interval.value,
-                jitter: jitter.unwrap_or(SimDuration::ZERO),
+                start: SimTime::ZERO + start.map_or(SimDuration::ZERO, Duration::get),
+                stop: stop
+                    .map(|s| SimTime::ZERO + s.get())
+                    .unwrap_or(end)
+                    .min(end),
+                interval: interval.value.get(),
+                jitter: jitter.map_or(SimDuration::ZERO, Duration::get),
                 count,
             })
         };
@@ -1239,7 +1255,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         } else if let Some(o) = &d.oom_kill {
             Action::OomKill {
                 pod: resolve_pod(ctx, &all_pod_keys, &o.pod)?,
-                restart_after: o.restart_after,
+                restart_after: o.restart_after.map(Duration::get),
             }
         } else if let Some(dp) = &d.delete_pod {
             let pod = resolve_pod(ctx, &all_pod_keys, &dp.pod)?;
@@ -1269,13 +1285,13 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                     Some(Recreate {
                         ip,
                         node,
-                        after: r.after.unwrap_or(SimDuration::ZERO),
+                        after: r.after.map_or(SimDuration::ZERO, Duration::get),
                     })
                 }
             };
             Action::DeletePod {
                 pod,
-                grace_period: dp.grace_period,
+                grace_period: dp.grace_period.map(Duration::get),
                 recreate,
             }
         } else if let Some(p) = &d.create_pod {
@@ -1322,7 +1338,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                 "an expectation needs exactly one of `client`, `conntrack`, `endpoint`, `endpoints`",
             ));
         }
-        let t = |d: Option<SimDuration>| d.map(|d| SimTime::ZERO + d);
+        let t = |d: Option<Duration>| d.map(|d| SimTime::ZERO + d.get());
         let endpoint_ref = |s: &Spanned<String>| -> Result<EndpointRef, ScenarioError> {
             match s.value.parse::<IpAddr>() {
                 Ok(ip) => Ok(EndpointRef::Ip(ip)),
@@ -1503,7 +1519,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         latency: doc
             .network
             .and_then(|n| n.latency)
-            .unwrap_or(SimDuration::from_micros(100)),
+            .map_or(SimDuration::from_micros(100), Duration::get),
         nodes,
         hosts,
         pods,

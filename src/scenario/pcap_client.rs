@@ -55,7 +55,7 @@ pub(super) fn load(
         .map_err(|e| ctx.err(&d.file, format!("cannot use the capture: {e}")))?;
     let offset = match &d.offset {
         Some(o) => {
-            if o.value > duration {
+            if o.value.get() > duration {
                 return Err(ctx.err(
                     o,
                     format!(
@@ -64,7 +64,7 @@ pub(super) fn load(
                     ),
                 ));
             }
-            o.value
+            o.value.get()
         }
         None => SimDuration::ZERO,
     };

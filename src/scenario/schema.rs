@@ -20,6 +20,62 @@ use std::net::IpAddr;
 /// A value with the place it came from in the file.
 pub type S<T> = Spanned<T>;
 
+/// A duration as a scenario writes it (`30s`, `250ms`, `1h30m`, or a bare number of
+/// seconds), at most [`MAX_DURATION`]: no span of a run can be longer than the run, and
+/// bounding every duration field when it is read keeps the sums and products the simulation
+/// makes of them (`start + k × interval + jitter`, `at + gracePeriod + after`) far from
+/// `u64` nanoseconds' limit. A longer value is refused with its line and column.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Duration(SimDuration);
+
+/// The longest `duration` a scenario may have, and the bound of every duration field: 7
+/// days, beyond the longest default conntrack timeout (TCP ESTABLISHED, 5 days). What a run
+/// keeps grows with its queries (one record per query for the summary and the expectations),
+/// so the cap bounds memory as well as time.
+pub const MAX_DURATION: SimDuration = SimDuration::from_secs(7 * 24 * 3600);
+
+/// The start of the message [`Duration`]'s reader gives for a value beyond [`MAX_DURATION`]
+/// (`super::yaml` puts the field's name in front of it).
+pub(crate) const TOO_LONG: &str = "is longer than the longest run nfsim simulates";
+
+impl Duration {
+    /// The span.
+    pub const fn get(self) -> SimDuration {
+        self.0
+    }
+}
+
+impl std::ops::Deref for Duration {
+    type Target = SimDuration;
+    fn deref(&self) -> &SimDuration {
+        &self.0
+    }
+}
+
+impl From<Duration> for SimDuration {
+    fn from(d: Duration) -> SimDuration {
+        d.0
+    }
+}
+
+impl std::fmt::Display for Duration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl<'de> Deserialize<'de> for Duration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = SimDuration::deserialize(d)?;
+        if v > MAX_DURATION {
+            return Err(serde::de::Error::custom(format!(
+                "{v} {TOO_LONG} ({MAX_DURATION}, MAX_DURATION): expected at most {MAX_DURATION}"
+            )));
+        }
+        Ok(Duration(v))
+    }
+}
+
 /// The whole file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -33,7 +89,7 @@ pub struct ScenarioDoc {
     #[serde(default)]
     pub seed: Option<u64>,
     /// Simulated time to run.
-    pub duration: S<SimDuration>,
+    pub duration: S<Duration>,
     /// Conntrack sysctls for every node (`net.netfilter.nf_conntrack_udp_timeout: 30`).
     #[serde(default)]
     pub sysctls: BTreeMap<String, S<u64>>,
@@ -85,7 +141,7 @@ pub struct ScenarioDoc {
 pub struct NetworkDoc {
     /// One-way latency of every link between two machines (default 100us).
     #[serde(default)]
-    pub latency: Option<SimDuration>,
+    pub latency: Option<Duration>,
 }
 
 /// One entry of `nodes:`.
@@ -186,7 +242,7 @@ pub struct PodDoc {
     pub readiness_probe: Option<ProbeDoc>,
     /// `terminationGracePeriodSeconds` as a duration (default 30s).
     #[serde(default)]
-    pub termination_grace_period: Option<SimDuration>,
+    pub termination_grace_period: Option<Duration>,
     /// Servers in the pod.
     #[serde(default)]
     pub apps: Vec<S<AppDoc>>,
@@ -212,7 +268,7 @@ pub struct ServerDoc {
     pub port: S<u16>,
     /// Time to answer one request (default 1ms).
     #[serde(default)]
-    pub service_time: Option<SimDuration>,
+    pub service_time: Option<Duration>,
     /// UDP: whether it answers at all (default true).
     #[serde(default)]
     pub answer: Option<bool>,
@@ -239,10 +295,10 @@ pub struct KubeProxyDoc {
     pub release: Option<S<String>>,
     /// `minSyncPeriod` (default 1s).
     #[serde(default)]
-    pub min_sync_period: Option<SimDuration>,
+    pub min_sync_period: Option<Duration>,
     /// `syncPeriod` (default 30s).
     #[serde(default)]
-    pub sync_period: Option<SimDuration>,
+    pub sync_period: Option<Duration>,
     /// `masqueradeAll` (default false).
     #[serde(default)]
     pub masquerade_all: Option<bool>,
@@ -291,7 +347,7 @@ pub struct CleanupDoc {
     pub command: Vec<String>,
     /// Wall-clock wait for each line the process owes (default 10s).
     #[serde(default)]
-    pub timeout: Option<SimDuration>,
+    pub timeout: Option<Duration>,
 }
 
 /// `controlPlane:`.
@@ -300,10 +356,10 @@ pub struct CleanupDoc {
 pub struct ControlPlaneDoc {
     /// Time from a pod change to the EndpointSlice update (default 1s).
     #[serde(default)]
-    pub endpoint_slice_delay: Option<SimDuration>,
+    pub endpoint_slice_delay: Option<Duration>,
     /// Time from an EndpointSlice update to kube-proxy seeing it (default 100ms).
     #[serde(default)]
-    pub watch_delay: Option<SimDuration>,
+    pub watch_delay: Option<Duration>,
 }
 
 /// The source port choice of a UDP client: a number, `fixed` or `perQuery`.
@@ -401,7 +457,7 @@ pub struct PcapClientDoc {
     pub from: S<String>,
     /// When the first frame is sent (default 0s).
     #[serde(default)]
-    pub offset: Option<S<SimDuration>>,
+    pub offset: Option<S<Duration>>,
 }
 
 /// `ping:` of a client.
@@ -411,19 +467,19 @@ pub struct PingClientDoc {
     /// An IP address (a pod's, a node's, a host's).
     pub target: S<String>,
     /// Time between echo requests.
-    pub interval: S<SimDuration>,
+    pub interval: S<Duration>,
     /// Uniform random delay added to each request's nominal time (default 0s).
     #[serde(default)]
-    pub jitter: Option<SimDuration>,
+    pub jitter: Option<Duration>,
     /// How long a request waits for its reply (default 1s).
     #[serde(default)]
-    pub timeout: Option<SimDuration>,
+    pub timeout: Option<Duration>,
     /// First request (default 0s).
     #[serde(default)]
-    pub start: Option<SimDuration>,
+    pub start: Option<Duration>,
     /// No new request from this instant.
     #[serde(default)]
-    pub stop: Option<SimDuration>,
+    pub stop: Option<Duration>,
     /// At most this many requests.
     #[serde(default)]
     pub count: Option<u32>,
@@ -436,17 +492,17 @@ pub struct UdpClientDoc {
     /// `IP:PORT`, or a Service port `NAMESPACE/NAME[:PORTNAME]` (its cluster IP and port).
     pub target: S<String>,
     /// Time between queries.
-    pub interval: S<SimDuration>,
+    pub interval: S<Duration>,
     /// Uniform random delay added to each query's nominal time (default 0s).
     #[serde(default)]
-    pub jitter: Option<SimDuration>,
+    pub jitter: Option<Duration>,
     /// A port number, `fixed` (one ephemeral port for the client's life) or `perQuery`
     /// (default `perQuery`).
     #[serde(default)]
     pub source_port: Option<S<SourcePortDoc>>,
     /// How long a try waits for its answer (default 5s).
     #[serde(default)]
-    pub timeout: Option<SimDuration>,
+    pub timeout: Option<Duration>,
     /// Re-sends after a timeout or ICMP error (default 0).
     #[serde(default)]
     pub retries: Option<u8>,
@@ -460,10 +516,10 @@ pub struct UdpClientDoc {
     pub one_way: Option<S<bool>>,
     /// First query (default 0s).
     #[serde(default)]
-    pub start: Option<SimDuration>,
+    pub start: Option<Duration>,
     /// No new query from this instant (default: the end of the run).
     #[serde(default)]
-    pub stop: Option<SimDuration>,
+    pub stop: Option<Duration>,
     /// At most this many queries.
     #[serde(default)]
     pub count: Option<u32>,
@@ -476,22 +532,22 @@ pub struct TcpClientDoc {
     /// `IP:PORT`, or a Service port `NAMESPACE/NAME[:PORTNAME]`.
     pub target: S<String>,
     /// Time between connections.
-    pub interval: S<SimDuration>,
+    pub interval: S<Duration>,
     /// Uniform random delay added to each connection's nominal time (default 0s).
     #[serde(default)]
-    pub jitter: Option<SimDuration>,
+    pub jitter: Option<Duration>,
     /// Handshake timeout (default 10s).
     #[serde(default)]
-    pub connect_timeout: Option<SimDuration>,
+    pub connect_timeout: Option<Duration>,
     /// Response timeout (default 10s).
     #[serde(default)]
-    pub request_timeout: Option<SimDuration>,
+    pub request_timeout: Option<Duration>,
     /// First connection (default 0s).
     #[serde(default)]
-    pub start: Option<SimDuration>,
+    pub start: Option<Duration>,
     /// No new connection from this instant.
     #[serde(default)]
-    pub stop: Option<SimDuration>,
+    pub stop: Option<Duration>,
     /// At most this many connections (requests, with `connection`).
     #[serde(default)]
     pub count: Option<u32>,
@@ -524,10 +580,10 @@ pub struct ConnectionDoc {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PauseDoc {
     /// From the client's start to the pause.
-    pub after: S<SimDuration>,
+    pub after: S<Duration>,
     /// How long it lasts.
     #[serde(rename = "for")]
-    pub duration: S<SimDuration>,
+    pub duration: S<Duration>,
 }
 
 /// One entry of `events:`: `at` and exactly one action.
@@ -535,7 +591,7 @@ pub struct PauseDoc {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct EventDoc {
     /// When it happens.
-    pub at: S<SimDuration>,
+    pub at: S<Duration>,
     /// The pod's process is killed at once (OOMKilled); its network stays.
     #[serde(default)]
     pub oom_kill: Option<OomKillDoc>,
@@ -588,7 +644,7 @@ pub struct OomKillDoc {
     pub pod: S<String>,
     /// The container restarts in place (same IP) after this long; absent: never.
     #[serde(default)]
-    pub restart_after: Option<SimDuration>,
+    pub restart_after: Option<Duration>,
 }
 
 /// `deletePod:`.
@@ -599,7 +655,7 @@ pub struct DeletePodDoc {
     pub pod: S<String>,
     /// Grace period (default: the pod's `terminationGracePeriod`); `0s` deletes at once.
     #[serde(default)]
-    pub grace_period: Option<SimDuration>,
+    pub grace_period: Option<Duration>,
     /// Recreate it (same name, labels and apps) after it is gone.
     #[serde(default)]
     pub recreate: Option<RecreateDoc>,
@@ -620,7 +676,7 @@ pub struct RecreateDoc {
     pub node: Option<S<String>>,
     /// Delay from the old pod being gone to the new one running (default 0s).
     #[serde(default)]
-    pub after: Option<SimDuration>,
+    pub after: Option<Duration>,
 }
 
 /// `readiness:`.
@@ -739,7 +795,7 @@ pub struct ExpectationDoc {
     pub name: Option<String>,
     /// When to check (default: at the end of the run).
     #[serde(default)]
-    pub at: Option<S<SimDuration>>,
+    pub at: Option<S<Duration>>,
     /// Counts of one client's queries or connections.
     #[serde(default)]
     pub client: Option<ClientExpectDoc>,
@@ -762,10 +818,10 @@ pub struct EndpointsExpectDoc {
     pub client: S<String>,
     /// Window start (default 0s).
     #[serde(default)]
-    pub from: Option<SimDuration>,
+    pub from: Option<Duration>,
     /// Window end, exclusive (default: the check's time).
     #[serde(default)]
-    pub to: Option<SimDuration>,
+    pub to: Option<Duration>,
     /// Per endpoint (a pod or an IP), its share of the flows: `"0.30..0.37"`, `">= 0.2"`,
     /// `"<= 0.5"`, `"0.5"`.
     #[serde(default)]
@@ -783,10 +839,10 @@ pub struct ClientExpectDoc {
     pub name: S<String>,
     /// Window start (default 0s).
     #[serde(default)]
-    pub from: Option<SimDuration>,
+    pub from: Option<Duration>,
     /// Window end, exclusive (default: the check's time).
     #[serde(default)]
-    pub to: Option<SimDuration>,
+    pub to: Option<Duration>,
     /// Queries sent in the window.
     #[serde(default)]
     pub sent: Option<CountDoc>,
@@ -844,10 +900,10 @@ pub struct EndpointExpectDoc {
     pub client: Option<S<String>>,
     /// Window start (default 0s).
     #[serde(default)]
-    pub from: Option<SimDuration>,
+    pub from: Option<Duration>,
     /// Window end, exclusive (default: the check's time).
     #[serde(default)]
-    pub to: Option<SimDuration>,
+    pub to: Option<Duration>,
     /// Client messages (queries, SYNs, retries) that reached it.
     #[serde(default)]
     pub packets: Option<CountDoc>,

@@ -84,8 +84,8 @@ pub(super) fn connection_policy(
             ))
         }
         Some(p) => Some(Pause {
-            after: p.value.after.value,
-            duration: p.value.duration.value,
+            after: p.value.after.value.get(),
+            duration: p.value.duration.value.get(),
         }),
     };
     Ok(ConnectionPolicy {

@@ -211,6 +211,13 @@ pub fn describe(e: &Error, lines: &[&str]) -> (u64, u64, String) {
                     "{field}{} is not an address and port: expected one such as 10.96.0.10:53",
                     found_at(lines, loc)
                 )
+            } else if msg.contains(super::schema::TOO_LONG) {
+                // A duration field beyond MAX_DURATION: its reader cannot know the key.
+                if field.is_empty() {
+                    format!("duration {msg}")
+                } else {
+                    format!("{field}{msg}")
+                }
             } else {
                 msg.to_string()
             }

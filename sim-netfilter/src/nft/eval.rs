@@ -93,11 +93,19 @@ impl fmt::Display for NftDraw {
 }
 
 impl fmt::Display for NftStep {
+    /// One line. The ruleset's own text (names, a rule with its `comment`) is escaped
+    /// ([`sim_core::text::Escaped`]): a comment holding a newline or an escape sequence cannot
+    /// forge a trace line or reach the terminal.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use sim_core::text::Escaped;
         match self {
-            NftStep::Enter { table, chain, decl } => {
-                write!(f, "-> table {table} chain {chain} {{ {decl} }}")
-            }
+            NftStep::Enter { table, chain, decl } => write!(
+                f,
+                "-> table {} chain {} {{ {} }}",
+                Escaped(table),
+                Escaped(chain),
+                Escaped(decl)
+            ),
             NftStep::Rule {
                 chain,
                 num,
@@ -108,8 +116,10 @@ impl fmt::Display for NftStep {
             } => {
                 write!(
                     f,
-                    "   {chain} #{num} {} {text}",
-                    if *matched { "MATCH   " } else { "no match" }
+                    "   {} #{num} {} {}",
+                    Escaped(chain),
+                    if *matched { "MATCH   " } else { "no match" },
+                    Escaped(text)
                 )?;
                 for d in draws {
                     write!(f, " [{d}]")?;
@@ -119,9 +129,13 @@ impl fmt::Display for NftStep {
                 }
                 Ok(())
             }
-            NftStep::Return { from, to } => write!(f, "   return from {from} to {to}"),
-            NftStep::Policy { chain, policy } => write!(f, "   {chain} policy {policy}"),
-            NftStep::Verdict { chain, verdict } => write!(f, "<- {chain}: {verdict}"),
+            NftStep::Return { from, to } => {
+                write!(f, "   return from {} to {}", Escaped(from), Escaped(to))
+            }
+            NftStep::Policy { chain, policy } => {
+                write!(f, "   {} policy {policy}", Escaped(chain))
+            }
+            NftStep::Verdict { chain, verdict } => write!(f, "<- {}: {verdict}", Escaped(chain)),
         }
     }
 }

@@ -294,8 +294,13 @@ pub enum What {
 }
 
 impl TimelineEvent {
-    /// The human timeline line.
+    /// The human timeline line. Foreign text in it (a reconciler's reason or error, a typed
+    /// command, names) is escaped with [`sim_core::text::Escaped`], so that no newline in it
+    /// forges a line (`expect PASS: …`) and no escape sequence reaches the terminal; only a
+    /// command's output, which nfsim writes as the tool would (`conntrack -S`'s tab), is
+    /// printed as it is.
     pub fn line(&self) -> String {
+        use sim_core::text::Escaped;
         let body = match &self.what {
             What::QuerySent {
                 client,
@@ -440,7 +445,14 @@ impl TimelineEvent {
                 node,
                 command,
                 output,
-            } => format!("{node}$ {command}: {output}"),
+            } => {
+                return format!(
+                    "{}  {}$ {}: {output}",
+                    self.time,
+                    Escaped(node),
+                    Escaped(command)
+                )
+            }
             What::Expectation {
                 name,
                 passed,
@@ -453,6 +465,6 @@ impl TimelineEvent {
                 )
             }
         };
-        format!("{}  {body}", self.time)
+        format!("{}  {}", self.time, Escaped(&body))
     }
 }

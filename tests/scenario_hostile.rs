@@ -1,0 +1,270 @@
+//! Hostile scenario input, round two (issue 31): every duration field bounded by the longest
+//! run, YAML aliases and bombs, impossible Kubernetes objects, each refused with its place.
+
+use nfsim::scenario::load_str;
+
+/// The smallest scenario that loads; the tests break one thing in it at a time.
+const GOOD: &str = include_str!("fixtures/scenario/minimal.yaml");
+
+fn err(text: &str) -> nfsim::scenario::ScenarioError {
+    load_str("t.yaml", text).unwrap_err()
+}
+
+/// `GOOD` with `from` replaced by `to` (which must occur).
+fn with(from: &str, to: &str) -> String {
+    assert!(GOOD.contains(from), "{from}");
+    GOOD.replace(from, to)
+}
+
+/// Longer than any run (MAX_DURATION is 168h): 5124095h is just under 2^64 ns.
+const HUGE: &str = "5124095h";
+
+/// Checks that the scenario `text` is refused for `field`'s duration with its line and a
+/// column on it, and that the same field at exactly 168h loads.
+fn refused_beyond_a_week(text: &str, field: &str, line: u64) {
+    let e = err(text);
+    assert_eq!(e.line, line, "{field}: {}", e.message);
+    assert!(e.column > 1, "{field}: {}", e.message);
+    assert!(
+        e.message
+            .starts_with(&format!("{field}: {HUGE} is longer than the longest run"))
+            && e.message.contains("expected at most 168h"),
+        "{field}: {}",
+        e.message
+    );
+}
+
+#[test]
+fn every_client_duration_is_bounded_by_the_longest_run() {
+    // jitter near 2^64 ns panicked in SimRng::below(0) once the run reached the client.
+    for field in ["jitter", "timeout", "start", "stop", "interval"] {
+        let text = with(
+            "udp: {target: default/dns:dns, interval: 10s}",
+            &format!("udp: {{target: default/dns:dns, interval: 10s, {field}: {HUGE}}}")
+                .replace("interval: 10s, interval", "interval"),
+        );
+        refused_beyond_a_week(&text, field, 23);
+    }
+    for field in ["jitter", "connectTimeout", "requestTimeout"] {
+        let text = with(
+            "udp: {target: default/dns:dns, interval: 10s}",
+            &format!("tcp: {{target: 10.244.1.5:53, interval: 10s, {field}: {HUGE}}}"),
+        );
+        refused_beyond_a_week(&text, field, 23);
+    }
+    for field in ["jitter", "timeout"] {
+        let text = with(
+            "udp: {target: default/dns:dns, interval: 10s}",
+            &format!("ping: {{target: 10.244.1.5, interval: 10s, {field}: {HUGE}}}"),
+        );
+        refused_beyond_a_week(&text, field, 23);
+    }
+    let text = with(
+        "udp: {target: default/dns:dns, interval: 10s}",
+        &format!(
+            "tcp: {{target: 10.244.1.5:53, interval: 10s, connection: {{keepAlive: true, pause: {{after: 1s, for: {HUGE}}}}}}}"
+        ),
+    );
+    refused_beyond_a_week(&text, "for", 23);
+}
+
+#[test]
+fn every_cluster_duration_is_bounded_by_the_longest_run() {
+    let cases = [
+        (
+            "name: t\n",
+            format!("name: t\nnetwork: {{latency: {HUGE}}}\n"),
+            "latency",
+            2,
+        ),
+        (
+            "name: t\n",
+            format!("name: t\ncontrolPlane: {{watchDelay: {HUGE}}}\n"),
+            "watchDelay",
+            2,
+        ),
+        (
+            "name: t\n",
+            format!("name: t\ncontrolPlane: {{endpointSliceDelay: {HUGE}}}\n"),
+            "endpointSliceDelay",
+            2,
+        ),
+        (
+            "name: t\n",
+            format!("name: t\nkubeProxy: {{syncPeriod: {HUGE}}}\n"),
+            "syncPeriod",
+            2,
+        ),
+        (
+            "name: t\n",
+            format!("name: t\nkubeProxy: {{minSyncPeriod: {HUGE}}}\n"),
+            "minSyncPeriod",
+            2,
+        ),
+        (
+            "name: t\n",
+            format!("name: t\nkubeProxy: {{cleanup: {{command: [x], timeout: {HUGE}}}}}\n"),
+            "timeout",
+            2,
+        ),
+        (
+            "    labels: {app: dns}\n",
+            format!("    labels: {{app: dns}}\n    terminationGracePeriod: {HUGE}\n"),
+            "terminationGracePeriod",
+            12,
+        ),
+        (
+            "udpServer: {port: 53}",
+            format!("udpServer: {{port: 53, serviceTime: {HUGE}}}"),
+            "serviceTime",
+            13,
+        ),
+    ];
+    for (from, to, field, line) in cases {
+        refused_beyond_a_week(&with(from, &to), field, line);
+    }
+    let e = err(&with(
+        "    labels: {app: dns}\n",
+        "    labels: {app: dns}\n    readinessProbe: {periodSeconds: 4294967295}\n",
+    ));
+    assert_eq!(e.line, 8, "{}", e.message);
+    assert!(
+        e.message
+            .contains("periodSeconds 4294967295 is longer than the longest run")
+            && e.message.contains("expected at most 604800"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn every_event_and_expectation_duration_is_bounded_by_the_longest_run() {
+    let event = |body: &str| {
+        with(
+            "expectations:\n",
+            &format!("events:\n  - {body}\nexpectations:\n"),
+        )
+    };
+    let cases = [
+        (
+            event(&format!(
+                "at: {HUGE}\n    readiness: {{pod: dns, ready: false}}"
+            )),
+            "at",
+            25,
+        ),
+        (
+            event(&format!(
+                "at: 1s\n    deletePod: {{pod: dns, gracePeriod: {HUGE}}}"
+            )),
+            "gracePeriod",
+            26,
+        ),
+        (
+            event(&format!(
+                "at: 1s\n    deletePod: {{pod: dns, recreate: {{after: {HUGE}}}}}"
+            )),
+            "after",
+            26,
+        ),
+        (
+            event(&format!(
+                "at: 1s\n    oomKill: {{pod: dns, restartAfter: {HUGE}}}"
+            )),
+            "restartAfter",
+            26,
+        ),
+        (
+            event(&format!(
+                "at: 1s\n    rebootNode: {{node: n1, kubeProxyAfter: {HUGE}}}"
+            )),
+            "kubeProxyAfter",
+            26,
+        ),
+        (
+            event(&format!(
+                "at: 1s\n    scale: {{selector: {{app: dns}}, replicas: 0, gracePeriod: {HUGE}}}"
+            )),
+            "gracePeriod",
+            26,
+        ),
+        (
+            with(
+                "  - client: {name: c, sent: 6}",
+                &format!("  - client: {{name: c, sent: 6, from: {HUGE}}}"),
+            ),
+            "from",
+            25,
+        ),
+        (
+            with(
+                "  - client: {name: c, sent: 6}",
+                &format!("  - client: {{name: c, sent: 6, to: {HUGE}}}"),
+            ),
+            "to",
+            25,
+        ),
+        (
+            with(
+                "  - client: {name: c, sent: 6}",
+                &format!("  - at: {HUGE}\n    client: {{name: c, sent: 6}}"),
+            ),
+            "at",
+            25,
+        ),
+    ];
+    for (text, field, line) in cases {
+        refused_beyond_a_week(&text, field, line);
+    }
+}
+
+#[test]
+fn a_week_long_jitter_loads_and_runs() {
+    // The longest accepted jitter runs: its draw (`jitter + 1` values) does not overflow.
+    let text = with(
+        "udp: {target: default/dns:dns, interval: 10s}",
+        "udp: {target: default/dns:dns, interval: 10s, jitter: 168h}",
+    )
+    .replace(
+        "  - client: {name: c, sent: 6}\n",
+        "  - client: {name: c, sent: \">= 0\"}\n",
+    );
+    let sc = load_str("t.yaml", &text).unwrap();
+    let mut c = nfsim::testkit::Cluster::from_scenario(sc).unwrap();
+    c.run_until(sim_core::SimTime::from_secs(60)).unwrap();
+}
+
+#[test]
+fn an_error_on_a_huge_line_shows_a_window_around_the_caret() {
+    // The whole line was echoed: a 20 MB line put 20 MB on stderr.
+    let pad = "ü".repeat(1_000_000);
+    let text = with(
+        "    udp: {target: default/dns:dns, interval: 10s}",
+        &format!("    udp: {{target: \"{pad}\", interval: 10s, bogus: 1, other: \"{pad}\"}}"),
+    );
+    let e = err(&text);
+    let shown = e.to_string();
+    assert!(shown.len() < 1000, "{} bytes shown", shown.len());
+    let lines: Vec<&str> = shown.lines().collect();
+    let src = lines[2].split_once(" | ").unwrap().1;
+    let caret = lines[3].split_once(" | ").unwrap().1;
+    assert!(src.starts_with('…') && src.ends_with('…'), "{src}");
+    let at: String = src.chars().skip(caret.len() - 1).take(5).collect();
+    assert_eq!(at, "bogus", "{shown}");
+}
+
+#[test]
+fn an_error_line_with_control_characters_is_shown_escaped() {
+    let e = err(&with(
+        "  - name: c\n",
+        "  - name: c\n    bogus: \"\u{1b}[2J\"\n",
+    ));
+    let shown = e.to_string();
+    assert!(!shown.contains('\u{1b}'), "{shown}");
+    // An ordinary line is shown as it was.
+    let e = err(&with("  - name: c\n", "  - name: c\n    bogus: 1\n"));
+    assert!(
+        e.to_string().ends_with("22 |     bogus: 1\n   |     ^"),
+        "{e}"
+    );
+}
