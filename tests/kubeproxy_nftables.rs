@@ -240,6 +240,37 @@ fn a_cluster_ip_reaches_an_endpoint_through_the_proxiers_rules() {
     );
     // From the node (not a pod): masqueraded to the node's address.
     assert_eq!(packet.src.to_string(), "172.18.0.2");
+    // cluster-ips-check, in filter-output at priority 0 (after nat-output's DNAT): a port no
+    // service has on a ClusterIP is rejected, an address of the service CIDR no service has
+    // is dropped, and (above) a service's own port passes, already DNAT'd.
+    let q = Packet::tcp(
+        "172.18.0.2:40002".parse().unwrap(),
+        "10.96.0.10:80".parse().unwrap(),
+        sim_core::TcpFlags::SYN,
+    );
+    let r = ns.process(t0, q, Ingress::Local);
+    assert_eq!(
+        r.fate,
+        sim_netfilter::netns::Fate::RejectedNft {
+            chain: "ip kube-proxy filter-output".into(),
+            hook: sim_netfilter::Hook::Output,
+        },
+        "a port of a ClusterIP no service has"
+    );
+    let q = Packet::tcp(
+        "172.18.0.2:40003".parse().unwrap(),
+        "10.96.0.99:80".parse().unwrap(),
+        sim_core::TcpFlags::SYN,
+    );
+    let r = ns.process(t0, q, Ingress::Local);
+    assert_eq!(
+        r.fate,
+        sim_netfilter::netns::Fate::Dropped(sim_netfilter::netns::DropCause::NftRule {
+            chain: "ip kube-proxy filter-output".into(),
+            hook: sim_netfilter::Hook::Output,
+        }),
+        "an unallocated address of the service CIDR"
+    );
     // A service without endpoints is rejected.
     let q = Packet::tcp(
         "172.18.0.2:40001".parse().unwrap(),
