@@ -25,6 +25,9 @@ pub(crate) mod sf {
     pub const DATA_UNACKNOWLEDGED: u8 = 0x10;
     /// `IP_CT_TCP_FLAG_MAXACK_SET`: `td_maxack` holds a value.
     pub const MAXACK_SET: u8 = 0x20;
+    /// nfsim's own: the entry was loaded from a listing and this direction has sent nothing
+    /// since, so its first segment's payload counts as in flight (see [`super::Window::listed`]).
+    pub const LISTED: u8 = 0x80;
 }
 
 /// `IP_CT_EXP_CHALLENGE_ACK` in [`Window::last_flags`] (the other bits there are
@@ -81,11 +84,14 @@ impl Window {
     /// The state of an entry loaded from a `conntrack -L` listing, which prints no window
     /// data: as after a mid-stream pickup (`tcp_new` with `nf_conntrack_tcp_loose`), nothing
     /// known (`td_maxwin` 0: each direction's first segment initialises it in
-    /// `tcp_in_window`), SACK and liberal window checks assumed in both directions.
+    /// `tcp_in_window`), SACK and liberal window checks assumed in both directions. One
+    /// difference from a pickup: a direction's first segment is taken to start at the
+    /// sender's `td_end` (its payload is new data, not yet acknowledged, as it would be on
+    /// the node the listing came from), where a pickup takes its end.
     pub fn listed() -> Window {
         let mut w = Window::default();
-        w.seen[0].flags = sf::SACK_PERM | sf::BE_LIBERAL;
-        w.seen[1].flags = sf::SACK_PERM | sf::BE_LIBERAL;
+        w.seen[0].flags = sf::SACK_PERM | sf::BE_LIBERAL | sf::LISTED;
+        w.seen[1].flags = sf::SACK_PERM | sf::BE_LIBERAL | sf::LISTED;
         w
     }
 
@@ -253,7 +259,9 @@ pub(crate) fn in_window(
         } else {
             // Picked up mid-connection: use what the segment says.
             let s = &mut w.seen[d];
-            s.td_end = end;
+            // A listed entry: the segment's payload is data in flight (see Window::listed).
+            s.td_end = if s.flags & sf::LISTED != 0 { seq } else { end };
+            s.flags &= !sf::LISTED;
             let swin = win << s.td_scale;
             s.td_maxwin = swin.max(1);
             s.td_maxend = end.wrapping_add(s.td_maxwin);

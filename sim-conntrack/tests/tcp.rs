@@ -402,3 +402,52 @@ fn retransmissions_past_max_retrans_cap_the_timeout() {
         );
     }
 }
+
+/// A loaded ESTABLISHED entry (no window data in a listing): a segment carrying data is
+/// taken as data in flight, so the timeout drops to `timeout_unacknowledged` as on the node
+/// the listing came from; the server's ACK of it gives the 5 days back; a bare ACK changes
+/// nothing. (A loaded entry kept the 5 days on data before.)
+#[test]
+fn data_on_a_loaded_established_entry_is_unacknowledged_until_acked() {
+    let mut ct = loaded("ESTABLISHED", 400_000);
+    let r = rules_after_removal();
+    passed(send(
+        &mut ct,
+        t(1000),
+        seg(C, SVC, "ACK seq=7000 ack=9000 len=0"),
+        &r,
+    ));
+    assert!(lines(&ct, t(1001))[0].starts_with("tcp      6 431999 ESTABLISHED"));
+    let p = passed(send(
+        &mut ct,
+        t(2000),
+        seg(C, SVC, "ACK,PSH seq=7000 ack=9000 len=200"),
+        &r,
+    ));
+    assert_eq!(
+        p.dst.to_string(),
+        "127.0.0.2",
+        "the loaded entry's endpoint"
+    );
+    assert!(
+        lines(&ct, t(2001))[0].starts_with("tcp      6 299 ESTABLISHED"),
+        "{:?}",
+        lines(&ct, t(2001))
+    );
+    passed(send(
+        &mut ct,
+        t(3000),
+        seg(EP, C, "ACK seq=9000 ack=7200 len=0"),
+        &r,
+    ));
+    assert!(lines(&ct, t(3001))[0].starts_with("tcp      6 431999 ESTABLISHED"));
+    // A first segment with data right away counts too.
+    let mut ct = loaded("ESTABLISHED", 400_000);
+    passed(send(
+        &mut ct,
+        t(1000),
+        seg(C, SVC, "ACK,PSH seq=7000 ack=9000 len=200"),
+        &r,
+    ));
+    assert!(lines(&ct, t(1001))[0].starts_with("tcp      6 299 ESTABLISHED"));
+}
