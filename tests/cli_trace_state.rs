@@ -422,3 +422,72 @@ fn a_found_entry_is_shown_as_found_then_refreshed() {
         "{ct}"
     );
 }
+
+/// TCP in `--packet` text takes `seq=`, `ack=`, `len=` (payload bytes): data on the saved
+/// ESTABLISHED entry counts as unacknowledged, so the entry's timeout drops to
+/// `nf_conntrack_tcp_timeout_unacknowledged` (300 s) as on the node; a SYN on a saved CLOSE
+/// entry reopens it (a new entry through the rules), and the load note says which side's
+/// RST was assumed.
+#[test]
+fn tcp_data_on_a_saved_entry_and_a_syn_on_a_saved_close_entry() {
+    let trace = |ct: &str, pkt: &str| {
+        let (code, out, err) = nfsim(&[
+            "trace",
+            "--rules",
+            "examples/production-node/rules.txt",
+            "--conntrack",
+            ct,
+            "--node-addr",
+            "192.168.0.12",
+            "--pod-cidr",
+            "10.244.2.0/24",
+            "--packet",
+            pkt,
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let v = trace(
+        "examples/production-node/conntrack.txt",
+        "tcp 10.244.2.9:38412 -> 10.96.0.1:443 PSH,ACK seq=100 ack=200 len=300",
+    );
+    let ct = v["conntrack"].as_str().unwrap();
+    assert!(ct.starts_with("tcp      6 300 ESTABLISHED"), "{ct}");
+    assert!(
+        v["packet"]
+            .as_str()
+            .unwrap()
+            .ends_with("PSH,ACK seq=100 ack=200 len=300"),
+        "{v}"
+    );
+    let v = trace(
+        "examples/production-node/conntrack.txt",
+        "tcp 10.244.2.9:38412 -> 10.96.0.1:443 ACK seq=100 ack=200 len=0",
+    );
+    assert!(v["conntrack"]
+        .as_str()
+        .unwrap()
+        .starts_with("tcp      6 432000 ESTABLISHED"));
+
+    let dir = std::env::temp_dir().join(format!("nfsim-trace-close-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let close = dir.join("close.txt");
+    let text = std::fs::read_to_string("examples/production-node/conntrack.txt").unwrap();
+    std::fs::write(&close, text.replace("86395 ESTABLISHED", "8 CLOSE")).unwrap();
+    let v = trace(
+        close.to_str().unwrap(),
+        "tcp 10.244.2.9:38412 -> 10.96.0.1:443 SYN seq=100 len=0",
+    );
+    let ct = v["conntrack"].as_str().unwrap();
+    assert!(
+        ct.starts_with("tcp      6 120 SYN_SENT"),
+        "a new entry: {ct}"
+    );
+    let notes = v["notes"][0].as_str().unwrap();
+    assert!(
+        notes.contains("1 TCP CLOSE") && notes.contains("assumed the original direction's"),
+        "{notes}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

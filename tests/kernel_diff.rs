@@ -298,7 +298,12 @@ impl Sim {
     /// is for flows whose source is not rewritten).
     fn tcp_segment(&mut self, t: SimTime, frame: &Packet, conn: &mut SimTcp) -> Option<Packet> {
         let L4::Tcp {
-            flags, seq, ack, ..
+            flags,
+            seq,
+            ack,
+            win,
+            opts,
+            ..
         } = frame.l4
         else {
             return None;
@@ -319,9 +324,18 @@ impl Sim {
             return None;
         };
         let mut p = Packet::tcp(src, dst, flags);
-        if let L4::Tcp { seq: s, ack: a, .. } = &mut p.l4 {
+        if let L4::Tcp {
+            seq: s,
+            ack: a,
+            win: w,
+            opts: o,
+            ..
+        } = &mut p.l4
+        {
             *s = seq;
             *a = ack;
+            *w = win;
+            *o = opts;
         }
         p.len = frame.len;
         let r = self.ns.process(t, p, Ingress::Local);

@@ -259,6 +259,81 @@ fn a_paused_socket_keeps_its_entry_until_the_established_timeout() {
     assert!(reset > 0 && same > 0, "reset {reset}, same endpoint {same}");
 }
 
+const SILENT: &str = "\
+name: silent
+seed: 3
+duration: 12m
+nodes:
+  - {name: node-1, address: 192.168.0.11, podCIDR: 10.244.1.0/24}
+pods:
+  - name: web-a
+    labels: {app: web}
+    node: node-1
+    ip: 10.244.1.5
+    apps: [{tcpServer: {port: 8080}}]
+  - {name: client, node: node-1, ip: 10.244.1.9}
+services:
+  - metadata: {name: web, namespace: default}
+    spec:
+      clusterIP: 10.96.0.80
+      selector: {app: web}
+      ports: [{protocol: TCP, port: 80, targetPort: 8080}]
+clients:
+  - name: c
+    pod: client
+    tcp:
+      target: default/web
+      interval: 10s
+      count: 6
+      requestTimeout: 11m
+      connection: {keepAlive: true}
+events:
+  - at: 25s
+    iptablesRestore:
+      node: node-1
+      rules: |
+        *filter
+        -I FORWARD 1 -d 10.244.1.5/32 -j DROP
+        COMMIT
+expectations:
+  - name: answered, ESTABLISHED for days
+    at: 15s
+    conntrack: {node: node-1, filter: -p tcp --state ESTABLISHED, count: 1, timeout: \"431970..432000\"}
+  - name: the unanswered request caps it at timeout_unacknowledged
+    at: 2m
+    conntrack: {node: node-1, filter: -p tcp --state ESTABLISHED, count: 1, timeout: \"205..215\"}
+  - name: gone 300 s after the unanswered request
+    at: 5m31s
+    conntrack: {node: node-1, filter: -p tcp --state ESTABLISHED, count: 0}
+";
+
+/// A keep-alive connection whose server stops answering (its pod's traffic dropped from
+/// 25 s: a dead pod, a broken path): the request at 30 s is never acknowledged, so the
+/// entry's timeout drops from ESTABLISHED's 5 days to `nf_conntrack_tcp_timeout_unacknowledged`
+/// (300 s, `nf_conntrack_tcp_packet`) and the entry is gone at 5 min 30 s, while the client
+/// still waits for its answer. (It lingered 5 days before nfsim tracked TCP windows.)
+#[test]
+fn a_connection_whose_server_stops_answering_lingers_five_minutes_not_five_days() {
+    let r = run(SILENT);
+    assert!(
+        r.passed(),
+        "{}",
+        r.results
+            .iter()
+            .map(|x| format!("{} {}: {}", x.passed, x.name, x.detail))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let l = lines(&r);
+    assert!(
+        l.iter().any(|x| x.contains("[DESTROY]")
+            && x.contains("ESTABLISHED")
+            && x.starts_with("00:05:30")),
+        "{}",
+        l.join("\n")
+    );
+}
+
 fn with_tcp(fragment: &str) -> String {
     PAUSED.replace(
         "      connection: {keepAlive: true, pause: {after: 30s, for: PAUSE}}",

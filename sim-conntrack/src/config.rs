@@ -96,10 +96,11 @@ pub struct Sysctls {
     pub buckets: u32,
     /// `nf_conntrack_tcp_loose`: pick up TCP connections from a mid-stream ACK.
     pub tcp_loose: bool,
-    /// `nf_conntrack_tcp_be_liberal`: window checks off. nfsim never checks sequence windows,
-    /// so it always behaves as if this were 1; the value is kept for `get`.
+    /// `nf_conntrack_tcp_be_liberal`: a TCP segment out of window is accepted (without
+    /// updating the window data) instead of INVALID or ignored (`nf_tcp_log_invalid`).
     pub tcp_be_liberal: bool,
-    /// `nf_conntrack_tcp_max_retrans`: kept for `get` (retransmissions are not counted).
+    /// `nf_conntrack_tcp_max_retrans`: retransmissions after which the timeout is at most
+    /// `nf_conntrack_tcp_timeout_max_retrans`.
     pub tcp_max_retrans: u8,
     /// `nf_conntrack_events`: 0 = no events, 1 = events, 2 = events if someone listens (nfsim
     /// treats 2 like 1: the caller drains them).

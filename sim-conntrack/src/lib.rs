@@ -15,6 +15,8 @@
 //! - [`entry`]: [`Status`] bits, [`TcpState`], [`CtEntry`] snapshots and their `-L` lines.
 //! - [`table`]: [`Conntrack`] itself: lookup, allocation and early drop, confirm, expiry.
 //! - `track`: the UDP, TCP, ICMP and generic trackers ([`tcp_transition`] exposes the table).
+//! - `tcp_window`: TCP sequence-window tracking (`tcp_in_window`), which decides the
+//!   unacknowledged-data and retransmission timeouts and out-of-window INVALIDs.
 //! - [`nat`]: [`NatRange`], `nf_nat_setup_info`, null bindings, `nf_nat_packet`.
 //! - [`event`]: [`CtEvent`] (`conntrack -E` lines) and [`Stats`] (`conntrack -S`).
 //! - [`filter`]: [`Filter`], parsed from `conntrack -L/-D` options.
@@ -33,8 +35,8 @@
 //! [`Conntrack::conntrack_in_many`] takes packets in batches and overlaps their reads, with
 //! the same results as one call per packet.
 //!
-//! Deviations from the kernel, all deliberate: TCP windows are not checked (as with
-//! `nf_conntrack_tcp_be_liberal=1`); SCTP and GRE are tracked like the generic protocol
+//! Deviations from the kernel, all deliberate: TCP options other than window scale and SACK
+//! are not read, and NAT sequence adjustment (helpers) is not modelled; SCTP and GRE are tracked like the generic protocol
 //! (ports kept for SCTP); expired entries are reaped at the exact instant of expiry; the
 //! bucket hash and NAT port offsets come from seeded streams; dumps are in creation order.
 
@@ -49,6 +51,7 @@ mod index;
 pub mod listing;
 pub mod nat;
 pub mod table;
+mod tcp_window;
 mod track;
 pub mod tuple;
 
@@ -64,8 +67,8 @@ pub use listing::{
 };
 pub use nat::{Manip, NatError, NatRange, NatRangeError};
 pub use table::{
-    ConfirmError, Conntrack, CtHandle, CtInfo, CtVerdict, DropReason, InsertError, InvalidReason,
-    NewEntry, BATCH,
+    ConfirmError, Conntrack, CtHandle, CtInfo, CtVerdict, DropReason, History, InsertError,
+    InvalidReason, NewEntry, BATCH,
 };
 pub use track::tcp_transition;
 pub use tuple::{Dir, Tuple, TupleV4};

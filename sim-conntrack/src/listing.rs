@@ -549,6 +549,9 @@ pub struct LoadReport {
     pub assumed_age: SimDuration,
     /// Entries with a non-zero `zone=` (loaded into the one zone nfsim models).
     pub zoned: usize,
+    /// TCP entries in CLOSE, whose RST is assumed to have come from the original direction
+    /// (a listing does not say which side sent it; see [`crate::History::Listed`]).
+    pub close_rst_assumed: usize,
 }
 
 impl fmt::Display for LoadReport {
@@ -578,6 +581,14 @@ impl fmt::Display for LoadReport {
         }
         if self.zoned > 0 {
             parts.push(format!("{} with a zone= (zones not modelled)", self.zoned));
+        }
+        if self.close_rst_assumed > 0 {
+            parts.push(format!(
+                "{} TCP CLOSE: the listing does not say which side's RST closed {}; assumed the original direction's, so a SYN from the client reopens {} (the kernel ignores that SYN when the server sent the RST)",
+                self.close_rst_assumed,
+                if self.close_rst_assumed == 1 { "it" } else { "them" },
+                if self.close_rst_assumed == 1 { "it" } else { "them" },
+            ));
         }
         if !parts.is_empty() {
             write!(f, ": {}", parts.join(", "))?;
@@ -633,6 +644,7 @@ pub fn load_listing(
                 mark: e.mark,
                 timeout: SimDuration::from_secs(e.timeout_s),
                 age,
+                history: crate::table::History::Listed,
             },
         )
         .map_err(|err| LoadError {
@@ -647,6 +659,9 @@ pub fn load_listing(
         }
         if e.zone.is_some_and(|z| z != 0) {
             r.zoned += 1;
+        }
+        if e.tcp_state == Some(TcpState::Close) {
+            r.close_rst_assumed += 1;
         }
     }
     Ok(r)

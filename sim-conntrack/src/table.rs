@@ -80,6 +80,13 @@ pub enum InvalidReason {
     /// A TCP packet other than SYN (or ACK with `nf_conntrack_tcp_loose`) cannot start an
     /// entry (`tcp_new`).
     TcpCannotCreate,
+    /// The segment is outside the TCP window the entry tracks (`tcp_in_window`: SEQ over
+    /// the receiver's window, or an ACK of data not seen yet), and neither
+    /// `nf_conntrack_tcp_be_liberal` nor the entry (a pickup) is liberal.
+    TcpOutOfWindow,
+    /// A RST whose sequence number is below what the other side acknowledged ("invalid
+    /// rst", with `nf_conntrack_tcp_ignore_invalid_rst` 0).
+    TcpInvalidRst,
     /// An ICMP type that is neither a request nor an error cannot start an entry (an
     /// unsolicited echo reply).
     IcmpCannotCreate,
@@ -275,6 +282,18 @@ impl Entry {
     pub(crate) fn tcp_flags_mut(&mut self) -> &mut u8 {
         &mut self.proto_state[1]
     }
+
+    /// TCP: the name of its window record in [`Conntrack::windows`] (0: none yet).
+    #[inline(always)]
+    pub(crate) fn tcp_window(&self) -> u32 {
+        let b = &self.proto_state;
+        u32::from_le_bytes([b[4], b[5], b[6], b[7]])
+    }
+
+    #[inline]
+    pub(crate) fn set_tcp_window(&mut self, name: u32) {
+        self.proto_state[4..8].copy_from_slice(&name.to_le_bytes());
+    }
 }
 
 /// An entry to insert from userspace ([`Conntrack::insert`]).
@@ -294,6 +313,25 @@ pub struct NewEntry {
     pub timeout: sim_core::SimDuration,
     /// How long ago it was created.
     pub age: sim_core::SimDuration,
+    /// What is known of its TCP history.
+    pub history: History,
+}
+
+/// What an inserted TCP entry's tracker state is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum History {
+    /// As `conntrack -I` makes it (`ctnetlink_create_conntrack`): the state given, the
+    /// rest of `struct ip_ct_tcp` zero (no close seen, last segment "SYN in the original
+    /// direction", no window data).
+    Userspace,
+    /// An entry of a real node's `conntrack -L` listing, which prints only the state: what
+    /// the state implies is filled in. FIN_WAIT, CLOSE_WAIT, LAST_ACK and TIME_WAIT are
+    /// reached only after a FIN (`IP_CT_TCP_FLAG_CLOSE_INIT`); for CLOSE, which a RST from
+    /// either side reaches, the RST is taken as the original direction's (so that a SYN from
+    /// the client reopens it, as the kernel does when the client aborted); the window data
+    /// are unknown, as after a mid-stream pickup: each direction's first segment
+    /// initialises them, window checks liberal ([`crate::listing`]).
+    Listed,
 }
 
 /// Why [`Conntrack::insert`] refused an entry.
@@ -363,6 +401,8 @@ pub struct Conntrack {
     hseed: HashSeed,
     timers: BinaryHeap<Reverse<Timer>>,
     pub(crate) bysource: crate::nat::BySource,
+    /// The TCP entries' window records.
+    pub(crate) windows: crate::tcp_window::Windows,
     pub(crate) nat_rng: SimRng,
     events: Vec<CtEvent>,
     pub(crate) stats: Stats,
@@ -397,6 +437,7 @@ impl Conntrack {
             hseed: HashSeed::new(&mut hrng),
             timers: BinaryHeap::new(),
             bysource: crate::nat::BySource::default(),
+            windows: crate::tcp_window::Windows::default(),
             nat_rng: SimRng::derive(seed, &format!("{label}/nat-port")),
             events: Vec::new(),
             stats: Stats::default(),
@@ -478,6 +519,7 @@ impl Conntrack {
             + self.index.heap_bytes()
             + self.timers.capacity() * std::mem::size_of::<Reverse<Timer>>()
             + self.free.capacity() * 4
+            + self.windows.heap_bytes()
     }
 
     // ----- keys ----------------------------------------------------------------------------
@@ -808,7 +850,7 @@ impl Conntrack {
         // as `conntrack_in_general`, only inlined, on one borrow of the entry.
         match found {
             Some((slot, dir)) => {
-                if let Some(v) = self.track_inline(now, &pkt.l4, slot, dir) {
+                if let Some(v) = self.track_inline(now, pkt, slot, dir) {
                     return v;
                 }
             }
@@ -821,21 +863,30 @@ impl Conntrack {
     /// (`track::udp`) or a plain ACK of an ESTABLISHED TCP entry (`track::tcp` for it), then
     /// the refresh and what `tracked` does. `None`: anything else, for the general path.
     #[inline(always)]
-    fn track_inline(&mut self, now: SimTime, l4: &L4, slot: usize, dir: Dir) -> Option<CtVerdict> {
+    fn track_inline(
+        &mut self,
+        now: SimTime,
+        pkt: &Packet,
+        slot: usize,
+        dir: Dir,
+    ) -> Option<CtVerdict> {
         let cfg = &self.cfg;
         let e = self.slab.get_mut(slot)?;
         let seen_reply = e.status.contains(Status::SEEN_REPLY);
-        let extra = match *l4 {
+        let extra = match pkt.l4 {
             L4::Udp { .. } => crate::track::udp_known(e, cfg, now),
             L4::Tcp { flags, .. }
                 if crate::track::tcp_is_plain_ack(flags)
                     && e.tcp_state() == TcpState::Established as u8 =>
             {
+                let w = self.windows.get_mut(e.tcp_window())?;
+                let seg = crate::tcp_window::Segment::of(pkt)?;
+                let t = crate::track::tcp_established_ack(e, w, cfg, dir, &seg)?;
                 #[cfg(test)]
                 {
                     self.tcp_fast_hits += 1;
                 }
-                crate::track::tcp_established_ack(e, cfg, dir)
+                t
             }
             _ => return None,
         };
@@ -1225,6 +1276,10 @@ impl Conntrack {
             self.wide.remove(&(slot as u32));
         }
         let e = &mut self.slab[slot];
+        if e.keys[0].proto() == IPPROTO_TCP {
+            self.windows.release(e.tcp_window());
+            e.set_tcp_window(0);
+        }
         let nat_src = e.status.contains(Status::SRC_NAT);
         let id = EntryId {
             slot: slot as u32,
@@ -1390,12 +1445,31 @@ impl Conntrack {
         ent.status = e.status;
         ent.status.insert(Status::CONFIRMED);
         if e.orig.proto == IPPROTO_TCP {
-            ent.set_tcp_state(e.tcp_state.unwrap_or(TcpState::Established) as u8);
+            let st = e.tcp_state.unwrap_or(TcpState::Established);
+            ent.set_tcp_state(st as u8);
+            let w = match e.history {
+                History::Userspace => crate::tcp_window::Window::default(),
+                History::Listed => {
+                    use crate::track::TcpIndex;
+                    *ent.tcp_flags_mut() = match st {
+                        TcpState::FinWait
+                        | TcpState::CloseWait
+                        | TcpState::LastAck
+                        | TcpState::TimeWait => TcpIndex::None as u8 | tf::CLOSE_INIT_ORIG,
+                        TcpState::Close => TcpIndex::Rst as u8,
+                        _ => TcpIndex::None as u8,
+                    };
+                    crate::tcp_window::Window::listed()
+                }
+            };
+            let name = self.windows.alloc(w);
+            self.slab[slot].set_tcp_window(name);
         } else if e.orig.proto == sim_core::packet::IPPROTO_UDP {
             // stream_ts = creation + 2 s.
             let created = now.as_nanos().saturating_sub(e.age.as_nanos());
             ent.set_stream_ts(SimTime::from_nanos(created.saturating_add(2_000_000_000)));
         }
+        let ent = &mut self.slab[slot];
         ent.timeout = deadline;
         ent.armed = deadline;
         ent.life = Life::Confirmed;

@@ -1,12 +1,17 @@
 //! The per-protocol trackers: UDP (docs/kernel-model.md §2), TCP (§3), ICMP and generic (§4).
 //!
-//! TCP sequence-number window tracking (`tcp_in_window`) is not modelled: every packet is
-//! treated as in window, as with `nf_conntrack_tcp_be_liberal=1`. The retransmission counter
-//! and the unacknowledged-data timeout therefore never apply, nor does the zero-window one.
+//! TCP follows `nf_conntrack_tcp_packet`: the state table, the reopen of a closed
+//! connection, ignored segments and their resynchronisation, RST validation, and the window
+//! checks and bookkeeping of `tcp_in_window` ([`crate::tcp_window`]), which decide the
+//! unacknowledged-data, retransmission and zero-window timeouts.
 
 use crate::config::{Sysctls, TcpTimeout};
 use crate::entry::{Status, TcpState};
 use crate::table::{ev, tf, Conntrack, Entry, InvalidReason};
+use crate::tcp_window::{
+    before, in_window, sf, state_reset, tcp_options, InWindow, Seen, Segment, Window,
+    EXP_CHALLENGE_ACK,
+};
 use crate::tuple::{icmp_type_creates, Dir};
 use sim_core::packet::IPPROTO_ICMPV6;
 use sim_core::{Packet, SimDuration, SimTime, TcpFlags, L4};
@@ -137,7 +142,7 @@ pub(crate) fn track(
 ) -> Track {
     match pkt.l4 {
         L4::Udp { .. } => udp(ct, now, slot, new),
-        L4::Tcp { flags, .. } => tcp(ct, now, slot, dir, flags, new),
+        L4::Tcp { .. } => tcp(ct, now, slot, dir, pkt, new),
         L4::Icmp { icmp_type, .. } => {
             if new && !icmp_type_creates(pkt.is_ipv4(), icmp_type) {
                 return Track::Invalid(InvalidReason::IcmpCannotCreate);
@@ -189,15 +194,12 @@ pub(crate) fn udp_known(e: &mut Entry, cfg: &Sysctls, now: SimTime) -> SimDurati
     cfg.udp_timeout
 }
 
-/// `nf_conntrack_tcp_packet` (with `tcp_new` for a new entry), windows not checked.
-fn tcp(
-    ct: &mut Conntrack,
-    now: SimTime,
-    slot: usize,
-    dir: Dir,
-    flags: TcpFlags,
-    new: bool,
-) -> Track {
+/// `nf_conntrack_tcp_packet` (with `tcp_new` for a new entry and `tcp_in_window`).
+fn tcp(ct: &mut Conntrack, now: SimTime, slot: usize, dir: Dir, pkt: &Packet, new: bool) -> Track {
+    let Some(seg) = Segment::of(pkt) else {
+        return Track::Invalid(InvalidReason::TcpBadFlags);
+    };
+    let flags = seg.flags;
     if !tcp_flags_valid(flags) {
         return Track::Invalid(InvalidReason::TcpBadFlags);
     }
@@ -211,32 +213,100 @@ fn tcp(
         if first != SS && !ct.cfg.tcp_loose {
             return Track::Invalid(InvalidReason::TcpCannotCreate);
         }
+        let name = ct.windows.alloc(Window::new_connection(&seg));
         let e = &mut ct.slab[slot];
         e.set_tcp_state(NO);
         *e.tcp_flags_mut() = TcpIndex::None as u8;
+        e.set_tcp_window(name);
     }
+    if ct.slab[slot].tcp_window() == 0 {
+        let name = ct.windows.alloc(Window::default());
+        ct.slab[slot].set_tcp_window(name);
+    }
+    let wname = ct.slab[slot].tcp_window();
     let e = &ct.slab[slot];
-    let old = e.tcp_state();
+    let mut old = e.tcp_state();
     let mut newst = TCP_CONNTRACKS[dir.index()][index as usize][usize::from(old)];
     let fl = e.tcp_flags();
+    let status = e.status;
     let last_index = fl & tf::LAST_INDEX_MASK;
-    let last_dir_reply = fl & tf::LAST_DIR_REPLY != 0;
+    let last_dir = usize::from(fl & tf::LAST_DIR_REPLY != 0);
     let close_init = fl & (tf::CLOSE_INIT_ORIG | tf::CLOSE_INIT_REPLY) != 0;
+    let d = dir.index();
+    let Some(w) = ct.windows.get_mut(wname) else {
+        return Track::Invalid(InvalidReason::TcpInvalidState);
+    };
+    let mut check_window = true;
     match newst {
-        SS if old >= TW => {
-            // RFC 1122 reopen from TIME_WAIT/CLOSE: if the connection was closed (a FIN was
-            // seen) or aborted by a RST from this side, kill it and look up again.
-            if close_init
-                || (last_dir_reply == (dir == Dir::Reply) && last_index == TcpIndex::Rst as u8)
-            {
+        SS | IG if newst == IG || old >= TW => {
+            if newst == SS && (close_init || (last_dir == d && last_index == TcpIndex::Rst as u8)) {
+                // RFC 1122 reopen from TIME_WAIT/CLOSE: the connection was closed (a FIN was
+                // seen) or aborted by a RST from this side: kill it and look up again
+                // (nf_ct_kill, -NF_REPEAT).
                 return Track::Repeat;
             }
-            return ignore(ct, slot, dir, index);
+            // Ignored packets: the entry may be out of sync with the real connection.
+            if index == TcpIndex::SynAck
+                && last_index == TcpIndex::Syn as u8
+                && last_dir != d
+                && seg.ack == w.last_end
+            {
+                // The SYN/ACK answers a SYN ignored earlier: client and server are in sync,
+                // the entry is not; take the SYN's annotated values.
+                old = SS;
+                newst = SR;
+                let ld = last_dir;
+                w.seen[ld].td_end = w.last_end;
+                w.seen[ld].td_maxend = w.last_end;
+                w.seen[ld].td_maxwin = u32::from(w.last_win).max(1);
+                w.seen[ld].td_scale = w.last_wscale;
+                w.last_flags &= !EXP_CHALLENGE_ACK;
+                w.seen[ld].flags = w.last_flags;
+                state_reset(&mut w.seen[d]);
+            } else {
+                w.last_seq = seg.seq;
+                w.last_end = seg.end;
+                w.last_win = seg.win;
+                if index == TcpIndex::Syn && dir == Dir::Original {
+                    // A SYN the entry does not expect: note its options; the server's
+                    // SYN/ACK (or RFC 5961 challenge ACK) will tell.
+                    let mut seen = Seen::default();
+                    tcp_options(&seg, &mut seen);
+                    w.last_flags = 0;
+                    w.last_wscale = 0;
+                    if seen.flags & sf::WINDOW_SCALE != 0 {
+                        w.last_flags |= sf::WINDOW_SCALE;
+                        w.last_wscale = seen.td_scale;
+                    }
+                    if seen.flags & sf::SACK_PERM != 0 {
+                        w.last_flags |= sf::SACK_PERM;
+                    }
+                    if old == LA {
+                        w.last_flags |= EXP_CHALLENGE_ACK;
+                    }
+                    // last_flags also holds IP_CT_TCP_SIMULTANEOUS_OPEN, cleared with it.
+                    *ct.slab[slot].tcp_flags_mut() &= !tf::SIMULTANEOUS_OPEN;
+                }
+                if old == SS && index == TcpIndex::Ack && dir == Dir::Reply {
+                    // A possible challenge ACK answering the SYN.
+                    w.last_ack = seg.ack;
+                }
+                return ignore(ct, slot, dir, index);
+            }
         }
-        IG => return ignore(ct, slot, dir, index),
         IV => return Track::Invalid(InvalidReason::TcpInvalidState),
+        TW if old == LA
+            && index == TcpIndex::Ack
+            && last_dir != d
+            && last_index == TcpIndex::Syn as u8
+            && w.last_flags & EXP_CHALLENGE_ACK != 0 =>
+        {
+            // An RFC 5961 challenge ACK answering a SYN, not the ACK of the last FIN.
+            w.last_flags &= !EXP_CHALLENGE_ACK;
+            return Track::Accept;
+        }
         S2 => {
-            *ct.tcp_flags_mut(slot) |= tf::SIMULTANEOUS_OPEN;
+            *ct.slab[slot].tcp_flags_mut() |= tf::SIMULTANEOUS_OPEN;
         }
         SR if dir == Dir::Reply
             && index == TcpIndex::Ack
@@ -244,7 +314,71 @@ fn tcp(
         {
             newst = ES;
         }
+        CL if index == TcpIndex::Rst => {
+            // tcp_can_early_drop: closing already; the tuple may have been reused.
+            if matches!(old, FW | LA | TW | CL | CW) {
+                check_window = false;
+            } else {
+                let established = old == ES && status.contains(Status::ASSURED);
+                let r = 1 - d;
+                let mut validate = true;
+                if w.seen[r].flags & sf::MAXACK_SET != 0 && last_index != TcpIndex::Syn as u8 {
+                    let seq = seg.seq;
+                    if seq == 0 && !established {
+                        validate = false;
+                    } else if before(seq, w.seen[r].td_maxack) {
+                        // nf_conntrack_tcp_ignore_invalid_rst is 0 (not modelled).
+                        return Track::Invalid(InvalidReason::TcpInvalidRst);
+                    } else if !established
+                        || seq == w.seen[r].td_maxack
+                        // A RST that is part of a train (data, then RST at its end).
+                        || (last_index == TcpIndex::Ack as u8 && last_dir == d && seq == w.last_end)
+                    {
+                        validate = false;
+                    } else {
+                        // Not exactly in sequence: keep the state for a challenge ACK.
+                        newst = old;
+                    }
+                }
+                if validate {
+                    if ((status.contains(Status::SEEN_REPLY) && last_index == TcpIndex::Syn as u8)
+                        || (!status.contains(Status::ASSURED) && last_index == TcpIndex::Ack as u8))
+                        && seg.ack == w.last_end
+                    {
+                        // A RST answering a SYN or ACK let through as ignored.
+                        check_window = false;
+                    } else if old == SS
+                        && last_index == TcpIndex::Ack as u8
+                        && last_dir == 1
+                        && seg.seq == w.last_ack
+                    {
+                        // A RST answering a challenge ACK let through earlier.
+                        check_window = false;
+                    }
+                }
+            }
+        }
         _ => {}
+    }
+    if check_window {
+        let mut ld = last_dir;
+        let res = in_window(
+            w,
+            d,
+            old,
+            index == TcpIndex::Ack,
+            &mut ld,
+            &seg,
+            ct.cfg.tcp_be_liberal,
+        );
+        match res {
+            InWindow::Accept => {}
+            InWindow::Ignore(_) => return Track::Accept,
+            InWindow::Invalid(_) => {
+                handle_invalid(ct, now, slot, d, index);
+                return Track::Invalid(InvalidReason::TcpOutOfWindow);
+            }
+        }
     }
     // in_window: from here on the packet counts.
     {
@@ -258,13 +392,12 @@ fn tcp(
             };
         }
     }
-    let newstate = TcpState::from_u8(newst);
-    let cfg = &ct.cfg;
-    let mut timeout = if index == TcpIndex::Rst {
-        cfg.tcp_timeout(TcpState::Close)
-    } else {
-        cfg.tcp_timeout(newstate)
+    let Some(w) = ct.windows.get_mut(wname) else {
+        return Track::Invalid(InvalidReason::TcpInvalidState);
     };
+    let w = *w;
+    let cfg = &ct.cfg;
+    let mut timeout = tcp_timeout(cfg, &w, newst, index);
     let unack = cfg.tcp_special(TcpTimeout::Unack);
     let e = &mut ct.slab[slot];
     e.set_tcp_state(newst);
@@ -297,16 +430,77 @@ fn tcp(
     Track::Accept
 }
 
-/// What [`tcp`] does for a segment of the ACK class ([`tcp_is_plain_ack`]) on a known entry
-/// in ESTABLISHED, either direction (`nf_conntrack_tcp_packet`): the flags are valid,
-/// `tcp_conntracks[dir][TCP_ACK_SET][sES]` is sES, so the state stays and no PROTOINFO is
-/// cached; `last_index`/`last_dir` record the segment; the timeout is ESTABLISHED's, UNACK's
-/// if lower and no reply was seen yet (a loose pickup); with a reply seen, the first such
-/// segment sets ASSURED. Returns the timeout; the caller refreshes, then sets SEEN_REPLY for
-/// a reply, as after [`tcp`].
+/// The timeout `nf_conntrack_tcp_packet` gives an entry entering `newst` on a segment of
+/// class `index`: `timeout_max_retrans` after `nf_conntrack_tcp_max_retrans`
+/// retransmissions, CLOSE's for a RST, `timeout_unacknowledged` while data is in flight
+/// unacknowledged, `timeout_max_retrans` after a zero window, each only when lower than
+/// the state's own.
 #[inline(always)]
-pub(crate) fn tcp_established_ack(e: &mut Entry, cfg: &Sysctls, dir: Dir) -> SimDuration {
-    let mut timeout = cfg.tcp_timeout(TcpState::Established);
+fn tcp_timeout(cfg: &Sysctls, w: &Window, newst: u8, index: TcpIndex) -> SimDuration {
+    let own = cfg.tcp[usize::from(newst)];
+    let retrans = cfg.tcp_special(TcpTimeout::Retrans);
+    let unack = cfg.tcp_special(TcpTimeout::Unack);
+    if w.retrans >= cfg.tcp_max_retrans && own > retrans {
+        retrans
+    } else if index == TcpIndex::Rst {
+        cfg.tcp_timeout(TcpState::Close)
+    } else if w.unacknowledged() && own > unack {
+        unack
+    } else if w.last_win == 0 && own > retrans {
+        retrans
+    } else {
+        own
+    }
+}
+
+/// `nf_tcp_handle_invalid`: an out-of-window FIN or RST of an ASSURED entry answering the
+/// other side's FIN or RST lowers the timeout to `timeout_unacknowledged` (when more than
+/// 120 s and that are left), so that a dead connection out of sync with its entry goes;
+/// any other records itself as the last segment.
+fn handle_invalid(ct: &mut Conntrack, now: SimTime, slot: usize, d: usize, index: TcpIndex) {
+    let e = &ct.slab[slot];
+    if !e.status.contains(Status::ASSURED) || !matches!(index, TcpIndex::Rst | TcpIndex::Fin) {
+        return;
+    }
+    let fl = e.tcp_flags();
+    let last_index = fl & tf::LAST_INDEX_MASK;
+    let last_dir = usize::from(fl & tf::LAST_DIR_REPLY != 0);
+    if last_dir != d && (last_index == TcpIndex::Fin as u8 || last_index == TcpIndex::Rst as u8) {
+        let left = e.timeout.saturating_since(now);
+        let unack = ct.cfg.tcp_special(TcpTimeout::Unack);
+        if left >= SimDuration::from_secs(120) && left > unack {
+            ct.refresh(slot, now, unack);
+        }
+    } else {
+        let dir = if d == 1 { Dir::Reply } else { Dir::Original };
+        set_last(ct.tcp_flags_mut(slot), index, dir);
+    }
+}
+
+/// What [`tcp`] does for a segment of the ACK class ([`tcp_is_plain_ack`]) on a known entry
+/// in ESTABLISHED, either direction (`nf_conntrack_tcp_packet`), when `tcp_in_window`
+/// accepts it: the flags are valid, `tcp_conntracks[dir][TCP_ACK_SET][sES]` is sES, so the
+/// state stays and no PROTOINFO is cached; the window is updated; `last_index`/`last_dir`
+/// record the segment; the timeout is [`tcp_timeout`]'s, UNACK's if lower and no reply was
+/// seen yet (a loose pickup); with a reply seen, the first such segment sets ASSURED.
+/// Returns the timeout, or `None` (nothing changed but what a second `tcp_in_window` of
+/// the same segment does again) when the window check does not accept the segment, for
+/// [`tcp`] to handle. The caller refreshes, then sets SEEN_REPLY for a reply, as after
+/// [`tcp`].
+#[inline(always)]
+pub(crate) fn tcp_established_ack(
+    e: &mut Entry,
+    w: &mut Window,
+    cfg: &Sysctls,
+    dir: Dir,
+    seg: &Segment,
+) -> Option<SimDuration> {
+    let fl = e.tcp_flags();
+    let mut ld = usize::from(fl & tf::LAST_DIR_REPLY != 0);
+    if in_window(w, dir.index(), ES, true, &mut ld, seg, cfg.tcp_be_liberal) != InWindow::Accept {
+        return None;
+    }
+    let mut timeout = tcp_timeout(cfg, w, ES, TcpIndex::Ack);
     set_last(e.tcp_flags_mut(), TcpIndex::Ack, dir);
     if !e.status.contains(Status::SEEN_REPLY) {
         let unack = cfg.tcp_special(TcpTimeout::Unack);
@@ -317,7 +511,7 @@ pub(crate) fn tcp_established_ack(e: &mut Entry, cfg: &Sysctls, dir: Dir) -> Sim
         e.status.insert(Status::ASSURED);
         e.pending |= ev::ASSURED;
     }
-    timeout
+    Some(timeout)
 }
 
 /// `TCP_CONNTRACK_IGNORE`: the packet passes, the state and timeout stay.

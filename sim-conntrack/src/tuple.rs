@@ -642,7 +642,9 @@ mod tests {
                 dport,
                 flags: TcpFlags(f),
                 seq: 0,
-                ack: 0
+                ack: 0,
+                win: sim_core::packet::DEFAULT_TCP_WINDOW,
+                opts: sim_core::TcpOpts::NONE,
             }),
             (any::<u16>(), any::<u16>()).prop_map(|(sport, dport)| L4::Udp { sport, dport }),
             (any::<u16>(), any::<u16>()).prop_map(|(sport, dport)| L4::Sctp { sport, dport }),

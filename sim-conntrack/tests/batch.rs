@@ -20,7 +20,7 @@ fn l4() -> impl Strategy<Value = L4> {
     prop_oneof![
         4 => (0u16..3, 0u16..2).prop_map(|(s, d)| L4::Udp { sport: 1000 + s, dport: 53 + d }),
         3 => (0u16..3, prop::sample::select(vec![0x02u8, 0x12, 0x10, 0x11, 0x04, 0x14, 0x01]))
-            .prop_map(|(s, f)| L4::Tcp { sport: 1000 + s, dport: 80, flags: TcpFlags(f), seq: 0, ack: 0 }),
+            .prop_map(|(s, f)| L4::Tcp { sport: 1000 + s, dport: 80, flags: TcpFlags(f), seq: 0, ack: 0, win: 65535, opts: sim_core::TcpOpts::NONE }),
         1 => (0u16..2).prop_map(|id| L4::Icmp { icmp_type: 8, code: 0, body: IcmpBody::Query { id, seq: 0 } }),
         1 => (0u8..4, 0u16..3).prop_map(|(d, p)| L4::Icmp {
             icmp_type: 3,
@@ -61,12 +61,16 @@ fn build(v6: bool, (c, s, back, l4): (u8, u8, bool, L4)) -> Packet {
             flags,
             seq,
             ack,
+            win,
+            opts,
         } if back => L4::Tcp {
             sport: dport,
             dport: sport,
             flags,
             seq,
             ack,
+            win,
+            opts,
         },
         L4::Icmp { .. } if v6 => L4::Udp { sport: 1, dport: 2 },
         other => other,

@@ -17,7 +17,9 @@ fn l4() -> impl Strategy<Value = L4> {
             dport: 80 + d,
             flags: TcpFlags(f),
             seq: 0,
-            ack: 0
+            ack: 0,
+            win: 65535,
+            opts: sim_core::TcpOpts::NONE,
         }),
         (0u16..3, 0u16..3).prop_map(|(s, d)| L4::Udp {
             sport: 1000 + s,

@@ -227,3 +227,227 @@ fn timeouts_are_settable_by_sysctl_name() {
     c2s(&mut ct, 2, ACK);
     assert!(lines(&ct, t(2))[0].starts_with("tcp      6 7440 ESTABLISHED"));
 }
+
+/// The rules after the endpoint 127.0.0.2 was removed: the Service now goes to 127.0.0.3.
+fn rules_after_removal() -> Rules {
+    Rules {
+        dnat: vec![(sa(SVC), "127.0.0.3:8080".parse().unwrap())],
+        ..Rules::default()
+    }
+}
+
+fn loaded(state: &str, secs: u32) -> Conntrack {
+    let mut ct = table(Sysctls::default());
+    let text = format!("tcp      6 {secs} {state} {TUPLES} [ASSURED] mark=0 use=1\n");
+    let entries = parse_listing(&text).unwrap();
+    load_listing(&mut ct, t(0), &entries, SimDuration::from_secs(60)).unwrap();
+    ct.drain_events();
+    ct
+}
+
+/// A SYN from the client on a TIME_WAIT or CLOSE entry loaded from a listing reopens the
+/// connection as the kernel does (`nf_conntrack_tcp_packet`: the entry is killed and the
+/// SYN looked up again, -NF_REPEAT): a new entry, through the rules of now, to the new
+/// endpoint. (Before entries loaded from a listing carried their close history, the SYN was
+/// ignored on the old entry and went to the removed endpoint.)
+#[test]
+fn a_syn_on_a_loaded_time_wait_or_close_entry_reopens_through_the_rules() {
+    for (state, secs) in [("TIME_WAIT", 100), ("CLOSE", 8)] {
+        let mut ct = loaded(state, secs);
+        let old = ct.list(t(0), &Filter::all())[0];
+        let p = passed(send(
+            &mut ct,
+            t(1000),
+            tcp(C, SVC, SYN),
+            &rules_after_removal(),
+        ));
+        assert_eq!(p.dst.to_string(), "127.0.0.3", "{state}: the new endpoint");
+        let now = ct.list(t(1000), &Filter::all());
+        assert_eq!(now.len(), 1, "{state}");
+        assert_ne!(now[0].id, old.id, "{state}");
+        assert_eq!(now[0].tcp_state, Some(TcpState::SynSent), "{state}");
+        let ev = event_lines(&mut ct);
+        assert!(ev[0].starts_with("[DESTROY] tcp"), "{state}: {ev:?}");
+        assert!(ev[1].starts_with("    [NEW] tcp"), "{state}: {ev:?}");
+    }
+}
+
+/// An entry inserted as `conntrack -I` makes it has no close history (the kernel zeroes
+/// `struct ip_ct_tcp`): a SYN on its TIME_WAIT is ignored and keeps it.
+#[test]
+fn a_syn_on_a_userspace_inserted_time_wait_entry_is_ignored() {
+    let mut ct = table(Sysctls::default());
+    let e = &parse_listing(&format!(
+        "tcp      6 100 TIME_WAIT {TUPLES} [ASSURED] mark=0 use=1\n"
+    ))
+    .unwrap()[0];
+    ct.insert(
+        t(0),
+        &NewEntry {
+            orig: e.orig,
+            reply: e.reply,
+            status: e.status,
+            tcp_state: e.tcp_state,
+            mark: 0,
+            timeout: SimDuration::from_secs(100),
+            age: SimDuration::ZERO,
+            history: History::Userspace,
+        },
+    )
+    .unwrap();
+    let p = passed(send(
+        &mut ct,
+        t(1000),
+        tcp(C, SVC, SYN),
+        &rules_after_removal(),
+    ));
+    assert_eq!(p.dst.to_string(), "127.0.0.2", "the old entry's endpoint");
+    assert_eq!(
+        ct.list(t(1000), &Filter::all())[0].tcp_state,
+        Some(TcpState::TimeWait)
+    );
+}
+
+fn seg(src: &str, dst: &str, text: &str) -> sim_core::Packet {
+    format!("tcp {src} -> {dst} {text}").parse().unwrap()
+}
+
+/// A handshake, then data from the client that is never acknowledged: the kernel caps the
+/// ESTABLISHED timeout at `nf_conntrack_tcp_timeout_unacknowledged` (300 s) from the first
+/// unacknowledged segment on, and the server's ACK gives the 5 days back. (nfsim gave 5
+/// days throughout before it tracked windows.)
+#[test]
+fn unacknowledged_data_caps_the_timeout_until_it_is_acked() {
+    let mut ct = table(Sysctls::default());
+    let r = rules();
+    let go = |ct: &mut Conntrack, ms: u64, from_client: bool, text: &str| {
+        let p = if from_client {
+            seg(C, SVC, text)
+        } else {
+            seg(EP, C, text)
+        };
+        passed(send(ct, t(ms), p, &r));
+    };
+    go(&mut ct, 0, true, "SYN seq=1000 len=0");
+    go(&mut ct, 1, false, "SYN,ACK seq=5000 ack=1001 len=0");
+    go(&mut ct, 2, true, "ACK seq=1001 ack=5001 len=0");
+    assert!(lines(&ct, t(21))[0].starts_with("tcp      6 431999 ESTABLISHED"));
+    go(&mut ct, 3, true, "ACK,PSH seq=1001 ack=5001 len=100");
+    assert!(
+        lines(&ct, t(31))[0].starts_with("tcp      6 299 ESTABLISHED"),
+        "{:?}",
+        lines(&ct, t(31))
+    );
+    go(&mut ct, 4, false, "ACK seq=5001 ack=1101 len=0");
+    assert!(lines(&ct, t(41))[0].starts_with("tcp      6 431999 ESTABLISHED"));
+    let mut s = Sysctls::default();
+    s.set("nf_conntrack_tcp_timeout_unacknowledged", "42")
+        .unwrap();
+    let mut ct = table(s);
+    go(&mut ct, 0, true, "SYN seq=1000 len=0");
+    go(&mut ct, 1, false, "SYN,ACK seq=5000 ack=1001 len=0");
+    go(&mut ct, 2, true, "ACK seq=1001 ack=5001 len=0");
+    go(&mut ct, 3, true, "ACK,PSH seq=1001 ack=5001 len=100");
+    assert!(lines(&ct, t(31))[0].starts_with("tcp      6 41 ESTABLISHED"));
+}
+
+/// The same ACK-class segment again and again (a retransmission: same direction, seq,
+/// ack, end and window): from the `nf_conntrack_tcp_max_retrans`-th (3) on, the timeout
+/// is `nf_conntrack_tcp_timeout_max_retrans` (300 s), both settable.
+#[test]
+fn retransmissions_past_max_retrans_cap_the_timeout() {
+    for (max, cap, after) in [(None, None, 3u64), (Some("1"), Some("77"), 1)] {
+        let mut s = Sysctls::default();
+        if let Some(m) = max {
+            s.set("nf_conntrack_tcp_max_retrans", m).unwrap();
+        }
+        if let Some(c) = cap {
+            s.set("nf_conntrack_tcp_timeout_max_retrans", c).unwrap();
+        }
+        // Unacknowledged data would cap it at 300 s anyway: give UNACK more so that only the
+        // retransmission count can bring it down.
+        s.set("nf_conntrack_tcp_timeout_unacknowledged", "100000")
+            .unwrap();
+        let want = cap.unwrap_or("300").parse::<u64>().unwrap() - 1;
+        let mut ct = table(s);
+        let r = rules();
+        let c = |ct: &mut Conntrack, ms: u64, text: &str| {
+            passed(send(ct, t(ms), seg(C, SVC, text), &r));
+        };
+        c(&mut ct, 0, "SYN seq=1000 len=0");
+        passed(send(
+            &mut ct,
+            t(1),
+            seg(EP, C, "SYN,ACK seq=5000 ack=1001 len=0"),
+            &r,
+        ));
+        c(&mut ct, 2, "ACK seq=1001 ack=5001 len=0");
+        c(&mut ct, 3, "ACK,PSH seq=1001 ack=5001 len=100");
+        let secs = |ct: &Conntrack, ms: u64| {
+            lines(ct, t(ms + 1))[0]
+                .split_whitespace()
+                .nth(2)
+                .unwrap()
+                .to_string()
+        };
+        for k in 1..after {
+            c(&mut ct, 10 * k, "ACK,PSH seq=1001 ack=5001 len=100");
+            assert_eq!(secs(&ct, 10 * k), "99999", "after retransmission {k}");
+        }
+        c(&mut ct, 10 * after, "ACK,PSH seq=1001 ack=5001 len=100");
+        let l = lines(&ct, t(1000));
+        assert!(
+            l[0].starts_with(&format!("tcp      6 {want} ESTABLISHED")),
+            "{max:?}: {l:?}"
+        );
+    }
+}
+
+/// A loaded ESTABLISHED entry (no window data in a listing): a segment carrying data is
+/// taken as data in flight, so the timeout drops to `timeout_unacknowledged` as on the node
+/// the listing came from; the server's ACK of it gives the 5 days back; a bare ACK changes
+/// nothing. (A loaded entry kept the 5 days on data before.)
+#[test]
+fn data_on_a_loaded_established_entry_is_unacknowledged_until_acked() {
+    let mut ct = loaded("ESTABLISHED", 400_000);
+    let r = rules_after_removal();
+    passed(send(
+        &mut ct,
+        t(1000),
+        seg(C, SVC, "ACK seq=7000 ack=9000 len=0"),
+        &r,
+    ));
+    assert!(lines(&ct, t(1001))[0].starts_with("tcp      6 431999 ESTABLISHED"));
+    let p = passed(send(
+        &mut ct,
+        t(2000),
+        seg(C, SVC, "ACK,PSH seq=7000 ack=9000 len=200"),
+        &r,
+    ));
+    assert_eq!(
+        p.dst.to_string(),
+        "127.0.0.2",
+        "the loaded entry's endpoint"
+    );
+    assert!(
+        lines(&ct, t(2001))[0].starts_with("tcp      6 299 ESTABLISHED"),
+        "{:?}",
+        lines(&ct, t(2001))
+    );
+    passed(send(
+        &mut ct,
+        t(3000),
+        seg(EP, C, "ACK seq=9000 ack=7200 len=0"),
+        &r,
+    ));
+    assert!(lines(&ct, t(3001))[0].starts_with("tcp      6 431999 ESTABLISHED"));
+    // A first segment with data right away counts too.
+    let mut ct = loaded("ESTABLISHED", 400_000);
+    passed(send(
+        &mut ct,
+        t(1000),
+        seg(C, SVC, "ACK,PSH seq=7000 ack=9000 len=200"),
+        &r,
+    ));
+    assert!(lines(&ct, t(1001))[0].starts_with("tcp      6 299 ESTABLISHED"));
+}

@@ -32,7 +32,7 @@ pub mod text;
 pub mod time;
 pub mod wire;
 
-pub use packet::{IcmpBody, IfName, InnerHeader, Packet, TcpFlags, L4};
+pub use packet::{IcmpBody, IfName, InnerHeader, Packet, TcpFlags, TcpOpts, L4};
 pub use queue::{EventQueue, Scheduled};
 pub use rng::SimRng;
 pub use time::{SimDuration, SimTime};

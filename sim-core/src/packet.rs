@@ -263,6 +263,10 @@ pub enum L4 {
         seq: u32,
         /// Acknowledgement number.
         ack: u32,
+        /// The window field as on the wire (unscaled).
+        win: u16,
+        /// The header length and the options conntrack's window tracking reads.
+        opts: TcpOpts,
     },
     /// UDP.
     Udp {
@@ -293,6 +297,42 @@ pub enum L4 {
         proto: u8,
     },
 }
+
+/// What of a TCP header beyond ports, flags, sequence numbers and window conntrack reads
+/// (`tcp_options`, `tcp_sack` in nf_conntrack_proto_tcp.c), and the header's length, which
+/// says how much of the packet is payload (`segment_seq_plus_len`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TcpOpts {
+    /// The header length in bytes (data offset × 4): 20 without options, at most 60.
+    pub hdr_len: u8,
+    /// The window scale option's shift count (`TCPOPT_WINDOW`), as sent (the tracker caps it
+    /// at 14).
+    pub wscale: Option<u8>,
+    /// The SACK-permitted option (`TCPOPT_SACK_PERM`).
+    pub sack_perm: bool,
+    /// The highest right edge among the segment's SACK blocks (`TCPOPT_SACK`), if any.
+    pub sack: Option<u32>,
+}
+
+impl TcpOpts {
+    /// A 20-byte header without options.
+    pub const NONE: TcpOpts = TcpOpts {
+        hdr_len: 20,
+        wscale: None,
+        sack_perm: false,
+        sack: None,
+    };
+}
+
+impl Default for TcpOpts {
+    fn default() -> Self {
+        TcpOpts::NONE
+    }
+}
+
+/// The window a TCP packet built by [`Packet::tcp`] or read from text without `win=` carries:
+/// 65535, the largest unscaled window (what nfsim has always written to captures).
+pub const DEFAULT_TCP_WINDOW: u16 = 65535;
 
 /// ICMP types used by name in nfsim.
 pub mod icmp {
@@ -404,7 +444,8 @@ impl Packet {
         )
     }
 
-    /// A TCP segment from `src` to `dst` with `flags`, sequence numbers 0.
+    /// A TCP segment from `src` to `dst` with `flags`, sequence numbers 0, window
+    /// [`DEFAULT_TCP_WINDOW`], no options and a 32-byte payload.
     pub fn tcp(src: SocketAddr, dst: SocketAddr, flags: TcpFlags) -> Packet {
         Packet::with_l4(
             src.ip(),
@@ -415,9 +456,33 @@ impl Packet {
                 flags,
                 seq: 0,
                 ack: 0,
+                win: DEFAULT_TCP_WINDOW,
+                opts: TcpOpts::NONE,
             },
             20,
         )
+    }
+
+    /// The TCP payload length in bytes: the IP payload after the TCP header (0 for other
+    /// protocols, or when `len` is shorter than the headers).
+    pub fn tcp_payload_len(&self) -> u32 {
+        match self.l4 {
+            L4::Tcp { opts, .. } => {
+                let ip: u16 = if self.is_ipv4() { 20 } else { 40 };
+                u32::from(self.len.saturating_sub(ip + u16::from(opts.hdr_len)))
+            }
+            _ => 0,
+        }
+    }
+
+    /// Sets the TCP payload length (the IP length follows); no effect on other protocols.
+    pub fn set_tcp_payload_len(&mut self, payload: u16) {
+        if let L4::Tcp { opts, .. } = self.l4 {
+            let ip: u16 = if self.is_ipv4() { 20 } else { 40 };
+            self.len = ip
+                .saturating_add(u16::from(opts.hdr_len))
+                .saturating_add(payload);
+        }
     }
 
     /// An ICMP (or ICMPv6, by the addresses' family) echo request.
@@ -588,7 +653,41 @@ impl fmt::Display for Packet {
         f.write_str(" -> ")?;
         fmt_endpoint(f, self.dst, self.dport())?;
         match self.l4 {
-            L4::Tcp { flags, .. } => write!(f, " {flags}"),
+            L4::Tcp {
+                flags,
+                seq,
+                ack,
+                win,
+                opts,
+                ..
+            } => {
+                write!(f, " {flags}")?;
+                // Only what differs from the text form's defaults, so that a packet read
+                // without them prints as it was written.
+                if seq != 0 {
+                    write!(f, " seq={seq}")?;
+                }
+                if ack != 0 {
+                    write!(f, " ack={ack}")?;
+                }
+                if win != DEFAULT_TCP_WINDOW {
+                    write!(f, " win={win}")?;
+                }
+                let payload = self.tcp_payload_len();
+                if payload != u32::from(DEFAULT_PAYLOAD_LEN) {
+                    write!(f, " len={payload}")?;
+                }
+                if let Some(w) = opts.wscale {
+                    write!(f, " wscale={w}")?;
+                }
+                if opts.sack_perm {
+                    f.write_str(" sackok")?;
+                }
+                if let Some(s) = opts.sack {
+                    write!(f, " sack={s}")?;
+                }
+                Ok(())
+            }
             L4::Icmp {
                 icmp_type,
                 code,
@@ -657,11 +756,86 @@ fn parse_ip(s: &str) -> Result<IpAddr, String> {
         .map_err(|_| format!("{s:?} is not an IPv4 or IPv6 address"))
 }
 
+/// The TCP part of the text form after `SRC -> DST`: optional flags (default `SYN`), then
+/// `seq=`, `ack=`, `win=`, `len=` (payload bytes), `wscale=`, `sackok`, `sack=` in any order.
+fn parse_tcp_extra(s: SocketAddr, d: SocketAddr, extra: &[&str]) -> Result<Packet, String> {
+    let mut words = extra;
+    let mut flags = TcpFlags::SYN;
+    if let Some((w, rest)) = extra.split_first() {
+        if !w.contains('=') && !w.eq_ignore_ascii_case("sackok") {
+            flags = TcpFlags::parse_list(w)?;
+            words = rest;
+        }
+    }
+    let mut p = Packet::tcp(s, d, flags);
+    let mut payload = DEFAULT_PAYLOAD_LEN;
+    let L4::Tcp {
+        seq,
+        ack,
+        win,
+        opts,
+        ..
+    } = &mut p.l4
+    else {
+        unreachable!("Packet::tcp builds a TCP packet")
+    };
+    fn num<T: FromStr>(key: &str, v: &str, what: &str) -> Result<T, String> {
+        v.parse().map_err(|_| format!("{key}={v:?} is not {what}"))
+    }
+    for w in words {
+        if w.eq_ignore_ascii_case("sackok") {
+            opts.sack_perm = true;
+            continue;
+        }
+        let Some((k, v)) = w.split_once('=') else {
+            return Err(format!(
+                "unexpected {w:?}: expected the flags first, then seq=, ack=, win=, len=, wscale=, sackok or sack="
+            ));
+        };
+        match k {
+            "seq" => *seq = num(k, v, "a sequence number 0-4294967295")?,
+            "ack" => *ack = num(k, v, "an acknowledgement number 0-4294967295")?,
+            "win" => *win = num(k, v, "a window 0-65535")?,
+            "len" => payload = num(k, v, "a payload length in bytes 0-65475")?,
+            "wscale" => {
+                let n: u8 = num(k, v, "a window scale shift 0-14")?;
+                if n > 14 {
+                    return Err(format!("wscale={n} is not a window scale shift 0-14"));
+                }
+                opts.wscale = Some(n);
+                opts.hdr_len += 4;
+            }
+            "sack" => {
+                opts.sack = Some(num(k, v, "a sequence number 0-4294967295")?);
+                opts.hdr_len += 12;
+            }
+            _ => {
+                return Err(format!(
+                    "unknown TCP field {k:?}: expected seq=, ack=, win=, len=, wscale=, sackok or sack="
+                ))
+            }
+        }
+    }
+    if opts.sack_perm {
+        opts.hdr_len += 4;
+    }
+    let ip: u16 = if s.is_ipv4() { 20 } else { 40 };
+    if u32::from(payload) + u32::from(ip) + u32::from(opts.hdr_len) > 65535 {
+        return Err(format!(
+            "len={payload} makes the packet longer than 65535 bytes"
+        ));
+    }
+    p.set_tcp_payload_len(payload);
+    Ok(p)
+}
+
 impl FromStr for Packet {
     type Err = PacketParseError;
 
     /// Reads `PROTO SRC -> DST [extra]` with PROTO `udp`, `tcp`, `sctp`, `icmp`, `icmpv6` or
-    /// `proto N`. TCP takes optional flags (`SYN`, `SYN,ACK`; default `SYN`); ICMP takes a type
+    /// `proto N`. TCP takes optional flags (`SYN`, `SYN,ACK`; default `SYN`), then optional
+    /// `seq=N ack=N win=N len=N` (payload bytes, default 32), `wscale=N`, `sackok`, `sack=N`
+    /// (the highest SACK right edge); ICMP takes a type
     /// name or `type=N`, and `code=`, `id=`, `seq=` (default `echo-request id=0 seq=0`).
     fn from_str(input: &str) -> Result<Self, Self::Err> {
         let err = |reason: String| PacketParseError {
@@ -719,12 +893,7 @@ impl FromStr for Packet {
                     parse_sock(src_s).map_err(err)?,
                     parse_sock(dst_s).map_err(err)?,
                 );
-                let flags = match extra {
-                    [] => TcpFlags::SYN,
-                    [f] => TcpFlags::parse_list(f).map_err(err)?,
-                    _ => return Err(err(format!("unexpected {:?}", extra.join(" ")))),
-                };
-                Packet::tcp(s, d, flags)
+                parse_tcp_extra(s, d, extra).map_err(err)?
             }
             (None, "icmp") | (None, "icmpv6") => {
                 let (s, d) = (parse_ip(src_s).map_err(err)?, parse_ip(dst_s).map_err(err)?);
@@ -782,6 +951,9 @@ mod tests {
         for s in [
             "udp 10.244.2.9:40000 -> 10.96.0.10:53",
             "tcp 10.0.0.1:5000 -> 10.0.0.2:80 SYN,ACK",
+            "tcp 10.0.0.1:5000 -> 10.0.0.2:80 ACK seq=1001 ack=7 win=502 len=0",
+            "tcp 10.0.0.1:5000 -> 10.0.0.2:80 SYN seq=4000000000 win=64240 len=0 wscale=7 sackok",
+            "tcp 10.0.0.1:5000 -> 10.0.0.2:80 ACK ack=9 len=1448 sack=5000",
             "udp [fd00::1]:53 -> [fd00::2]:1000",
             "icmp 10.0.0.1 -> 10.0.0.2 echo-request id=7 seq=1",
             "proto 47 10.0.0.1 -> 10.0.0.2",
@@ -800,6 +972,11 @@ mod tests {
             "foo 1.1.1.1:1 -> 2.2.2.2:2",
             "udp 10.0.0.1:1 -> [::1]:53",
             "tcp 10.0.0.1:1 -> 10.0.0.2:2 SYN,BOGUS",
+            "tcp 10.0.0.1:1 -> 10.0.0.2:2 ACK seq=-1",
+            "tcp 10.0.0.1:1 -> 10.0.0.2:2 ACK win=70000",
+            "tcp 10.0.0.1:1 -> 10.0.0.2:2 ACK wscale=15",
+            "tcp 10.0.0.1:1 -> 10.0.0.2:2 ACK mss=1460",
+            "tcp 10.0.0.1:1 -> 10.0.0.2:2 ACK SYN",
             "udp 300.0.0.1:1 -> 10.0.0.2:53",
         ] {
             assert!(s.parse::<Packet>().is_err(), "{s}");

@@ -47,8 +47,9 @@
 //!
 //! [`emit_ip`] writes a [`Packet`] as an IPv4 or IPv6 packet of exactly `len` bytes with valid
 //! checksums: IPv4 with a 20-byte header (identification 0, don't-fragment set), IPv6 with a
-//! 40-byte header and no extension header; TCP with a 20-byte header (no options, window
-//! 65535); UDP with 8 bytes; SCTP with its 12-byte common header (verification tag 0, CRC32c);
+//! 40-byte header and no extension header; TCP with its window and a header of
+//! [`TcpOpts::hdr_len`] bytes, whose options are the window scale, SACK-permitted and one
+//! SACK block that conntrack reads, then NOPs; UDP with 8 bytes; SCTP with its 12-byte common header (verification tag 0, CRC32c);
 //! ICMP with its 8-byte header (for errors, the quoted header: an IP header with the quoted
 //! packet's TTL, plus 8 bytes of its layer 4, as RFC 792 asks); the rest is zero-filled,
 //! except that [`Packet::tag`] is written as 8 big-endian bytes at the start of the payload
@@ -61,6 +62,8 @@
 //! (`mark`, `iif` and `oif` come back as 0 / `None`), a `tag` without 8 bytes of payload to
 //! carry it (comes back 0), an ICMP body that does not agree with its type (it is read back by
 //! type), the ICMP rest-of-header of errors (redirect gateway, MTU, pointer: written as 0), and
+//! TCP options nfsim does not keep (MSS, timestamps: written as NOPs; a SACK option's
+//! blocks other than its highest right edge, which comes back as one block), and
 //! an [`L4::Other`] whose number is one nfsim models (1, 6, 17, 58, 132) or an IPv6 extension
 //! header (0, 43, 44, 51, 60).
 
@@ -74,8 +77,8 @@ use etherparse::{
 };
 
 use crate::packet::{
-    icmp, IcmpBody, InnerHeader, Packet, TcpFlags, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP,
-    IPPROTO_TCP, IPPROTO_UDP, L4,
+    icmp, IcmpBody, InnerHeader, Packet, TcpFlags, TcpOpts, IPPROTO_ICMP, IPPROTO_ICMPV6,
+    IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP, L4,
 };
 
 /// Ether type of IPv4.
@@ -770,6 +773,77 @@ fn ipv6_view<'a>(buf: &'a [u8], at: usize, opts: &ParseOptions) -> Result<IpView
     })
 }
 
+/// The options of a TCP header (`hdr`: the whole header) that conntrack reads, parsed as
+/// the kernel's `tcp_options` and `tcp_sack` parse them: EOL ends, NOP is skipped, a length
+/// below 2 or beyond the header ends the walk; window scale (3, length 3), SACK-permitted
+/// (4, length 2), SACK (5, length 2 + 8n): the highest right edge of its blocks.
+fn tcp_opts(hdr: &[u8]) -> TcpOpts {
+    let mut o = TcpOpts {
+        hdr_len: hdr.len().min(60) as u8,
+        ..TcpOpts::NONE
+    };
+    let mut opts = hdr.get(20..).unwrap_or(&[]);
+    while let Some((&kind, rest)) = opts.split_first() {
+        match kind {
+            0 => break,
+            1 => {
+                opts = rest;
+                continue;
+            }
+            _ => {}
+        }
+        let Some(&size) = rest.first() else { break };
+        let size = usize::from(size);
+        if size < 2 || size > opts.len() {
+            break;
+        }
+        let body = &opts[2..size];
+        match (kind, size) {
+            (3, 3) => o.wscale = Some(body[0]),
+            (4, 2) => o.sack_perm = true,
+            (5, n) if n >= 10 && (n - 2) % 8 == 0 && o.sack.is_none() => {
+                for block in body.chunks_exact(8) {
+                    let right = u32::from_be_bytes([block[4], block[5], block[6], block[7]]);
+                    // after(right, best): later in sequence space.
+                    if o.sack
+                        .is_none_or(|best| (right.wrapping_sub(best) as i32) > 0)
+                    {
+                        o.sack = Some(right);
+                    }
+                }
+            }
+            _ => {}
+        }
+        opts = &opts[size..];
+    }
+    o
+}
+
+/// The option bytes [`emit_ip`] writes for `o` in a header of `o.hdr_len` bytes: window
+/// scale, SACK-permitted, one SACK block ending at `o.sack` (its left edge written equal to
+/// its right: only the right edge is kept), then NOPs; options that do not fit are left out.
+fn tcp_option_bytes(o: &TcpOpts) -> Vec<u8> {
+    let room = usize::from(o.hdr_len).saturating_sub(20).min(40);
+    let mut b = Vec::with_capacity(room);
+    let mut put = |bytes: &[u8]| {
+        if b.len() + bytes.len() <= room {
+            b.extend_from_slice(bytes);
+        }
+    };
+    if let Some(w) = o.wscale {
+        put(&[3, 3, w]);
+    }
+    if o.sack_perm {
+        put(&[4, 2]);
+    }
+    if let Some(r) = o.sack {
+        let r = r.to_be_bytes();
+        put(&[5, 10, r[0], r[1], r[2], r[3], r[0], r[1], r[2], r[3]]);
+    }
+    b.resize(room - room % 4, 1);
+    b
+}
+
 /// The layer-4 header, and the 8 bytes after the modelled headers if present (the tag).
 fn parse_l4<'a>(v: &IpView<'a>) -> Result<(L4, Option<&'a [u8]>), WireError> {
     let v4 = v.src.is_ipv4();
@@ -797,6 +871,8 @@ fn parse_l4<'a>(v: &IpView<'a>) -> Result<(L4, Option<&'a [u8]>), WireError> {
                 flags,
                 seq: t.sequence_number(),
                 ack: t.acknowledgment_number(),
+                win: t.window_size(),
+                opts: tcp_opts(t.slice()),
             };
             Ok((l4, tag_at(t.slice().len())))
         }
@@ -976,7 +1052,7 @@ pub fn header_len(p: &Packet) -> usize {
 
 fn l4_header_len(p: &Packet) -> usize {
     match p.l4 {
-        L4::Tcp { .. } => TcpHeader::MIN_LEN,
+        L4::Tcp { opts, .. } => TcpHeader::MIN_LEN + tcp_option_bytes(&opts).len(),
         L4::Udp { .. } => UdpHeader::LEN,
         L4::Sctp { .. } => SCTP_HLEN,
         L4::Icmp {
@@ -1072,7 +1148,7 @@ pub fn emit_ip_with_payload(p: &Packet, payload: &[u8]) -> Result<Vec<u8>, EmitE
     }
     let ip_len = if p.is_ipv4() { 20 } else { 40 };
     let l4h = match p.l4 {
-        L4::Tcp { .. } => TcpHeader::MIN_LEN,
+        L4::Tcp { opts, .. } => TcpHeader::MIN_LEN + tcp_option_bytes(&opts).len(),
         L4::Udp { .. } => UdpHeader::LEN,
         L4::Sctp { .. } => SCTP_HLEN,
         L4::Icmp { .. } => 8,
@@ -1128,7 +1204,7 @@ fn headers_what(p: &Packet) -> String {
         "40-byte IPv6 header"
     };
     let l4 = match p.l4 {
-        L4::Tcp { .. } => " + 20-byte TCP header".to_string(),
+        L4::Tcp { .. } => format!(" + {}-byte TCP header", l4_header_len(p)),
         L4::Udp { .. } => " + 8-byte UDP header".to_string(),
         L4::Sctp { .. } => " + 12-byte SCTP common header".to_string(),
         L4::Icmp {
@@ -1211,9 +1287,20 @@ fn fill_l4(p: &Packet, l4: &mut [u8], ip: &L4Pseudo<'_>) -> Result<(), EmitError
             flags,
             seq,
             ack,
+            win,
+            opts,
         } => {
-            let mut t = TcpHeader::new(sport, dport, seq, 65535);
+            let mut t = TcpHeader::new(sport, dport, seq, win);
             t.acknowledgment_number = ack;
+            let ob = tcp_option_bytes(&opts);
+            if !ob.is_empty() {
+                t.set_options_raw(&ob).map_err(|_| EmitError::TooShort {
+                    len: 0,
+                    needed: 20 + ob.len(),
+                    what: "TCP options".to_string(),
+                })?;
+            }
+            let hl = t.header_len();
             t.fin = flags.contains(TcpFlags::FIN);
             t.syn = flags.contains(TcpFlags::SYN);
             t.rst = flags.contains(TcpFlags::RST);
@@ -1222,13 +1309,13 @@ fn fill_l4(p: &Packet, l4: &mut [u8], ip: &L4Pseudo<'_>) -> Result<(), EmitError
             t.urg = flags.contains(TcpFlags::URG);
             t.ece = flags.contains(TcpFlags::ECE);
             t.cwr = flags.contains(TcpFlags::CWR);
-            let payload = &l4[TcpHeader::MIN_LEN..];
+            let payload = &l4[hl..];
             t.checksum = match ip {
                 L4Pseudo::V4(h) => t.calc_checksum_ipv4(h, payload),
                 L4Pseudo::V6(h) => t.calc_checksum_ipv6(h, payload),
             }
             .map_err(too_big)?;
-            l4[..TcpHeader::MIN_LEN].copy_from_slice(&t.to_bytes());
+            l4[..hl].copy_from_slice(&t.to_bytes());
         }
         L4::Udp { sport, dport } => {
             let payload = &l4[UdpHeader::LEN..];
@@ -1396,14 +1483,23 @@ mod tests {
             flags: TcpFlags::SYN | TcpFlags::ACK | TcpFlags::ECE,
             seq: 0xdeadbeef,
             ack: 7,
+            win: 502,
+            opts: TcpOpts {
+                hdr_len: 36,
+                wscale: Some(7),
+                sack_perm: true,
+                sack: Some(0x1234_5678),
+            },
         };
         let b = emit_ip(&p).unwrap();
+        assert_eq!(b[20 + 12] >> 4, 9, "a 36-byte header");
+        assert_eq!(u16::from_be_bytes([b[20 + 14], b[20 + 15]]), 502);
         assert_eq!(b[20 + 13], 0x52);
         let q = parse_ip(&b).unwrap();
         assert_eq!(q, p);
         assert_eq!(
             q.to_string(),
-            "tcp 10.0.0.1:5000 -> 10.0.0.2:80 SYN,ACK,ECE"
+            "tcp 10.0.0.1:5000 -> 10.0.0.2:80 SYN,ACK,ECE seq=3735928559 ack=7 win=502 len=16 wscale=7 sackok sack=305419896"
         );
     }
 
@@ -1829,13 +1925,34 @@ mod tests {
                 any::<u32>(),
                 any::<u32>()
             )
-                .prop_map(|(sport, dport, f, seq, ack)| L4::Tcp {
-                    sport,
-                    dport,
-                    flags: TcpFlags(f),
-                    seq,
-                    ack
-                }),
+                .prop_flat_map(|t| (
+                    Just(t),
+                    any::<u16>(),
+                    proptest::option::of(0u8..15),
+                    any::<bool>(),
+                    proptest::option::of(any::<u32>())
+                ))
+                .prop_map(
+                    |((sport, dport, f, seq, ack), win, wscale, sack_perm, sack)| {
+                        let n = 3 * usize::from(wscale.is_some())
+                            + 2 * usize::from(sack_perm)
+                            + 10 * usize::from(sack.is_some());
+                        L4::Tcp {
+                            sport,
+                            dport,
+                            flags: TcpFlags(f),
+                            seq,
+                            ack,
+                            win,
+                            opts: TcpOpts {
+                                hdr_len: (20 + n.div_ceil(4) * 4) as u8,
+                                wscale,
+                                sack_perm,
+                                sack,
+                            },
+                        }
+                    }
+                ),
             (any::<u16>(), any::<u16>()).prop_map(|(sport, dport)| L4::Udp { sport, dport }),
             (any::<u16>(), any::<u16>()).prop_map(|(sport, dport)| L4::Sctp { sport, dport }),
             icmp,

@@ -403,6 +403,7 @@ impl RejectWith {
                     flags,
                     seq,
                     ack,
+                    ..
                 } = pkt.l4
                 else {
                     return None;
@@ -416,8 +417,7 @@ impl RejectWith {
                     TcpFlags::RST,
                 );
                 r.len = if pkt.is_ipv4() { 40 } else { 60 };
-                let hdr = if pkt.is_ipv4() { 40 } else { 60 };
-                let payload = u32::from(pkt.len.saturating_sub(hdr));
+                let payload = pkt.tcp_payload_len();
                 if let L4::Tcp {
                     flags: rf,
                     seq: rseq,

@@ -290,7 +290,10 @@ fn tcp_reset_answers_like_nf_send_reset() {
     let rst = RejectWith::TcpReset
         .response(&syn, "10.0.0.2".parse().unwrap())
         .unwrap();
-    assert_eq!(rst.to_string(), "tcp 10.0.0.2:80 -> 10.0.0.1:5000 RST,ACK");
+    assert_eq!(
+        rst.to_string(),
+        "tcp 10.0.0.2:80 -> 10.0.0.1:5000 RST,ACK ack=33 len=0"
+    );
     let L4::Tcp { seq, ack, .. } = rst.l4 else {
         unreachable!()
     };

@@ -290,6 +290,7 @@ pub fn closed_port_response(pkt: &Packet) -> Option<Packet> {
             flags,
             seq,
             ack,
+            ..
         } => {
             if flags.contains(TcpFlags::RST) {
                 return None;

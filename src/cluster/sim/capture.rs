@@ -656,7 +656,12 @@ impl FrameBuilder {
             pk::IPPROTO_TCP => match self.tcp_seen.get(&tag) {
                 Some((
                     L4::Tcp {
-                        flags, seq, ack, ..
+                        flags,
+                        seq,
+                        ack,
+                        win,
+                        opts,
+                        ..
                     },
                     _,
                 )) => L4::Tcp {
@@ -665,6 +670,8 @@ impl FrameBuilder {
                     flags: *flags,
                     seq: *seq,
                     ack: *ack,
+                    win: *win,
+                    opts: *opts,
                 },
                 _ => L4::Tcp {
                     sport: inner.sport,
@@ -672,6 +679,8 @@ impl FrameBuilder {
                     flags: sim_core::TcpFlags::SYN,
                     seq: 0,
                     ack: 0,
+                    win: sim_core::packet::DEFAULT_TCP_WINDOW,
+                    opts: sim_core::TcpOpts::NONE,
                 },
             },
             pk::IPPROTO_SCTP => L4::Sctp {
