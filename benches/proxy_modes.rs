@@ -11,7 +11,7 @@
 //! address (the source is outside the cluster CIDR) and the conntrack entry confirmed, as in
 //! `netns/first_packet_10k_services`. 100 Services too, to show how flat each mode is.
 //!
-//! `cargo bench --bench proxy_modes`; figures in the README's speed table.
+//! `cargo bench --bench proxy_modes`; figures in docs/performance.md.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use nfsim::cluster::proxy::apply_sync;

@@ -1,5 +1,5 @@
 //! The real kernel's first packet of a new flow through kube-proxy's rules, in iptables mode
-//! and in nftables mode, for the README's figures next to `benches/proxy_modes.rs`:
+//! and in nftables mode, for the figures in docs/performance.md next to `benches/proxy_modes.rs`:
 //!
 //! `cargo run --release --example kernel_first_packet -- [SERVICES] [PACKETS] [ROUNDS] [MODES]`
 //!

@@ -4,7 +4,7 @@
 //! few hundred first packets sent through it by `benches/kernel/first_packet.py`. Every
 //! packet must have made a confirmed conntrack entry, DNAT'd from its ClusterIP to one of
 //! the Service's endpoints and masqueraded, as in nfsim's `proxy_modes` bench. The times it
-//! prints are not checked (a loaded machine makes them anything); the README's figures come
+//! prints are not checked (a loaded machine makes them anything); the figures in docs/performance.md come
 //! from the example with 10,000 Services. Skips where the tools or root are missing.
 
 #[path = "../benches/support/kernel_first_packet.rs"]

@@ -45,7 +45,7 @@ pub(crate) struct Args {
     pub(crate) progress: bool,
     /// Write what `tcpdump -i IF` would capture on every node's eth0 and every pod's veth
     /// into DIR (created if missing), one pcap file per interface: NODE-eth0.pcap,
-    /// NODE-veth-POD.pcap (see the README's "Captures" section).
+    /// NODE-veth-POD.pcap (see docs/captures.md).
     #[arg(long, value_name = "DIR")]
     pub(crate) pcap: Option<String>,
     /// The Unix time of the scenario's start, for the --pcap timestamps (default 0,
