@@ -106,6 +106,32 @@ mod tests {
         assert_ne!(x, z);
     }
 
+    /// Known answers: the first draws of two streams, as ChaCha8 (rand_chacha) gives them.
+    /// Every golden output of nfsim rests on these streams; a dependency update that changed
+    /// them would fail here first, naming the stream.
+    #[test]
+    fn streams_are_the_known_chacha8_ones() {
+        let mut a = SimRng::derive(1, "node/node-1/statistic");
+        let mut b = SimRng::derive(42, "client/sidecar/jitter");
+        let got = [
+            a.next_u64(),
+            a.next_u64(),
+            u64::from(a.next_u32()),
+            b.next_u64(),
+            b.below(1_000_000_007),
+        ];
+        assert_eq!(
+            got,
+            [
+                6765220587646954749,
+                1748990407447584417,
+                2661255571,
+                10085538746684064154,
+                563365033
+            ]
+        );
+    }
+
     #[test]
     fn below_stays_in_range() {
         let mut r = SimRng::derive(1, "below");
