@@ -1077,3 +1077,279 @@ fn reject_byte_counters_match_the_kernel() {
     let d = diff_counters(&save_table(save, "filter"), &sim.save_table("filter"), true);
     assert!(d.is_empty(), "filter counters differ:\n{}", d.join("\n"));
 }
+
+/// KUBE_NAT after the `web` endpoint moved from 127.0.0.2 to 127.0.0.3 (the old pod removed).
+fn kube_nat_moved() -> String {
+    KUBE_NAT.replace(
+        "-j DNAT --to-destination 127.0.0.2:8080",
+        "-j DNAT --to-destination 127.0.0.3:8080",
+    )
+}
+
+/// What nfsim does at a step of [`replay_steps`] (`None`: compare the listings there).
+type StepAction<'a> = &'a dyn Fn(&mut Sim, SimTime);
+
+/// Replays the kernel's frames into `sim` up to the instant of each step of `steps`, in
+/// order, running the step's action on `sim` there; a frame belongs to the connection of
+/// `conns` whose phase (the index of the first step after which it is replayed) it is in.
+/// Returns the kernel's and nfsim's `conntrack -L` at each listing step.
+fn replay_steps(
+    run: &LabRun,
+    sim: &mut Sim,
+    conns: &mut [(usize, SimTcp)],
+    steps: &[(&str, Option<StepAction<'_>>)],
+    from: SimTime,
+) -> Vec<(String, Vec<CtEntry>, Vec<CtEntry>)> {
+    let mut pending = frames(run)
+        .into_iter()
+        .filter(|(t, _)| *t > from)
+        .peekable();
+    let mut out = Vec::new();
+    for (i, (label, action)) in steps.iter().enumerate() {
+        let t = at(run.step(label).at_ms);
+        while let Some((ft, f)) = pending.next_if(|(ft, _)| *ft <= t) {
+            let c = conns
+                .iter_mut()
+                .rev()
+                .find(|(phase, _)| *phase <= i)
+                .map(|(_, c)| c)
+                .expect("a connection for every phase");
+            sim.tcp_segment(ft, &f, c)
+                .unwrap_or_else(|| panic!("a frame of no connection: {f}"));
+        }
+        match action {
+            Some(a) => a(sim, t),
+            None => out.push((label.to_string(), run.conntrack_entries(label), sim.list(t))),
+        }
+    }
+    out
+}
+
+fn tcp_conn(client: &str, to: &str) -> SimTcp {
+    SimTcp {
+        client: sa(client),
+        to: sa(to),
+        server: None,
+        peer: None,
+    }
+}
+
+/// Case 7: a SYN on a TIME_WAIT (server closed first) or a CLOSE entry (client reset) after
+/// the Service's endpoint moved: the kernel kills the entry and makes a new one through the
+/// new rules (`nf_conntrack_tcp_packet`'s reopen, -NF_REPEAT), so the second connection
+/// from the same client port reaches the new endpoint. nfsim, given the same segments, must
+/// agree at every listing and in the events; and nfsim given only the kernel's listing
+/// taken before the SYN (the entry loaded, as `trace`/`replay --conntrack` load it) must
+/// too.
+#[test]
+fn a_syn_on_a_time_wait_or_close_entry_reopens_to_the_new_endpoint_like_the_kernel() {
+    let Some(lab) = kernel::lab_or_skip(
+        "a_syn_on_a_time_wait_or_close_entry_reopens_to_the_new_endpoint_like_the_kernel",
+    ) else {
+        return;
+    };
+    let moved = kube_nat_moved();
+    for (case, port) in [("time-wait", "41020"), ("close", "41021")] {
+        let client = format!("127.0.0.1:{port}");
+        let mut sc = Scenario::new()
+            .rules(KUBE_NAT)
+            .capture(true)
+            .tcp_listen("127.0.0.2:8080", false)
+            .tcp_listen("127.0.0.3:8080", true)
+            .tcp_connect("first", "c", Some(&client), "127.96.0.20:80", Some("hello"))
+            .conntrack("established", &["-L"]);
+        sc = if case == "time-wait" {
+            sc.tcp_close_server("127.0.0.2:8080").tcp_close("c")
+        } else {
+            sc.tcp_reset("c")
+        };
+        let run = lab
+            .run(
+                &sc.conntrack("closed", &["-L"])
+                    .iptables_restore("moved", &moved, false)
+                    .conntrack("before-syn", &["-L"])
+                    .tcp_connect(
+                        "second",
+                        "c2",
+                        Some(&client),
+                        "127.96.0.20:80",
+                        Some("again"),
+                    )
+                    .conntrack("reopened", &["-L"]),
+            )
+            .expect("lab run");
+        let second = run.tcp("second");
+        assert!(second.connected, "{case}: {second:?}");
+        assert_eq!(
+            second.reply.as_ref().map(|r| r.server.as_str()),
+            Some("127.0.0.3:8080"),
+            "{case}: the kernel's new endpoint"
+        );
+        let closed = &run.conntrack_entries("closed");
+        let want = if case == "time-wait" {
+            "TIME_WAIT"
+        } else {
+            "CLOSE"
+        };
+        assert_eq!(closed[0].state.as_deref(), Some(want), "{case}: {closed:?}");
+
+        // nfsim, all segments.
+        let mut sim = Sim::new(&[KUBE_NAT]);
+        let restore = |s: &mut Sim, _t: SimTime| {
+            s.ns.restore(&moved, false).expect("the moved rules load");
+        };
+        let mut conns = [
+            (0, tcp_conn(&client, "127.96.0.20:80")),
+            (4, tcp_conn(&client, "127.96.0.20:80")),
+        ];
+        let lists = replay_steps(
+            &run,
+            &mut sim,
+            &mut conns,
+            &[
+                ("established", None),
+                ("closed", None),
+                ("moved", Some(&restore)),
+                ("before-syn", None),
+                ("reopened", None),
+            ],
+            SimTime::ZERO,
+        );
+        for (label, k, s) in &lists {
+            same_entries(&format!("{case} {label}"), k, s, 1);
+        }
+        assert_eq!(conns[1].1.server, Some(sa("127.0.0.3:8080")), "{case}");
+        same_events(&run.event_lines(), &sim.events);
+
+        // nfsim from the kernel's listing before the SYN, with the moved rules.
+        let mut sim = Sim::new(&[&moved]);
+        let t0 = at(run.step("before-syn").at_ms);
+        let listing = &run.output("before-syn").stdout;
+        let entries = sim_conntrack::parse_listing(listing).expect("the kernel's listing parses");
+        let report = sim_conntrack::load_listing(
+            sim.ns.conntrack_mut(),
+            t0,
+            &entries,
+            sim_core::SimDuration::from_secs(60),
+        )
+        .expect("the kernel's listing loads");
+        assert_eq!(
+            report.close_rst_assumed,
+            usize::from(case == "close"),
+            "{case}: {report}"
+        );
+        sim.ns.drain_conntrack_events();
+        let mut conns = [(0, tcp_conn(&client, "127.96.0.20:80"))];
+        let lists = replay_steps(&run, &mut sim, &mut conns, &[("reopened", None)], t0);
+        for (label, k, s) in &lists {
+            same_entries(&format!("{case} loaded {label}"), k, s, 1);
+        }
+        assert_eq!(
+            conns[0].1.server,
+            Some(sa("127.0.0.3:8080")),
+            "{case} loaded"
+        );
+    }
+}
+
+/// Case 8: data the server never acknowledges (its segments dropped in raw OUTPUT, before
+/// conntrack sees them): the kernel's entry drops from ESTABLISHED's 5 days to
+/// `nf_conntrack_tcp_timeout_unacknowledged` (set to 200 here), and once the client has
+/// retransmitted `nf_conntrack_tcp_max_retrans` (3) times, to
+/// `nf_conntrack_tcp_timeout_max_retrans` (set to 100). nfsim, given the same segments and
+/// sysctls, must agree at each listing.
+#[test]
+fn unacknowledged_data_and_retransmissions_cap_the_timeout_like_the_kernel() {
+    let Some(lab) = kernel::lab_or_skip(
+        "unacknowledged_data_and_retransmissions_cap_the_timeout_like_the_kernel",
+    ) else {
+        return;
+    };
+    const DROP_SERVER: &str = "\
+*raw
+:PREROUTING ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A OUTPUT -s 127.0.0.2/32 -p tcp -m tcp --sport 8080 -j DROP
+COMMIT
+";
+    let sysctls = [
+        (
+            "net.netfilter.nf_conntrack_tcp_timeout_unacknowledged",
+            "200",
+        ),
+        ("net.netfilter.nf_conntrack_tcp_timeout_max_retrans", "100"),
+        ("net.netfilter.nf_conntrack_tcp_max_retrans", "3"),
+    ];
+    let mut sc = Scenario::new();
+    for (k, v) in sysctls {
+        sc = sc.sysctl(k, v);
+    }
+    let run = lab
+        .run(
+            &sc.rules(KUBE_NAT)
+                .capture(true)
+                .tcp_listen("127.0.0.2:8080", false)
+                .tcp_connect(
+                    "c",
+                    "c",
+                    Some("127.0.0.1:41030"),
+                    "127.96.0.20:80",
+                    Some("hello"),
+                )
+                .conntrack("established", &["-L"])
+                .iptables_restore("server-dropped", DROP_SERVER, true)
+                .tcp_send("unanswered", "c", "never acknowledged")
+                .conntrack("unacked", &["-L"])
+                .sleep_ms(3500)
+                .conntrack("retransmitted", &["-L"]),
+        )
+        .expect("lab run");
+    let secs = |label: &str| {
+        run.conntrack_entries(label)[0]
+            .timeout_secs
+            .unwrap_or_else(|| panic!("{label}: no timeout"))
+    };
+    assert!(
+        secs("established") > 400_000,
+        "{:?}",
+        run.conntrack_entries("established")
+    );
+    assert!(
+        secs("unacked") <= 200,
+        "{:?}",
+        run.conntrack_entries("unacked")
+    );
+    assert!(
+        secs("retransmitted") <= 100,
+        "{:?}",
+        run.conntrack_entries("retransmitted")
+    );
+
+    let mut sim = Sim::new(&[KUBE_NAT]);
+    for (k, v) in sysctls {
+        sim.ns
+            .conntrack_mut()
+            .sysctls_mut()
+            .set(k, v)
+            .expect("nfsim takes the sysctl");
+    }
+    let restore = |s: &mut Sim, _t: SimTime| {
+        s.ns.restore(DROP_SERVER, true).expect("the raw rule loads");
+    };
+    let mut conns = [(0, tcp_conn("127.0.0.1:41030", "127.96.0.20:80"))];
+    let lists = replay_steps(
+        &run,
+        &mut sim,
+        &mut conns,
+        &[
+            ("established", None),
+            ("server-dropped", Some(&restore)),
+            ("unacked", None),
+            ("retransmitted", None),
+        ],
+        SimTime::ZERO,
+    );
+    for (label, k, s) in &lists {
+        same_entries(label, k, s, 1);
+    }
+}

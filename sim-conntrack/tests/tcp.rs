@@ -451,3 +451,55 @@ fn data_on_a_loaded_established_entry_is_unacknowledged_until_acked() {
     ));
     assert!(lines(&ct, t(1001))[0].starts_with("tcp      6 299 ESTABLISHED"));
 }
+
+/// A segment beyond the receiver's window (`tcp_in_window`: SEQ over `td_maxend`) gets no
+/// entry (ctstate INVALID, `conntrack -S invalid=`) and leaves the entry as it was; with
+/// `nf_conntrack_tcp_be_liberal=1` it is accepted. (nfsim accepted it whatever the sysctl
+/// said before it tracked windows.)
+#[test]
+fn out_of_window_segments_are_invalid_unless_be_liberal() {
+    for liberal in ["0", "1"] {
+        let mut s = Sysctls::default();
+        s.set("nf_conntrack_tcp_be_liberal", liberal).unwrap();
+        let mut ct = table(s);
+        let r = rules();
+        passed(send(
+            &mut ct,
+            t(0),
+            seg(C, SVC, "SYN seq=1000 win=1000 len=0"),
+            &r,
+        ));
+        passed(send(
+            &mut ct,
+            t(1),
+            seg(EP, C, "SYN,ACK seq=5000 ack=1001 win=1000 len=0"),
+            &r,
+        ));
+        passed(send(
+            &mut ct,
+            t(2),
+            seg(C, SVC, "ACK seq=1001 ack=5001 win=1000 len=0"),
+            &r,
+        ));
+        let far = seg(C, SVC, "ACK,PSH seq=900000 ack=5001 win=1000 len=10");
+        let v = ct.conntrack_in(t(3), &far);
+        if liberal == "0" {
+            assert_eq!(v, CtVerdict::Invalid(InvalidReason::TcpOutOfWindow));
+            assert_eq!(ct.stats().invalid, 1);
+        } else {
+            let CtVerdict::Tracked(h) = v else {
+                panic!("be_liberal accepts it: {v:?}")
+            };
+            ct.confirm(t(3), h).unwrap();
+            assert_eq!(ct.stats().invalid, 0);
+        }
+        // An in-window segment is fine either way.
+        passed(send(
+            &mut ct,
+            t(4),
+            seg(C, SVC, "ACK,PSH seq=1001 ack=5001 win=1000 len=10"),
+            &r,
+        ));
+        assert!(lines(&ct, t(5))[0].starts_with("tcp      6 299 ESTABLISHED"));
+    }
+}
