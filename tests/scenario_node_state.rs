@@ -125,3 +125,49 @@ fn bad_state_files_are_located_errors() {
     let err = load_with(&[], "{}");
     assert!(err.contains("state: expected `rules`"), "{err}");
 }
+
+/// The scenario with node-2's saved rules given `[packets:bytes]` counters, as
+/// `iptables-save -c` prints them, in a directory of its own.
+fn with_counted_rules(tag: &str) -> (std::path::PathBuf, String) {
+    let dir =
+        std::env::temp_dir().join(format!("nfsim-node-counters-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(dir.join("from-production-node")).unwrap();
+    let rules = std::fs::read_to_string("scenarios/from-production-node/rules.txt")
+        .unwrap()
+        .replacen(":INPUT ACCEPT [0:0]", ":INPUT ACCEPT [12345:6789012]", 1)
+        .replacen(
+            "-A FLANNEL-FWD -s 10.244.0.0/16",
+            "[7:420] -A FLANNEL-FWD -s 10.244.0.0/16",
+            1,
+        );
+    std::fs::write(dir.join("from-production-node/rules.txt"), &rules).unwrap();
+    std::fs::copy(
+        "scenarios/from-production-node/conntrack.txt",
+        dir.join("from-production-node/conntrack.txt"),
+    )
+    .unwrap();
+    let file = dir.join("s.yaml");
+    std::fs::copy(SCENARIO, &file).unwrap();
+    (dir, file.display().to_string())
+}
+
+/// `iptables-restore -c` then `iptables-save -c` on the kernel keeps a rule's and a built-in
+/// chain's counters: a node loaded from `iptables-save -c` prints them, not `[0:0]` (failed
+/// before: the state was restored without `-c`).
+#[test]
+fn saved_counters_are_kept_and_printed_by_rules_c() {
+    let (dir, file) = with_counted_rules("rules");
+    let (code, rules, err) = nfsim(&["rules", &file, "--node", "node-2", "--at", "0s", "-c"]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        rules.contains("\n:INPUT ACCEPT [12345:6789012]\n"),
+        "{rules}"
+    );
+    assert!(
+        rules.contains(
+            "\n[7:420] -A FLANNEL-FWD -s 10.244.0.0/16 -m comment --comment \"flanneld forward\" -j ACCEPT\n"
+        ),
+        "{rules}"
+    );
+}

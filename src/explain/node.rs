@@ -14,8 +14,9 @@
 //!   node (OUTPUT); otherwise a source inside the pod CIDR arrives on `cni0`, any other source
 //!   on `eth0` (PREROUTING).
 //!
-//! The ruleset is loaded as `iptables-restore --noflush` into the empty namespace, the way
-//! kube-proxy loads its payloads.
+//! The ruleset is loaded as `iptables-restore --noflush -c` into the empty namespace, the way
+//! kube-proxy loads its payloads (`--noflush --counters`): a real node's `iptables-save -c`
+//! keeps its `[packets:bytes]`.
 
 use super::ExplainError;
 use sim_core::{IfName, Packet};
@@ -160,7 +161,7 @@ impl NodeSpec {
             ifname(ETH0),
         )
         .map_err(err)?;
-        ns.restore(rules, true).map_err(err)?;
+        ns.restore_with_counters(rules, true).map_err(err)?;
         Ok(ns)
     }
 

@@ -167,7 +167,7 @@ fn node_state(
         let (path, text) = read(f)?;
         let mut ns =
             sim_netfilter::netns::Netns::new(sim_netfilter::netns::NetnsConfig::new("check", 1));
-        if let Err(e) = ns.restore(&text, false) {
+        if let Err(e) = ns.restore_with_counters(&text, false) {
             let why = match e {
                 sim_netfilter::netns::NetnsError::Restore(error) => {
                     crate::rules_error::text(&path, &error, true)
