@@ -268,3 +268,20 @@ fn a_real_nodes_sysctl_file_is_taken_whole_with_a_warning_per_unmodelled_one() {
     .unwrap_err();
     assert!(e.contains("unknown sysctl"), "{e}");
 }
+
+/// The loaded entries are the node's starting state, not traffic: `conntrack -S` counts no
+/// `insert=` for them (failed before: insert=4, one per loaded entry).
+#[test]
+fn loaded_entries_are_not_counted_as_inserts() {
+    let (code, out, err) = nfsim(&[
+        "conntrack",
+        SCENARIO,
+        "--node",
+        "node-2",
+        "--at",
+        "0s",
+        "-S",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(" insert=0 "), "{out}");
+}

@@ -34,7 +34,10 @@ pub use replay::{
     replay, replay_inputs, replay_with, ReplayInput, ReplayOptions, ReplayOutput, ReplaySummary,
     Tap,
 };
-pub use state::{load_conntrack, load_recent, RecentClock, DEFAULT_ASSUMED_AGE};
+pub use state::{
+    load_conntrack, load_recent, load_saved_state, Loaded, RecentClock, SavedState,
+    DEFAULT_ASSUMED_AGE, LOAD_AT,
+};
 pub use trace::{trace, trace_in, Outcome, StepJson, TraceOptions, TraceReport};
 
 use sim_core::packet::PacketParseError;
@@ -112,6 +115,15 @@ pub enum ExplainError {
     #[error("{file}: {message}")]
     Conntrack {
         /// The listing file.
+        file: String,
+        /// Where and what.
+        message: String,
+    },
+    /// A sysctl file (`sysctl -a` output) holds a value the kernel would refuse, or a line
+    /// that is not `NAME = VALUE`: `FILE: line L: what`.
+    #[error("{file}: {message}")]
+    Sysctls {
+        /// The file.
         file: String,
         /// Where and what.
         message: String,
