@@ -28,7 +28,7 @@ mod trace;
 
 pub use branches::{BranchOutcome, BranchReport, Decision, Probability, MAX_BRANCH_RUNS};
 pub use dyadic::Dyadic;
-pub use node::{NodeSpec, CNI0, DEFAULT_NODE_ADDR, DEFAULT_NODE_PREFIX, ETH0};
+pub use node::{is_nft_text, NodeSpec, CNI0, DEFAULT_NODE_ADDR, DEFAULT_NODE_PREFIX, ETH0};
 pub use normalize::normalize;
 pub use replay::{
     replay, replay_inputs, replay_with, ReplayInput, ReplayOptions, ReplayOutput, ReplaySummary,
@@ -82,6 +82,9 @@ pub enum ExplainError {
     /// `--packet` did not parse.
     #[error("--packet: {0}")]
     Packet(#[from] PacketParseError),
+    /// The rules file, in nft's command syntax, did not apply: `FILE:LINE:COL: Error: what`.
+    #[error(transparent)]
+    Nft(#[from] sim_netfilter::nft::NftError),
     /// The node's interfaces or routes could not be set up.
     #[error("setting up the node: {0}")]
     Netns(String),
