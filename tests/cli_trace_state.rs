@@ -491,3 +491,102 @@ fn tcp_data_on_a_saved_entry_and_a_syn_on_a_saved_close_entry() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `trace --after`: the packet comes that long after the listing was taken: the entry it
+/// meets has that many fewer seconds left, and one that expired in between is gone (failed
+/// before: no such flag; trace ran at the listing's instant only).
+#[test]
+fn trace_after_the_listing_reads_the_seconds_left_then() {
+    let ct = std::env::temp_dir().join(format!("nfsim-trace-after-{}.txt", std::process::id()));
+    std::fs::write(
+        &ct,
+        "udp      17 25 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.8 dst=10.244.2.9 sport=53 dport=40000 mark=0 use=1\n",
+    )
+    .unwrap();
+    let run = |after: &str| {
+        nfsim(&[
+            "trace",
+            "--rules",
+            "examples/production-node/rules.txt",
+            "--conntrack",
+            ct.to_str().unwrap(),
+            "--node-addr",
+            "192.168.0.12",
+            "--pod-cidr",
+            "10.244.2.0/24",
+            "--packet",
+            PKT,
+            "--after",
+            after,
+            "--json",
+        ])
+    };
+    let (code, out, err) = run("10s");
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["outcome"]["dnat"], "10.96.0.10:53 -> 10.244.1.8:53");
+    let found = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "conntrack" && s["found"] == true)
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        found.to_string().contains("udp      17 15 src=10.244.2.9"),
+        "{found}"
+    );
+    let (code, out, err) = run("26s");
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_ne!(
+        v["outcome"]["dnat"], "10.96.0.10:53 -> 10.244.1.8:53",
+        "{out}"
+    );
+    let _ = std::fs::remove_file(&ct);
+    let (code, _, err) = nfsim(&[
+        "trace",
+        "--rules",
+        "examples/production-node/rules.txt",
+        "--packet",
+        PKT,
+        "--after",
+        "1s",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--after needs --conntrack or --recent"),
+        "{err}"
+    );
+}
+
+/// `trace SCENARIO --seed N` runs the scenario with that seed (as `run --seed`), and the node
+/// flags that a scenario's node has of its own are refused (failed before: both accepted and
+/// ignored).
+#[test]
+fn trace_on_a_scenario_honours_seed_and_refuses_node_flags() {
+    let trace = |extra: &[&str]| {
+        let mut args = vec![
+            "trace",
+            "scenarios/stale-dns-udp.yaml",
+            "--node",
+            "node-2",
+            "--packet",
+            "udp 10.244.2.9:40999 -> 10.96.0.10:53",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        nfsim(&args)
+    };
+    let picks: std::collections::BTreeSet<String> = (1..=8)
+        .map(|s| {
+            let (code, out, err) = trace(&["--seed", &s.to_string()]);
+            assert_eq!(code, 0, "{err}");
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            v["outcome"]["dnat"].to_string()
+        })
+        .collect();
+    assert!(picks.len() > 1, "the seed changed nothing: {picks:?}");
+    let (code, _, err) = trace(&["--node-addr", "10.0.0.1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--node-addr goes with --rules"), "{err}");
+}

@@ -66,6 +66,49 @@ fn a_real_listing_loads_and_lists_back_byte_for_byte() {
     }
     let ages = sim_conntrack::listing::entry_ages(&es, SimDuration::from_secs(60));
     assert!(ages.iter().all(|(_, s)| *s == AgeSource::DeltaTime));
+
+    // And printed back as the real tool prints them: `ipv4     2 ` first, `delta-time=` and
+    // `[start=…]` before `use=1` (the same table listed with and without ktimestamp).
+    let both = real(&format!(
+        "sysctl -qw net.netfilter.nf_conntrack_timestamp=1\n{INSERTS}sleep 1.2\nconntrack -L -o extended,ktimestamp 2>/dev/null; echo ===; conntrack -L 2>/dev/null"
+    ));
+    let (ext, plain) = both.split_once("===\n").unwrap();
+    let es = parse_listing(ext).unwrap();
+    let mut ct = Conntrack::new(1, "t", Sysctls::default());
+    let now = SimTime::ZERO + SimDuration::from_secs(1000);
+    load_listing(&mut ct, now, &es, SimDuration::from_secs(60)).unwrap();
+    // The epoch that puts `now` at the second the listing was taken: start + delta-time.
+    let e0 = &es[0];
+    let epoch = u64::try_from(e0.start.unwrap()).unwrap() + e0.delta_time.unwrap() - 1000;
+    let format = sim_conntrack::ListFormat {
+        extended: true,
+        ktimestamp: true,
+        epoch_secs: epoch,
+    };
+    // The plain listing, taken a moment later (a second may tick between), loaded on its own.
+    let mut plain_ct = Conntrack::new(1, "t", Sysctls::default());
+    load_listing(
+        &mut plain_ct,
+        now,
+        &parse_listing(plain).unwrap(),
+        SimDuration::ZERO,
+    )
+    .unwrap();
+    for (want, ct, dump) in [
+        (ext, &ct, format),
+        (plain, &plain_ct, sim_conntrack::ListFormat::default()),
+    ] {
+        let mut want: Vec<&str> = want.lines().collect();
+        let dump: Vec<String> = ct
+            .list(now, &Filter::all())
+            .iter()
+            .map(|e| e.list_line_as(now, dump).to_string())
+            .collect();
+        let mut got: Vec<&str> = dump.iter().map(String::as_str).collect();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want);
+    }
 }
 
 /// `conntrack -L` filters against the real tool on the same table: DNAT'd, SNAT'd and plain

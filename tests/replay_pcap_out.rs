@@ -307,7 +307,7 @@ fn replay_starts_from_a_conntrack_listing_with_sysctls_and_prints_the_table_when
         "--conntrack",
         ct.to_str().unwrap(),
         "--sysctl",
-        "nf_conntrack_udp_timeout=45",
+        "nf_conntrack_udp_timeout_stream=150",
         "--conntrack-at",
         "0s",
         cap.to_str().unwrap(),
@@ -319,11 +319,11 @@ fn replay_starts_from_a_conntrack_listing_with_sysctls_and_prints_the_table_when
         out.contains("transmitted on cni0: udp 10.244.2.9:40000 -> 10.244.1.8:53"),
         "{out}"
     );
-    // Refreshed by the nf_conntrack_udp_timeout set by --sysctl (within 2 s of its creation
-    // the kernel refreshes even a replied entry by it, not by the stream timeout).
+    // Refreshed by the nf_conntrack_udp_timeout_stream set by --sysctl: the entry is
+    // assumed 1 minute old (its line prints no delta-time=), past the 2 s after creation.
     assert!(
         out.contains(
-            "udp      17 45 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.8"
+            "udp      17 150 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.8"
         ),
         "{out}"
     );
@@ -339,4 +339,213 @@ fn replay_starts_from_a_conntrack_listing_with_sysctls_and_prints_the_table_when
     assert!(!ok && err.contains("expected NAME=VALUE"), "{err}");
     let _ = std::fs::remove_file(&cap);
     let _ = std::fs::remove_file(&ct);
+}
+
+/// A replay that starts from a real node's table: `--conntrack NAME --rules … CAPTURE`, with
+/// `extra` flags, the capture holding `packets`; returns (ok, stdout, stderr).
+fn replay_from(listing: &str, packets: &[(u64, &str)], extra: &[&str]) -> (bool, String, String) {
+    let tag = format!("{}-{}", listing.len(), extra.join("_").len());
+    let cap = tmp(&format!("from-{tag}.pcap"));
+    write_raw(&cap, packets);
+    let ct = tmp(&format!("from-{tag}.txt"));
+    std::fs::write(&ct, listing).unwrap();
+    let mut args = vec![
+        "replay",
+        "--rules",
+        RULES,
+        "--pod-cidr",
+        "10.244.0.0/16",
+        "--conntrack",
+        ct.to_str().unwrap(),
+        cap.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let r = nfsim(&args);
+    let _ = std::fs::remove_file(&cap);
+    let _ = std::fs::remove_file(&ct);
+    r
+}
+
+/// A replied UDP entry whose line says it was made 60 s ago: the replay's first packet comes
+/// more than 2 s after its creation, so it makes the entry ASSURED and refreshes it to
+/// `nf_conntrack_udp_timeout_stream` (failed before: every loaded entry was created at the
+/// replay's start, so the packet found it 0 s old: 30 s, not ASSURED). Loading is not
+/// traffic: no `[NEW]` event for any loaded entry in the JSON lines.
+#[test]
+fn replay_ages_loaded_entries_as_their_lines_say_and_emits_no_new_for_them() {
+    const LISTING: &str = "\
+udp      17 25 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.8 dst=10.244.2.9 sport=53 dport=40000 mark=0 delta-time=60 use=1
+udp      17 20 src=10.244.2.7 dst=10.96.0.10 sport=41000 dport=53 src=10.244.1.8 dst=10.244.2.7 sport=53 dport=41000 mark=0 delta-time=1 use=1
+";
+    let packets = [
+        (0, "udp 10.244.2.9:40000 -> 10.96.0.10:53"),
+        (0, "udp 10.244.2.7:41000 -> 10.96.0.10:53"),
+    ];
+    let (ok, out, err) = replay_from(LISTING, &packets, &[]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("udp      17 120 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.8 dst=10.244.2.9 sport=53 dport=40000 [ASSURED] mark=0 delta-time=60 use=1"),
+        "{out}"
+    );
+    // 1 s old: not yet past the 2 s, refreshed to nf_conntrack_udp_timeout.
+    assert!(
+        out.contains("udp      17 30 src=10.244.2.7 dst=10.96.0.10 sport=41000 dport=53 src=10.244.1.8 dst=10.244.2.7 sport=53 dport=41000 mark=0 delta-time=1 use=1"),
+        "{out}"
+    );
+    let (ok, json, err) = replay_from(LISTING, &packets, &["--json", "-"]);
+    assert!(ok, "{err}");
+    let events: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["kind"] == "conntrack")
+        .collect();
+    assert!(!events.is_empty(), "{json}");
+    assert!(events.iter().all(|e| e["event"] != "NEW"), "{json}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "UPDATE" && e["line"].as_str().unwrap().contains("[ASSURED]")),
+        "{json}"
+    );
+}
+
+/// `--after`: the capture's first packet comes that long after the listing was taken, so
+/// an entry with fewer seconds left is gone and a new one is made through the rules; with
+/// `--conntrack-age`, an entry whose line prints no age is that old.
+#[test]
+fn replay_after_the_listing_and_with_an_assumed_age() {
+    const LISTING: &str = "udp      17 25 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.8 dst=10.244.2.9 sport=53 dport=40000 mark=0 use=1\n";
+    let packets = [(0, "udp 10.244.2.9:40000 -> 10.96.0.10:53")];
+    let (ok, out, err) = replay_from(
+        LISTING,
+        &packets,
+        &["--after", "10s", "--conntrack-at", "0s"],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("packets arrive 10s after the saved state was read"),
+        "{out}"
+    );
+    assert!(
+        out.contains("transmitted on cni0: udp 10.244.2.9:40000 -> 10.244.1.8:53"),
+        "{out}"
+    );
+    let (ok, out, err) = replay_from(LISTING, &packets, &["--after", "30s"]);
+    assert!(ok, "{err}");
+    assert!(
+        !out.contains("-> 10.244.1.8:53"),
+        "the expired entry was used:\n{out}"
+    );
+    // Assumed 1 s old: the packet comes within 2 s of its creation.
+    let (ok, out, err) = replay_from(LISTING, &packets, &["--conntrack-age", "1s"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("udp      17 30 src=10.244.2.9 dst=10.96.0.10 sport=40000"),
+        "{out}"
+    );
+    assert!(!out.contains("[ASSURED]"), "{out}");
+    let (ok, _, err) = nfsim(&["replay", "--rules", RULES, "--after", "1s", "x.pcap"]);
+    assert!(
+        !ok && err.contains("--after needs --conntrack or --recent"),
+        "{err}"
+    );
+}
+
+/// `replay --recent NAME=FILE` as `trace` has it: a real node's ClientIP affinity list pins
+/// the client to its recorded endpoint (failed before: no such flag).
+#[test]
+fn replay_takes_a_saved_xt_recent_list() {
+    let cap = tmp("recent.pcap");
+    write_raw(&cap, &[(0, "udp 10.244.2.9:40000 -> 10.96.0.10:53")]);
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "replay",
+            "--rules",
+            "tests/fixtures/cli/affinity.save",
+            "--node-addr",
+            "192.168.0.12",
+            "--pod-cidr",
+            "10.244.2.0/24",
+            "--recent",
+            "KUBE-SEP-5SZA7C4MJLLQPPFI=tests/fixtures/cli/xt_recent.KUBE-SEP-5SZA7C4MJLLQPPFI",
+            "--recent-jiffies",
+            "4299406173",
+            cap.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        nfsim(&args)
+    };
+    let (ok, out, err) = run(&[]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("recent list KUBE-SEP-5SZA7C4MJLLQPPFI from"),
+        "{out}"
+    );
+    assert!(
+        out.contains("udp 10.244.2.9:40000 -> 10.244.1.6:53"),
+        "{out}"
+    );
+    // Three hours after the list was read its stamp (65 s old then) is past the affinity's
+    // 10800 s: the rules choose (seed 1: 10.244.2.5).
+    let (ok, out, err) = run(&["--after", "3h"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("udp 10.244.2.9:40000 -> 10.244.2.5:53"),
+        "{out}"
+    );
+    let _ = std::fs::remove_file(&cap);
+}
+
+/// `--sysctls FILE` takes a real node's whole `sysctl -a`: the modelled ones applied, one
+/// warning per netfilter sysctl not modelled; `--sysctl` of a kernel sysctl nfsim does not
+/// model is a warning too, an unknown one an error (failed before: no --sysctls, and
+/// `--sysctl nf_conntrack_acct=1` was refused as unknown).
+#[test]
+fn replay_takes_a_real_nodes_sysctl_file_whole() {
+    let cap = tmp("sysctls.pcap");
+    write_raw(&cap, &[(0, "udp 10.244.2.9:40000 -> 10.96.0.10:53")]);
+    let file = tmp("sysctls.txt");
+    let text =
+        std::fs::read_to_string(Path::new(ROOT).join("tests/fixtures/sysctl/netfilter-6.18.txt"))
+            .unwrap()
+            .replace(
+                "nf_conntrack_udp_timeout = 30",
+                "nf_conntrack_udp_timeout = 47",
+            );
+    std::fs::write(&file, text).unwrap();
+    let (ok, out, err) = nfsim(&[
+        "replay",
+        "--rules",
+        RULES,
+        "--pod-cidr",
+        "10.244.0.0/16",
+        "--sysctls",
+        file.to_str().unwrap(),
+        "--sysctl",
+        "nf_conntrack_acct=1",
+        cap.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("udp      17 47 src=10.244.2.9"), "{out}");
+    assert_eq!(
+        err.matches("nf_conntrack_checksum: not modelled").count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.contains("warning: --sysctl net.netfilter.nf_conntrack_acct: not modelled"),
+        "{err}"
+    );
+    assert!(!err.contains("nf_log"), "{err}");
+    let (ok, _, err) = nfsim(&[
+        "replay",
+        "--rules",
+        RULES,
+        "--sysctl",
+        "nf_conntrack_bogus=1",
+        cap.to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("unknown sysctl"), "{err}");
+    let _ = std::fs::remove_file(&cap);
+    let _ = std::fs::remove_file(&file);
 }

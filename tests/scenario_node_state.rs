@@ -125,3 +125,163 @@ fn bad_state_files_are_located_errors() {
     let err = load_with(&[], "{}");
     assert!(err.contains("state: expected `rules`"), "{err}");
 }
+
+/// The scenario with node-2's saved rules given `[packets:bytes]` counters, as
+/// `iptables-save -c` prints them, in a directory of its own.
+fn with_counted_rules(tag: &str) -> (std::path::PathBuf, String) {
+    let dir =
+        std::env::temp_dir().join(format!("nfsim-node-counters-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(dir.join("from-production-node")).unwrap();
+    let rules = std::fs::read_to_string("scenarios/from-production-node/rules.txt")
+        .unwrap()
+        .replacen(":INPUT ACCEPT [0:0]", ":INPUT ACCEPT [12345:6789012]", 1)
+        .replacen(
+            "-A FLANNEL-FWD -s 10.244.0.0/16",
+            "[7:420] -A FLANNEL-FWD -s 10.244.0.0/16",
+            1,
+        );
+    std::fs::write(dir.join("from-production-node/rules.txt"), &rules).unwrap();
+    std::fs::copy(
+        "scenarios/from-production-node/conntrack.txt",
+        dir.join("from-production-node/conntrack.txt"),
+    )
+    .unwrap();
+    let file = dir.join("s.yaml");
+    std::fs::copy(SCENARIO, &file).unwrap();
+    (dir, file.display().to_string())
+}
+
+/// `iptables-restore -c` then `iptables-save -c` on the kernel keeps a rule's and a built-in
+/// chain's counters: a node loaded from `iptables-save -c` prints them, not `[0:0]` (failed
+/// before: the state was restored without `-c`).
+#[test]
+fn saved_counters_are_kept_and_printed_by_rules_c() {
+    let (dir, file) = with_counted_rules("rules");
+    let (code, rules, err) = nfsim(&["rules", &file, "--node", "node-2", "--at", "0s", "-c"]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        rules.contains("\n:INPUT ACCEPT [12345:6789012]\n"),
+        "{rules}"
+    );
+    assert!(
+        rules.contains(
+            "\n[7:420] -A FLANNEL-FWD -s 10.244.0.0/16 -m comment --comment \"flanneld forward\" -j ACCEPT\n"
+        ),
+        "{rules}"
+    );
+}
+
+/// Loads a one-node scenario whose node-1 has `state` (files written beside it) and the
+/// scenario-wide `sysctls` YAML block `top`; returns the scenario or the error text.
+fn scenario_with(
+    files: &[(&str, &str)],
+    state: &str,
+    top: &str,
+) -> Result<(nfsim::scenario::Scenario, Vec<String>), String> {
+    let dir = std::env::temp_dir().join(format!(
+        "nfsim-node-sysctls-{}-{}",
+        std::process::id(),
+        state.len() + top.len()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let yaml = format!(
+        "name: t\nduration: 1m\n{top}nodes:\n  - name: node-1\n    address: 192.168.0.11\n    podCIDR: 10.244.1.0/24\n    state: {state}\n    sysctls:\n      net.netfilter.nf_conntrack_udp_timeout: 45\n"
+    );
+    let file = dir.join("s.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    let r = nfsim::scenario::load_file(file.to_str().unwrap()).map_err(|e| e.to_string());
+    std::fs::remove_dir_all(&dir).ok();
+    let d = dir.display().to_string();
+    r.map(|sc| {
+        let w = sc
+            .warnings
+            .iter()
+            .map(|w| w.to_string().replace(&d, "DIR"))
+            .collect();
+        (sc, w)
+    })
+    .map_err(|e| e.replace(&d, "DIR"))
+}
+
+/// A real node's whole `sysctl -a | grep ^net.netfilter` (53 lines of the 6.18 kernel) loads:
+/// each modelled sysctl applied (the node's own `sysctls` over it), one warning per one not
+/// modelled, with why (failed before: `state` had no `sysctls`, and the scenario's
+/// `sysctls` refused every unmodelled name).
+#[test]
+fn a_real_nodes_sysctl_file_is_taken_whole_with_a_warning_per_unmodelled_one() {
+    let real = std::fs::read_to_string("tests/fixtures/sysctl/netfilter-6.18.txt")
+        .unwrap()
+        .replace(
+            "nf_conntrack_udp_timeout_stream = 120",
+            "nf_conntrack_udp_timeout_stream = 180",
+        )
+        .replace("nf_conntrack_timestamp = 0", "nf_conntrack_timestamp = 1");
+    let (sc, w) = scenario_with(
+        &[("sysctl.txt", &real)],
+        "{sysctls: sysctl.txt}",
+        "sysctls:\n  net.netfilter.nf_conntrack_acct: 1\n",
+    )
+    .unwrap();
+    let s = &sc.nodes[0].sysctls;
+    assert_eq!(s["net.netfilter.nf_conntrack_udp_timeout_stream"], 180);
+    assert_eq!(s["net.netfilter.nf_conntrack_timestamp"], 1);
+    assert_eq!(s["net.netfilter.nf_conntrack_udp_timeout"], 45);
+    let one = |needle: &str| w.iter().filter(|l| l.contains(needle)).count();
+    assert_eq!(
+        one("nf_conntrack_checksum: not modelled (conntrack does not verify layer-4 checksums"),
+        1,
+        "{w:#?}"
+    );
+    assert_eq!(one("nf_conntrack_sctp_timeout_established: not modelled (SCTP is tracked as the generic protocol"), 1, "{w:#?}");
+    assert_eq!(
+        one("nf_conntrack_frag6_timeout: not modelled (IPv6 fragments"),
+        1,
+        "{w:#?}"
+    );
+    assert_eq!(one("nf_conntrack_tcp_be_liberal"), 0, "{w:#?}");
+    assert_eq!(one("nf_log."), 0, "{w:#?}");
+    assert!(
+        w.iter().any(|l| l.contains("DIR/s.yaml:9:22: warning: state.sysctls: DIR/sysctl.txt: line 9: net.netfilter.nf_conntrack_frag6_timeout")),
+        "{w:#?}"
+    );
+    // The scenario-wide map warns about a kernel sysctl it does not model, at its value.
+    assert!(
+        w.iter().any(|l| l.contains("sysctl net.netfilter.nf_conntrack_acct: not modelled (per-entry packet and byte counters")),
+        "{w:#?}"
+    );
+    // Impossible values are refused, located; an unknown name in the map stays an error.
+    let bad = real.replace("nf_conntrack_acct = 0", "nf_conntrack_acct = 7");
+    let e = scenario_with(&[("sysctl.txt", &bad)], "{sysctls: sysctl.txt}", "").unwrap_err();
+    assert!(
+        e.starts_with("DIR/s.yaml:7:22: state.sysctls: DIR/sysctl.txt: line 1: sysctl net.netfilter.nf_conntrack_acct: \"7\": expected 0 or 1"),
+        "{e}"
+    );
+    let e = scenario_with(
+        &[("sysctl.txt", &real)],
+        "{sysctls: sysctl.txt}",
+        "sysctls:\n  net.netfilter.nf_conntrack_udp_timeot: 1\n",
+    )
+    .unwrap_err();
+    assert!(e.contains("unknown sysctl"), "{e}");
+}
+
+/// The loaded entries are the node's starting state, not traffic: `conntrack -S` counts no
+/// `insert=` for them (failed before: insert=4, one per loaded entry).
+#[test]
+fn loaded_entries_are_not_counted_as_inserts() {
+    let (code, out, err) = nfsim(&[
+        "conntrack",
+        SCENARIO,
+        "--node",
+        "node-2",
+        "--at",
+        "0s",
+        "-S",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(" insert=0 "), "{out}");
+}

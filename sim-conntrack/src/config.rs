@@ -105,6 +105,11 @@ pub struct Sysctls {
     /// `nf_conntrack_events`: 0 = no events, 1 = events, 2 = events if someone listens (nfsim
     /// treats 2 like 1: the caller drains them).
     pub events: u8,
+    /// `nf_conntrack_timestamp` (0): each new entry records its start
+    /// (`nf_conntrack_timestamp.c`; written at confirmation), which `conntrack -L` prints as
+    /// `delta-time=` and `-o ktimestamp` as `[start=…]`. An entry made while it is 0 never
+    /// gets one.
+    pub timestamp: bool,
     /// `nf_conntrack_udp_timeout` (30 s).
     pub udp_timeout: SimDuration,
     /// `nf_conntrack_udp_timeout_stream` (120 s).
@@ -130,6 +135,7 @@ impl Default for Sysctls {
             tcp_be_liberal: false,
             tcp_max_retrans: 3,
             events: 1,
+            timestamp: false,
             udp_timeout: s(30),
             udp_timeout_stream: s(120),
             icmp_timeout: s(30),
@@ -163,6 +169,7 @@ enum Key {
     TcpBeLiberal,
     TcpMaxRetrans,
     Events,
+    Timestamp,
     Udp,
     UdpStream,
     Icmp,
@@ -179,6 +186,7 @@ const NAMES: &[(&str, Key)] = &[
     ("nf_conntrack_tcp_be_liberal", Key::TcpBeLiberal),
     ("nf_conntrack_tcp_max_retrans", Key::TcpMaxRetrans),
     ("nf_conntrack_events", Key::Events),
+    ("nf_conntrack_timestamp", Key::Timestamp),
     ("nf_conntrack_udp_timeout", Key::Udp),
     ("nf_conntrack_udp_timeout_stream", Key::UdpStream),
     ("nf_conntrack_icmp_timeout", Key::Icmp),
@@ -304,6 +312,11 @@ impl Sysctls {
                 const E: &str = "0, 1 or 2";
                 self.events = range(parse(E)?, 0, 2, E)? as u8;
             }
+            Key::Timestamp => {
+                // proc_dou8vec_minmax with extra1 = 0, extra2 = 1.
+                const E: &str = "0 or 1";
+                self.timestamp = range(parse(E)?, 0, 1, E)? == 1;
+            }
             _ => {
                 let n = range(
                     parse(TIMEOUT_EXPECTED)?,
@@ -369,6 +382,7 @@ impl Sysctls {
             Key::TcpBeLiberal => u8::from(self.tcp_be_liberal).to_string(),
             Key::TcpMaxRetrans => self.tcp_max_retrans.to_string(),
             Key::Events => self.events.to_string(),
+            Key::Timestamp => u8::from(self.timestamp).to_string(),
             Key::Udp => secs(self.udp_timeout),
             Key::UdpStream => secs(self.udp_timeout_stream),
             Key::Icmp => secs(self.icmp_timeout),

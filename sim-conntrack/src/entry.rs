@@ -208,6 +208,11 @@ pub struct CtEntry {
     pub tcp_state: Option<TcpState>,
     /// The connection mark (`ctmark`).
     pub mark: u32,
+    /// Its timestamp start (`nf_conn_tstamp.start`), in nanoseconds of simulated time (before
+    /// 0 for an entry loaded from a listing older than the simulation): set when
+    /// `nf_conntrack_timestamp` was 1 at its creation, or when the listing it was loaded from
+    /// printed one. `conntrack -L` prints `delta-time=` from it, `-o ktimestamp` `[start=…]`.
+    pub start_ns: Option<i64>,
     /// When it times out.
     pub expiry: Expiry,
     /// Creation order: entries are listed by it.
@@ -240,20 +245,28 @@ impl CtEntry {
 
     /// The `conntrack -L` line at `now` (no newline): `udp      17 29 src=… [UNREPLIED] src=…
     /// mark=0 use=1`.
+    /// With a timestamp ([`CtEntry::start_ns`]), `delta-time=N` before `use=1`.
     pub fn list_line(&self, now: SimTime) -> ListLine<'_> {
-        ListLine {
-            e: self,
-            now,
-            extended: false,
-        }
+        self.list_line_as(now, ListFormat::default())
     }
 
     /// The `conntrack -L -o extended` line at `now` (`ipv4     2 ` in front).
     pub fn list_line_extended(&self, now: SimTime) -> ListLine<'_> {
+        self.list_line_as(
+            now,
+            ListFormat {
+                extended: true,
+                ..ListFormat::default()
+            },
+        )
+    }
+
+    /// The `conntrack -L -o …` line at `now` in `format`.
+    pub fn list_line_as(&self, now: SimTime, format: ListFormat) -> ListLine<'_> {
         ListLine {
             e: self,
             now,
-            extended: true,
+            format,
         }
     }
 
@@ -299,17 +312,38 @@ pub struct RuleView {
     pub reply: TupleV4,
 }
 
+/// What `conntrack -L -o LIST` adds to a line (conntrack-tools 1.4.7 with
+/// libnetfilter_conntrack's `nfct_snprintf` default output).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListFormat {
+    /// `-o extended`: the layer-3 name and number first (`ipv4     2 `).
+    pub extended: bool,
+    /// `-o ktimestamp`: `[start=DATE]` after `delta-time=` for an entry with a timestamp.
+    pub ktimestamp: bool,
+    /// The Unix time (seconds) of the simulation's start: the dates `[start=…]` prints and
+    /// the clock `delta-time=` is counted on (whole seconds, as the tool's `time()` is).
+    pub epoch_secs: u64,
+}
+
 /// `Display` adapter of [`CtEntry::list_line`].
 #[derive(Clone, Copy, Debug)]
 pub struct ListLine<'a> {
     e: &'a CtEntry,
     now: SimTime,
-    extended: bool,
+    format: ListFormat,
+}
+
+/// The Unix time (whole seconds, floor) of `ns` nanoseconds of simulated time after an epoch
+/// of `epoch_secs`.
+fn unix_secs(epoch_secs: u64, ns: i64) -> i64 {
+    i64::try_from(epoch_secs)
+        .unwrap_or(i64::MAX)
+        .saturating_add(ns.div_euclid(1_000_000_000))
 }
 
 impl fmt::Display for ListLine<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.extended {
+        if self.format.extended {
             let (fam, num) = if self.e.orig.src.is_ipv4() {
                 ("ipv4", 2)
             } else {
@@ -319,7 +353,23 @@ impl fmt::Display for ListLine<'_> {
         }
         self.e
             .fmt_body(f, Some(self.e.expiry.secs_left(self.now)))?;
-        write!(f, " mark={} use=1", self.e.mark)
+        write!(f, " mark={} ", self.e.mark)?;
+        if let Some(start) = self.e.start_ns {
+            // __snprintf_timestamp_delta: time(NULL) - start / NSEC_PER_SEC, both whole
+            // seconds; then __snprintf_timestamp_start's ctime() with -o ktimestamp.
+            let epoch = self.format.epoch_secs;
+            let start_s = unix_secs(epoch, start);
+            let now_s = unix_secs(
+                epoch,
+                i64::try_from(self.now.as_nanos()).unwrap_or(i64::MAX),
+            );
+            write!(f, "delta-time={} ", now_s.saturating_sub(start_s).max(0))?;
+            if self.format.ktimestamp {
+                let date = sim_core::time::ctime(u64::try_from(start_s).unwrap_or(0));
+                write!(f, "[start={date}] ")?;
+            }
+        }
+        f.write_str("use=1")
     }
 }
 

@@ -57,7 +57,8 @@ pub mod tuple;
 
 pub use config::{SysctlError, Sysctls};
 pub use entry::{
-    deleted_summary, shown_summary, CtEntry, EntryId, Expiry, ListLine, RuleView, Status, TcpState,
+    deleted_summary, shown_summary, CtEntry, EntryId, Expiry, ListFormat, ListLine, RuleView,
+    Status, TcpState,
 };
 pub use event::{CtEvent, DestroyCause, EventKind, Stats};
 pub use filter::{AddrMatch, Filter, FilterError};

@@ -620,8 +620,10 @@ impl std::error::Error for LoadError {}
 /// The `assumed_age` [`load_listing`] takes when its caller has no better figure.
 pub const DEFAULT_ASSUMED_AGE: SimDuration = SimDuration::from_secs(60);
 
-/// Inserts a listing's entries into `ct` at `now`, each with its timeout and age, as
-/// `conntrack -I` would (the `[NEW]` events this queues are the caller's to drain or keep).
+/// Loads a listing's entries into `ct` at `now`, each with its timeout and age, as the
+/// table's starting state ([`Conntrack::load`]: no `[NEW]` events, no `insert` counted). An
+/// entry whose line printed `delta-time=` or `[start=…]` keeps a timestamp start `age`
+/// before `now` (the node had `nf_conntrack_timestamp=1`); the others have none.
 pub fn load_listing(
     ct: &mut Conntrack,
     now: SimTime,
@@ -634,7 +636,7 @@ pub fn load_listing(
         ..LoadReport::default()
     };
     for (e, (age, src)) in entries.iter().zip(ages) {
-        ct.insert(
+        ct.load(
             now,
             &crate::table::NewEntry {
                 orig: e.orig,
@@ -645,6 +647,7 @@ pub fn load_listing(
                 timeout: SimDuration::from_secs(e.timeout_s),
                 age,
                 history: crate::table::History::Listed,
+                timestamped: src != AgeSource::Assumed,
             },
         )
         .map_err(|err| LoadError {
@@ -755,6 +758,80 @@ ipv4     2 udp      17 25 src=10.0.0.1 dst=10.0.0.2 sport=4 dport=2 src=10.0.0.2
                 "delta-time={d}"
             );
         }
+    }
+
+    /// An entry of a listing older than the table's clock still has its age: its creation
+    /// (and so the UDP 2-second rule and `delta-time=`) lies before the simulation's start,
+    /// not clamped to it (failed before: loaded at 0, an entry 60 s old was 0 s old).
+    #[test]
+    fn a_listing_older_than_the_clock_keeps_its_ages() {
+        let text = "udp      17 20 src=10.0.0.1 dst=10.0.0.2 sport=5000 dport=53 src=10.0.0.2 dst=10.0.0.1 sport=53 dport=5000 mark=0 delta-time=60 use=1\n";
+        let es = parse_listing(text).unwrap();
+        let mut ct = Conntrack::new(1, "t", Sysctls::default());
+        let r = load_listing(&mut ct, SimTime::ZERO, &es, SimDuration::ZERO).unwrap();
+        assert_eq!(r.from_delta_time, 1);
+        // The starting state: no [NEW] event, no insert= counted.
+        assert!(ct.pending_events().is_empty());
+        assert_eq!(ct.stats().insert, 0);
+        assert_eq!(ct.dump(SimTime::ZERO, &Filter::all()), text);
+        let pkt = sim_core::Packet::udp(
+            "10.0.0.1:5000".parse().unwrap(),
+            "10.0.0.2:53".parse().unwrap(),
+        );
+        let crate::CtVerdict::Tracked(h) = ct.conntrack_in(SimTime::ZERO, &pkt) else {
+            panic!("not tracked")
+        };
+        ct.confirm(SimTime::ZERO, h).unwrap();
+        let e = ct.get(h.id).unwrap();
+        assert!(e.status.contains(Status::ASSURED));
+        assert_eq!(e.start_ns, Some(-60_000_000_000));
+        let later = SimTime::from_millis(2_500);
+        assert_eq!(
+            e.list_line_as(
+                later,
+                crate::ListFormat {
+                    extended: true,
+                    ktimestamp: true,
+                    epoch_secs: 1_764_581_000,
+                },
+            )
+            .to_string(),
+            "ipv4     2 udp      17 117 src=10.0.0.1 dst=10.0.0.2 sport=5000 dport=53 src=10.0.0.2 dst=10.0.0.1 sport=53 dport=5000 [ASSURED] mark=0 delta-time=62 [start=Mon Dec  1 09:22:20 2025] use=1"
+        );
+    }
+
+    /// `nf_conntrack_timestamp=1`: a new entry records its start; `delta-time=` counts whole
+    /// seconds of the clock (`time()` minus the start's second), as conntrack-tools does.
+    /// Entries made while it is 0 have none.
+    #[test]
+    fn the_timestamp_sysctl_stamps_new_entries() {
+        let mut sys = Sysctls::default();
+        sys.set("net.netfilter.nf_conntrack_timestamp", "1")
+            .unwrap();
+        assert_eq!(sys.get("nf_conntrack_timestamp").unwrap(), "1");
+        assert!(sys.set("nf_conntrack_timestamp", "2").is_err());
+        let mut ct = Conntrack::new(1, "t", sys);
+        let pkt = |sport: u16| {
+            sim_core::Packet::udp(
+                format!("10.0.0.1:{sport}").parse().unwrap(),
+                "10.0.0.2:53".parse().unwrap(),
+            )
+        };
+        let t0 = SimTime::from_millis(10_700);
+        let crate::CtVerdict::Tracked(h) = ct.conntrack_in(t0, &pkt(1)) else {
+            panic!("not tracked")
+        };
+        ct.confirm(t0, h).unwrap();
+        let now = SimTime::from_millis(15_100);
+        let line = ct.get(h.id).unwrap().list_line(now).to_string();
+        assert!(line.ends_with(" mark=0 delta-time=5 use=1"), "{line}");
+        ct.sysctls_mut().timestamp = false;
+        let crate::CtVerdict::Tracked(h) = ct.conntrack_in(now, &pkt(2)) else {
+            panic!("not tracked")
+        };
+        ct.confirm(now, h).unwrap();
+        let line = ct.get(h.id).unwrap().list_line(now).to_string();
+        assert!(line.ends_with(" mark=0 use=1"), "{line}");
     }
 
     #[test]

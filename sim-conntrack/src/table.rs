@@ -250,15 +250,16 @@ impl Entry {
         earlier.then_some(t)
     }
 
-    /// UDP: `stream_ts`.
+    /// UDP: `stream_ts`, in nanoseconds of simulated time; negative for an entry loaded from
+    /// a listing whose creation + 2 s lies before the simulation's start.
     #[inline]
-    pub(crate) fn stream_ts(&self) -> SimTime {
-        SimTime::from_nanos(u64::from_le_bytes(self.proto_state))
+    pub(crate) fn stream_ts(&self) -> i64 {
+        i64::from_le_bytes(self.proto_state)
     }
 
     #[inline]
-    pub(crate) fn set_stream_ts(&mut self, t: SimTime) {
-        self.proto_state = t.as_nanos().to_le_bytes();
+    pub(crate) fn set_stream_ts(&mut self, ns: i64) {
+        self.proto_state = ns.to_le_bytes();
     }
 
     /// TCP: the state (`TcpState as u8`).
@@ -296,6 +297,21 @@ impl Entry {
     }
 }
 
+/// `now` in signed nanoseconds of simulated time.
+#[inline(always)]
+pub(crate) fn sim_ns(now: SimTime) -> i64 {
+    i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// When an entry `age` old at `now` was created, in signed nanoseconds of simulated time
+/// (before 0 for an entry of a listing older than the simulation).
+pub(crate) fn created_ns(now: SimTime, age: sim_core::SimDuration) -> i64 {
+    sim_ns(now).saturating_sub(i64::try_from(age.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// A slot's timestamp start when it has none (`nf_conntrack_timestamp` was 0 at creation).
+const NO_START: i64 = i64::MIN;
+
 /// An entry to insert from userspace ([`Conntrack::insert`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NewEntry {
@@ -313,6 +329,11 @@ pub struct NewEntry {
     pub timeout: sim_core::SimDuration,
     /// How long ago it was created.
     pub age: sim_core::SimDuration,
+    /// It has a timestamp (`nf_conn_tstamp`): its start is `age` before `now`. For
+    /// [`Conntrack::load`], whether the listing printed one (`delta-time=`, `[start=…]`); for
+    /// [`Conntrack::insert`], ignored (the kernel stamps an inserted entry at insertion when
+    /// `nf_conntrack_timestamp` is 1).
+    pub timestamped: bool,
     /// What is known of its TCP history.
     pub history: History,
 }
@@ -393,6 +414,9 @@ pub struct Conntrack {
     marks: Vec<u32>,
     /// Each slot's creation sequence number ([`CtEntry::seq`]), beside the slab.
     seqs: Vec<u64>,
+    /// Each slot's timestamp start ([`CtEntry::start_ns`]; `NO_START` without one), beside
+    /// the slab.
+    starts: Vec<i64>,
     /// The full keys (original, reply) of the entries with an IPv6 address, by slot: their
     /// [`Slim`]s hold only the ports, protocol and families.
     wide: BTreeMap<u32, [Key; 2]>,
@@ -431,6 +455,7 @@ impl Conntrack {
             slab: Vec::new(),
             marks: Vec::new(),
             seqs: Vec::new(),
+            starts: Vec::new(),
             wide: BTreeMap::new(),
             free: Vec::new(),
             index: Index::new(),
@@ -515,6 +540,7 @@ impl Conntrack {
         self.slab.capacity() * std::mem::size_of::<Entry>()
             + self.marks.capacity() * std::mem::size_of::<u32>()
             + self.seqs.capacity() * std::mem::size_of::<u64>()
+            + self.starts.capacity() * std::mem::size_of::<i64>()
             + self.wide.len() * std::mem::size_of::<(u32, [Key; 2])>()
             + self.index.heap_bytes()
             + self.timers.capacity() * std::mem::size_of::<Reverse<Timer>>()
@@ -596,6 +622,7 @@ impl Conntrack {
             status: e.status,
             tcp_state: (e.keys[0].proto() == IPPROTO_TCP).then(|| TcpState::from_u8(e.tcp_state())),
             mark: self.marks[slot],
+            start_ns: Some(self.starts[slot]).filter(|&t| t != NO_START),
             expiry: match e.life {
                 Life::Unconfirmed => Expiry::AfterConfirm(e.timeout.since_start()),
                 _ => Expiry::At(e.timeout),
@@ -1057,6 +1084,13 @@ impl Conntrack {
         self.count += 1;
         let seq = self.next_seq;
         self.next_seq += 1;
+        // nf_ct_tstamp_ext_add at init_conntrack when nf_conntrack_timestamp is 1; the start
+        // is written at confirmation (__nf_conntrack_confirm), the same instant here.
+        let start = if self.cfg.timestamp {
+            sim_ns(now)
+        } else {
+            NO_START
+        };
         let fresh = |gen: u32| Entry {
             keys: [Slim::default(); 2],
             timeout: SimTime::ZERO,
@@ -1074,12 +1108,14 @@ impl Conntrack {
                 self.slab[s] = fresh(gen);
                 self.marks[s] = 0;
                 self.seqs[s] = seq;
+                self.starts[s] = start;
                 s
             }
             None => {
                 self.slab.push(fresh(0));
                 self.marks.push(0);
                 self.seqs.push(seq);
+                self.starts.push(start);
                 self.slab.len() - 1
             }
         };
@@ -1425,6 +1461,23 @@ impl Conntrack {
     /// event and counts `insert` (`nf_conntrack_hash_check_insert`). Refused when either
     /// tuple is in the table already (the kernel's `EEXIST`) or the table is full.
     pub fn insert(&mut self, now: SimTime, e: &NewEntry) -> Result<EntryId, InsertError> {
+        self.insert_as(now, e, false)
+    }
+
+    /// Puts an entry of a node's saved state (`conntrack -L` of a real node) into the table:
+    /// as [`Conntrack::insert`], but it is the starting state, not traffic: no `[NEW]` event,
+    /// no `insert` counted, and its timestamp start (when [`NewEntry::timestamped`]) `age`
+    /// before `now`, which may lie before the simulation's start.
+    pub fn load(&mut self, now: SimTime, e: &NewEntry) -> Result<EntryId, InsertError> {
+        self.insert_as(now, e, true)
+    }
+
+    fn insert_as(
+        &mut self,
+        now: SimTime,
+        e: &NewEntry,
+        loaded: bool,
+    ) -> Result<EntryId, InsertError> {
         self.expire(now);
         if e.orig.proto != e.reply.proto || e.orig.src.is_ipv4() != e.reply.src.is_ipv4() {
             return Err(InsertError::Mismatch);
@@ -1439,8 +1492,15 @@ impl Conntrack {
         self.index.insert(hr, v | 1);
         self.index.insert(ho, v);
         let deadline = now.saturating_add(e.timeout);
-        let events = self.cfg.events != 0;
+        let events = self.cfg.events != 0 && !loaded;
         self.marks[slot] = e.mark;
+        if loaded {
+            self.starts[slot] = if e.timestamped {
+                created_ns(now, e.age)
+            } else {
+                NO_START
+            };
+        }
         let ent = &mut self.slab[slot];
         ent.status = e.status;
         ent.status.insert(Status::CONFIRMED);
@@ -1465,9 +1525,9 @@ impl Conntrack {
             let name = self.windows.alloc(w);
             self.slab[slot].set_tcp_window(name);
         } else if e.orig.proto == sim_core::packet::IPPROTO_UDP {
-            // stream_ts = creation + 2 s.
-            let created = now.as_nanos().saturating_sub(e.age.as_nanos());
-            ent.set_stream_ts(SimTime::from_nanos(created.saturating_add(2_000_000_000)));
+            // stream_ts = creation + 2 s, which may lie before the simulation's start (an
+            // entry of a real node's listing older than the run).
+            ent.set_stream_ts(created_ns(now, e.age).saturating_add(2_000_000_000));
         }
         let ent = &mut self.slab[slot];
         ent.timeout = deadline;
@@ -1476,7 +1536,9 @@ impl Conntrack {
         ent.pending = if events { ev::NEW } else { 0 };
         self.timers.push(Reverse(Timer::new(deadline, slot as u32)));
         self.confirmed += 1;
-        self.stats.insert += 1;
+        if !loaded {
+            self.stats.insert += 1;
+        }
         self.deliver(slot, now);
         Ok(self.id_of(slot))
     }

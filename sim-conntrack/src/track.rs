@@ -7,7 +7,7 @@
 
 use crate::config::{Sysctls, TcpTimeout};
 use crate::entry::{Status, TcpState};
-use crate::table::{ev, tf, Conntrack, Entry, InvalidReason};
+use crate::table::{ev, sim_ns, tf, Conntrack, Entry, InvalidReason};
 use crate::tcp_window::{
     before, in_window, sf, state_reset, tcp_options, InWindow, Seen, Segment, Window,
     EXP_CHALLENGE_ACK,
@@ -167,7 +167,7 @@ pub(crate) fn track(
 /// `nf_conntrack_udp_packet`.
 pub(crate) fn udp(ct: &mut Conntrack, now: SimTime, slot: usize, new: bool) -> Track {
     if new {
-        ct.slab[slot].set_stream_ts(now.saturating_add(SimDuration::from_secs(2)));
+        ct.slab[slot].set_stream_ts(sim_ns(now).saturating_add(2_000_000_000));
     }
     let extra = udp_known(&mut ct.slab[slot], &ct.cfg, now);
     ct.refresh(slot, now, extra);
@@ -184,7 +184,7 @@ pub(crate) fn udp_known(e: &mut Entry, cfg: &Sysctls, now: SimTime) -> SimDurati
         return cfg.udp_timeout;
     }
     // Still active after two seconds? (time_after: strictly later)
-    if now > e.stream_ts() {
+    if sim_ns(now) > e.stream_ts() {
         if !e.status.contains(Status::ASSURED) && !e.status.contains(Status::NAT_CLASH) {
             e.status.insert(Status::ASSURED);
             e.pending |= ev::ASSURED;

@@ -292,6 +292,7 @@ fn a_syn_on_a_userspace_inserted_time_wait_entry_is_ignored() {
             timeout: SimDuration::from_secs(100),
             age: SimDuration::ZERO,
             history: History::Userspace,
+            timestamped: false,
         },
     )
     .unwrap();

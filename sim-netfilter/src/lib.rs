@@ -63,6 +63,7 @@ pub mod rule;
 pub mod ruleset;
 pub mod state;
 pub mod synth;
+pub mod sysctl_file;
 pub mod trace;
 pub mod types;
 

@@ -30,6 +30,10 @@ pub(crate) struct Args {
     /// With -E: the last instant of the events shown (default: the end of the run).
     #[arg(long, value_name = "T2")]
     pub(crate) to: Option<SimDuration>,
+    /// The Unix time of the scenario's start, for the dates `-o ktimestamp` prints in
+    /// `[start=…]` (default 0, 1970-01-01 UTC, as `nfsim rules --epoch`).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    pub(crate) epoch: u64,
     /// conntrack's own command and filters, as conntrack-tools 1.4.7 takes them: `-L`
     /// (default), `-C`, `-S`, `-E`, or `-D` (shown, not applied: the run is read-only), then
     /// filters such as `-p udp --orig-dst 10.96.0.10 --dport 53 --dst-nat --state
@@ -69,6 +73,8 @@ struct Query {
     from: Option<SimDuration>,
     /// `--to`, likewise.
     to: Option<SimDuration>,
+    /// `-o extended` and `-o ktimestamp`, from `-o LIST`.
+    format: sim_conntrack::ListFormat,
 }
 
 /// The arguments resolved: a query, or the real tool's refusal of them (printed in its
@@ -132,6 +138,36 @@ fn resolve(a: &Args) -> Result<Resolved> {
         Ok(x) => x,
         Err(m) => return Ok(Refused(m)),
     };
+    let (args, output) = match take_output(&args) {
+        Ok(x) => x,
+        Err(m) => return Ok(Refused(m)),
+    };
+    let mut format = sim_conntrack::ListFormat {
+        epoch_secs: a.epoch,
+        ..Default::default()
+    };
+    if let Some(o) = &output {
+        if matches!(cmd, Command::Stats | Command::Count) {
+            // conntrack.c's commands_v_options: no --output with -C or -S.
+            return Ok(Refused(
+                "Illegal option `--output' with this command".into(),
+            ));
+        }
+        for v in o {
+            match *v {
+                "extended" => format.extended = true,
+                "ktimestamp" if cmd != Command::Event => format.ktimestamp = true,
+                // -L's timestamp option prints nothing more (the event time is -E's).
+                "timestamp" => {}
+                other => {
+                    return Err(anyhow!(
+                        "-o {other}{}: not modelled: nfsim prints -o extended, ktimestamp (-L, -D) and timestamp",
+                        if other == "ktimestamp" { " with -E" } else { "" }
+                    ))
+                }
+            }
+        }
+    }
     if event_mask.is_some() && cmd != Command::Event {
         return Ok(Refused(
             "Illegal option `--event-mask' with this command".into(),
@@ -184,6 +220,7 @@ fn resolve(a: &Args) -> Result<Resolved> {
         event_mask,
         from,
         to,
+        format,
     })))
 }
 
@@ -196,6 +233,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         event_mask,
         from,
         to,
+        format,
     } = match resolve(&a)? {
         Resolved::Query(q) => *q,
         Resolved::Refused(msg) => {
@@ -254,6 +292,11 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                     // `conntrack -E -o timestamp`'s prefix (`[%-.8ld.%-.6ld]\t`), with
                     // simulated seconds since the start.
                     let us = e.t_ns / 1000;
+                    let line = if format.extended {
+                        extended_event(line, ct)
+                    } else {
+                        line.clone()
+                    };
                     text.push_str(&format!(
                         "[{:08}.{:06}]\t{line}\n",
                         us / 1_000_000,
@@ -286,7 +329,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             let entries = ct.list(now, &filter);
             let mut text = String::new();
             for e in &entries {
-                text.push_str(&format!("{}\n", e.list_line(now)));
+                text.push_str(&format!("{}\n", e.list_line_as(now, format)));
             }
             out(&text)?;
             let summary = if cmd == Command::Delete {
@@ -356,6 +399,71 @@ fn take_event_mask(
         }
     }
     Ok((rest, mask))
+}
+
+/// An event line (`    [NEW] udp      17 …`) as `-o extended` prints it: the layer-3 name
+/// and number after the event's tag.
+fn extended_event(line: &str, ct: &sim_conntrack::CtEntry) -> String {
+    let (fam, num) = if ct.orig.src.is_ipv4() {
+        ("ipv4", 2)
+    } else {
+        ("ipv6", 10)
+    };
+    match line.split_once("] ") {
+        Some((tag, rest)) => format!("{tag}] {fam:<8} {num} {rest}"),
+        None => line.to_string(),
+    }
+}
+
+/// The names `-o` takes (conntrack.c's `output_type`, comma-separated; `Bad parameter` for
+/// another).
+const OUTPUT_NAMES: [&str; 8] = [
+    "xml",
+    "extended",
+    "timestamp",
+    "id",
+    "ktimestamp",
+    "labels",
+    "save",
+    "userspace",
+];
+
+/// Takes `-o/--output LIST` out of conntrack's arguments: the names given (each checked as
+/// conntrack-tools checks them), or its refusal in its words.
+#[allow(clippy::type_complexity)]
+fn take_output(
+    args: &[String],
+) -> std::result::Result<(Vec<String>, Option<Vec<&'static str>>), String> {
+    let mut rest = Vec::new();
+    let mut names: Option<Vec<&'static str>> = None;
+    let mut it = args.iter();
+    while let Some(x) = it.next() {
+        let value = if x == "-o" || x == "--output" {
+            Some(
+                it.next()
+                    .cloned()
+                    .ok_or_else(|| format!("option `{x}' requires an argument"))?,
+            )
+        } else if let Some(v) = x.strip_prefix("--output=") {
+            Some(v.to_string())
+        } else {
+            x.strip_prefix("-o")
+                .filter(|v| !v.is_empty() && !x.starts_with("--"))
+                .map(str::to_string)
+        };
+        let Some(v) = value else {
+            rest.push(x.clone());
+            continue;
+        };
+        let n = names.get_or_insert_with(Vec::new);
+        for name in v.split(',') {
+            match OUTPUT_NAMES.iter().find(|o| **o == name) {
+                Some(o) => n.push(o),
+                None => return Err(format!("Bad parameter `{name}'")),
+            }
+        }
+    }
+    Ok((rest, names))
 }
 
 /// conntrack-tools 1.4.7's words for a filter it refuses (checked against the real tool):

@@ -11,7 +11,7 @@
 //!   expectation failed, 2 an error: see `main`).
 //!
 //! This module holds what several commands share: the node options of `trace` and `replay`
-//! ([`NodeArgs`], [`RecentArgs`]), loading a scenario and checking `--node` and instants
+//! ([`NodeArgs`], [`RecentArgs`], [`SysctlArgs`]), loading a scenario and checking `--node` and instants
 //! against it, and the output helpers (writers whose errors name what was being written, and
 //! the recognition of a closed pipe).
 
@@ -31,30 +31,86 @@ use std::io::Write;
 /// The node a packet is explained on (`nfsim trace`, `nfsim replay`).
 #[derive(clap::Args, Debug)]
 pub(crate) struct NodeArgs {
-    /// The node's address on eth0; the default route goes via the subnet's first address.
-    #[arg(long, default_value_t = nfsim::explain::DEFAULT_NODE_ADDR.to_string())]
-    pub(crate) node_addr: String,
-    /// The prefix length of eth0's subnet.
-    #[arg(long, default_value_t = nfsim::explain::DEFAULT_NODE_PREFIX)]
-    pub(crate) node_prefix: u8,
+    /// The node's address on eth0 (default 172.18.0.2, a kind node's); the default route goes
+    /// via the subnet's first address.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) node_addr: Option<String>,
+    /// The prefix length of eth0's subnet (default 24).
+    #[arg(long, value_name = "LEN")]
+    pub(crate) node_prefix: Option<u8>,
     /// The pod CIDR, directly connected through the bridge cni0 (which holds its first
     /// address); packets from it enter on cni0. Without it, everything enters on eth0.
     #[arg(long)]
     pub(crate) pod_cidr: Option<String>,
-    /// The seed of the node's random streams (statistic draws, NAT port offsets).
-    #[arg(long, default_value_t = 1)]
-    pub(crate) seed: u64,
+    /// The seed of the node's random streams (statistic draws, NAT port offsets; default 1).
+    /// With a scenario (`nfsim trace SCENARIO`): the run's seed, over the scenario's.
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
 }
 
 impl NodeArgs {
     /// The node the flags describe, checked.
     pub(crate) fn spec(&self) -> Result<nfsim::explain::NodeSpec> {
         Ok(nfsim::explain::NodeSpec::parse(
-            &self.node_addr,
-            self.node_prefix,
+            &self
+                .node_addr
+                .clone()
+                .unwrap_or_else(|| nfsim::explain::DEFAULT_NODE_ADDR.to_string()),
+            self.node_prefix
+                .unwrap_or(nfsim::explain::DEFAULT_NODE_PREFIX),
             self.pod_cidr.as_deref(),
-            self.seed,
+            self.seed.unwrap_or(1),
         )?)
+    }
+
+    /// The flags that describe the node's own addresses (not the seed), as typed, for the
+    /// refusal of a scenario's trace, whose node has its own.
+    pub(crate) fn addressing(&self) -> Option<&'static str> {
+        if self.node_addr.is_some() {
+            Some("--node-addr")
+        } else if self.node_prefix.is_some() {
+            Some("--node-prefix")
+        } else if self.pod_cidr.is_some() {
+            Some("--pod-cidr")
+        } else {
+            None
+        }
+    }
+}
+
+/// A real node's sysctls (`nfsim trace`, `nfsim replay`).
+#[derive(clap::Args, Debug)]
+pub(crate) struct SysctlArgs {
+    /// The node's `sysctl -a` output (or `sysctl.conf` lines), taken whole: each sysctl nfsim
+    /// models applied, each netfilter one it does not a warning on stderr saying why; only a
+    /// value the kernel would refuse is an error.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) sysctls: Option<String>,
+    /// Set a sysctl, as `NAME=VALUE` (`nf_conntrack_udp_timeout=60`,
+    /// `net.netfilter.nf_conntrack_timestamp=1`; repeatable; after --sysctls).
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub(crate) sysctl: Vec<String>,
+}
+
+impl SysctlArgs {
+    /// `(NAME, VALUE)` pairs, or an error naming the malformed one.
+    pub(crate) fn pairs(&self) -> Result<Vec<(String, String)>> {
+        self.sysctl
+            .iter()
+            .map(|kv| {
+                kv.split_once('=')
+                    .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+                    .filter(|(n, _)| !n.is_empty())
+                    .ok_or_else(|| anyhow!("--sysctl {kv:?}: expected NAME=VALUE"))
+            })
+            .collect()
+    }
+}
+
+/// Says each of a saved state's warnings once, on stderr.
+pub(crate) fn warn_all(warnings: &[String]) {
+    for w in warnings {
+        let _ = writeln!(std::io::stderr(), "warning: {w}");
     }
 }
 

@@ -1,10 +1,11 @@
 //! `nfsim replay`: captures pushed through a ruleset packet by packet, each entering at its
 //! capture time; what left the node, the conntrack tables and a summary out.
 
-use super::{json_out, Named, NodeArgs};
+use super::{json_out, warn_all, Named, NodeArgs, RecentArgs, SysctlArgs};
 use anyhow::{anyhow, Context, Result};
 use nfsim::explain::{
-    read_text, replay_inputs, NodeSpec, ReplayInput, ReplayOptions, ReplayOutput, Tap,
+    load_saved_state, read_text, replay_inputs, NodeSpec, ReplayInput, ReplayOptions, ReplayOutput,
+    SavedState, Tap,
 };
 use sim_core::pcap::{read_file, Capture, ReadOptions};
 use sim_core::{SimDuration, SimTime};
@@ -32,13 +33,28 @@ pub(crate) struct Args {
     /// Print the conntrack table (`conntrack -L` form) at this capture time (repeatable).
     #[arg(long, value_name = "T")]
     pub(crate) conntrack_at: Vec<SimDuration>,
-    /// Set a conntrack sysctl before the replay, as `NAME=VALUE`
-    /// (`nf_conntrack_udp_timeout=60`; repeatable).
-    #[arg(long, value_name = "NAME=VALUE")]
-    pub(crate) sysctl: Vec<String>,
-    /// Start from this conntrack table: `conntrack -L` output of a real node.
+    #[command(flatten)]
+    pub(crate) sysctls: SysctlArgs,
+    /// Start from this conntrack table: `conntrack -L` output of a real node (with or
+    /// without `-o extended`), each entry with the seconds left and the age its line prints.
     #[arg(long, value_name = "CT.txt")]
     pub(crate) conntrack: Option<String>,
+    /// The age of --conntrack entries whose line prints none (no delta-time=: the node had
+    /// nf_conntrack_timestamp=0); it decides whether a UDP entry's next packet makes it
+    /// ASSURED (more than 2 s after creation).
+    #[arg(
+        long,
+        value_name = "AGE",
+        default_value = "60s",
+        requires = "conntrack"
+    )]
+    pub(crate) conntrack_age: SimDuration,
+    #[command(flatten)]
+    pub(crate) recent: RecentArgs,
+    /// The time between the reading of --conntrack / --recent and the capture's first
+    /// packet: the entries have that much less time left when it arrives.
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) after: Option<SimDuration>,
     /// Write the replay as JSON lines to FILE (schema in docs/json-schema.md); `-` writes
     /// them to stdout instead of the text.
     #[arg(long, value_name = "FILE")]
@@ -60,8 +76,10 @@ struct Setup {
     node: NodeSpec,
     /// The node with its rules, sysctls and starting conntrack table.
     base: Netns,
-    /// What `--conntrack` loaded, said before the packets.
-    loaded: Option<String>,
+    /// What `--sysctls`, `--conntrack` and `--recent` loaded, said before the packets.
+    loaded: Vec<String>,
+    /// The node's clock at the first packet (after the loaded state, `--after` later).
+    start: SimTime,
     /// Each capture's interface (`None`: by source address) and file, in the flags' order.
     named: Vec<(Option<String>, String)>,
     /// The captures, in the same order.
@@ -75,28 +93,26 @@ fn resolve(a: &Args) -> Result<Setup> {
     let node = a.node.spec()?;
     let rules = read_text(&a.rules)?;
     let mut base = node.build(&rules, &a.rules)?;
-    for kv in &a.sysctl {
-        let (name, value) = kv
-            .split_once('=')
-            .ok_or_else(|| anyhow!("--sysctl {kv:?}: expected NAME=VALUE"))?;
-        base.conntrack_mut()
-            .sysctls_mut()
-            .set(name.trim(), value.trim())
-            .map_err(|e| anyhow!("--sysctl {kv:?}: {e}"))?;
+    let recent = a.recent.pairs()?;
+    let sysctls = a.sysctls.pairs()?;
+    if a.after.is_some() && a.conntrack.is_none() && recent.is_empty() {
+        return Err(anyhow!(
+            "--after needs --conntrack or --recent: it is the time since they were read"
+        ));
     }
-    let mut loaded = None;
-    if let Some(ct) = &a.conntrack {
-        let text = read_text(ct)?;
-        let entries = sim_conntrack::parse_listing(&text).map_err(|e| anyhow!("{ct}: {e}"))?;
-        let report = sim_conntrack::load_listing(
-            base.conntrack_mut(),
-            SimTime::ZERO,
-            &entries,
-            SimDuration::ZERO,
-        )
-        .map_err(|e| anyhow!("{ct}: {e}"))?;
-        loaded = Some(format!("conntrack from {ct}: {report}"));
-    }
+    let state = load_saved_state(
+        &mut base,
+        &SavedState {
+            sysctl_file: a.sysctls.sysctls.as_deref(),
+            sysctls: &sysctls,
+            conntrack: a.conntrack.as_deref(),
+            assumed_age: a.conntrack_age,
+            recent: &recent,
+            recent_clock: a.recent.clock(),
+            after: a.after.unwrap_or(SimDuration::ZERO),
+        },
+    )?;
+    warn_all(&state.warnings);
     // The captures in the order given: the positional one first, then each --ingress.
     let mut named: Vec<(Option<String>, String)> = Vec::new();
     if let Some(c) = &a.capture {
@@ -123,7 +139,8 @@ fn resolve(a: &Args) -> Result<Setup> {
     Ok(Setup {
         node,
         base,
-        loaded,
+        loaded: state.notes,
+        start: state.at,
         named,
         captures,
         taps,
@@ -136,6 +153,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         node,
         base,
         loaded,
+        start,
         named,
         captures,
         taps,
@@ -157,6 +175,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         pcap_out: a.pcap_out.clone(),
         conntrack_at: a.conntrack_at.iter().map(|d| SimTime::ZERO + *d).collect(),
         quiet: a.quiet,
+        start,
     };
     let mut pcap = match &a.pcap_out {
         Some(path) => Some(BufWriter::with_capacity(
@@ -174,8 +193,10 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     };
     let stdout = std::io::stdout();
     let mut text = (!json_to_stdout).then(|| BufWriter::new(Named::new("stdout", stdout.lock())));
-    if let (Some(l), Some(w)) = (loaded, text.as_mut()) {
-        writeln!(w, "{l}")?;
+    if let Some(w) = text.as_mut() {
+        for l in &loaded {
+            writeln!(w, "{l}")?;
+        }
     }
     replay_inputs(
         &node,

@@ -1,10 +1,12 @@
 //! `nfsim trace`: one packet explained rule by rule, through every hook, to its verdict, on
 //! a node built from flags and a rules file, or on a scenario's node at an instant.
 
-use super::{load, out, NodeArgs, RecentArgs};
+use super::{load, out, warn_all, NodeArgs, RecentArgs, SysctlArgs};
 use anyhow::{anyhow, Result};
 use nfsim::cluster::sim::{RunOptions, Simulation};
-use nfsim::explain::{load_conntrack, read_text, trace, trace_in, TraceOptions, TraceReport};
+use nfsim::explain::{
+    load_saved_state, read_text, trace, trace_in, SavedState, TraceOptions, TraceReport,
+};
 use sim_core::{Packet, SimDuration, SimTime};
 use std::process::ExitCode;
 
@@ -47,6 +49,13 @@ pub(crate) struct Args {
     pub(crate) conntrack_age: SimDuration,
     #[command(flatten)]
     pub(crate) recent: RecentArgs,
+    #[command(flatten)]
+    pub(crate) sysctls: SysctlArgs,
+    /// The time between the reading of --conntrack / --recent and the packet (`1.5s`): the
+    /// entries have that much less time left (those that expired in between are gone) and
+    /// the recent stamps are that much older.
+    #[arg(long, value_name = "DURATION", conflicts_with = "scenario")]
+    pub(crate) after: Option<SimDuration>,
     #[command(flatten)]
     pub(crate) node_args: NodeArgs,
     /// The packet, as `udp 10.244.2.9:40000 -> 10.96.0.10:53` (tcp takes flags, default SYN).
@@ -108,7 +117,18 @@ fn on_scenario(
             "--recent goes with --rules: a scenario's recent lists are those its own run built"
         );
     }
-    let sc = load(file, None)?;
+    if a.sysctls.sysctls.is_some() || !a.sysctls.sysctl.is_empty() {
+        anyhow::bail!(
+            "--sysctls and --sysctl go with --rules: a scenario's node has the scenario's sysctls (sysctls, nodes[].sysctls, nodes[].state.sysctls)"
+        );
+    }
+    if let Some(flag) = a.node_args.addressing() {
+        anyhow::bail!(
+            "{flag} goes with --rules: a scenario's node has the addresses the scenario gives it"
+        );
+    }
+    // --seed: the run's seed over the scenario's, as `nfsim run --seed`.
+    let sc = load(file, a.node_args.seed)?;
     let at = SimTime::ZERO + a.at.unwrap_or(SimDuration::ZERO);
     let seed = sc.seed;
     let mut sim = Simulation::new(sc, RunOptions::default())?;
@@ -132,24 +152,26 @@ fn on_rules(a: &Args, packet: Packet, mut opts: TraceOptions) -> Result<TraceRep
     let rules_file = a.rules.as_deref().unwrap_or_default();
     let rules = read_text(rules_file)?;
     let mut base = node.build(&rules, rules_file)?;
-    let mut notes = Vec::new();
     let recent = a.recent.pairs()?;
-    if a.conntrack.is_some() || !recent.is_empty() {
-        // Entries are loaded at an instant late enough that any age fits before it.
-        opts.at = SimTime::ZERO + SimDuration::from_secs(365 * 86_400);
+    let sysctls = a.sysctls.pairs()?;
+    if a.after.is_some() && a.conntrack.is_none() && recent.is_empty() {
+        anyhow::bail!("--after needs --conntrack or --recent: it is the time since they were read");
     }
-    if let Some(ct) = &a.conntrack {
-        let rep = load_conntrack(&mut base, ct, opts.at, a.conntrack_age)?;
-        notes.push(format!("conntrack from {ct}: {rep}"));
-    }
-    if !recent.is_empty() {
-        notes.extend(nfsim::explain::load_recent(
-            &mut base,
-            &recent,
-            a.recent.clock(),
-            opts.at,
-        )?);
-    }
+    let loaded = load_saved_state(
+        &mut base,
+        &SavedState {
+            sysctl_file: a.sysctls.sysctls.as_deref(),
+            sysctls: &sysctls,
+            conntrack: a.conntrack.as_deref(),
+            assumed_age: a.conntrack_age,
+            recent: &recent,
+            recent_clock: a.recent.clock(),
+            after: a.after.unwrap_or(SimDuration::ZERO),
+        },
+    )?;
+    warn_all(&loaded.warnings);
+    opts.at = loaded.at;
+    let notes = loaded.notes;
     let mut r = trace(&node, &base, packet, &opts)?;
     r.notes = notes;
     Ok(r)

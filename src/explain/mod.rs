@@ -28,13 +28,16 @@ mod trace;
 
 pub use branches::{BranchOutcome, BranchReport, Decision, Probability, MAX_BRANCH_RUNS};
 pub use dyadic::Dyadic;
-pub use node::{NodeSpec, CNI0, DEFAULT_NODE_ADDR, DEFAULT_NODE_PREFIX, ETH0};
+pub use node::{is_nft_text, NodeSpec, CNI0, DEFAULT_NODE_ADDR, DEFAULT_NODE_PREFIX, ETH0};
 pub use normalize::normalize;
 pub use replay::{
     replay, replay_inputs, replay_with, ReplayInput, ReplayOptions, ReplayOutput, ReplaySummary,
     Tap,
 };
-pub use state::{load_conntrack, load_recent, RecentClock, DEFAULT_ASSUMED_AGE};
+pub use state::{
+    load_conntrack, load_recent, load_saved_state, Loaded, RecentClock, SavedState,
+    DEFAULT_ASSUMED_AGE, LOAD_AT,
+};
 pub use trace::{trace, trace_in, Outcome, StepJson, TraceOptions, TraceReport};
 
 use sim_core::packet::PacketParseError;
@@ -79,6 +82,9 @@ pub enum ExplainError {
     /// `--packet` did not parse.
     #[error("--packet: {0}")]
     Packet(#[from] PacketParseError),
+    /// The rules file, in nft's command syntax, did not apply: `FILE:LINE:COL: Error: what`.
+    #[error(transparent)]
+    Nft(#[from] sim_netfilter::nft::NftError),
     /// The node's interfaces or routes could not be set up.
     #[error("setting up the node: {0}")]
     Netns(String),
@@ -112,6 +118,15 @@ pub enum ExplainError {
     #[error("{file}: {message}")]
     Conntrack {
         /// The listing file.
+        file: String,
+        /// Where and what.
+        message: String,
+    },
+    /// A sysctl file (`sysctl -a` output) holds a value the kernel would refuse, or a line
+    /// that is not `NAME = VALUE`: `FILE: line L: what`.
+    #[error("{file}: {message}")]
+    Sysctls {
+        /// The file.
         file: String,
         /// Where and what.
         message: String,

@@ -14,8 +14,11 @@
 //!   node (OUTPUT); otherwise a source inside the pod CIDR arrives on `cni0`, any other source
 //!   on `eth0` (PREROUTING).
 //!
-//! The ruleset is loaded as `iptables-restore --noflush` into the empty namespace, the way
-//! kube-proxy loads its payloads.
+//! The ruleset is loaded as `iptables-restore --noflush -c` into the empty namespace, the way
+//! kube-proxy loads its payloads (`--noflush --counters`): a real node's `iptables-save -c`
+//! keeps its `[packets:bytes]`. Text in nft's command syntax (`add table ip kube-proxy …`,
+//! what kube-proxy's nftables mode gives `nft -f`) is applied as `nft -f` instead
+//! ([`is_nft_text`]).
 
 use super::ExplainError;
 use sim_core::{IfName, Packet};
@@ -160,7 +163,11 @@ impl NodeSpec {
             ifname(ETH0),
         )
         .map_err(err)?;
-        ns.restore(rules, true).map_err(err)?;
+        if is_nft_text(rules) {
+            ns.nft_apply(file, rules, sim_core::SimTime::ZERO)?;
+        } else {
+            ns.restore_with_counters(rules, true).map_err(err)?;
+        }
         Ok(ns)
     }
 
@@ -226,6 +233,21 @@ pub fn describe(ns: &Netns) -> (Vec<String>, Vec<String>) {
 fn broadcast(p: &Prefix) -> Ipv4Addr {
     let host_bits = 32 - u32::from(p.prefix_len());
     Ipv4Addr::from(u32::from(v4(p)) | ((1u64 << host_bits) - 1) as u32)
+}
+
+/// Whether `rules` is nft command text (`nft -f`: its first command is `add`, `create`,
+/// `insert`, `replace`, `delete`, `destroy`, `flush` or `table`) rather than iptables-restore
+/// text (`*filter`, `:CHAIN`, `-A …`, `COMMIT`). Comments and blank lines are skipped.
+pub fn is_nft_text(rules: &str) -> bool {
+    let first = rules
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .and_then(|l| l.split_whitespace().next());
+    matches!(
+        first,
+        Some("add" | "create" | "insert" | "replace" | "delete" | "destroy" | "flush" | "table")
+    )
 }
 
 #[cfg(test)]

@@ -63,6 +63,12 @@ pub struct ReplayOptions {
     pub conntrack_at: Vec<SimTime>,
     /// No line per packet (`--quiet`): the listings and the summary only.
     pub quiet: bool,
+    /// The node's clock when the capture's first record arrives: state loaded into the node
+    /// before the replay (a real node's `conntrack -L` and `xt_recent` lists, aged relative
+    /// to the instant they were read) is that far in the past. Every time the replay prints
+    /// (lines, JSON, `--conntrack-at`, the pcap it writes) stays relative to the first
+    /// record.
+    pub start: SimTime,
 }
 
 /// Where a replay writes: its text (lines, listings, summary) and, when asked, the capture of
@@ -163,6 +169,11 @@ fn fnv1a(b: &[u8]) -> u64 {
 const BAD_CHECKSUM: &str = "bad IPv4 header checksum (ip_rcv_core)";
 /// The drop cause of a fragment whose datagram never completed.
 const NOT_REASSEMBLED: &str = "fragment never reassembled (ipfrag_time expired)";
+
+/// `t` of the node's clock as replay time: since `base` ([`ReplayOptions::start`]).
+fn since(base: SimTime, t: SimTime) -> SimTime {
+    SimTime::ZERO + t.saturating_since(base)
+}
 
 fn secs(t: SimTime) -> String {
     let ns = t.as_nanos();
@@ -498,6 +509,7 @@ fn json_line(out: &mut dyn Write, v: &impl serde::Serialize) -> Result<(), Expla
 fn conntrack_events(
     ns: &mut Netns,
     node: &str,
+    base: SimTime,
     json: Option<&mut (dyn Write + '_)>,
 ) -> Result<(), ExplainError> {
     if ns.conntrack().pending_events().is_empty() {
@@ -508,6 +520,7 @@ fn conntrack_events(
         return Ok(());
     };
     for e in evs {
+        let at = since(base, e.at);
         let event = match e.kind {
             EventKind::New => "NEW",
             EventKind::Update => "UPDATE",
@@ -516,8 +529,8 @@ fn conntrack_events(
         json_line(
             out,
             &TimelineEvent {
-                t_ns: e.at.as_nanos(),
-                time: e.at.hms().to_string(),
+                t_ns: at.as_nanos(),
+                time: at.hms().to_string(),
                 what: What::Conntrack {
                     node: node.to_string(),
                     event: event.to_string(),
@@ -752,8 +765,14 @@ pub fn replay_inputs(
     // Packets the kernel generated so far: their IPv4 identification (the kernel's is a keyed
     // hash of the addresses, unknowable here).
     let mut answers: u16 = 0;
-    let mut now = SimTime::ZERO;
-    let mut dumps = opts.conntrack_at.clone();
+    let base = opts.start;
+    let rel = |t: SimTime| since(base, t);
+    let mut now = base;
+    let mut dumps: Vec<SimTime> = opts
+        .conntrack_at
+        .iter()
+        .map(|t| base + t.since_start())
+        .collect();
     dumps.sort();
     let mut dumps = dumps.into_iter().peekable();
     // The original source of each flow the replay created (protocol, address, port), with
@@ -774,15 +793,15 @@ pub fn replay_inputs(
     };
     for (idx, arrived) in order.iter().enumerate() {
         let input = &inputs[arrived.k as usize];
-        let at = arrived.at;
+        let at = base + arrived.at.since_start();
         while let Some(&t) = dumps.peek().filter(|&&t| t < at.max(now)) {
             dumps.next();
             ns.handle_timeout(t.max(now));
-            conntrack_events(&mut ns, &node.name, json.as_deref_mut())?;
+            conntrack_events(&mut ns, &node.name, base, json.as_deref_mut())?;
             dump_at(
                 &ns,
                 &node.name,
-                t,
+                (base, t),
                 now,
                 text.as_deref_mut(),
                 json.as_deref_mut(),
@@ -790,7 +809,7 @@ pub fn replay_inputs(
         }
         now = now.max(at);
         ns.handle_timeout(now);
-        conntrack_events(&mut ns, &node.name, json.as_deref_mut())?;
+        conntrack_events(&mut ns, &node.name, base, json.as_deref_mut())?;
         if arrived.rec.packet.src.is_loopback() || arrived.rec.packet.dst.is_loopback() {
             sum.loopback += 1;
         }
@@ -860,7 +879,7 @@ pub fn replay_inputs(
                         out,
                         &format!(
                             "{l} {:>12} {from:<5} {}  =>  {verdict}: {reason}\n",
-                            secs(now),
+                            secs(rel(now)),
                             arrived.rec.packet
                         ),
                     )?;
@@ -869,8 +888,8 @@ pub fn replay_inputs(
                     json_line(
                         out,
                         &PacketLine {
-                            t_ns: now.as_nanos(),
-                            time: now.hms().to_string(),
+                            t_ns: rel(now).as_nanos(),
+                            time: rel(now).hms().to_string(),
                             kind: "packet",
                             capture: input.file,
                             tap: input.interface,
@@ -976,7 +995,7 @@ pub fn replay_inputs(
         if let Some(out) = text.as_deref_mut().filter(|_| !opts.quiet) {
             use std::fmt::Write as _;
             line.clear();
-            let t = secs(now);
+            let t = secs(rel(now));
             let _ = if multi {
                 write!(line, "{:>7} ", label(arrived))
             } else {
@@ -1044,8 +1063,8 @@ pub fn replay_inputs(
             json_line(
                 out,
                 &PacketLine {
-                    t_ns: now.as_nanos(),
-                    time: now.hms().to_string(),
+                    t_ns: rel(now).as_nanos(),
+                    time: rel(now).hms().to_string(),
                     kind: "packet",
                     capture: input.file,
                     tap: input.interface,
@@ -1106,7 +1125,7 @@ pub fn replay_inputs(
                                 frame: rec.frame,
                                 source,
                             })?;
-                    wr.write_frame_snapped(now, &bytes, wire_len as u32)
+                    wr.write_frame_snapped(rel(now), &bytes, wire_len as u32)
                         .map_err(|source| ExplainError::PcapWrite {
                             file: pcap_name.clone(),
                             source,
@@ -1114,7 +1133,7 @@ pub fn replay_inputs(
                 }
             }
         }
-        conntrack_events(&mut ns, &node.name, json.as_deref_mut())?;
+        conntrack_events(&mut ns, &node.name, base, json.as_deref_mut())?;
     }
     if let Some(wr) = writer {
         wr.into_inner()
@@ -1124,17 +1143,17 @@ pub fn replay_inputs(
                 source: sim_core::pcap::PcapWriteError::Io(e),
             })?;
     }
-    sum.end = now;
+    sum.end = rel(now);
     sum.conntrack_entries = ns.conntrack().len();
     for t in dumps {
         if t >= now {
             ns.handle_timeout(t);
         }
-        conntrack_events(&mut ns, &node.name, json.as_deref_mut())?;
+        conntrack_events(&mut ns, &node.name, base, json.as_deref_mut())?;
         dump_at(
             &ns,
             &node.name,
-            t,
+            (base, t),
             now,
             text.as_deref_mut(),
             json.as_deref_mut(),
@@ -1171,7 +1190,7 @@ pub fn replay_inputs(
                     fragments_expired: sum.fragments_expired,
                     fragments_without_first: sum.fragments_without_first,
                     conntrack_entries: sum.conntrack_entries,
-                    end_ns: now.as_nanos(),
+                    end_ns: rel(now).as_nanos(),
                 },
                 warnings: sum.warnings(),
                 conntrack: ns
@@ -1191,12 +1210,13 @@ pub fn replay_inputs(
 fn dump_at(
     ns: &Netns,
     node: &str,
-    t: SimTime,
+    (base, t): (SimTime, SimTime),
     now: SimTime,
     text: Option<&mut (dyn Write + '_)>,
     json: Option<&mut (dyn Write + '_)>,
 ) -> Result<(), ExplainError> {
     let at = t.max(now);
+    let t = since(base, t);
     if let Some(out) = text {
         out.write_all(
             conntrack_listing(ns, at, &format!("conntrack -L at {}", secs(t))).as_bytes(),

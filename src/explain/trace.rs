@@ -371,16 +371,63 @@ fn marked_for_masquerade(steps: &[Step]) -> bool {
         })
 }
 
-/// Whether a MASQUERADE rule in nat POSTROUTING set up the connection's source binding: the
-/// rule that matched last in that walk has a MASQUERADE target, and a source binding followed.
+/// Whether a masquerade rule in nat POSTROUTING set up the connection's source binding: the
+/// rule that matched last in that walk has a MASQUERADE target (iptables) or a `masquerade`
+/// statement (nftables: a base chain of `type nat hook postrouting`), and a source binding
+/// followed.
 fn masqueraded(ns: &Netns, steps: &[Step]) -> bool {
+    use sim_netfilter::nft::{Family, NftStep, Stmt};
     let mut at: Option<(Table, Hook)> = None;
+    // The nftables table of the nat postrouting base chain being walked.
+    let mut nft_at: Option<(Family, String)> = None;
     let mut masq_rule = false;
     for s in steps {
         match s {
             // Packets the kernel generated for this one (after the first fate) do not count.
             Step::Fate(_) => break,
-            Step::Rules(TraceEvent::Enter { table, hook, .. }) => at = Some((*table, *hook)),
+            Step::Nft(NftStep::Enter { table, decl, .. }) => {
+                at = None;
+                nft_at = None;
+                if decl.starts_with("type nat hook postrouting ") {
+                    if let Some((fam, name)) = table.split_once(' ') {
+                        nft_at = [Family::Ip, Family::Ip6, Family::Inet]
+                            .into_iter()
+                            .find(|f| f.name() == fam)
+                            .map(|f| (f, name.to_string()));
+                    }
+                }
+            }
+            Step::Nft(NftStep::Rule {
+                chain,
+                num,
+                matched: true,
+                ..
+            }) => {
+                let stmts = nft_at.as_ref().and_then(|(f, t)| {
+                    let r = ns
+                        .nft()
+                        .table(*f, t)?
+                        .chains
+                        .get(chain)?
+                        .rules
+                        .get(num.wrapping_sub(1))?;
+                    Some(&r.stmts)
+                });
+                let nat = stmts.and_then(|st| {
+                    st.iter().find_map(|x| match x {
+                        Stmt::Masquerade { .. } => Some(true),
+                        Stmt::Nat { .. } => Some(false),
+                        _ => None,
+                    })
+                });
+                if let Some(m) = nat {
+                    masq_rule = m;
+                }
+            }
+            Step::Rules(TraceEvent::Enter { table, hook, .. }) => {
+                nft_at = None;
+                at = Some((*table, *hook))
+            }
             Step::Rules(TraceEvent::Rule {
                 table,
                 chain,

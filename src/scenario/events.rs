@@ -338,7 +338,18 @@ pub fn parse_conntrack_command(text: &str) -> Result<ConntrackCommand, String> {
             if rest.is_empty() {
                 return Err("`conntrack -D` needs a filter (`-D -p udp --orig-dst 10.96.0.10`); `-F` empties the table".into());
             }
-            Ok(ConntrackCommand::Delete(filter(rest)?))
+            let f = filter(rest)?;
+            // What the real tool refuses with -D (exit 2), refused here too: the command
+            // would delete nothing on the node.
+            if let Some(m) = sim_conntrack::Filter::parse(&f)
+                .ok()
+                .and_then(|x| x.delete_refusal())
+            {
+                return Err(format!(
+                    "conntrack -D {rest}: conntrack-tools 1.4.7 refuses it (\"{m}\", exit 2), so it deletes nothing on a real node"
+                ));
+            }
+            Ok(ConntrackCommand::Delete(f))
         }
         "-L" | "--dump" => Ok(ConntrackCommand::List(filter(rest)?)),
         "-F" | "--flush" => bare(ConntrackCommand::Flush),

@@ -6,6 +6,7 @@
 use super::model::*;
 use super::names;
 use super::schema::*;
+use super::warnings::ScenarioWarning;
 use crate::k8s;
 use serde_saphyr::{Location, Spanned};
 use sim_core::{SimDuration, SimTime};
@@ -140,12 +141,13 @@ pub fn load_str(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
 fn node_state(
     ctx: &Ctx,
     st: &Spanned<super::schema::NodeStateDoc>,
+    warnings: &mut Vec<ScenarioWarning>,
 ) -> Result<NodeState, ScenarioError> {
     let d = &st.value;
-    if d.rules.is_none() && d.conntrack.is_none() {
+    if d.rules.is_none() && d.conntrack.is_none() && d.sysctls.is_none() {
         return Err(ctx.err(
             st,
-            "state: expected `rules` (an iptables-save file), `conntrack` (a conntrack -L file) or both",
+            "state: expected `rules` (an iptables-save file), `conntrack` (a conntrack -L file), `sysctls` (a sysctl -a file), or several",
         ));
     }
     let base = std::path::Path::new(ctx.file)
@@ -167,7 +169,7 @@ fn node_state(
         let (path, text) = read(f)?;
         let mut ns =
             sim_netfilter::netns::Netns::new(sim_netfilter::netns::NetnsConfig::new("check", 1));
-        if let Err(e) = ns.restore(&text, false) {
+        if let Err(e) = ns.restore_with_counters(&text, false) {
             let why = match e {
                 sim_netfilter::netns::NetnsError::Restore(error) => {
                     crate::rules_error::text(&path, &error, true)
@@ -183,6 +185,29 @@ fn node_state(
         let entries = sim_conntrack::parse_listing(&text)
             .map_err(|e| ctx.err(f, format!("state.conntrack: {path}: {e}")))?;
         out.conntrack = Some((path, entries));
+    }
+    if let Some(f) = &d.sysctls {
+        let (path, text) = read(f)?;
+        let file = sim_netfilter::sysctl_file::read_sysctl_file(&text)
+            .map_err(|e| ctx.err(f, format!("state.sysctls: {path}: {e}")))?;
+        for w in file.warning_lines() {
+            warnings.push(ScenarioWarning {
+                file: ctx.file().to_string(),
+                line: f.referenced.line(),
+                column: f.referenced.column(),
+                message: format!("state.sysctls: {path}: {w}"),
+            });
+        }
+        for (name, value) in file.apply {
+            // Every modelled sysctl takes an integer, checked by read_sysctl_file.
+            let v = value.parse::<u64>().map_err(|_| {
+                ctx.err(
+                    f,
+                    format!("state.sysctls: {path}: {name} = {value}: expected an integer"),
+                )
+            })?;
+            out.sysctls.insert(name, v);
+        }
     }
     Ok(out)
 }
@@ -208,6 +233,7 @@ fn check_sysctls(
     src: &BTreeMap<String, Spanned<u64>>,
     into: &mut BTreeMap<String, u64>,
     at: Location,
+    warnings: &mut Vec<ScenarioWarning>,
 ) -> Result<(), ScenarioError> {
     for (k, v) in src {
         // The key has no span of its own; point at its value, or at the mapping.
@@ -230,10 +256,28 @@ fn check_sysctls(
             into.insert(k.clone(), v.value);
             continue;
         }
+        let warn = |warnings: &mut Vec<ScenarioWarning>, message: String| {
+            warnings.push(ScenarioWarning {
+                file: ctx.file().to_string(),
+                line: loc.line(),
+                column: loc.column(),
+                message: format!("sysctl {k}: {message}"),
+            })
+        };
         let Some(short) = k
             .strip_prefix(SYSCTL_PREFIX)
             .filter(|s| sim_conntrack::Sysctls::names().any(|n| n == *s))
         else {
+            // A netfilter sysctl of the kernel that nfsim does not model: a warning with why
+            // (a real node's values are taken whole); an impossible value is still refused.
+            if sim_netfilter::sysctl_file::is_kernel_sysctl(k) {
+                match sim_netfilter::sysctl_file::unmodelled(k, &v.value.to_string()) {
+                    Err(m) => return Err(ctx.at(loc, m)),
+                    Ok(Some(m)) => warn(warnings, m),
+                    Ok(None) => {}
+                }
+                continue;
+            }
             let last = k.rsplit('.').next().unwrap_or(k);
             // Suggest the known name sharing the longest prefix of its last segment.
             let common = |n: &str| {
@@ -257,6 +301,9 @@ fn check_sysctls(
         sim_conntrack::Sysctls::default()
             .set(short, &v.value.to_string())
             .map_err(|e| ctx.at(loc, e.to_string()))?;
+        if let Ok(Some(m)) = sim_netfilter::sysctl_file::unmodelled(k, &v.value.to_string()) {
+            warn(warnings, m);
+        }
         into.insert(k.clone(), v.value);
     }
     Ok(())
@@ -681,7 +728,14 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         ));
     }
     let mut sysctls = BTreeMap::new();
-    check_sysctls(ctx, &doc.sysctls, &mut sysctls, doc.name.referenced)?;
+    let mut sysctl_warnings = Vec::new();
+    check_sysctls(
+        ctx,
+        &doc.sysctls,
+        &mut sysctls,
+        doc.name.referenced,
+        &mut sysctl_warnings,
+    )?;
 
     // Nodes.
     if doc.nodes.is_empty() {
@@ -717,8 +771,21 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                 format!("address {} is already used by {prev}", d.address.value),
             ));
         }
+        let state = match &d.state {
+            Some(st) => node_state(ctx, st, &mut sysctl_warnings)?,
+            None => NodeState::default(),
+        };
+        // The scenario's sysctls, then the node's saved ones (`state.sysctls`), then the
+        // node's own `sysctls`.
         let mut s = sysctls.clone();
-        check_sysctls(ctx, &d.sysctls, &mut s, d.name.referenced)?;
+        s.extend(state.sysctls.clone());
+        check_sysctls(
+            ctx,
+            &d.sysctls,
+            &mut s,
+            d.name.referenced,
+            &mut sysctl_warnings,
+        )?;
         let mut extra_addresses = Vec::new();
         for a in &d.extra_addresses {
             let x = &a.value;
@@ -752,10 +819,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             apps: app_defs(ctx, &d.apps)?,
             extra_addresses,
             extra_rules: Vec::new(),
-            state: match &d.state {
-                Some(st) => node_state(ctx, st)?,
-                None => NodeState::default(),
-            },
+            state,
         });
     }
     for (i, n) in doc.nodes.iter().enumerate() {
@@ -1220,13 +1284,14 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         kube_proxy: vec![(kube_proxy.clone(), true); nodes.len()],
     };
     let mut more_actions = super::events::check_events(ctx, &doc.events, &mut world)?;
-    let warnings = super::warnings::unmatched_selectors(
+    let mut warnings = sysctl_warnings;
+    warnings.extend(super::warnings::unmatched_selectors(
         ctx,
         &doc.services,
         &doc.events,
         &world.pods,
         doc.endpoint_slices.is_some(),
-    );
+    ));
     let mut events = Vec::new();
     for (i, e) in doc.events.iter().enumerate() {
         let d = &e.value;

@@ -88,6 +88,9 @@ pub struct NodeState {
     pub rules: Option<(String, String)>,
     /// The `conntrack -L` file and its entries.
     pub conntrack: Option<(String, Vec<sim_conntrack::ListedEntry>)>,
+    /// The modelled sysctls of its `sysctl -a` file (`state.sysctls`), by full name: merged
+    /// into the node's `sysctls` under the node's own.
+    pub sysctls: BTreeMap<String, u64>,
 }
 
 /// A host outside the cluster.

@@ -180,6 +180,9 @@ pub struct NodeStateDoc {
     /// `conntrack -L` output (with or without `-o extended`): the node's table at time 0.
     #[serde(default)]
     pub conntrack: Option<S<String>>,
+    /// `sysctl -a` output (or `sysctl.conf` lines): the node's sysctls, taken whole.
+    #[serde(default)]
+    pub sysctls: Option<S<String>>,
 }
 
 /// One entry of `hosts:`.

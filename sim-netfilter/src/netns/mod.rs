@@ -626,6 +626,24 @@ impl Netns {
         )?)
     }
 
+    /// [`Netns::restore`] keeping the input's counters, as `iptables-restore -c`: the
+    /// `[packets:bytes]` before each rule and on each built-in chain's policy line are where
+    /// the counters start (a real node's `iptables-save -c` loaded as its state, so a later
+    /// save with `-c` prints them plus what the simulation added). On error nothing changes.
+    pub fn restore_with_counters(
+        &mut self,
+        text: &str,
+        noflush: bool,
+    ) -> Result<RestoreReport, NetnsError> {
+        Ok(self.ruleset.restore(
+            text,
+            &RestoreOptions {
+                noflush,
+                counters: true,
+            },
+        )?)
+    }
+
     /// [`Netns::restore`] through a [`RestoreMemo`] shared by many namespaces: when this
     /// namespace's ruleset has the lineage of one the memo already applied `text` to, it takes
     /// that outcome instead of parsing again (identical result; see [`RestoreMemo`]). Give

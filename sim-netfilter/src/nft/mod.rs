@@ -591,6 +591,14 @@ impl NftRuleset {
             .ok_or_else(|| format!("No such file or directory: table {family} {name}"))
     }
 
+    /// The tables, as `FAMILY NAME`, in creation order (`nft list tables`).
+    pub fn table_names(&self) -> Vec<String> {
+        self.tables
+            .keys()
+            .map(|(f, n)| format!("{f} {n}"))
+            .collect()
+    }
+
     /// The table `family name`.
     pub fn table(&self, family: Family, name: &str) -> Option<&NftTable> {
         self.tables.get(&(family, name.to_string()))

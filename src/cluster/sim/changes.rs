@@ -127,7 +127,7 @@ impl Simulation {
         if let Some((file, text)) = &state.rules {
             self.nodes[n]
                 .netns
-                .restore(text, false)
+                .restore_with_counters(text, false)
                 .map_err(|e| SimError::Netns {
                     node: node.clone(),
                     message: format!("state.rules {file}: {e}"),
