@@ -340,3 +340,103 @@ fn deep_nesting_is_refused_in_words() {
         e.message
     );
 }
+
+#[test]
+fn an_embedded_object_of_the_wrong_kind_or_version_is_refused() {
+    // A Service written `kind: Pod` loaded as a Service.
+    let e = err(&with(
+        "  - metadata: {name: dns, namespace: default}\n",
+        "  - kind: Pod\n    metadata: {name: dns, namespace: default}\n",
+    ));
+    assert_eq!(e.line, 15, "{}", e.message);
+    assert!(
+        e.message.contains("kind: \"Pod\": expected Service here"),
+        "{}",
+        e.message
+    );
+    let e = err(&with(
+        "  - metadata: {name: dns, namespace: default}\n",
+        "  - apiVersion: apps/v1\n    metadata: {name: dns, namespace: default}\n",
+    ));
+    assert!(
+        e.message.contains("apiVersion: \"apps/v1\": expected v1"),
+        "{}",
+        e.message
+    );
+    // As kubectl prints it: fine.
+    load_str(
+        "t.yaml",
+        &with(
+            "  - metadata: {name: dns, namespace: default}\n",
+            "  - apiVersion: v1\n    kind: Service\n    metadata: {name: dns, namespace: default}\n",
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn labels_and_selectors_kubernetes_rejects_are_refused() {
+    // Each was accepted before.
+    for (from, to, line, what) in [
+        (
+            "labels: {app: dns}",
+            "labels: {app: \"-dns\"}",
+            8,
+            "label value \"-dns\"",
+        ),
+        (
+            "labels: {app: dns}",
+            "labels: {app: \"a b\"}",
+            8,
+            "label value \"a b\"",
+        ),
+        (
+            "labels: {app: dns}",
+            &format!("labels: {{app: {}}}", "d".repeat(64)),
+            8,
+            "label value of 64 characters: expected at most 63",
+        ),
+        (
+            "labels: {app: dns}",
+            "labels: {\"bad key\": dns}",
+            8,
+            "label key \"bad key\"",
+        ),
+        (
+            "labels: {app: dns}",
+            "labels: {\"Example.com/app\": dns}",
+            8,
+            "DNS-1123 subdomain",
+        ),
+        (
+            "selector: {app: dns}",
+            "selector: {app: \"dns!\"}",
+            15,
+            "spec.selector: app: label value \"dns!\"",
+        ),
+    ] {
+        let e = err(&with(from, to));
+        assert_eq!(e.line, line, "{to}: {}", e.message);
+        assert!(e.message.contains(what), "{to}: {}", e.message);
+    }
+    let e = err(&with(
+        "expectations:\n",
+        "events:\n  - at: 1s\n    scale: {selector: {app: \"x y\"}, replicas: 2}\nexpectations:\n",
+    ));
+    assert_eq!(e.line, 26, "{}", e.message);
+    assert!(
+        e.message
+            .contains("scale.selector: app: label value \"x y\""),
+        "{}",
+        e.message
+    );
+    // What Kubernetes takes loads: empty values, prefixed keys, `_` and `.` inside.
+    load_str(
+        "t.yaml",
+        &with(
+            "labels: {app: dns}",
+            "labels: {app: dns, app.kubernetes.io/part-of: \"\", tier: a_b.c}",
+        ),
+    )
+    .unwrap();
+}
