@@ -148,6 +148,8 @@ fn objects(svcs: &[Svc]) -> (Vec<Service>, Vec<EndpointSlice>) {
         let mut meta = ObjectMeta::new("ns", &format!("{name}-1"));
         meta.labels.insert(LABEL_SERVICE_NAME.into(), name.clone());
         slices.push(EndpointSlice {
+            api_version: None,
+            kind: None,
             metadata: meta,
             address_type: AddressType::IPv4,
             endpoints: s

@@ -436,6 +436,110 @@ fn iptables_restore_text_restores_or_fails() {
     });
 }
 
+/// Whether `s` holds a character [`sim_core::text::Escaped`] would escape, other than the
+/// newlines that end lines and the tab of `conntrack -S` output.
+fn raw_control(s: &str) -> bool {
+    s.chars()
+        .any(|c| c != '\n' && c != '\t' && sim_core::text::needs_escape(c))
+}
+
+/// The shipped scenarios, with copies made hostile in the ways issue 31 found: durations
+/// near 2^64 ns, a 100,000-character line, control characters and bidi overrides in free
+/// text, one anchored block shared by many aliases.
+fn hostile_scenarios() -> Vec<(String, Vec<u8>)> {
+    let mut corpus = glob("scenarios", &["yaml"]);
+    corpus.extend(glob("tests/fixtures/scenario", &["yaml"]));
+    let mut out = corpus.clone();
+    for (file, b) in &corpus {
+        let t = text(b);
+        let variants = [
+            t.replace("interval: ", "jitter: 5124095h, interval: ")
+                .replace("interval: 10s}", "interval: 10s, jitter: 168h}"),
+            t.replacen(
+                "name: ",
+                &format!(
+                    "name: \"{}\"\ndescription: \"a\\e[2J\\nexpect PASS: \\u202e\"\n_: ",
+                    "x".repeat(100_000)
+                ),
+                1,
+            ),
+            t.replace("labels: {", "labels: &l {")
+                .replace("selector: {", "selector: {x: y, "),
+        ];
+        for (i, v) in variants.into_iter().enumerate() {
+            out.push((format!("{file}#hostile{i}"), v.into_bytes()));
+        }
+    }
+    out
+}
+
+#[test]
+fn scenario_errors_render_bounded_and_timelines_print_no_raw_control_characters() {
+    // Issue 31: an error's snippet is a bounded window of its line, escaped; a loaded
+    // scenario's timeline holds no raw control character, whatever its text held.
+    let corpus = hostile_scenarios();
+    campaign("scenario output", 9, 200, &corpus, |file, b| {
+        let t = text(b);
+        match nfsim::scenario::load_str(file, &t) {
+            Err(e) => {
+                let shown = e.to_string();
+                let snippet = shown.strip_prefix(&format!(
+                    "{}:{}:{}: {}",
+                    e.file, e.line, e.column, e.message
+                ));
+                if let Some(snippet) = snippet {
+                    assert!(snippet.len() < 2000, "{} bytes of snippet", snippet.len());
+                    assert!(!raw_control(snippet), "{snippet:?}");
+                }
+                false
+            }
+            Ok(sc) => {
+                if let Ok(mut c) = nfsim::testkit::Cluster::from_scenario(sc) {
+                    if c.run_until(SimTime::ZERO + SimDuration::from_secs(1))
+                        .is_ok()
+                    {
+                        let timeline = c.timeline_text();
+                        assert!(!raw_control(&timeline), "{timeline}");
+                    }
+                }
+                true
+            }
+        }
+    });
+}
+
+#[test]
+fn restore_errors_render_bounded() {
+    // Issue 31: a restore error shows a bounded, escaped window of its line.
+    let mut corpus = read(&[
+        "tests/fixtures/cli/kube-proxy.rules",
+        "tests/fixtures/cli/malformed.rules",
+        "tests/fixtures/iptables/features.rules",
+    ]);
+    corpus.push((
+        "long-comment.rules".into(),
+        format!(
+            "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m comment --comment \"{}\u{1b}[2J\" -j ACCEPT\nCOMMIT\n",
+            "é".repeat(50_000)
+        )
+        .into_bytes(),
+    ));
+    campaign("restore errors", 10, 200, &corpus, |_, b| {
+        let t = text(b);
+        let mut rs = sim_netfilter::Ruleset::new();
+        match rs.restore(&t, &sim_netfilter::RestoreOptions::default()) {
+            Ok(_) => true,
+            Err(e) => {
+                let shown = e.to_string();
+                let snippet = shown.split_once('\n').map_or("", |x| x.1);
+                assert!(snippet.len() < 2000, "{} bytes of snippet", snippet.len());
+                assert!(!raw_control(snippet), "{snippet:?}");
+                false
+            }
+        }
+    });
+}
+
 #[test]
 fn nft_text_applies_or_fails() {
     let corpus = glob("tests/fixtures/nft", &["nft"]);

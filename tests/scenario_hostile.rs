@@ -268,3 +268,175 @@ fn an_error_line_with_control_characters_is_shown_escaped() {
         "{e}"
     );
 }
+
+/// `GOOD` with `n` more Services, each with its own name and the first one's anchored spec.
+fn services_sharing_one_anchor(n: usize) -> String {
+    let mut svc = String::from(
+        "services:\n  - metadata: {name: dns, namespace: default}\n    spec: &spec\n      selector: {app: dns}\n      ports: [{name: dns, protocol: UDP, port: 53}]\n",
+    );
+    for i in 0..n {
+        svc.push_str(&format!(
+            "  - metadata: {{name: s{i}, namespace: default}}\n    spec: *spec\n"
+        ));
+    }
+    let (a, b) = (
+        GOOD.find("services:").unwrap(),
+        GOOD.find("clients:").unwrap(),
+    );
+    format!("{}{svc}{}", &GOOD[..a], &GOOD[b..])
+}
+
+#[test]
+fn many_services_may_share_one_anchored_block() {
+    // 199 aliases of one anchor were refused with a library dump
+    // (`AliasAnchorRatio { aliases: 199, anchors: 1 }`).
+    for n in [199, 2000] {
+        let sc = load_str("t.yaml", &services_sharing_one_anchor(n)).unwrap();
+        assert_eq!(sc.services.len(), n + 1);
+    }
+}
+
+#[test]
+fn a_billion_laughs_is_refused_in_words_at_its_place() {
+    let mut laughs =
+        String::from("        l0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for k in 1..10 {
+        let refs = vec![format!("*a{}", k - 1); 9].join(", ");
+        laughs.push_str(&format!("        l{k}: &a{k} [{refs}]\n"));
+    }
+    let text = with(
+        "  - metadata: {name: dns, namespace: default}\n",
+        &format!("  - metadata:\n      name: dns\n      namespace: default\n      annotations:\n{laughs}"),
+    );
+    let e = err(&text);
+    assert!((19..=28).contains(&e.line), "{e}");
+    assert!(e.message.contains("YAML parser events"), "{}", e.message);
+    assert!(!e.message.contains(" { "), "a library dump: {}", e.message);
+}
+
+#[test]
+fn deep_nesting_is_refused_in_words() {
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let e = err(&with(
+        "      clusterIP: 10.96.0.10\n",
+        &format!("      clusterIP: 10.96.0.10\n      x: {deep}\n"),
+    ));
+    assert_eq!(e.line, 18, "{}", e.message);
+    assert!(
+        e.message.contains("nested") && e.message.contains("MAX_YAML_DEPTH"),
+        "{}",
+        e.message
+    );
+    // Block style, in a field kube-proxy does not read (read past, not refused as unknown).
+    let deep = format!("{}1", "- ".repeat(100));
+    let e = err(&with(
+        "      clusterIP: 10.96.0.10\n",
+        &format!("      clusterIP: 10.96.0.10\n      x:\n        {deep}\n"),
+    ));
+    assert_eq!(e.line, 19, "{}", e.message);
+    assert!(
+        e.message.contains("nested") && e.message.contains("MAX_YAML_DEPTH"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn an_embedded_object_of_the_wrong_kind_or_version_is_refused() {
+    // A Service written `kind: Pod` loaded as a Service.
+    let e = err(&with(
+        "  - metadata: {name: dns, namespace: default}\n",
+        "  - kind: Pod\n    metadata: {name: dns, namespace: default}\n",
+    ));
+    assert_eq!(e.line, 15, "{}", e.message);
+    assert!(
+        e.message.contains("kind: \"Pod\": expected Service here"),
+        "{}",
+        e.message
+    );
+    let e = err(&with(
+        "  - metadata: {name: dns, namespace: default}\n",
+        "  - apiVersion: apps/v1\n    metadata: {name: dns, namespace: default}\n",
+    ));
+    assert!(
+        e.message.contains("apiVersion: \"apps/v1\": expected v1"),
+        "{}",
+        e.message
+    );
+    // As kubectl prints it: fine.
+    load_str(
+        "t.yaml",
+        &with(
+            "  - metadata: {name: dns, namespace: default}\n",
+            "  - apiVersion: v1\n    kind: Service\n    metadata: {name: dns, namespace: default}\n",
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn labels_and_selectors_kubernetes_rejects_are_refused() {
+    // Each was accepted before.
+    for (from, to, line, what) in [
+        (
+            "labels: {app: dns}",
+            "labels: {app: \"-dns\"}",
+            8,
+            "label value \"-dns\"",
+        ),
+        (
+            "labels: {app: dns}",
+            "labels: {app: \"a b\"}",
+            8,
+            "label value \"a b\"",
+        ),
+        (
+            "labels: {app: dns}",
+            &format!("labels: {{app: {}}}", "d".repeat(64)),
+            8,
+            "label value of 64 characters: expected at most 63",
+        ),
+        (
+            "labels: {app: dns}",
+            "labels: {\"bad key\": dns}",
+            8,
+            "label key \"bad key\"",
+        ),
+        (
+            "labels: {app: dns}",
+            "labels: {\"Example.com/app\": dns}",
+            8,
+            "DNS-1123 subdomain",
+        ),
+        (
+            "selector: {app: dns}",
+            "selector: {app: \"dns!\"}",
+            15,
+            "spec.selector: app: label value \"dns!\"",
+        ),
+    ] {
+        let e = err(&with(from, to));
+        assert_eq!(e.line, line, "{to}: {}", e.message);
+        assert!(e.message.contains(what), "{to}: {}", e.message);
+    }
+    let e = err(&with(
+        "expectations:\n",
+        "events:\n  - at: 1s\n    scale: {selector: {app: \"x y\"}, replicas: 2}\nexpectations:\n",
+    ));
+    assert_eq!(e.line, 26, "{}", e.message);
+    assert!(
+        e.message
+            .contains("scale.selector: app: label value \"x y\""),
+        "{}",
+        e.message
+    );
+    // What Kubernetes takes loads: empty values, prefixed keys, `_` and `.` inside.
+    load_str(
+        "t.yaml",
+        &with(
+            "labels: {app: dns}",
+            "labels: {app: dns, app.kubernetes.io/part-of: \"\", tier: a_b.c}",
+        ),
+    )
+    .unwrap();
+}

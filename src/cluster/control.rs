@@ -177,6 +177,8 @@ pub fn derive_slices<'a>(
         meta.labels
             .insert(LABEL_SERVICE_NAME.to_string(), svc.metadata.name.clone());
         out.push(EndpointSlice {
+            api_version: None,
+            kind: None,
             metadata: meta,
             address_type: AddressType::IPv4,
             endpoints,

@@ -15,6 +15,7 @@
 //! (`kubectl get svc,endpointslices -A -o yaml`), and returns them in input order.
 
 mod cidr;
+pub mod labels;
 mod parse;
 mod sloppy;
 
@@ -493,6 +494,12 @@ pub struct ServiceStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Service {
+    /// `apiVersion`: `v1` when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// `kind`: `Service` when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// `metadata`.
     pub metadata: ObjectMeta,
     /// `spec`.
@@ -583,6 +590,12 @@ pub struct EndpointPort {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EndpointSlice {
+    /// `apiVersion`: `discovery.k8s.io/v1` when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// `kind`: `EndpointSlice` when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// `metadata` (the Service it belongs to is the `kubernetes.io/service-name` label).
     pub metadata: ObjectMeta,
     /// `addressType`.
@@ -593,6 +606,35 @@ pub struct EndpointSlice {
     /// `ports`.
     #[serde(default, deserialize_with = "null_default")]
     pub ports: Vec<EndpointPort>,
+}
+
+/// Checks an embedded object's `kind` and `apiVersion`, when given, against what its place
+/// holds: a Service written with `kind: Pod` is no Service.
+fn type_meta(
+    kind: &Option<String>,
+    api_version: &Option<String>,
+    want_kind: &str,
+    want_version: &str,
+) -> Result<(), (String, String)> {
+    if let Some(k) = kind.as_deref().filter(|k| *k != want_kind) {
+        return Err((
+            "kind".into(),
+            format!(
+                "{:?}: expected {want_kind} here (or leave `kind` out)",
+                sim_core::text::escape(k)
+            ),
+        ));
+    }
+    if let Some(v) = api_version.as_deref().filter(|v| *v != want_version) {
+        return Err((
+            "apiVersion".into(),
+            format!(
+                "{:?}: expected {want_version} for a {want_kind} (or leave `apiVersion` out)",
+                sim_core::text::escape(v)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A problem found by [`Service::validate`] or [`EndpointSlice::validate`].
@@ -678,6 +720,13 @@ impl Service {
                 "metadata.name".into(),
                 "missing: every Service needs a name".into(),
             ));
+        }
+        type_meta(&self.kind, &self.api_version, "Service", "v1").map_err(|(f, m)| err(f, m))?;
+        if let Some(m) = labels::labels_problem(&self.metadata.labels) {
+            return Err(err("metadata.labels".into(), m));
+        }
+        if let Some(m) = labels::labels_problem(&self.spec.selector) {
+            return Err(err("spec.selector".into(), m));
         }
         if self.spec.type_ != ServiceType::ExternalName && self.spec.cluster_ip.is_none() {
             return Err(err(
@@ -777,6 +826,16 @@ impl EndpointSlice {
                 "metadata.name".into(),
                 "missing: every EndpointSlice needs a name".into(),
             ));
+        }
+        type_meta(
+            &self.kind,
+            &self.api_version,
+            "EndpointSlice",
+            "discovery.k8s.io/v1",
+        )
+        .map_err(|(f, m)| err(f, m))?;
+        if let Some(m) = labels::labels_problem(&self.metadata.labels) {
+            return Err(err("metadata.labels".into(), m));
         }
         if self.service_name().is_none() {
             return Err(err(

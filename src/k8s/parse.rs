@@ -136,11 +136,15 @@ fn convert(o: AnyObject, document: usize, item: String) -> Result<K8sObject, K8s
     };
     let obj = match o.kind.as_str() {
         "Service" => K8sObject::Service(Service {
+            api_version: None,
+            kind: None,
             metadata: meta.clone(),
             spec: o.spec.ok_or_else(|| missing("Service", "spec"))?,
             status: o.status.unwrap_or_default(),
         }),
         "EndpointSlice" => K8sObject::EndpointSlice(EndpointSlice {
+            api_version: None,
+            kind: None,
             metadata: meta.clone(),
             address_type: o
                 .address_type

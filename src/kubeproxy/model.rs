@@ -387,6 +387,8 @@ mod tests {
         let mut meta = ObjectMeta::new("ns", name);
         meta.labels.insert(LABEL_SERVICE_NAME.into(), "svc".into());
         EndpointSlice {
+            api_version: None,
+            kind: None,
             metadata: meta,
             address_type: AddressType::IPv4,
             endpoints: eps,

@@ -500,6 +500,9 @@ pub(super) fn check_events(
         } else if let Some(s) = &d.scale {
             let sd = &s.value;
             let namespace = sd.namespace.clone().unwrap_or_else(|| "default".into());
+            if let Some(m) = crate::k8s::labels::labels_problem(&sd.selector.value) {
+                return Err(ctx.err(&sd.selector, format!("scale.selector: {m}")));
+            }
             if sd.selector.value.is_empty() {
                 return Err(ctx.err(
                     &sd.selector,

@@ -484,6 +484,10 @@ fn pod_def(ctx: &Ctx, pc: &PodCheck, p: &Spanned<PodDoc>) -> Result<PodDef, Scen
     if let Some(ns) = &d.namespace {
         names::check_dns1123_label("namespace", ns).map_err(|m| ctx.err(p, m))?;
     }
+    // The API server refuses labels that break IsQualifiedName / IsValidLabelValue.
+    if let Some(m) = k8s::labels::labels_problem(&d.labels) {
+        return Err(ctx.err(p, format!("pod {}: labels: {m}", d.name.value)));
+    }
     let node = *pc.node_index.get(&d.node.value).ok_or_else(|| {
         ctx.err(
             &d.node,

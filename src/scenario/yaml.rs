@@ -4,6 +4,12 @@
 //! nfsim raises the ones a big cluster reaches ([`MAX_YAML_NODES`], [`MAX_YAML_EVENTS`]) and
 //! says in words which limit was hit. Its messages written for programmers (advice about its
 //! own options, "expected mapping start") are rewritten for the scenario's author.
+//!
+//! Aliases: many objects sharing one anchored block (`spec: *web` in 500 Services) is normal
+//! YAML, so the reader's alias-to-anchor ratio heuristic is off. What an alias bomb (the
+//! "billion laughs") costs is what its aliases expand to, and that is bounded: the aliases
+//! of a file replay at most [`MAX_YAML_EVENTS`] parser events in all, no more than the file
+//! could have written out, and nest at most [`MAX_YAML_DEPTH`] deep.
 
 use serde_saphyr::budget::BudgetBreach;
 use serde_saphyr::{Error, Location};
@@ -12,8 +18,16 @@ pub use sim_core::input::MAX_SCENARIO_BYTES;
 /// The most YAML values a scenario may hold (every scalar, list and mapping counts: a pod
 /// written in flow style is about 20), enough for about 100,000 pods.
 pub const MAX_YAML_NODES: usize = 2_000_000;
-/// The most YAML parser events (about twice the values).
+/// The most YAML parser events (about twice the values); also the most events the file's
+/// aliases (`*name`) may replay in all.
 pub const MAX_YAML_EVENTS: usize = 4_000_000;
+/// The most parser events the anchored blocks (`&name`) of a file may hold, counting each
+/// block an event is in: a shared Service spec is about 20, so this is thousands of
+/// templates, and it stops a billion laughs while its anchors are being recorded.
+pub const MAX_YAML_ANCHORED_EVENTS: usize = 100_000;
+/// How deep lists and mappings may nest (a scenario needs about 10), and aliases within
+/// aliases.
+pub const MAX_YAML_DEPTH: usize = 64;
 
 /// The reader's options: one document, the budgets above.
 pub fn options() -> serde_saphyr::Options {
@@ -21,6 +35,13 @@ pub fn options() -> serde_saphyr::Options {
         budget: serde_saphyr::budget! {
             max_nodes: MAX_YAML_NODES,
             max_events: MAX_YAML_EVENTS,
+            max_depth: MAX_YAML_DEPTH,
+            enforce_alias_anchor_ratio: false,
+            max_recorded_anchor_events: MAX_YAML_ANCHORED_EVENTS,
+        },
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: MAX_YAML_EVENTS,
+            max_replay_stack_depth: MAX_YAML_DEPTH,
         },
     }
 }
@@ -87,7 +108,7 @@ fn breach_words(b: &BudgetBreach) -> String {
             "the file holds more than {MAX_YAML_EVENTS} YAML parser events ({events} seen): the most a scenario may have (MAX_YAML_EVENTS)"
         ),
         BudgetBreach::Depth { depth } => format!(
-            "lists and mappings are nested {depth} deep: more than the YAML reader takes"
+            "lists and mappings are nested {depth} deep: expected at most {MAX_YAML_DEPTH} levels (MAX_YAML_DEPTH)"
         ),
         BudgetBreach::Documents { documents } => {
             format!("{documents} YAML documents: one document expected")
@@ -95,6 +116,14 @@ fn breach_words(b: &BudgetBreach) -> String {
         BudgetBreach::Aliases { aliases } => {
             format!("{aliases} YAML aliases (*name): more than the YAML reader takes")
         }
+        BudgetBreach::AliasAnchorRatio { aliases, anchors } => format!(
+            "{aliases} YAML aliases (*name) of {anchors} anchors (&name): more than the YAML reader takes"
+        ),
+        BudgetBreach::RecordedAnchorEvents {
+            recorded_anchor_events,
+        } => format!(
+            "the anchored blocks (&name) hold more than {MAX_YAML_ANCHORED_EVENTS} YAML parser events ({recorded_anchor_events} seen; an anchor of aliases of anchors multiplies): the most a scenario may have (MAX_YAML_ANCHORED_EVENTS)"
+        ),
         BudgetBreach::Anchors { anchors } => {
             format!("{anchors} YAML anchors (&name): more than the YAML reader takes")
         }
@@ -108,7 +137,15 @@ fn breach_words(b: &BudgetBreach) -> String {
 /// The place (line, column) and the message of a YAML reading error.
 pub fn describe(e: &Error, lines: &[&str]) -> (u64, u64, String) {
     let loc = e.location().unwrap_or(Location::UNKNOWN);
-    let inner = e.without_snippet();
+    // The error itself, under the snippet and alias wrappers (an error inside an aliased
+    // block is wrapped with the alias's and the anchor's places).
+    let mut inner = e;
+    loop {
+        match inner {
+            Error::WithSnippet { error, .. } | Error::AliasError { error, .. } => inner = error,
+            _ => break,
+        }
+    }
     let field = key_before(lines, loc)
         .map(|k| format!("{k}: "))
         .unwrap_or_default();
@@ -141,6 +178,18 @@ pub fn describe(e: &Error, lines: &[&str]) -> (u64, u64, String) {
             "a second YAML document (`---`): one document expected".into()
         }
         Error::Budget { breach, .. } => breach_words(breach),
+        Error::AliasReplayLimitExceeded {
+            total_replayed_events,
+            ..
+        } => format!(
+            "the aliases (*name) expand to more than {MAX_YAML_EVENTS} YAML parser events ({total_replayed_events} seen): more than the file could hold written out (MAX_YAML_EVENTS); an alias of an alias of an alias… multiplies"
+        ),
+        Error::AliasReplayStackDepthExceeded { depth, .. } => format!(
+            "aliases (*name) nested {depth} deep: expected at most {MAX_YAML_DEPTH} (MAX_YAML_DEPTH)"
+        ),
+        Error::AliasExpansionLimitExceeded { expansions, .. } => format!(
+            "one anchor (&name) expanded {expansions} times: more than the YAML reader takes"
+        ),
         Error::Unexpected { expected, .. } => {
             let what = match *expected {
                 "mapping start" => "a mapping (`key: value` lines, or `{key: value}`)",
@@ -211,6 +260,8 @@ pub fn describe(e: &Error, lines: &[&str]) -> (u64, u64, String) {
                     "{field}{} is not an address and port: expected one such as 10.96.0.10:53",
                     found_at(lines, loc)
                 )
+            } else if msg == "recursion limit exceeded" {
+                format!("lists and mappings are nested too deep: expected at most {MAX_YAML_DEPTH} levels (MAX_YAML_DEPTH)")
             } else if msg.contains(super::schema::TOO_LONG) {
                 // A duration field beyond MAX_DURATION: its reader cannot know the key.
                 if field.is_empty() {
