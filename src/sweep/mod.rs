@@ -69,9 +69,9 @@ pub enum SweepError {
         /// the shards absent when the files' labels tell.
         detail: String,
     },
-    /// Writing the output failed.
+    /// Writing the output failed (the source, so that a closed pipe is seen as one).
     #[error("writing the output: {0}")]
-    Io(std::io::Error),
+    Io(#[source] std::io::Error),
 }
 
 impl From<std::io::Error> for SweepError {
