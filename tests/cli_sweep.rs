@@ -261,3 +261,46 @@ fn merge_with_runs_missing_names_the_files_runs_and_shards() {
         "shard-0.jsonl, shard-2.jsonl: 4 of 12 runs missing: runs 4..=5 (combination 0, seeds 5..=6), runs 6..=7 (combination 1, seeds 1..=2); shard 1/3 not among the files; expected every shard's output"
     );
 }
+
+/// `--jobs` far above the runs (and the machine) starts no more threads than either: a
+/// sweep of two runs with `-j 2^64-1` finishes at once (before, it tried to start 2^64 - 1
+/// threads and hung). Bounded by a deadline so that a regression fails instead of hanging.
+#[test]
+fn jobs_is_capped_by_the_runs_and_the_machine() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nfsim"))
+        .args([
+            "sweep",
+            FILE,
+            "--seeds",
+            "1..2",
+            "-q",
+            "-j",
+            "18446744073709551615",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("sweep -j 2^64-1 did not finish within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success());
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert_eq!(out.lines().count(), 1 + 2 + 1, "{out}");
+    assert_eq!(
+        nfsim::sweep::threads(usize::MAX, 2),
+        2.min(nfsim::sweep::threads(usize::MAX, u64::MAX))
+    );
+    assert_eq!(nfsim::sweep::threads(0, 5), 1);
+    assert_eq!(nfsim::sweep::threads(8, 1), 1);
+}

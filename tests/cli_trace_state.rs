@@ -91,6 +91,39 @@ fn inside_a_scenario_the_stale_entry_is_found_and_the_run_is_unchanged() {
     assert!(err.contains("--from nobody"), "{err}");
 }
 
+/// `--at` after the scenario's end is refused, as `run --until`, `rules --at` and
+/// `conntrack --at` refuse it (before, `--at 2h` on a 1 h scenario traced at 01:00:00).
+#[test]
+fn trace_at_after_the_run_is_refused() {
+    let (code, out, err) = nfsim(&[
+        "trace",
+        "scenarios/stale-dns-udp.yaml",
+        "--node",
+        "node-2",
+        "--at",
+        "2h",
+        "--packet",
+        PKT,
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(
+        err.trim_end(),
+        "error: --at 2h is after the end of the run (1h, the scenario's duration in scenarios/stale-dns-udp.yaml): expected at most 1h"
+    );
+    // The end itself is within the run.
+    let (code, _, err) = nfsim(&[
+        "trace",
+        "scenarios/stale-dns-udp.yaml",
+        "--node",
+        "node-2",
+        "--at",
+        "1h",
+        "--packet",
+        PKT,
+    ]);
+    assert_eq!(code, 0, "{err}");
+}
+
 #[test]
 fn from_production_the_saved_table_decides() {
     let args = |ct: &'static str| {

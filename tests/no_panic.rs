@@ -4,8 +4,11 @@
 //! Corpora: the shipped scenarios (`scenarios/*.yaml`, loaded, and when one still loads, run
 //! for a simulated second), iptables-save / iptables-restore text (`tests/fixtures`, through
 //! `iptables-restore` and `rules normalize`), nft text, `conntrack -L` text, xt_recent's
-//! `/proc` text, packet strings, and captures (pcap, pcapng, Linux cooked; read, and when one
-//! still reads, replayed through the kube-proxy fixture's rules).
+//! `/proc` text (parsed, and loaded into a rule's list), packet strings, captures (pcap,
+//! pcapng, Linux cooked; read, and when one still reads, replayed through the kube-proxy
+//! fixture's rules), what a reconciler process writes (`tests/fixtures/reconciler`, handled
+//! as one sync's turn), `sweep merge` shard files (`tests/fixtures/sweep`, one mutated among
+//! the others) and `--set` values (applied to a scenario and loaded).
 //!
 //! Mutations, one to four per case: byte flips and overwrites, truncation, splices (a piece of
 //! one corpus file pasted into another), duplicated and deleted lines, numbers replaced by
@@ -650,4 +653,115 @@ fn the_corpora_are_where_the_suite_expects_them() {
     for (file, b) in glob("scenarios", &["yaml"]) {
         nfsim::scenario::load_str(&file, &text(&b)).unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+/// What a hostile reconciler process could write on its stdout (docs/reconciler-protocol.md):
+/// read as nfsim reads it and handled request by request against a small table, as one
+/// sync's turn. Accepted: the turn ends with `done`.
+#[test]
+fn reconciler_responses_are_handled_or_refused() {
+    use nfsim::kubeproxy::cleanup::{CleanupReport, CtEntry, CtTuple, MemConntrack};
+    use nfsim::kubeproxy::external::{handle_line, read_line_bounded, Reply};
+    let corpus = glob("tests/fixtures/reconciler", &["jsonl"]);
+    let t = |src: &str, dst: &str, sport, dport| CtTuple {
+        src: src.parse().unwrap(),
+        dst: dst.parse().unwrap(),
+        sport,
+        dport,
+    };
+    let table = MemConntrack {
+        entries: vec![CtEntry {
+            proto: 17,
+            orig: t("10.244.2.9", "10.96.0.10", 40000, 53),
+            reply: t("10.244.1.5", "10.244.2.9", 53, 40000),
+        }],
+    };
+    campaign("reconciler protocol", 8, 400, &corpus, |_, b| {
+        let mut r = std::io::Cursor::new(b);
+        let (mut ct, mut report) = (table.clone(), CleanupReport::default());
+        let mut n = 0;
+        while let Ok(Some(Ok(line))) = read_line_bounded(&mut r) {
+            n += 1;
+            match handle_line(n, &line, &mut ct, &mut report) {
+                Ok(Reply::Answer(v)) => {
+                    let _ = v.to_string();
+                }
+                Ok(Reply::Done) => return true,
+                Err(_) => return false,
+            }
+        }
+        false
+    });
+}
+
+/// `sweep merge` over shard files of which one is mutated: merged (then aggregated, tabled
+/// and drawn) or refused.
+#[test]
+fn sweep_merge_files_merge_or_fail() {
+    let corpus = glob("tests/fixtures/sweep", &["jsonl"]);
+    campaign("sweep merge", 9, 300, &corpus, |file, b| {
+        let inputs: Vec<(String, String)> = corpus
+            .iter()
+            .map(|(f, t)| (f.clone(), if f == file { text(b) } else { text(t) }))
+            .collect();
+        let Ok((header, runs)) = nfsim::sweep::merge(&inputs) else {
+            return false;
+        };
+        let agg = nfsim::sweep::stats::aggregate(&header, &runs);
+        let _ = nfsim::sweep::stats::render(&agg);
+        let _ = nfsim::report::render_sweep(&header, &runs, &agg, "nfsim sweep merge");
+        true
+    });
+}
+
+/// `sweep --set PATH=V1,V2` values, mutated: parsed, and each combination applied to the
+/// scenario's text and loaded, as `Sweep::plan` does before any run.
+#[test]
+fn set_values_apply_or_fail() {
+    let corpus = read(&["tests/fixtures/sweep/sets.txt"]);
+    let file = "scenarios/stale-dns-udp.yaml";
+    let scenario = std::fs::read_to_string(file).unwrap();
+    let seeds = nfsim::sweep::SeedRange { first: 1, last: 1 };
+    campaign("--set", 10, 200, &corpus, |_, b| {
+        let mut axes = Vec::new();
+        for l in text(b).lines() {
+            match l.parse::<nfsim::sweep::SetAxis>() {
+                Ok(a) => axes.push(a),
+                Err(_) => return false,
+            }
+        }
+        // Bounded: the campaign checks for panics, not for a sweep of thousands of loads.
+        if axes.iter().map(|a| a.values.len()).product::<usize>() > 16 {
+            return false;
+        }
+        nfsim::sweep::Sweep::plan(file, &scenario, seeds, &axes).is_ok()
+    });
+}
+
+/// xt_recent files past the parser: each entry mapped to simulated time and loaded into the
+/// recent list of a rule that uses it (as `trace --recent` does).
+#[test]
+fn xt_recent_files_load_or_fail() {
+    let corpus = read(&["tests/fixtures/cli/xt_recent.KUBE-SEP-5SZA7C4MJLLQPPFI"]);
+    let node = nfsim::explain::NodeSpec::parse("172.18.0.2", 24, None, 1).unwrap();
+    let rules = "*filter\n-A INPUT -m recent --name X --rcheck --seconds 60 --hitcount 2 -j DROP\n-A INPUT -m recent --name X --set\nCOMMIT\n";
+    let base = node.build(rules, "recent.rules").unwrap();
+    let at = SimTime::ZERO + SimDuration::from_secs(365 * 86_400);
+    campaign("xt_recent load", 11, 300, &corpus, |_, b| {
+        let Ok(entries) = sim_netfilter::parse_proc_recent(&text(b)) else {
+            return false;
+        };
+        let jiffies = sim_netfilter::Jiffies {
+            now: entries.iter().map(|e| e.last_seen).max().unwrap_or(0),
+            hz: sim_netfilter::DEFAULT_HZ,
+        };
+        let mut views = Vec::new();
+        for e in &entries {
+            match e.to_view(jiffies, at) {
+                Ok(v) => views.push(v),
+                Err(_) => return false,
+            }
+        }
+        base.clone().load_recent("X", &views).is_ok()
+    });
 }

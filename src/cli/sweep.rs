@@ -25,7 +25,7 @@ pub(crate) struct Args {
     /// comma-separated values (repeatable: every combination runs).
     #[arg(long = "set", value_name = "PATH=V1,V2")]
     pub(crate) sets: Vec<nfsim::sweep::SetAxis>,
-    /// Threads (default: the machine's cores).
+    /// Threads (default: the machine's cores; never more than the runs or the machine's cores).
     #[arg(long, short)]
     pub(crate) jobs: Option<usize>,
     /// Run only the i-th (from 0) of N contiguous slices of the runs.

@@ -1,7 +1,7 @@
 //! `nfsim trace`: one packet explained rule by rule, through every hook, to its verdict, on
 //! a node built from flags and a rules file, or on a scenario's node at an instant.
 
-use super::{load, out, warn_all, NodeArgs, RecentArgs, SysctlArgs};
+use super::{load, out, warn_all, within_run, NodeArgs, RecentArgs, SysctlArgs};
 use anyhow::{anyhow, Result};
 use nfsim::cluster::sim::{RunOptions, Simulation};
 use nfsim::explain::{
@@ -129,7 +129,11 @@ fn on_scenario(
     }
     // --seed: the run's seed over the scenario's, as `nfsim run --seed`.
     let sc = load(file, a.node_args.seed)?;
-    let at = SimTime::ZERO + a.at.unwrap_or(SimDuration::ZERO);
+    let at = a.at.unwrap_or(SimDuration::ZERO);
+    // As `run --until`, `rules --at` and `conntrack --at` do: a later instant would trace on
+    // the state at the end as if it were later.
+    within_run("--at", at, &sc)?;
+    let at = SimTime::ZERO + at;
     let seed = sc.seed;
     let mut sim = Simulation::new(sc, RunOptions::default())?;
     let n = sim.node_index(node)?;

@@ -69,9 +69,9 @@ pub enum SweepError {
         /// the shards absent when the files' labels tell.
         detail: String,
     },
-    /// Writing the output failed.
+    /// Writing the output failed (the source, so that a closed pipe is seen as one).
     #[error("writing the output: {0}")]
-    Io(std::io::Error),
+    Io(#[source] std::io::Error),
 }
 
 impl From<std::io::Error> for SweepError {
@@ -417,9 +417,19 @@ impl Sweep {
     }
 }
 
-/// Runs the runs numbered `range` of `sweep` on `jobs` threads, handing each record to
-/// `emit` in run order, and returns them all (in run order). Stops early, returning the
-/// error, if `emit` fails.
+/// The threads a sweep of `runs` runs asked to use `requested` uses: no more than the runs
+/// (a thread with no run to make would only be started and stopped), nor than the machine
+/// runs at once (`std::thread::available_parallelism`: more would share the cores and add
+/// nothing but memory), and at least one. The output does not depend on it.
+pub fn threads(requested: usize, runs: u64) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runs = usize::try_from(runs).unwrap_or(usize::MAX);
+    requested.min(runs).min(cores).max(1)
+}
+
+/// Runs the runs numbered `range` of `sweep` on `jobs` threads (as [`threads`] caps them),
+/// handing each record to `emit` in run order, and returns them all (in run order). Stops
+/// early, returning the error, if `emit` fails.
 pub fn execute(
     sweep: &Sweep,
     range: Range<u64>,
@@ -428,11 +438,12 @@ pub fn execute(
 ) -> Result<Vec<RunRecord>, SweepError> {
     let next = AtomicU64::new(range.start);
     let stop = AtomicBool::new(false);
-    let mut out = Vec::with_capacity((range.end - range.start) as usize);
+    // Reserved for at most 65,536 records up front: a range of billions grows as it runs.
+    let mut out = Vec::with_capacity((range.end.saturating_sub(range.start)).min(1 << 16) as usize);
     let mut failure = None;
     std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::channel::<RunRecord>();
-        for _ in 0..jobs.max(1) {
+        for _ in 0..threads(jobs, range.end.saturating_sub(range.start)) {
             let tx = tx.clone();
             let (next, stop) = (&next, &stop);
             scope.spawn(move || loop {
