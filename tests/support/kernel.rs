@@ -11,8 +11,8 @@
 //! let Some(lab) = kernel::lab_or_skip("my_test") else { return };
 //! ```
 //!
-//! which prints `skipped: my_test: <reason>` to stderr (past libtest's capture, and recorded
-//! for the line naming every skipped comparison at the end of `cargo test --workspace`) and
+//! which prints `skipped: my_test: <reason>` to stderr (and records it for the line naming
+//! every skipped comparison at the end of `cargo test --workspace`) and
 //! lets the test pass where the lab cannot run: not root, no `unshare`, `ip`,
 //! `iptables-restore`, `iptables-save`, `conntrack`, `nft` or `python3`, or `unshare -n`
 //! refused. Set `NFSIM_REQUIRE_KERNEL_LAB=1` to make that

@@ -1,10 +1,11 @@
 // Skipped real-tool comparisons, said aloud and counted. (Plain comments, no inner
-// attributes: the summary doctest in src/lib.rs `include!`s this file.)
+// attributes: the summary doctest in sim-netfilter/src/lib.rs `include!`s this file.)
 //
-// libtest captures what a passing test prints with `print!`/`eprint!`, so a comparison that
-// skipped for want of a tool used to look like one that passed. [`report`] writes the
-// `skipped: <test>: <reason>` line straight to the process's stderr (`io::stderr()` is not
-// captured, only the macros are), and records the skip for the one-line summary that ends
+// libtest captures what a passing test prints, so a comparison that skipped for want of a
+// tool looked like one that passed unless run with `--nocapture`. [`report`] still prints the
+// `skipped: <test>: <reason>` line (captured: shown with `--nocapture` or when the test fails;
+// written past the capture it would land inside libtest's `test X ... ok` lines of other
+// tests), and records the skip for the one-line summary that ends
 // `cargo test --workspace` ([`summary`]); [`ran`] records a comparison that did run, so the
 // line can also say that none skipped. The line is printed by the last doctest of the run
 // ([`print_summary_last`], from `skipped_comparisons` in `sim-netfilter/src/lib.rs`): cargo runs
@@ -70,11 +71,10 @@ fn binary_name() -> String {
     }
 }
 
-/// Says that `test` skipped because of `reason`: `skipped: <test>: <reason>` on the process's
-/// stderr (past libtest's capture), and a record for this run's summary line.
+/// Says that `test` skipped because of `reason`: `skipped: <test>: <reason>` on stderr, and a
+/// record for this run's summary line.
 pub fn report(test: &str, reason: &str) {
-    let line = format!("skipped: {test}: {reason}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
+    eprintln!("skipped: {test}: {reason}");
     record(test, reason);
 }
 

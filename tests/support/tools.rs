@@ -3,10 +3,10 @@
 //! A test that runs a real program (`iptables-restore`, `nfacct`, `tshark`, …) first asks
 //! [`have_or_skip`] for every program it will call. Where one is missing, or where a private
 //! network namespace cannot be made (not root, `unshare -n` refused), the test prints
-//! `skipped: <test>: <tool> missing` (or the reason) to stderr, past libtest's capture, and
-//! passes: the README's test command must pass on a machine with only the Rust toolchain.
-//! Each skip is also recorded ([`skips`]) for the one line that ends `cargo test --workspace`
-//! naming every comparison skipped in the run. `.ci/run` installs the Debian
+//! `skipped: <test>: <tool> missing` (or the reason) to stderr and passes: the README's test
+//! command must pass on a machine with only the Rust toolchain. Each skip is also recorded
+//! ([`skips`]) for the one line that ends `cargo test --workspace` naming every comparison
+//! skipped in the run (libtest hides a passing test's stderr). `.ci/run` installs the Debian
 //! packages (iptables, conntrack, nftables, nfacct, tshark) where it can, so CI runs them.
 //!
 //! `NFSIM_REQUIRE_KERNEL_LAB=1` turns a skip into a failure (for a machine that must run them);
