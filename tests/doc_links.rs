@@ -170,7 +170,7 @@ fn rendered(heading: &str) -> String {
         }
         s.replace_range(a..=b, "");
     }
-    s.replace(['*'], "")
+    s.replace('*', "")
 }
 
 /// GitHub's slug of a heading's rendered text (before de-duplication).

@@ -50,6 +50,21 @@
 
 pub mod branch;
 mod compile;
+
+/// The last test of `cargo test --workspace`: one line saying which real-tool comparisons of
+/// the run were skipped (or that all ran), from the records the skip helpers of the root
+/// package's `tests/support/` left (`tests/support/skips.rs` says how). It is a doctest of
+/// this crate because cargo runs every test binary first and the doctests after them,
+/// package by package in name order, and `sim-netfilter` sorts last.
+///
+/// ```
+/// mod skips {
+///     include!(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/support/skips.rs"));
+/// }
+/// skips::print_summary_last();
+/// ```
+#[cfg(doctest)]
+mod skipped_comparisons {}
 pub mod error;
 pub mod eval;
 mod fmt;

@@ -11,9 +11,11 @@
 //! let Some(lab) = kernel::lab_or_skip("my_test") else { return };
 //! ```
 //!
-//! which prints `skipped: my_test: <reason>` to stderr and lets the test pass where the lab
-//! cannot run: not root, no `unshare`, `ip`, `iptables-restore`, `iptables-save`, `conntrack`,
-//! `nft` or `python3`, or `unshare -n` refused. Set `NFSIM_REQUIRE_KERNEL_LAB=1` to make that
+//! which prints `skipped: my_test: <reason>` to stderr (and records it for the line naming
+//! every skipped comparison at the end of `cargo test --workspace`) and
+//! lets the test pass where the lab cannot run: not root, no `unshare`, `ip`,
+//! `iptables-restore`, `iptables-save`, `conntrack`, `nft` or `python3`, or `unshare -n`
+//! refused. Set `NFSIM_REQUIRE_KERNEL_LAB=1` to make that
 //! a failure instead (for a CI machine that must run them), `NFSIM_SKIP_KERNEL_LAB=1` to skip
 //! on purpose.
 //!
@@ -89,6 +91,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+#[path = "skips.rs"]
+mod skips;
 
 /// Set to a non-empty value to make an unavailable lab a test failure.
 pub const REQUIRE_ENV: &str = "NFSIM_REQUIRE_KERNEL_LAB";
@@ -200,14 +205,17 @@ pub fn lab() -> Result<Lab, String> {
 /// `None` (panics instead when `NFSIM_REQUIRE_KERNEL_LAB` is set).
 pub fn lab_or_skip(test: &str) -> Option<Lab> {
     match lab() {
-        Ok(l) => Some(l),
+        Ok(l) => {
+            skips::ran(test);
+            Some(l)
+        }
         Err(reason) => {
             if env_set(REQUIRE_ENV) && !env_set(SKIP_ENV) {
                 panic!(
                     "{test}: the kernel lab is required ({REQUIRE_ENV}) but cannot run: {reason}"
                 );
             }
-            eprintln!("skipped: {test}: {reason}");
+            skips::report(test, &reason);
             None
         }
     }

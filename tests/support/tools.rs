@@ -4,7 +4,9 @@
 //! [`have_or_skip`] for every program it will call. Where one is missing, or where a private
 //! network namespace cannot be made (not root, `unshare -n` refused), the test prints
 //! `skipped: <test>: <tool> missing` (or the reason) to stderr and passes: the README's test
-//! command must pass on a machine with only the Rust toolchain. `.ci/run` installs the Debian
+//! command must pass on a machine with only the Rust toolchain. Each skip is also recorded
+//! ([`skips`]) for the one line that ends `cargo test --workspace` naming every comparison
+//! skipped in the run (libtest hides a passing test's stderr). `.ci/run` installs the Debian
 //! packages (iptables, conntrack, nftables, nfacct, tshark) where it can, so CI runs them.
 //!
 //! `NFSIM_REQUIRE_KERNEL_LAB=1` turns a skip into a failure (for a machine that must run them);
@@ -14,6 +16,9 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+
+#[path = "skips.rs"]
+pub mod skips;
 
 /// Set to a non-empty value to make a missing tool a test failure.
 pub const REQUIRE_ENV: &str = "NFSIM_REQUIRE_KERNEL_LAB";
@@ -83,12 +88,15 @@ pub fn why_not(tools: &[&str]) -> Option<String> {
 /// `NFSIM_REQUIRE_KERNEL_LAB` is set).
 pub fn have_or_skip(test: &str, tools: &[&str]) -> bool {
     match why_not(tools) {
-        None => true,
+        None => {
+            skips::ran(test);
+            true
+        }
         Some(reason) => {
             if env_set(REQUIRE_ENV) && !env_set(SKIP_ENV) {
                 panic!("{test}: the real tools are required ({REQUIRE_ENV}) but: {reason}");
             }
-            eprintln!("skipped: {test}: {reason}");
+            skips::report(test, &reason);
             false
         }
     }
@@ -111,12 +119,15 @@ pub fn why_not_programs(tools: &[&str]) -> Option<String> {
 /// (panics instead when `NFSIM_REQUIRE_KERNEL_LAB` is set).
 pub fn have_programs_or_skip(test: &str, tools: &[&str]) -> bool {
     match why_not_programs(tools) {
-        None => true,
+        None => {
+            skips::ran(test);
+            true
+        }
         Some(reason) => {
             if env_set(REQUIRE_ENV) && !env_set(SKIP_ENV) {
                 panic!("{test}: the real tools are required ({REQUIRE_ENV}) but: {reason}");
             }
-            eprintln!("skipped: {test}: {reason}");
+            skips::report(test, &reason);
             false
         }
     }
