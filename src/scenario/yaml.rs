@@ -140,11 +140,8 @@ pub fn describe(e: &Error, lines: &[&str]) -> (u64, u64, String) {
     // The error itself, under the snippet and alias wrappers (an error inside an aliased
     // block is wrapped with the alias's and the anchor's places).
     let mut inner = e;
-    loop {
-        match inner {
-            Error::WithSnippet { error, .. } | Error::AliasError { error, .. } => inner = error,
-            _ => break,
-        }
+    while let Error::WithSnippet { error, .. } | Error::AliasError { error, .. } = inner {
+        inner = error;
     }
     let field = key_before(lines, loc)
         .map(|k| format!("{k}: "))
