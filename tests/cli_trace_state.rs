@@ -623,3 +623,43 @@ fn trace_on_a_scenario_honours_seed_and_refuses_node_flags() {
     assert_eq!(code, 2);
     assert!(err.contains("--node-addr goes with --rules"), "{err}");
 }
+
+/// A rule naming an interface the simulated node lacks never matches on it, where on the
+/// real node it may: trace and replay warn, naming the file, the line and the rule, once per
+/// rule (failed before: silence). Interfaces the node has, and `+` prefixes one of them
+/// matches, draw no warning.
+#[test]
+fn a_rule_naming_an_interface_the_node_lacks_is_warned_about() {
+    let rules = std::env::temp_dir().join(format!("nfsim-iface-{}.rules", std::process::id()));
+    std::fs::write(
+        &rules,
+        "*mangle\n:PREROUTING ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n-A PREROUTING -i tcli -j MARK --set-xmark 0x1/0x1\n-A PREROUTING -i eth0 -j ACCEPT\n-A FORWARD ! -o cni+ -j ACCEPT\n-A PREROUTING -i cali+ -j ACCEPT\nCOMMIT\n",
+    )
+    .unwrap();
+    let r = rules.to_str().unwrap();
+    let (code, _, err) = nfsim(&[
+        "trace",
+        "--rules",
+        r,
+        "--pod-cidr",
+        "10.244.0.0/16",
+        "--packet",
+        PKT,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning: ")).collect();
+    assert_eq!(warnings.len(), 2, "{err}");
+    assert!(
+        warnings[0].starts_with(&format!("warning: {r}:4: the rule names interface tcli, which this node lacks (it has lo, eth0, cni0)")),
+        "{err}"
+    );
+    assert!(
+        warnings[0].ends_with(": -A PREROUTING -i tcli -j MARK --set-xmark 0x1/0x1"),
+        "{err}"
+    );
+    assert!(
+        warnings[1].starts_with(&format!("warning: {r}:7: the rule names interface cali+")),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(&rules);
+}

@@ -93,6 +93,7 @@ fn resolve(a: &Args) -> Result<Setup> {
     let node = a.node.spec()?;
     let rules = read_text(&a.rules)?;
     let mut base = node.build(&rules, &a.rules)?;
+    warn_all(&nfsim::explain::interface_warnings(&rules, &a.rules, &base));
     let recent = a.recent.pairs()?;
     let sysctls = a.sysctls.pairs()?;
     if a.after.is_some() && a.conntrack.is_none() && recent.is_empty() {

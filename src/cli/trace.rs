@@ -156,6 +156,9 @@ fn on_rules(a: &Args, packet: Packet, mut opts: TraceOptions) -> Result<TraceRep
     let rules_file = a.rules.as_deref().unwrap_or_default();
     let rules = read_text(rules_file)?;
     let mut base = node.build(&rules, rules_file)?;
+    warn_all(&nfsim::explain::interface_warnings(
+        &rules, rules_file, &base,
+    ));
     let recent = a.recent.pairs()?;
     let sysctls = a.sysctls.pairs()?;
     if a.after.is_some() && a.conntrack.is_none() && recent.is_empty() {

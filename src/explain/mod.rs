@@ -28,7 +28,9 @@ mod trace;
 
 pub use branches::{BranchOutcome, BranchReport, Decision, Probability, MAX_BRANCH_RUNS};
 pub use dyadic::Dyadic;
-pub use node::{is_nft_text, NodeSpec, CNI0, DEFAULT_NODE_ADDR, DEFAULT_NODE_PREFIX, ETH0};
+pub use node::{
+    interface_warnings, is_nft_text, NodeSpec, CNI0, DEFAULT_NODE_ADDR, DEFAULT_NODE_PREFIX, ETH0,
+};
 pub use normalize::normalize;
 pub use replay::{
     replay, replay_inputs, replay_with, ReplayInput, ReplayOptions, ReplayOutput, ReplaySummary,

@@ -250,6 +250,64 @@ pub fn is_nft_text(rules: &str) -> bool {
     )
 }
 
+/// One warning per rule of `rules` (read from `file`) that names an interface `ns` does not
+/// have (`-i`/`-o` of iptables text, `iifname`/`oifname` of nft text; a `+` or `*` suffix
+/// matches by prefix, as the kernel's `ifname_compare` and nft's wildcard do): such a rule
+/// never matches on this node (or, negated, always does), where on the real node it may.
+/// `FILE:LINE: rule names interface X, which the node lacks (it has lo, eth0, …): RULE`.
+pub fn interface_warnings(rules: &str, file: &str, ns: &Netns) -> Vec<String> {
+    let have: Vec<&str> = ns
+        .routing()
+        .interfaces()
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    let nft = is_nft_text(rules);
+    let flags: &[&str] = if nft {
+        &["iifname", "oifname"]
+    } else {
+        &["-i", "--in-interface", "-o", "--out-interface"]
+    };
+    let mut out = Vec::new();
+    for (i, line) in rules.lines().enumerate() {
+        let l = line.trim();
+        let is_rule = if nft {
+            l.starts_with("add rule ") || l.starts_with("insert rule ")
+        } else {
+            l.starts_with("-A ") || l.starts_with("-I ") || l.starts_with('[')
+        };
+        if !is_rule {
+            continue;
+        }
+        let words: Vec<&str> = l.split_whitespace().collect();
+        for (j, w) in words.iter().enumerate() {
+            if !flags.contains(w) {
+                continue;
+            }
+            let mut v = words.get(j + 1).copied().unwrap_or_default();
+            if v == "!=" || v == "==" {
+                v = words.get(j + 2).copied().unwrap_or_default();
+            }
+            let name = v.trim_matches('"');
+            if name.is_empty() || name == "+" || name == "*" {
+                continue;
+            }
+            let found = match name.strip_suffix('+').or_else(|| name.strip_suffix('*')) {
+                Some(prefix) => have.iter().any(|h| h.starts_with(prefix)),
+                None => have.contains(&name),
+            };
+            if !found {
+                out.push(format!(
+                    "{file}:{}: the rule names interface {name}, which this node lacks (it has {}), so it never matches here (negated: always): {l}",
+                    i + 1,
+                    have.join(", ")
+                ));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
