@@ -522,6 +522,26 @@ fn tcp_data_on_a_saved_entry_and_a_syn_on_a_saved_close_entry() {
         notes.contains("1 TCP CLOSE") && notes.contains("assumed the original direction's"),
         "{notes}"
     );
+    let (code, out, err) = nfsim(&[
+        "trace",
+        "--rules",
+        "examples/production-node/rules.txt",
+        "--conntrack",
+        close.to_str().unwrap(),
+        "--node-addr",
+        "192.168.0.12",
+        "--pod-cidr",
+        "10.244.2.0/24",
+        "--packet",
+        "tcp 10.244.2.9:38412 -> 10.96.0.1:443 SYN seq=100 len=0",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "    reopened: the entry found for this tuple, tcp      6 8 CLOSE src=10.244.2.9"
+        ),
+        "{out}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -706,6 +706,18 @@ fn step_text(
             nat.join(", ")
         );
     }
+    if let (Step::Conntrack { state, .. }, Some(b), Some(a)) = (s, before, entry) {
+        use sim_conntrack::TcpState;
+        if state.starts_with("NEW")
+            && b.id != a.id
+            && matches!(b.tcp_state, Some(TcpState::TimeWait | TcpState::Close))
+        {
+            return format!(
+                "{s}\n    reopened: the entry found for this tuple, {}, was destroyed first (a SYN reopens a closed connection: nf_conntrack_tcp_packet, -NF_REPEAT), so the rules decide anew",
+                b.list_line(now)
+            );
+        }
+    }
     s.to_string()
 }
 
