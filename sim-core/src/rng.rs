@@ -8,13 +8,17 @@
 //!
 //! The key is `SHA-256("nfsim-stream\0" || seed as little-endian u64 || label)`.
 
-use rand::{RngCore, SeedableRng};
+use rand::{Rng, SeedableRng, TryRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
+use std::convert::Infallible;
 
 /// A deterministic random stream derived from (seed, label).
 ///
-/// It implements [`rand::RngCore`], so every `rand` helper works on it.
+/// It implements [`rand::Rng`] (through [`rand::TryRng`], which never fails here), so every
+/// `rand` helper works on it. nfsim's own draws take only raw `u32`/`u64`s and map them
+/// itself ([`SimRng::below`]), so no `rand` release can change a simulation's stream: only
+/// ChaCha8's output could, and a known-answer test pins it.
 #[derive(Clone, Debug)]
 pub struct SimRng {
     inner: ChaCha8Rng,
@@ -63,15 +67,17 @@ pub fn derive_key(seed: u64, label: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
-impl RngCore for SimRng {
-    fn next_u32(&mut self) -> u32 {
-        self.inner.next_u32()
+impl TryRng for SimRng {
+    type Error = Infallible;
+    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
+        Ok(self.inner.next_u32())
     }
-    fn next_u64(&mut self) -> u64 {
-        self.inner.next_u64()
+    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
+        Ok(self.inner.next_u64())
     }
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        self.inner.fill_bytes(dest)
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), Infallible> {
+        self.inner.fill_bytes(dest);
+        Ok(())
     }
 }
 
