@@ -304,3 +304,31 @@ fn jobs_is_capped_by_the_runs_and_the_machine() {
     assert_eq!(nfsim::sweep::threads(0, 5), 1);
     assert_eq!(nfsim::sweep::threads(8, 1), 1);
 }
+
+/// `--set` values and seeds whose runs cannot be counted (or are past `MAX_SWEEP_RUNS`) are
+/// refused before any run, exit 2: 300 values times 2^32 - 1 seeds would otherwise start
+/// 1.3 × 10^12 runs, and a product of many `--set` axes would wrap.
+#[test]
+fn more_runs_than_a_sweep_can_hold_are_refused_at_once() {
+    let values: Vec<String> = (1..=300).map(|m| format!("{m}m")).collect();
+    let set = format!("duration={}", values.join(","));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nfsim"))
+        .args([
+            "sweep",
+            FILE,
+            "--seeds",
+            "1..4294967295",
+            "-q",
+            "--set",
+            &set,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("300 combinations of --set values times 4294967295 seeds"),
+        "{err}"
+    );
+}

@@ -29,6 +29,10 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// The most runs one sweep plans: 2^40, far past what any machine runs, and small enough
+/// that every count over runs (run indices, shard bounds, totals) stays inside a `u64`.
+pub const MAX_SWEEP_RUNS: u64 = 1 << 40;
+
 /// Why a sweep could not be planned, run or merged.
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
@@ -68,6 +72,14 @@ pub enum SweepError {
         /// Which: the first ranges of missing runs with their combinations and seeds, and
         /// the shards absent when the files' labels tell.
         detail: String,
+    },
+    /// The `--set` values and seeds make more runs than a sweep can count.
+    #[error("{combos} combinations of --set values times {seeds} seeds: more runs than a sweep can hold (expected at most {MAX_SWEEP_RUNS})")]
+    TooManyRuns {
+        /// The combinations, or a lower bound where their product overflows.
+        combos: String,
+        /// The seeds of the range.
+        seeds: u64,
     },
     /// Writing the output failed (the source, so that a closed pipe is seen as one).
     #[error("writing the output: {0}")]
@@ -289,9 +301,23 @@ impl Sweep {
         seeds: SeedRange,
         sets: &[SetAxis],
     ) -> Result<Sweep, SweepError> {
+        // Counted without wrapping: `--set` values multiply, and hostile ones must not
+        // overflow the product (or the runs after it).
+        let n_combos = sets
+            .iter()
+            .try_fold(1usize, |n, s| n.checked_mul(s.values.len()));
+        let runs = n_combos.and_then(|n| (n as u64).checked_mul(seeds.len()));
+        let n_combos = match (n_combos, runs) {
+            (Some(n), Some(r)) if r <= MAX_SWEEP_RUNS => n,
+            _ => {
+                return Err(SweepError::TooManyRuns {
+                    combos: n_combos.map_or("more than 2^64".into(), |n| n.to_string()),
+                    seeds: seeds.len(),
+                })
+            }
+        };
         let base = load_str(file, text)?;
         let mut combos = Vec::new();
-        let n_combos: usize = sets.iter().map(|s| s.values.len()).product();
         for c in 0..n_combos {
             // Mixed radix, the first --set the most significant digit.
             let mut rem = c;
@@ -332,7 +358,7 @@ impl Sweep {
                     values: s.values.clone(),
                 })
                 .collect(),
-            runs: n_combos as u64 * seeds.len(),
+            runs: n_combos as u64 * seeds.len(), // checked against MAX_SWEEP_RUNS above
             combos: combos
                 .iter()
                 .enumerate()
