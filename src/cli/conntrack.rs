@@ -353,6 +353,42 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Takes every value of the option `-SHORT`/`--LONG` out of conntrack's arguments, as
+/// getopt_long reads them (`-e LIST`, `-eLIST`, `--event-mask LIST`, `--event-mask=LIST`):
+/// the other arguments in order, and the values in order; a missing value is the real
+/// tool's "option `X' requires an argument".
+fn take_option(
+    args: &[String],
+    short: char,
+    long: &str,
+) -> std::result::Result<(Vec<String>, Vec<String>), String> {
+    let (short, long) = (format!("-{short}"), format!("--{long}"));
+    let long_eq = format!("{long}=");
+    let mut rest = Vec::new();
+    let mut values = Vec::new();
+    let mut it = args.iter();
+    while let Some(x) = it.next() {
+        let value = if *x == short || *x == long {
+            Some(
+                it.next()
+                    .cloned()
+                    .ok_or_else(|| format!("option `{x}' requires an argument"))?,
+            )
+        } else if let Some(v) = x.strip_prefix(&long_eq) {
+            Some(v.to_string())
+        } else {
+            x.strip_prefix(&short)
+                .filter(|v| !v.is_empty() && !x.starts_with("--"))
+                .map(str::to_string)
+        };
+        match value {
+            Some(v) => values.push(v),
+            None => rest.push(x.clone()),
+        }
+    }
+    Ok((rest, values))
+}
+
 /// Takes `-e/--event-mask LIST` out of conntrack's arguments: the event types it keeps
 /// (`NEW`, `UPDATE`, `DESTROY`, as the timeline names them), or the real tool's refusal of a
 /// bad name ("Bad parameter `X'"; names are case-insensitive, `ALL` is every type).
@@ -360,27 +396,9 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
 fn take_event_mask(
     args: &[String],
 ) -> std::result::Result<(Vec<String>, Option<BTreeSet<&'static str>>), String> {
-    let mut rest = Vec::new();
+    let (rest, values) = take_option(args, 'e', "event-mask")?;
     let mut mask: Option<BTreeSet<&'static str>> = None;
-    let mut it = args.iter();
-    while let Some(x) = it.next() {
-        let value = if x == "-e" || x == "--event-mask" {
-            Some(
-                it.next()
-                    .cloned()
-                    .ok_or_else(|| format!("option `{x}' requires an argument"))?,
-            )
-        } else if let Some(v) = x.strip_prefix("--event-mask=") {
-            Some(v.to_string())
-        } else {
-            x.strip_prefix("-e")
-                .filter(|v| !v.is_empty() && !x.starts_with("--"))
-                .map(str::to_string)
-        };
-        let Some(v) = value else {
-            rest.push(x.clone());
-            continue;
-        };
+    for v in values {
         let m = mask.get_or_insert_with(Default::default);
         for name in v.split(',') {
             match name.to_ascii_uppercase().as_str() {
@@ -434,27 +452,9 @@ const OUTPUT_NAMES: [&str; 8] = [
 fn take_output(
     args: &[String],
 ) -> std::result::Result<(Vec<String>, Option<Vec<&'static str>>), String> {
-    let mut rest = Vec::new();
+    let (rest, values) = take_option(args, 'o', "output")?;
     let mut names: Option<Vec<&'static str>> = None;
-    let mut it = args.iter();
-    while let Some(x) = it.next() {
-        let value = if x == "-o" || x == "--output" {
-            Some(
-                it.next()
-                    .cloned()
-                    .ok_or_else(|| format!("option `{x}' requires an argument"))?,
-            )
-        } else if let Some(v) = x.strip_prefix("--output=") {
-            Some(v.to_string())
-        } else {
-            x.strip_prefix("-o")
-                .filter(|v| !v.is_empty() && !x.starts_with("--"))
-                .map(str::to_string)
-        };
-        let Some(v) = value else {
-            rest.push(x.clone());
-            continue;
-        };
+    for v in values {
         let n = names.get_or_insert_with(Vec::new);
         for name in v.split(',') {
             match OUTPUT_NAMES.iter().find(|o| **o == name) {
