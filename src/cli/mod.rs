@@ -11,7 +11,7 @@
 //!   expectation failed, 2 an error: see `main`).
 //!
 //! This module holds what several commands share: the node options of `trace` and `replay`
-//! ([`NodeArgs`], [`RecentArgs`], [`SysctlArgs`]), loading a scenario and checking `--node` and instants
+//! ([`NodeArgs`], [`StateArgs`] with its [`RecentArgs`] and [`SysctlArgs`]), loading a scenario and checking `--node` and instants
 //! against it, and the output helpers (writers whose errors name what was being written, and
 //! the recognition of a closed pipe).
 
@@ -105,6 +105,97 @@ impl SysctlArgs {
             })
             .collect()
     }
+}
+
+/// A real node's saved state as the starting point (`nfsim trace --rules`, `nfsim replay`):
+/// its conntrack listing, recent lists and sysctls, and the time since they were read.
+#[derive(clap::Args, Debug)]
+pub(crate) struct StateArgs {
+    /// A real node's `conntrack -L` output (with or without `-o extended`) as the table the
+    /// packets meet: each entry with the seconds left and the age its line prints.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) conntrack: Option<String>,
+    /// The age of --conntrack entries whose line prints none (no delta-time=: the node had
+    /// nf_conntrack_timestamp=0); it decides whether a UDP entry's next packet makes it
+    /// ASSURED (more than 2 s after creation).
+    #[arg(
+        long,
+        value_name = "AGE",
+        default_value = "60s",
+        requires = "conntrack"
+    )]
+    pub(crate) conntrack_age: SimDuration,
+    #[command(flatten)]
+    pub(crate) recent: RecentArgs,
+    #[command(flatten)]
+    pub(crate) sysctls: SysctlArgs,
+    /// The time between the reading of --conntrack / --recent and the first packet (`1.5s`):
+    /// the entries have that much less time left (those that expired in between are gone)
+    /// and the recent stamps are that much older.
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) after: Option<SimDuration>,
+}
+
+impl StateArgs {
+    /// The first of these flags given, for a command that cannot take them (`trace` on a
+    /// scenario, whose node has the state its own run built).
+    pub(crate) fn given(&self) -> Option<&'static str> {
+        if self.conntrack.is_some() {
+            Some("--conntrack")
+        } else if !self.recent.lists.is_empty() {
+            Some("--recent")
+        } else if self.sysctls.sysctls.is_some() {
+            Some("--sysctls")
+        } else if !self.sysctls.sysctl.is_empty() {
+            Some("--sysctl")
+        } else if self.after.is_some() {
+            Some("--after")
+        } else {
+            None
+        }
+    }
+
+    /// Loads the state into `base`, saying its warnings on stderr.
+    pub(crate) fn load_into(
+        &self,
+        base: &mut sim_netfilter::netns::Netns,
+    ) -> Result<nfsim::explain::Loaded> {
+        let recent = self.recent.pairs()?;
+        let sysctls = self.sysctls.pairs()?;
+        if self.after.is_some() && self.conntrack.is_none() && recent.is_empty() {
+            return Err(anyhow!(
+                "--after needs --conntrack or --recent: it is the time since they were read"
+            ));
+        }
+        let loaded = nfsim::explain::load_saved_state(
+            base,
+            &nfsim::explain::SavedState {
+                sysctl_file: self.sysctls.sysctls.as_deref(),
+                sysctls: &sysctls,
+                conntrack: self.conntrack.as_deref(),
+                assumed_age: self.conntrack_age,
+                recent: &recent,
+                recent_clock: self.recent.clock(),
+                after: self.after.unwrap_or(SimDuration::ZERO),
+            },
+        )?;
+        warn_all(&loaded.warnings);
+        Ok(loaded)
+    }
+}
+
+/// The node of `--node-addr` / `--pod-cidr` built with the rules of the file `rules_file`,
+/// with a warning on stderr for each rule naming an interface the node lacks.
+pub(crate) fn node_with_rules(
+    node: &nfsim::explain::NodeSpec,
+    rules_file: &str,
+) -> Result<sim_netfilter::netns::Netns> {
+    let rules = nfsim::explain::read_text(rules_file)?;
+    let base = node.build(&rules, rules_file)?;
+    warn_all(&nfsim::explain::interface_warnings(
+        &rules, rules_file, &base,
+    ));
+    Ok(base)
 }
 
 /// Says each of a saved state's warnings once, on stderr.

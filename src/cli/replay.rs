@@ -1,12 +1,9 @@
 //! `nfsim replay`: captures pushed through a ruleset packet by packet, each entering at its
 //! capture time; what left the node, the conntrack tables and a summary out.
 
-use super::{json_out, warn_all, Named, NodeArgs, RecentArgs, SysctlArgs};
+use super::{json_out, node_with_rules, Named, NodeArgs, StateArgs};
 use anyhow::{anyhow, Context, Result};
-use nfsim::explain::{
-    load_saved_state, read_text, replay_inputs, NodeSpec, ReplayInput, ReplayOptions, ReplayOutput,
-    SavedState, Tap,
-};
+use nfsim::explain::{replay_inputs, NodeSpec, ReplayInput, ReplayOptions, ReplayOutput, Tap};
 use sim_core::pcap::{read_file, Capture, ReadOptions};
 use sim_core::{SimDuration, SimTime};
 use sim_netfilter::netns::Netns;
@@ -34,27 +31,7 @@ pub(crate) struct Args {
     #[arg(long, value_name = "T")]
     pub(crate) conntrack_at: Vec<SimDuration>,
     #[command(flatten)]
-    pub(crate) sysctls: SysctlArgs,
-    /// Start from this conntrack table: `conntrack -L` output of a real node (with or
-    /// without `-o extended`), each entry with the seconds left and the age its line prints.
-    #[arg(long, value_name = "CT.txt")]
-    pub(crate) conntrack: Option<String>,
-    /// The age of --conntrack entries whose line prints none (no delta-time=: the node had
-    /// nf_conntrack_timestamp=0); it decides whether a UDP entry's next packet makes it
-    /// ASSURED (more than 2 s after creation).
-    #[arg(
-        long,
-        value_name = "AGE",
-        default_value = "60s",
-        requires = "conntrack"
-    )]
-    pub(crate) conntrack_age: SimDuration,
-    #[command(flatten)]
-    pub(crate) recent: RecentArgs,
-    /// The time between the reading of --conntrack / --recent and the capture's first
-    /// packet: the entries have that much less time left when it arrives.
-    #[arg(long, value_name = "DURATION")]
-    pub(crate) after: Option<SimDuration>,
+    pub(crate) state: StateArgs,
     /// Write the replay as JSON lines to FILE (schema in docs/json-schema.md); `-` writes
     /// them to stdout instead of the text.
     #[arg(long, value_name = "FILE")]
@@ -91,29 +68,8 @@ struct Setup {
 /// Builds the node and reads the captures.
 fn resolve(a: &Args) -> Result<Setup> {
     let node = a.node.spec()?;
-    let rules = read_text(&a.rules)?;
-    let mut base = node.build(&rules, &a.rules)?;
-    warn_all(&nfsim::explain::interface_warnings(&rules, &a.rules, &base));
-    let recent = a.recent.pairs()?;
-    let sysctls = a.sysctls.pairs()?;
-    if a.after.is_some() && a.conntrack.is_none() && recent.is_empty() {
-        return Err(anyhow!(
-            "--after needs --conntrack or --recent: it is the time since they were read"
-        ));
-    }
-    let state = load_saved_state(
-        &mut base,
-        &SavedState {
-            sysctl_file: a.sysctls.sysctls.as_deref(),
-            sysctls: &sysctls,
-            conntrack: a.conntrack.as_deref(),
-            assumed_age: a.conntrack_age,
-            recent: &recent,
-            recent_clock: a.recent.clock(),
-            after: a.after.unwrap_or(SimDuration::ZERO),
-        },
-    )?;
-    warn_all(&state.warnings);
+    let mut base = node_with_rules(&node, &a.rules)?;
+    let state = a.state.load_into(&mut base)?;
     // The captures in the order given: the positional one first, then each --ingress.
     let mut named: Vec<(Option<String>, String)> = Vec::new();
     if let Some(c) = &a.capture {

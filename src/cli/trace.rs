@@ -1,12 +1,10 @@
 //! `nfsim trace`: one packet explained rule by rule, through every hook, to its verdict, on
 //! a node built from flags and a rules file, or on a scenario's node at an instant.
 
-use super::{load, out, warn_all, within_run, NodeArgs, RecentArgs, SysctlArgs};
+use super::{load, node_with_rules, out, within_run, NodeArgs, StateArgs};
 use anyhow::{anyhow, Result};
 use nfsim::cluster::sim::{RunOptions, Simulation};
-use nfsim::explain::{
-    load_saved_state, read_text, trace, trace_in, SavedState, TraceOptions, TraceReport,
-};
+use nfsim::explain::{trace, trace_in, TraceOptions, TraceReport};
 use sim_core::{Packet, SimDuration, SimTime};
 use std::process::ExitCode;
 
@@ -33,29 +31,8 @@ pub(crate) struct Args {
         conflicts_with = "scenario"
     )]
     pub(crate) rules: Option<String>,
-    /// A real node's `conntrack -L` output (with or without `-o extended`) as the table the
-    /// packet meets.
-    #[arg(long, value_name = "FILE", conflicts_with = "scenario")]
-    pub(crate) conntrack: Option<String>,
-    /// The age of --conntrack entries whose line prints none (no delta-time=: the node had
-    /// nf_conntrack_timestamp=0); it decides whether a UDP entry's next packet makes it
-    /// ASSURED (more than 2 s after creation).
-    #[arg(
-        long,
-        value_name = "AGE",
-        default_value = "60s",
-        requires = "conntrack"
-    )]
-    pub(crate) conntrack_age: SimDuration,
     #[command(flatten)]
-    pub(crate) recent: RecentArgs,
-    #[command(flatten)]
-    pub(crate) sysctls: SysctlArgs,
-    /// The time between the reading of --conntrack / --recent and the packet (`1.5s`): the
-    /// entries have that much less time left (those that expired in between are gone) and
-    /// the recent stamps are that much older.
-    #[arg(long, value_name = "DURATION", conflicts_with = "scenario")]
-    pub(crate) after: Option<SimDuration>,
+    pub(crate) state: StateArgs,
     #[command(flatten)]
     pub(crate) node_args: NodeArgs,
     /// The packet, as `udp 10.244.2.9:40000 -> 10.96.0.10:53` (tcp takes flags, default SYN).
@@ -112,15 +89,17 @@ fn on_scenario(
         .node
         .as_deref()
         .ok_or_else(|| anyhow!("--node is required with a scenario: which node to trace on"))?;
-    if !a.recent.lists.is_empty() {
-        anyhow::bail!(
+    match a.state.given() {
+        Some("--recent") => anyhow::bail!(
             "--recent goes with --rules: a scenario's recent lists are those its own run built"
-        );
-    }
-    if a.sysctls.sysctls.is_some() || !a.sysctls.sysctl.is_empty() {
-        anyhow::bail!(
-            "--sysctls and --sysctl go with --rules: a scenario's node has the scenario's sysctls (sysctls, nodes[].sysctls, nodes[].state.sysctls)"
-        );
+        ),
+        Some(flag @ ("--sysctls" | "--sysctl")) => anyhow::bail!(
+            "{flag} goes with --rules: a scenario's node has the scenario's sysctls (sysctls, nodes[].sysctls, nodes[].state.sysctls)"
+        ),
+        Some(flag) => anyhow::bail!(
+            "{flag} goes with --rules: a scenario's node has the conntrack table its own run built (use --at for a later instant)"
+        ),
+        None => {}
     }
     if let Some(flag) = a.node_args.addressing() {
         anyhow::bail!(
@@ -153,30 +132,8 @@ fn on_scenario(
 /// the conntrack table and recent lists of `--conntrack`, `--recent`).
 fn on_rules(a: &Args, packet: Packet, mut opts: TraceOptions) -> Result<TraceReport> {
     let node = a.node_args.spec()?;
-    let rules_file = a.rules.as_deref().unwrap_or_default();
-    let rules = read_text(rules_file)?;
-    let mut base = node.build(&rules, rules_file)?;
-    warn_all(&nfsim::explain::interface_warnings(
-        &rules, rules_file, &base,
-    ));
-    let recent = a.recent.pairs()?;
-    let sysctls = a.sysctls.pairs()?;
-    if a.after.is_some() && a.conntrack.is_none() && recent.is_empty() {
-        anyhow::bail!("--after needs --conntrack or --recent: it is the time since they were read");
-    }
-    let loaded = load_saved_state(
-        &mut base,
-        &SavedState {
-            sysctl_file: a.sysctls.sysctls.as_deref(),
-            sysctls: &sysctls,
-            conntrack: a.conntrack.as_deref(),
-            assumed_age: a.conntrack_age,
-            recent: &recent,
-            recent_clock: a.recent.clock(),
-            after: a.after.unwrap_or(SimDuration::ZERO),
-        },
-    )?;
-    warn_all(&loaded.warnings);
+    let mut base = node_with_rules(&node, a.rules.as_deref().unwrap_or_default())?;
+    let loaded = a.state.load_into(&mut base)?;
     opts.at = loaded.at;
     let notes = loaded.notes;
     let mut r = trace(&node, &base, packet, &opts)?;
