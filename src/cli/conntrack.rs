@@ -397,26 +397,31 @@ fn take_event_mask(
     args: &[String],
 ) -> std::result::Result<(Vec<String>, Option<BTreeSet<&'static str>>), String> {
     let (rest, values) = take_option(args, 'e', "event-mask")?;
-    let mut mask: Option<BTreeSet<&'static str>> = None;
-    for v in values {
-        let m = mask.get_or_insert_with(Default::default);
-        for name in v.split(',') {
-            match name.to_ascii_uppercase().as_str() {
-                "ALL" => m.extend(["NEW", "UPDATE", "DESTROY"]),
-                "NEW" => {
-                    m.insert("NEW");
-                }
-                "UPDATES" => {
-                    m.insert("UPDATE");
-                }
-                "DESTROY" => {
-                    m.insert("DESTROY");
-                }
-                _ => return Err(format!("Bad parameter `{name}'")),
-            }
-        }
+    let mask = comma_names(&values, |name| match name.to_ascii_uppercase().as_str() {
+        "ALL" => Some(&["NEW", "UPDATE", "DESTROY"][..]),
+        "NEW" => Some(&["NEW"][..]),
+        "UPDATES" => Some(&["UPDATE"][..]),
+        "DESTROY" => Some(&["DESTROY"][..]),
+        _ => None,
+    })?;
+    Ok((rest, mask.map(|m| m.into_iter().collect())))
+}
+
+/// The names of an option's comma-separated values (`-e NEW,DESTROY -e UPDATES`), each
+/// turned into what it stands for by `meaning`, in order; `None` when the option was not
+/// given, the real tool's `Bad parameter` for a name `meaning` does not know.
+fn comma_names(
+    values: &[String],
+    meaning: impl Fn(&str) -> Option<&'static [&'static str]>,
+) -> std::result::Result<Option<Vec<&'static str>>, String> {
+    if values.is_empty() {
+        return Ok(None);
     }
-    Ok((rest, mask))
+    let mut out = Vec::new();
+    for name in values.iter().flat_map(|v| v.split(',')) {
+        out.extend(meaning(name).ok_or_else(|| format!("Bad parameter `{name}'"))?);
+    }
+    Ok(Some(out))
 }
 
 /// An event line (`    [NEW] udp      17 …`) as `-o extended` prints it: the layer-3 name
@@ -453,16 +458,12 @@ fn take_output(
     args: &[String],
 ) -> std::result::Result<(Vec<String>, Option<Vec<&'static str>>), String> {
     let (rest, values) = take_option(args, 'o', "output")?;
-    let mut names: Option<Vec<&'static str>> = None;
-    for v in values {
-        let n = names.get_or_insert_with(Vec::new);
-        for name in v.split(',') {
-            match OUTPUT_NAMES.iter().find(|o| **o == name) {
-                Some(o) => n.push(o),
-                None => return Err(format!("Bad parameter `{name}'")),
-            }
-        }
-    }
+    let names = comma_names(&values, |name| {
+        OUTPUT_NAMES
+            .iter()
+            .position(|o| *o == name)
+            .map(|i| &OUTPUT_NAMES[i..=i])
+    })?;
     Ok((rest, names))
 }
 
