@@ -163,32 +163,31 @@ fn a_half_closing_server_shows_close_wait_until_the_client_closes() {
     assert_eq!(got, want);
 }
 
-const PAUSED: &str = "\
+/// One node with the TCP server pod web-a (then `$more` pods), a client pod and the
+/// Service default/web (10.96.0.80:80 -> 8080): the world of the connection tests below.
+macro_rules! web_service {
+    ($more:literal) => {
+        concat!(
+            "nodes:\n  - {name: node-1, address: 192.168.0.11, podCIDR: 10.244.1.0/24}\npods:\n",
+            "  - name: web-a\n    labels: {app: web}\n    node: node-1\n    ip: 10.244.1.5\n",
+            "    apps: [{tcpServer: {port: 8080}}]\n",
+            $more,
+            "  - {name: client, node: node-1, ip: 10.244.1.9}\nservices:\n",
+            "  - metadata: {name: web, namespace: default}\n    spec:\n      clusterIP: 10.96.0.80\n",
+            "      selector: {app: web}\n      ports: [{protocol: TCP, port: 80, targetPort: 8080}]\n",
+        )
+    };
+}
+
+const PAUSED: &str = concat!("\
 name: paused
 seed: 3
 duration: 30m
 sysctls:
   net.netfilter.nf_conntrack_tcp_timeout_established: 600
-nodes:
-  - {name: node-1, address: 192.168.0.11, podCIDR: 10.244.1.0/24}
-pods:
-  - name: web-a
-    labels: {app: web}
-    node: node-1
-    ip: 10.244.1.5
-    apps: [{tcpServer: {port: 8080}}]
-  - name: web-b
-    labels: {app: web}
-    node: node-1
-    ip: 10.244.1.6
-    apps: [{tcpServer: {port: 8080}}]
-  - {name: client, node: node-1, ip: 10.244.1.9}
-services:
-  - metadata: {name: web, namespace: default}
-    spec:
-      clusterIP: 10.96.0.80
-      selector: {app: web}
-      ports: [{protocol: TCP, port: 80, targetPort: 8080}]
+", web_service!(
+    "  - name: web-b\n    labels: {app: web}\n    node: node-1\n    ip: 10.244.1.6\n    apps: [{tcpServer: {port: 8080}}]\n"
+), "\
 clients:
   - name: c
     pod: client
@@ -201,7 +200,7 @@ expectations:
   - name: the paused connection's entry
     at: 2m
     conntrack: {node: node-1, filter: -p tcp --state ESTABLISHED, count: 1, timeout: \"480..510\"}
-";
+");
 
 /// A pause shorter than the ESTABLISHED timeout resumes on the same socket, entry and
 /// endpoint; one longer finds the entry expired: the next request is picked up mid-stream as
@@ -259,25 +258,11 @@ fn a_paused_socket_keeps_its_entry_until_the_established_timeout() {
     assert!(reset > 0 && same > 0, "reset {reset}, same endpoint {same}");
 }
 
-const SILENT: &str = "\
+const SILENT: &str = concat!("\
 name: silent
 seed: 3
 duration: 12m
-nodes:
-  - {name: node-1, address: 192.168.0.11, podCIDR: 10.244.1.0/24}
-pods:
-  - name: web-a
-    labels: {app: web}
-    node: node-1
-    ip: 10.244.1.5
-    apps: [{tcpServer: {port: 8080}}]
-  - {name: client, node: node-1, ip: 10.244.1.9}
-services:
-  - metadata: {name: web, namespace: default}
-    spec:
-      clusterIP: 10.96.0.80
-      selector: {app: web}
-      ports: [{protocol: TCP, port: 80, targetPort: 8080}]
+", web_service!(""), "\
 clients:
   - name: c
     pod: client
@@ -305,7 +290,7 @@ expectations:
   - name: gone 300 s after the unanswered request
     at: 5m31s
     conntrack: {node: node-1, filter: -p tcp --state ESTABLISHED, count: 0}
-";
+");
 
 /// A keep-alive connection whose server stops answering (its pod's traffic dropped from
 /// 25 s: a dead pod, a broken path): the request at 30 s is never acknowledged, so the
