@@ -7,6 +7,29 @@ mod cli;
 use cli::nfsim;
 
 const PKT: &str = "udp 10.244.2.9:40000 -> 10.96.0.10:53";
+/// The production node example's saved conntrack listing.
+const PROD_CT: &str = "examples/production-node/conntrack.txt";
+
+/// `nfsim trace --rules RULES` on a node at 192.168.0.12 with pod CIDR 10.244.2.0/24 (the
+/// production example's node), with `extra` flags after.
+fn trace_on(rules: &str, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec![
+        "trace",
+        "--rules",
+        rules,
+        "--node-addr",
+        "192.168.0.12",
+        "--pod-cidr",
+        "10.244.2.0/24",
+    ];
+    args.extend_from_slice(extra);
+    nfsim(&args)
+}
+
+/// `nfsim trace` with the production example's rules (see [`trace_on`]).
+fn trace_prod(extra: &[&str]) -> (i32, String, String) {
+    trace_on("examples/production-node/rules.txt", extra)
+}
 
 #[test]
 fn inside_a_scenario_the_stale_entry_is_found_and_the_run_is_unchanged() {
@@ -126,23 +149,8 @@ fn trace_at_after_the_run_is_refused() {
 
 #[test]
 fn from_production_the_saved_table_decides() {
-    let args = |ct: &'static str| {
-        vec![
-            "trace",
-            "--rules",
-            "examples/production-node/rules.txt",
-            "--conntrack",
-            ct,
-            "--node-addr",
-            "192.168.0.12",
-            "--pod-cidr",
-            "10.244.2.0/24",
-            "--packet",
-            PKT,
-            "--json",
-        ]
-    };
-    let (code, out, err) = nfsim(&args("examples/production-node/conntrack.txt"));
+    let args = |ct: &str| trace_prod(&["--conntrack", ct, "--packet", PKT, "--json"]);
+    let (code, out, err) = args(PROD_CT);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["outcome"]["dnat"], "10.96.0.10:53 -> 10.244.1.5:53");
@@ -157,18 +165,7 @@ fn from_production_the_saved_table_decides() {
         .iter()
         .any(|s| s["kind"] == "conntrack" && s["found"] == true));
     // Without the table the rules pick an endpoint themselves.
-    let (_, out, _) = nfsim(&[
-        "trace",
-        "--rules",
-        "examples/production-node/rules.txt",
-        "--node-addr",
-        "192.168.0.12",
-        "--pod-cidr",
-        "10.244.2.0/24",
-        "--packet",
-        PKT,
-        "--json",
-    ]);
+    let (_, out, _) = trace_prod(&["--packet", PKT, "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["outcome"]["dnat"], "10.96.0.10:53 -> 10.244.2.5:53");
 
@@ -180,8 +177,7 @@ fn from_production_the_saved_table_decides() {
         "udp      17 29 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.5 dst=10.244.2.9 sport=53 dport=x mark=0 use=1\n",
     )
     .unwrap();
-    let bad_s: &'static str = Box::leak(bad.to_str().unwrap().to_string().into_boxed_str());
-    let (code, _, err) = nfsim(&args(bad_s));
+    let (code, _, err) = args(bad.to_str().unwrap());
     assert_eq!(code, 2);
     assert!(
         err.contains("bad.txt: line 1, column 106: dport=x"),
@@ -274,19 +270,9 @@ const RECENT_LIST: &str =
     "KUBE-SEP-5SZA7C4MJLLQPPFI=tests/fixtures/cli/xt_recent.KUBE-SEP-5SZA7C4MJLLQPPFI";
 
 fn trace_affinity(extra: &[&str]) -> (i32, String, String) {
-    let mut args = vec![
-        "trace",
-        "--rules",
-        AFFINITY_RULES,
-        "--node-addr",
-        "192.168.0.12",
-        "--pod-cidr",
-        "10.244.2.0/24",
-        "--packet",
-        PKT,
-    ];
+    let mut args = vec!["--packet", PKT];
     args.extend_from_slice(extra);
-    nfsim(&args)
+    trace_on(AFFINITY_RULES, &args)
 }
 
 #[test]
@@ -397,19 +383,7 @@ fn a_bad_xt_recent_file_is_a_located_error() {
 /// entry in the same `nf_conntrack_in` call that finds it.
 #[test]
 fn a_found_entry_is_shown_as_found_then_refreshed() {
-    let (code, out, err) = nfsim(&[
-        "trace",
-        "--rules",
-        "examples/production-node/rules.txt",
-        "--conntrack",
-        "examples/production-node/conntrack.txt",
-        "--node-addr",
-        "192.168.0.12",
-        "--pod-cidr",
-        "10.244.2.0/24",
-        "--packet",
-        PKT,
-    ]);
+    let (code, out, err) = trace_prod(&["--conntrack", PROD_CT, "--packet", PKT]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("conntrack: entry found: udp      17 117 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.5"),
@@ -419,20 +393,7 @@ fn a_found_entry_is_shown_as_found_then_refreshed() {
         out.contains("this packet refreshes it: 117 s left -> 120 s"),
         "{out}"
     );
-    let (_, out, _) = nfsim(&[
-        "trace",
-        "--rules",
-        "examples/production-node/rules.txt",
-        "--conntrack",
-        "examples/production-node/conntrack.txt",
-        "--node-addr",
-        "192.168.0.12",
-        "--pod-cidr",
-        "10.244.2.0/24",
-        "--packet",
-        PKT,
-        "--json",
-    ]);
+    let (_, out, _) = trace_prod(&["--conntrack", PROD_CT, "--packet", PKT, "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let ct = v["steps"]
         .as_array()
@@ -464,20 +425,7 @@ fn a_found_entry_is_shown_as_found_then_refreshed() {
 #[test]
 fn tcp_data_on_a_saved_entry_and_a_syn_on_a_saved_close_entry() {
     let trace = |ct: &str, pkt: &str| {
-        let (code, out, err) = nfsim(&[
-            "trace",
-            "--rules",
-            "examples/production-node/rules.txt",
-            "--conntrack",
-            ct,
-            "--node-addr",
-            "192.168.0.12",
-            "--pod-cidr",
-            "10.244.2.0/24",
-            "--packet",
-            pkt,
-            "--json",
-        ]);
+        let (code, out, err) = trace_prod(&["--conntrack", ct, "--packet", pkt, "--json"]);
         assert_eq!(code, 0, "{err}");
         serde_json::from_str::<serde_json::Value>(&out).unwrap()
     };
@@ -522,16 +470,9 @@ fn tcp_data_on_a_saved_entry_and_a_syn_on_a_saved_close_entry() {
         notes.contains("1 TCP CLOSE") && notes.contains("assumed the original direction's"),
         "{notes}"
     );
-    let (code, out, err) = nfsim(&[
-        "trace",
-        "--rules",
-        "examples/production-node/rules.txt",
+    let (code, out, err) = trace_prod(&[
         "--conntrack",
         close.to_str().unwrap(),
-        "--node-addr",
-        "192.168.0.12",
-        "--pod-cidr",
-        "10.244.2.0/24",
         "--packet",
         "tcp 10.244.2.9:38412 -> 10.96.0.1:443 SYN seq=100 len=0",
     ]);
@@ -557,16 +498,9 @@ fn trace_after_the_listing_reads_the_seconds_left_then() {
     )
     .unwrap();
     let run = |after: &str| {
-        nfsim(&[
-            "trace",
-            "--rules",
-            "examples/production-node/rules.txt",
+        trace_prod(&[
             "--conntrack",
             ct.to_str().unwrap(),
-            "--node-addr",
-            "192.168.0.12",
-            "--pod-cidr",
-            "10.244.2.0/24",
             "--packet",
             PKT,
             "--after",
@@ -596,15 +530,7 @@ fn trace_after_the_listing_reads_the_seconds_left_then() {
         "{out}"
     );
     let _ = std::fs::remove_file(&ct);
-    let (code, _, err) = nfsim(&[
-        "trace",
-        "--rules",
-        "examples/production-node/rules.txt",
-        "--packet",
-        PKT,
-        "--after",
-        "1s",
-    ]);
+    let (code, _, err) = trace_prod(&["--packet", PKT, "--after", "1s"]);
     assert_eq!(code, 2);
     assert!(
         err.contains("--after needs --conntrack or --recent"),
