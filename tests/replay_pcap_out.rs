@@ -237,6 +237,20 @@ fn nfsim(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `nfsim replay --rules RULES` with `extra` flags after.
+fn replay_rules(extra: &[&str]) -> (bool, String, String) {
+    let mut args = vec!["replay", "--rules", RULES];
+    args.extend_from_slice(extra);
+    nfsim(&args)
+}
+
+/// [`replay_rules`] on a node whose pods are 10.244.0.0/16.
+fn replay_pods(extra: &[&str]) -> (bool, String, String) {
+    let mut args = vec!["--pod-cidr", "10.244.0.0/16"];
+    args.extend_from_slice(extra);
+    replay_rules(&args)
+}
+
 fn write_raw(path: &Path, packets: &[(u64, &str)]) {
     let mut w = pcap::PcapWriter::new(Vec::new(), pcap::WriteLink::RawIp).unwrap();
     for (ms, p) in packets {
@@ -261,14 +275,7 @@ fn replay_warns_when_the_capture_does_not_fit_the_node() {
             (3, "udp 127.0.0.1:5000 -> 127.0.0.53:53"),
         ],
     );
-    let (ok, out, err) = nfsim(&[
-        "replay",
-        "--rules",
-        RULES,
-        "--pod-cidr",
-        "10.244.0.0/16",
-        cap.to_str().unwrap(),
-    ]);
+    let (ok, out, err) = replay_pods(&[cap.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert!(
         out.contains("warning: 2 packets on loopback addresses"),
@@ -298,12 +305,7 @@ fn replay_starts_from_a_conntrack_listing_with_sysctls_and_prints_the_table_when
         "udp      17 25 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.8 dst=10.244.2.9 sport=53 dport=40000 [ASSURED] mark=0 use=1\n",
     )
     .unwrap();
-    let (ok, out, err) = nfsim(&[
-        "replay",
-        "--rules",
-        RULES,
-        "--pod-cidr",
-        "10.244.0.0/16",
+    let (ok, out, err) = replay_pods(&[
         "--conntrack",
         ct.to_str().unwrap(),
         "--sysctl",
@@ -328,10 +330,7 @@ fn replay_starts_from_a_conntrack_listing_with_sysctls_and_prints_the_table_when
         "{out}"
     );
     assert!(out.contains("conntrack -L at 0.000000\n"), "{out}");
-    let (ok, _, err) = nfsim(&[
-        "replay",
-        "--rules",
-        RULES,
+    let (ok, _, err) = replay_rules(&[
         "--sysctl",
         "nf_conntrack_udp_timeout",
         cap.to_str().unwrap(),
@@ -349,18 +348,9 @@ fn replay_from(listing: &str, packets: &[(u64, &str)], extra: &[&str]) -> (bool,
     write_raw(&cap, packets);
     let ct = tmp(&format!("from-{tag}.txt"));
     std::fs::write(&ct, listing).unwrap();
-    let mut args = vec![
-        "replay",
-        "--rules",
-        RULES,
-        "--pod-cidr",
-        "10.244.0.0/16",
-        "--conntrack",
-        ct.to_str().unwrap(),
-        cap.to_str().unwrap(),
-    ];
+    let mut args = vec!["--conntrack", ct.to_str().unwrap(), cap.to_str().unwrap()];
     args.extend_from_slice(extra);
-    let r = nfsim(&args);
+    let r = replay_pods(&args);
     let _ = std::fs::remove_file(&cap);
     let _ = std::fs::remove_file(&ct);
     r
@@ -444,7 +434,7 @@ fn replay_after_the_listing_and_with_an_assumed_age() {
         "{out}"
     );
     assert!(!out.contains("[ASSURED]"), "{out}");
-    let (ok, _, err) = nfsim(&["replay", "--rules", RULES, "--after", "1s", "x.pcap"]);
+    let (ok, _, err) = replay_rules(&["--after", "1s", "x.pcap"]);
     assert!(
         !ok && err.contains("--after needs --conntrack or --recent"),
         "{err}"
@@ -513,12 +503,7 @@ fn replay_takes_a_real_nodes_sysctl_file_whole() {
                 "nf_conntrack_udp_timeout = 47",
             );
     std::fs::write(&file, text).unwrap();
-    let (ok, out, err) = nfsim(&[
-        "replay",
-        "--rules",
-        RULES,
-        "--pod-cidr",
-        "10.244.0.0/16",
+    let (ok, out, err) = replay_pods(&[
         "--sysctls",
         file.to_str().unwrap(),
         "--sysctl",
@@ -537,14 +522,7 @@ fn replay_takes_a_real_nodes_sysctl_file_whole() {
         "{err}"
     );
     assert!(!err.contains("nf_log"), "{err}");
-    let (ok, _, err) = nfsim(&[
-        "replay",
-        "--rules",
-        RULES,
-        "--sysctl",
-        "nf_conntrack_bogus=1",
-        cap.to_str().unwrap(),
-    ]);
+    let (ok, _, err) = replay_rules(&["--sysctl", "nf_conntrack_bogus=1", cap.to_str().unwrap()]);
     assert!(!ok && err.contains("unknown sysctl"), "{err}");
     let _ = std::fs::remove_file(&cap);
     let _ = std::fs::remove_file(&file);
