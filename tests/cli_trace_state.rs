@@ -26,6 +26,12 @@ fn trace_on(rules: &str, extra: &[&str]) -> (i32, String, String) {
     nfsim(&args)
 }
 
+/// Asserts that a run was refused with exit code 2 and `words` in its error.
+fn assert_refused((code, _, err): (i32, String, String), words: &str) {
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(words), "{err}");
+}
+
 /// `nfsim trace` with the production example's rules (see [`trace_on`]).
 fn trace_prod(extra: &[&str]) -> (i32, String, String) {
     trace_on("examples/production-node/rules.txt", extra)
@@ -349,32 +355,25 @@ fn a_bad_xt_recent_file_is_a_located_error() {
     )
     .unwrap();
     let arg = format!("KUBE-SEP-5SZA7C4MJLLQPPFI={}", bad.display());
-    let (code, _, err) = trace_affinity(&["--recent", &arg]);
-    assert_ne!(code, 0);
-    assert!(
-        err.contains(&format!(
+    assert_refused(
+        trace_affinity(&["--recent", &arg]),
+        &format!(
             "{}: line 2, column 70: expected \",\" (stamps are separated by \", \")",
             bad.display()
-        )),
-        "{err}"
+        ),
     );
     // A list no rule uses: the kernel would have no such file.
-    let (code, _, err) = trace_affinity(&[
-        "--recent",
-        "KUBE-SEP-NOPE=tests/fixtures/cli/xt_recent.KUBE-SEP-5SZA7C4MJLLQPPFI",
-    ]);
-    assert_ne!(code, 0);
-    assert!(
-        err.contains("no rule uses recent list \"KUBE-SEP-NOPE\""),
-        "{err}"
+    assert_refused(
+        trace_affinity(&[
+            "--recent",
+            "KUBE-SEP-NOPE=tests/fixtures/cli/xt_recent.KUBE-SEP-5SZA7C4MJLLQPPFI",
+        ]),
+        "no rule uses recent list \"KUBE-SEP-NOPE\"",
     );
     // A stamp after the jiffies the file was read at.
-    let (code, _, err) =
-        trace_affinity(&["--recent", RECENT_LIST, "--recent-jiffies", "4299390000"]);
-    assert_ne!(code, 0);
-    assert!(
-        err.contains("line 1, column 1: stamp 4299391173 is after"),
-        "{err}"
+    assert_refused(
+        trace_affinity(&["--recent", RECENT_LIST, "--recent-jiffies", "4299390000"]),
+        "line 1, column 1: stamp 4299391173 is after",
     );
 }
 
@@ -530,11 +529,9 @@ fn trace_after_the_listing_reads_the_seconds_left_then() {
         "{out}"
     );
     let _ = std::fs::remove_file(&ct);
-    let (code, _, err) = trace_prod(&["--packet", PKT, "--after", "1s"]);
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("--after needs --conntrack or --recent"),
-        "{err}"
+    assert_refused(
+        trace_prod(&["--packet", PKT, "--after", "1s"]),
+        "--after needs --conntrack or --recent",
     );
 }
 

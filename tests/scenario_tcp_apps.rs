@@ -40,19 +40,20 @@ fn lines(r: &RunResult) -> Vec<String> {
     r.timeline.iter().map(|e| e.line()).collect()
 }
 
+/// Each expectation's outcome, a line each, for an assertion's message.
+fn results(r: &RunResult) -> String {
+    r.results
+        .iter()
+        .map(|x| format!("{} {}: {}", x.passed, x.name, x.detail))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[test]
 fn the_shipped_scenarios_pass() {
     for text in [ROLLOUT, IDLE_PAUSE] {
         let r = run(text);
-        assert!(
-            r.passed(),
-            "{}",
-            r.results
-                .iter()
-                .map(|x| format!("{} {}: {}", x.passed, x.name, x.detail))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
+        assert!(r.passed(), "{}", results(&r));
         // Same seed, same run.
         assert_eq!(lines(&r), lines(&run(text)));
     }
@@ -300,15 +301,7 @@ expectations:
 #[test]
 fn a_connection_whose_server_stops_answering_lingers_five_minutes_not_five_days() {
     let r = run(SILENT);
-    assert!(
-        r.passed(),
-        "{}",
-        r.results
-            .iter()
-            .map(|x| format!("{} {}: {}", x.passed, x.name, x.detail))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert!(r.passed(), "{}", results(&r));
     let l = lines(&r);
     assert!(
         l.iter().any(|x| x.contains("[DESTROY]")
