@@ -6,12 +6,18 @@ use nfsim::scenario::load_str;
 use sim_core::SimTime;
 
 fn rules_with(kube_proxy: &str) -> String {
+    node_port_world("", kube_proxy).rules(0)
+}
+
+/// One node (with `node_extra` fields after its podCIDR) running one NodePort Service
+/// (web, UDP 53 -> 30053) under kube-proxy settings `kube_proxy`, a second into the run.
+fn node_port_world(node_extra: &str, kube_proxy: &str) -> Simulation {
     let yaml = format!(
         "
 name: t
 duration: 1m
 nodes:
-  - {{name: node-1, address: 192.168.0.11, podCIDR: 10.244.1.0/24}}
+  - {{name: node-1, address: 192.168.0.11, podCIDR: 10.244.1.0/24{node_extra}}}
 pods:
   - {{name: web, labels: {{app: web}}, node: node-1, ip: 10.244.1.5, apps: [{{udpServer: {{port: 53}}}}]}}
 services:
@@ -27,7 +33,7 @@ kubeProxy: {kube_proxy}
     let sc = load_str("t.yaml", &yaml).unwrap_or_else(|e| panic!("{e}"));
     let mut sim = Simulation::new(sc, RunOptions::default()).unwrap();
     sim.run_until(SimTime::from_secs(1)).unwrap();
-    sim.rules(0)
+    sim
 }
 
 fn lines_with<'a>(rules: &'a str, what: &str) -> Vec<&'a str> {
@@ -166,27 +172,7 @@ fn nftables_node_port_addresses_select_the_addresses_nodeports_answer_on() {
     use sim_core::Packet;
     use sim_netfilter::netns::{Egress, Ingress};
     let run = |kube_proxy: &str| {
-        let yaml = format!(
-            "
-name: t
-duration: 1m
-nodes:
-  - {{name: node-1, address: 192.168.0.11, podCIDR: 10.244.1.0/24, extraAddresses: [192.168.0.21]}}
-pods:
-  - {{name: web, labels: {{app: web}}, node: node-1, ip: 10.244.1.5, apps: [{{udpServer: {{port: 53}}}}]}}
-services:
-  - metadata: {{name: web, namespace: default}}
-    spec:
-      type: NodePort
-      clusterIP: 10.96.0.20
-      selector: {{app: web}}
-      ports: [{{name: dns, protocol: UDP, port: 53, targetPort: 53, nodePort: 30053}}]
-kubeProxy: {kube_proxy}
-"
-        );
-        let sc = load_str("t.yaml", &yaml).unwrap_or_else(|e| panic!("{e}"));
-        let mut sim = Simulation::new(sc, RunOptions::default()).unwrap();
-        sim.run_until(SimTime::from_secs(1)).unwrap();
+        let sim = node_port_world(", extraAddresses: [192.168.0.21]", kube_proxy);
         let mut ns = sim.netns(0).clone();
         let now = SimTime::from_secs(1);
         let dnat_to = |ns: &mut sim_netfilter::netns::Netns, dst: &str| {

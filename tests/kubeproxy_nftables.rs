@@ -8,7 +8,6 @@ use nfsim::kubeproxy::{KubeProxy, MemConntrack, ProxierConfig, ProxyMode, SyncTi
 use sim_core::{Packet, SimDuration, SimTime};
 use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig};
 use sim_netfilter::nft::{Family, NftRuleset};
-use std::process::Command;
 
 #[path = "support/tools.rs"]
 mod tools;
@@ -95,30 +94,10 @@ fn real_nft_list(txs: &[String]) -> Option<String> {
     if !tools::have_or_skip("kube-proxy nftables against the real nft", &["nft"]) {
         return None;
     }
-    // One directory per call: the tests of this file run in parallel threads of one process,
-    // and a shared `0.nft` would be overwritten by another test's transaction mid-run.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("nfsim-kpnft-{}-{call}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut script = String::from("set -e\n");
-    for (i, t) in txs.iter().enumerate() {
-        let f = dir.join(format!("{i}.nft"));
-        std::fs::write(&f, t).unwrap();
-        script.push_str(&format!("nft -f {}\n", f.display()));
-    }
-    script.push_str("nft list table ip kube-proxy\n");
-    let out = Command::new(tools::find("unshare").unwrap())
-        .args(["-n", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "real nft refused a transaction: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8(out.stdout).unwrap())
+    Some(
+        tools::real_nft_listing(txs)
+            .unwrap_or_else(|e| panic!("real nft refused a transaction: {e}")),
+    )
 }
 
 #[test]

@@ -12,7 +12,6 @@ use nfsim::k8s::parse_objects;
 use nfsim::kubeproxy::{KubeProxy, MemConntrack, ProxierConfig, ProxyMode, SyncTiming, V133};
 use sim_core::SimTime;
 use sim_netfilter::nft::{Family, NftRuleset};
-use std::process::Command;
 
 #[path = "support/knftables_fake.rs"]
 mod knftables_fake;
@@ -111,26 +110,8 @@ fn overall_rules_list_as_the_real_nft_lists_them() {
     if !tools::have_or_skip("overall_rules_list_as_the_real_nft_lists_them", &["nft"]) {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("nfsim-kpnft-up-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut script = String::from("set -e\n");
-    for (i, t) in txs.iter().enumerate() {
-        let f = dir.join(format!("{i}.nft"));
-        std::fs::write(&f, t).unwrap();
-        script.push_str(&format!("nft -f {}\n", f.display()));
-    }
-    script.push_str("nft list table ip kube-proxy\n");
-    let out = Command::new(tools::find("unshare").unwrap())
-        .args(["-n", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "real nft refused the transaction: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let real = String::from_utf8(out.stdout).unwrap();
+    let real = tools::real_nft_listing(&txs)
+        .unwrap_or_else(|e| panic!("real nft refused the transaction: {e}"));
     if real != ours {
         for (i, (a, b)) in real.lines().zip(ours.lines()).enumerate() {
             assert_eq!(a, b, "line {} differs\nreal:\n{real}\nours:\n{ours}", i + 1);

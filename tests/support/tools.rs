@@ -162,3 +162,31 @@ pub fn tshark_matching(file: &std::path::Path, filter: &str) -> String {
     );
     String::from_utf8(o.stdout).unwrap()
 }
+
+/// What the real `nft list table ip kube-proxy` prints after `nft -f` of each transaction in
+/// `txs`, in order, in a private network namespace; `Err` with nft's words when it refused
+/// one. Callers have checked for `nft` and `unshare`. Each call has its own directory (the
+/// tests of one file run in parallel threads of one process).
+pub fn real_nft_listing(txs: &[String]) -> Result<String, String> {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("nfsim-nft-{}-{call}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut script = String::from("set -e\n");
+    for (i, t) in txs.iter().enumerate() {
+        let f = dir.join(format!("{i}.nft"));
+        std::fs::write(&f, t).unwrap();
+        script.push_str(&format!("nft -f {}\n", f.display()));
+    }
+    script.push_str("nft list table ip kube-proxy\n");
+    let out = std::process::Command::new(find("unshare").expect("unshare was checked for"))
+        .args(["-n", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    if out.status.success() {
+        Ok(String::from_utf8(out.stdout).unwrap())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
