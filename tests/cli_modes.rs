@@ -11,6 +11,15 @@ const IPTABLES: &str = "scenarios/stale-dns-udp.yaml";
 const NFTABLES: &str = "scenarios/stale-dns-udp-nftables.yaml";
 /// kube-proxy's nftables transaction for a ClusterIP 172.30.0.41:80 (`nft -f` syntax).
 const NFT_RULES: &str = "tests/fixtures/nft/kube-proxy-base.nft";
+/// The nftables fixture's node, with a seed that picks the same endpoint every run.
+const NFT_NODE: [&str; 6] = [
+    "--rules",
+    NFT_RULES,
+    "--node-addr",
+    "192.168.0.2",
+    "--seed",
+    "4",
+];
 const IPT_RULES: &str = "tests/fixtures/cli/kube-proxy.rules";
 
 fn ok(args: &[&str]) -> String {
@@ -137,16 +146,11 @@ fn trace_in_both_modes() {
         "{ipt}"
     );
     let nft = ok(&[
-        "trace",
-        "--rules",
-        NFT_RULES,
-        "--node-addr",
-        "192.168.0.2",
-        "--seed",
-        "4",
-        "--packet",
-        "tcp 192.168.5.5:40000 -> 172.30.0.41:80",
-    ]);
+        &["trace"][..],
+        &NFT_NODE,
+        &["--packet", "tcp 192.168.5.5:40000 -> 172.30.0.41:80"],
+    ]
+    .concat());
     assert!(
         nft.contains("\nDNAT:         172.30.0.41:80 -> 10.180.0.1:80\n"),
         "{nft}"
@@ -184,16 +188,7 @@ fn replay_in_both_modes() {
         ipt.contains("udp 10.244.2.9:40000 -> 10.96.0.10:53  =>  transmitted on cni0: udp 10.244.2.9:40000 -> 10.244."),
         "{ipt}"
     );
-    let nft = ok(&[
-        "replay",
-        "--rules",
-        NFT_RULES,
-        "--node-addr",
-        "192.168.0.2",
-        "--seed",
-        "4",
-        c,
-    ]);
+    let nft = ok(&[&["replay"][..], &NFT_NODE, &[c]].concat());
     assert!(
         nft.contains("tcp 192.168.5.5:40000 -> 172.30.0.41:80 SYN  =>  transmitted on eth0: tcp 192.168.0.2:"),
         "{nft}"

@@ -50,16 +50,21 @@ fn prose_lines(text: &str) -> Vec<String> {
 
 /// `line` with each code span (`` `…` ``) reduced to its content, as a heading's slug keeps it.
 fn code_spans_to_text(line: &str) -> String {
+    map_code_spans(line, |content| content.to_string())
+}
+
+/// `line` with each code span replaced by `with(its content)`; an unclosed run of backticks
+/// is left as it is.
+fn map_code_spans(line: &str, with: impl Fn(&str) -> String) -> String {
     let mut out = String::new();
     let mut rest = line;
     while let Some(i) = rest.find('`') {
         out.push_str(&rest[..i]);
         let ticks = rest[i..].chars().take_while(|&c| c == '`').count();
         let after = &rest[i + ticks..];
-        let close = "`".repeat(ticks);
-        match after.find(&close) {
+        match after.find(&"`".repeat(ticks)) {
             Some(j) => {
-                out.push_str(&after[..j]);
+                out.push_str(&with(&after[..j]));
                 rest = &after[j + ticks..];
             }
             None => {
@@ -129,25 +134,7 @@ fn links(text: &str) -> Vec<Link> {
 
 /// `line` with every code span replaced by the word `code` (a `](` inside code is no link).
 fn code_spans_to_placeholder(line: &str) -> String {
-    let mut out = String::new();
-    let mut rest = line;
-    while let Some(i) = rest.find('`') {
-        out.push_str(&rest[..i]);
-        let ticks = rest[i..].chars().take_while(|&c| c == '`').count();
-        let after = &rest[i + ticks..];
-        match after.find(&"`".repeat(ticks)) {
-            Some(j) => {
-                out.push_str("code");
-                rest = &after[j + ticks..];
-            }
-            None => {
-                out.push_str(&rest[i..]);
-                rest = "";
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+    map_code_spans(line, |_| "code".to_string())
 }
 
 /// A heading's text as GitHub renders it: links reduced to their text, code spans to their

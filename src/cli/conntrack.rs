@@ -227,14 +227,7 @@ fn resolve(a: &Args) -> Result<Resolved> {
 /// Runs the scenario to the instant (or through the interval) and prints what conntrack
 /// would.
 pub(crate) fn run(a: Args) -> Result<ExitCode> {
-    let Query {
-        cmd,
-        filter,
-        event_mask,
-        from,
-        to,
-        format,
-    } = match resolve(&a)? {
+    let q = match resolve(&a)? {
         Resolved::Query(q) => *q,
         Resolved::Refused(msg) => {
             // The real tool's own words for what it refuses, exit 2.
@@ -245,6 +238,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    let (cmd, from, to) = (q.cmd, q.from, q.to);
     let sc = load(&a.file, None)?;
     known_node(&a.node, &sc)?;
     for (flag, t) in [("--at", a.at), ("--from", from), ("--to", to)] {
@@ -280,19 +274,20 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             {
                 // conntrack -E applies the -L filters to each event's entry (event_cb →
                 // nfct_filter, as dump_cb does) and -e to its type.
-                let wanted = event_mask
+                let wanted = q
+                    .event_mask
                     .as_ref()
                     .is_none_or(|m| m.contains(event.as_str()));
                 if *node == a.node
                     && e.t_ns >= from.as_nanos()
                     && e.t_ns <= to.as_nanos()
                     && wanted
-                    && filter.matches(ct)
+                    && q.filter.matches(ct)
                 {
                     // `conntrack -E -o timestamp`'s prefix (`[%-.8ld.%-.6ld]\t`), with
                     // simulated seconds since the start.
                     let us = e.t_ns / 1000;
-                    let line = if format.extended {
+                    let line = if q.format.extended {
                         extended_event(line, ct)
                     } else {
                         line.clone()
@@ -326,10 +321,10 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             out(&format!("{}\n", ct.list(now, &Filter::all()).len()))?;
         }
         Command::List | Command::Delete | Command::Event => {
-            let entries = ct.list(now, &filter);
+            let entries = ct.list(now, &q.filter);
             let mut text = String::new();
             for e in &entries {
-                text.push_str(&format!("{}\n", e.list_line_as(now, format)));
+                text.push_str(&format!("{}\n", e.list_line_as(now, q.format)));
             }
             out(&text)?;
             let summary = if cmd == Command::Delete {
