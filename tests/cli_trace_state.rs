@@ -26,6 +26,13 @@ fn trace_on(rules: &str, extra: &[&str]) -> (i32, String, String) {
     nfsim(&args)
 }
 
+/// A file `nfsim-NAME-PID` in the temporary directory holding `text`.
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    let f = std::env::temp_dir().join(format!("nfsim-{name}-{}", std::process::id()));
+    std::fs::write(&f, text).unwrap();
+    f
+}
+
 /// Asserts that a run was refused with exit code 2 and `words` in its error.
 fn assert_refused((code, _, err): (i32, String, String), words: &str) {
     assert_eq!(code, 2, "{err}");
@@ -347,13 +354,11 @@ fn a_recent_stamp_older_than_the_affinity_timeout_no_longer_pins() {
 
 #[test]
 fn a_bad_xt_recent_file_is_a_located_error() {
-    let bad = std::env::temp_dir().join(format!("nfsim-xt-recent-{}", std::process::id()));
-    std::fs::write(
-        &bad,
+    let bad = temp_file(
+        "xt-recent",
         "src=10.244.2.7 ttl: 63 last_seen: 4299391173 oldest_pkt: 1 4299391173\n\
          src=10.244.2.9 ttl: 64 last_seen: 4299390000 oldest_pkt: 3 4299380000 4299385000\n",
-    )
-    .unwrap();
+    );
     let arg = format!("KUBE-SEP-5SZA7C4MJLLQPPFI={}", bad.display());
     assert_refused(
         trace_affinity(&["--recent", &arg]),
@@ -490,12 +495,7 @@ fn tcp_data_on_a_saved_entry_and_a_syn_on_a_saved_close_entry() {
 /// before: no such flag; trace ran at the listing's instant only).
 #[test]
 fn trace_after_the_listing_reads_the_seconds_left_then() {
-    let ct = std::env::temp_dir().join(format!("nfsim-trace-after-{}.txt", std::process::id()));
-    std::fs::write(
-        &ct,
-        "udp      17 25 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.8 dst=10.244.2.9 sport=53 dport=40000 mark=0 use=1\n",
-    )
-    .unwrap();
+    let ct = temp_file("trace-after.txt", "udp      17 25 src=10.244.2.9 dst=10.96.0.10 sport=40000 dport=53 src=10.244.1.8 dst=10.244.2.9 sport=53 dport=40000 mark=0 use=1\n");
     let run = |after: &str| {
         trace_prod(&[
             "--conntrack",
@@ -573,12 +573,7 @@ fn trace_on_a_scenario_honours_seed_and_refuses_node_flags() {
 /// matches, draw no warning.
 #[test]
 fn a_rule_naming_an_interface_the_node_lacks_is_warned_about() {
-    let rules = std::env::temp_dir().join(format!("nfsim-iface-{}.rules", std::process::id()));
-    std::fs::write(
-        &rules,
-        "*mangle\n:PREROUTING ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n-A PREROUTING -i tcli -j MARK --set-xmark 0x1/0x1\n-A PREROUTING -i eth0 -j ACCEPT\n-A FORWARD ! -o cni+ -j ACCEPT\n-A PREROUTING -i cali+ -j ACCEPT\nCOMMIT\n",
-    )
-    .unwrap();
+    let rules = temp_file("iface.rules", "*mangle\n:PREROUTING ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n-A PREROUTING -i tcli -j MARK --set-xmark 0x1/0x1\n-A PREROUTING -i eth0 -j ACCEPT\n-A FORWARD ! -o cni+ -j ACCEPT\n-A PREROUTING -i cali+ -j ACCEPT\nCOMMIT\n");
     let r = rules.to_str().unwrap();
     let (code, _, err) = nfsim(&[
         "trace",

@@ -165,7 +165,8 @@ fn a_half_closing_server_shows_close_wait_until_the_client_closes() {
 }
 
 /// One node with the TCP server pod web-a (then `$more` pods), a client pod and the
-/// Service default/web (10.96.0.80:80 -> 8080): the world of the connection tests below.
+/// Service default/web (10.96.0.80:80 -> 8080), and the client `c` asking it every 10 s, six
+/// times (its connection settings follow): the world of the connection tests below.
 macro_rules! web_service {
     ($more:literal) => {
         concat!(
@@ -176,6 +177,8 @@ macro_rules! web_service {
             "  - {name: client, node: node-1, ip: 10.244.1.9}\nservices:\n",
             "  - metadata: {name: web, namespace: default}\n    spec:\n      clusterIP: 10.96.0.80\n",
             "      selector: {app: web}\n      ports: [{protocol: TCP, port: 80, targetPort: 8080}]\n",
+            "clients:\n  - name: c\n    pod: client\n    tcp:\n      target: default/web\n",
+            "      interval: 10s\n      count: 6\n",
         )
     };
 }
@@ -188,15 +191,8 @@ sysctls:
   net.netfilter.nf_conntrack_tcp_timeout_established: 600
 ", web_service!(
     "  - name: web-b\n    labels: {app: web}\n    node: node-1\n    ip: 10.244.1.6\n    apps: [{tcpServer: {port: 8080}}]\n"
-), "\
-clients:
-  - name: c
-    pod: client
-    tcp:
-      target: default/web
-      interval: 10s
-      count: 6
-      connection: {keepAlive: true, pause: {after: 30s, for: PAUSE}}
+),
+"      connection: {keepAlive: true, pause: {after: 30s, for: PAUSE}}
 expectations:
   - name: the paused connection's entry
     at: 2m
@@ -263,15 +259,8 @@ const SILENT: &str = concat!("\
 name: silent
 seed: 3
 duration: 12m
-", web_service!(""), "\
-clients:
-  - name: c
-    pod: client
-    tcp:
-      target: default/web
-      interval: 10s
-      count: 6
-      requestTimeout: 11m
+", web_service!(""),
+"      requestTimeout: 11m
       connection: {keepAlive: true}
 events:
   - at: 25s
