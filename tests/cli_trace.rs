@@ -31,6 +31,25 @@ fn trace_json(packet: &str, extra: &[&str]) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
+/// `nfsim trace --all-branches` of a UDP packet 192.0.2.1:1000 -> 198.51.100.1:53 through
+/// `rules` (written to a temporary file named after `tag`), with `extra` flags.
+fn all_branches(tag: &str, rules: &str, extra: &[&str]) -> (i32, String, String) {
+    let file = std::env::temp_dir().join(format!("nfsim-cli-{tag}-{}.rules", std::process::id()));
+    std::fs::write(&file, rules).unwrap();
+    let mut args = vec![
+        "trace",
+        "--rules",
+        file.to_str().unwrap(),
+        "--packet",
+        "udp 192.0.2.1:1000 -> 198.51.100.1:53",
+        "--all-branches",
+    ];
+    args.extend_from_slice(extra);
+    let r = nfsim(&args);
+    let _ = std::fs::remove_file(&file);
+    r
+}
+
 fn steps_of<'a>(v: &'a Value, kind: &str) -> Vec<&'a Value> {
     v["steps"]
         .as_array()
@@ -364,18 +383,7 @@ COMMIT
 -A FORWARD -m mark --mark 0x3 -j DROP
 COMMIT
 ";
-    let file = std::env::temp_dir().join(format!("nfsim-cli-trace-{}.rules", std::process::id()));
-    std::fs::write(&file, rules).unwrap();
-    let (code, out, err) = nfsim(&[
-        "trace",
-        "--rules",
-        file.to_str().unwrap(),
-        "--packet",
-        "udp 192.0.2.1:1000 -> 198.51.100.1:53",
-        "--all-branches",
-        "--json",
-    ]);
-    let _ = std::fs::remove_file(&file);
+    let (code, out, err) = all_branches("trace", rules, &["--json"]);
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     let b = &v["branches"];
@@ -395,19 +403,9 @@ COMMIT
 /// aborted on allocation).
 #[test]
 fn all_branches_past_the_run_limit_says_it_stopped() {
-    let file = std::env::temp_dir().join(format!("nfsim-cli-coins-{}.rules", std::process::id()));
-    std::fs::write(&file, nfsim::testkit::examples::coin_flip_mark_rules(14)).unwrap();
-    let args = [
-        "trace",
-        "--rules",
-        file.to_str().unwrap(),
-        "--packet",
-        "udp 192.0.2.1:1000 -> 198.51.100.1:53",
-        "--all-branches",
-    ];
-    let (code, text, err) = nfsim(&args);
-    let (jcode, json, jerr) = nfsim(&[&args[..], &["--json"]].concat());
-    let _ = std::fs::remove_file(&file);
+    let rules = nfsim::testkit::examples::coin_flip_mark_rules(14);
+    let (code, text, err) = all_branches("coins", &rules, &[]);
+    let (jcode, json, jerr) = all_branches("coins-json", &rules, &["--json"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         text.contains("4096 runs: stopped at the run limit"),

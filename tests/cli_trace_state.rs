@@ -39,6 +39,13 @@ fn assert_refused((code, _, err): (i32, String, String), words: &str) {
     assert!(err.contains(words), "{err}");
 }
 
+/// `nfsim trace` on node-2 of the shipped incident scenario, with `extra` flags.
+fn trace_incident(extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["trace", "scenarios/stale-dns-udp.yaml", "--node", "node-2"];
+    args.extend_from_slice(extra);
+    nfsim(&args)
+}
+
 /// `nfsim trace` with the production example's rules (see [`trace_on`]).
 fn trace_prod(extra: &[&str]) -> (i32, String, String) {
     trace_on("examples/production-node/rules.txt", extra)
@@ -47,16 +54,7 @@ fn trace_prod(extra: &[&str]) -> (i32, String, String) {
 #[test]
 fn inside_a_scenario_the_stale_entry_is_found_and_the_run_is_unchanged() {
     // At 6m coredns-a (10.244.1.5) is dead, yet node-2's entry still sends the sidecar there.
-    let (code, out, err) = nfsim(&[
-        "trace",
-        "scenarios/stale-dns-udp.yaml",
-        "--node",
-        "node-2",
-        "--at",
-        "6m",
-        "--packet",
-        PKT,
-    ]);
+    let (code, out, err) = trace_incident(&["--at", "6m", "--packet", PKT]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("enters:  sent by pod default/app through its veth"),
@@ -78,11 +76,7 @@ fn inside_a_scenario_the_stale_entry_is_found_and_the_run_is_unchanged() {
         assert_ne!(a.split_once(": ").unwrap().1, b, "{l}");
     }
     // A new flow at the same instant is NEW and meets the rules.
-    let (_, out, _) = nfsim(&[
-        "trace",
-        "scenarios/stale-dns-udp.yaml",
-        "--node",
-        "node-2",
+    let (_, out, _) = trace_incident(&[
         "--at",
         "6m",
         "--packet",
@@ -113,16 +107,7 @@ fn inside_a_scenario_the_stale_entry_is_found_and_the_run_is_unchanged() {
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("node-9"), "{err}");
-    let (code, _, err) = nfsim(&[
-        "trace",
-        "scenarios/stale-dns-udp.yaml",
-        "--node",
-        "node-2",
-        "--from",
-        "nobody",
-        "--packet",
-        PKT,
-    ]);
+    let (code, _, err) = trace_incident(&["--from", "nobody", "--packet", PKT]);
     assert_eq!(code, 2);
     assert!(err.contains("--from nobody"), "{err}");
 }
@@ -131,32 +116,14 @@ fn inside_a_scenario_the_stale_entry_is_found_and_the_run_is_unchanged() {
 /// `conntrack --at` refuse it (before, `--at 2h` on a 1 h scenario traced at 01:00:00).
 #[test]
 fn trace_at_after_the_run_is_refused() {
-    let (code, out, err) = nfsim(&[
-        "trace",
-        "scenarios/stale-dns-udp.yaml",
-        "--node",
-        "node-2",
-        "--at",
-        "2h",
-        "--packet",
-        PKT,
-    ]);
+    let (code, out, err) = trace_incident(&["--at", "2h", "--packet", PKT]);
     assert_eq!(code, 2, "{out}");
     assert_eq!(
         err.trim_end(),
         "error: --at 2h is after the end of the run (1h, the scenario's duration in scenarios/stale-dns-udp.yaml): expected at most 1h"
     );
     // The end itself is within the run.
-    let (code, _, err) = nfsim(&[
-        "trace",
-        "scenarios/stale-dns-udp.yaml",
-        "--node",
-        "node-2",
-        "--at",
-        "1h",
-        "--packet",
-        PKT,
-    ]);
+    let (code, _, err) = trace_incident(&["--at", "1h", "--packet", PKT]);
     assert_eq!(code, 0, "{err}");
 }
 
