@@ -436,6 +436,21 @@ fn tcp_data_on_a_saved_entry_and_a_syn_on_a_saved_close_entry() {
         ct.starts_with("tcp      6 120 SYN_SENT"),
         "a new entry: {ct}"
     );
+    // The JSON says which entry was destroyed for the reopen (failed before: text only).
+    let reopened: Vec<&serde_json::Value> = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "conntrack" && s.get("reopened").is_some())
+        .collect();
+    assert_eq!(reopened.len(), 1, "{v}");
+    assert!(
+        reopened[0]["reopened"]
+            .as_str()
+            .unwrap()
+            .starts_with("tcp      6 8 CLOSE src=10.244.2.9"),
+        "{v}"
+    );
     let notes = v["notes"][0].as_str().unwrap();
     assert!(
         notes.contains("1 TCP CLOSE") && notes.contains("assumed the original direction's"),

@@ -70,6 +70,11 @@ pub enum StepJson {
         /// bits and TCP state updated).
         #[serde(skip_serializing_if = "Option::is_none")]
         after: Option<String>,
+        /// For a SYN that reopened a closed connection: the entry found for its tuple (TCP
+        /// `TIME_WAIT` or `CLOSE`) as `conntrack -L` showed it, destroyed before the packet
+        /// made a new entry through the rules (`nf_conntrack_tcp_packet`, `-NF_REPEAT`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reopened: Option<String>,
     },
     /// A table's built-in chain starts.
     Enter {
@@ -485,6 +490,7 @@ fn step_json(s: &Step) -> StepJson {
             entry: entry.clone(),
             found: false,
             after: None,
+            reopened: None,
         },
         Step::Rules(e) => match e {
             TraceEvent::Enter {
@@ -706,19 +712,33 @@ fn step_text(
             nat.join(", ")
         );
     }
-    if let (Step::Conntrack { state, .. }, Some(b), Some(a)) = (s, before, entry) {
-        use sim_conntrack::TcpState;
-        if state.starts_with("NEW")
-            && b.id != a.id
-            && matches!(b.tcp_state, Some(TcpState::TimeWait | TcpState::Close))
-        {
-            return format!(
-                "{s}\n    reopened: the entry found for this tuple, {}, was destroyed first (a SYN reopens a closed connection: nf_conntrack_tcp_packet, -NF_REPEAT), so the rules decide anew",
-                b.list_line(now)
-            );
-        }
+    if let Some(b) = reopened(s, before, entry) {
+        return format!(
+            "{s}\n    reopened: the entry found for this tuple, {}, was destroyed first (a SYN reopens a closed connection: nf_conntrack_tcp_packet, -NF_REPEAT), so the rules decide anew",
+            b.list_line(now)
+        );
     }
     s.to_string()
+}
+
+/// The entry a SYN found for its tuple and destroyed before making a new one (a TCP
+/// `TIME_WAIT` or `CLOSE` entry reopened), for the conntrack step of a new entry.
+fn reopened<'a>(
+    s: &Step,
+    before: Option<&'a sim_conntrack::CtEntry>,
+    entry: Option<&sim_conntrack::CtEntry>,
+) -> Option<&'a sim_conntrack::CtEntry> {
+    use sim_conntrack::TcpState;
+    match (s, before, entry) {
+        (Step::Conntrack { state, .. }, Some(b), Some(a))
+            if state.starts_with("NEW")
+                && b.id != a.id
+                && matches!(b.tcp_state, Some(TcpState::TimeWait | TcpState::Close)) =>
+        {
+            Some(b)
+        }
+        _ => None,
+    }
 }
 
 fn ports(e: &sim_conntrack::CtEntry) -> bool {
@@ -796,9 +816,12 @@ pub fn trace_in(
                     found,
                     entry,
                     after,
+                    reopened: gone,
                     ..
                 } = &mut j
                 {
+                    *gone = reopened(s, before.as_ref(), run.result.entry.as_ref())
+                        .map(|b| b.list_line(opts.at).to_string());
                     *found = entry_found(s);
                     if *found {
                         if let Some(b) = &before {
