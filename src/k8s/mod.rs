@@ -672,6 +672,12 @@ impl Service {
             .find(IpAddr::is_ipv4)
     }
 
+    /// Whether every cluster IP of the Service is IPv6 (an IPv6-only Service: only kube-proxy's
+    /// IPv6 proxier writes rules for it, and nfsim models the IPv4 one).
+    pub fn ipv6_only(&self) -> bool {
+        self.spec.cluster_ip.is_some_and(|c| c.ip().is_some()) && self.ipv4_cluster_ip().is_none()
+    }
+
     /// Whether the Service accepts traffic other than to its cluster IP
     /// (`apiservice.ExternallyAccessible`).
     pub fn externally_accessible(&self) -> bool {

@@ -1296,6 +1296,12 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         &world.pods,
         doc.endpoint_slices.is_some(),
     ));
+    warnings.extend(super::families::check(
+        ctx,
+        &doc.services,
+        &doc.events,
+        doc.endpoint_slices.as_ref().map(|l| l.value.as_slice()),
+    )?);
     let mut events = Vec::new();
     for (i, e) in doc.events.iter().enumerate() {
         let d = &e.value;

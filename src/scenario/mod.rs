@@ -14,6 +14,7 @@
 //!   time, each checked against what exists at its instant.
 
 pub mod events;
+mod families;
 pub mod ipam;
 pub mod load;
 pub mod model;

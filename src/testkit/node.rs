@@ -171,10 +171,7 @@ impl NodeBuilder {
                 SimTime::ZERO,
             );
             for (i, text) in self.objects.iter().enumerate() {
-                let objs = parse_objects(text).map_err(|e| TestkitError::Input {
-                    what: format!("objects #{}", i + 1),
-                    message: e.to_string(),
-                })?;
+                let objs = objects(text, &format!("objects #{}", i + 1))?;
                 for o in objs {
                     kp.upsert(SimTime::ZERO, o);
                 }
@@ -189,6 +186,30 @@ impl NodeBuilder {
         }
         Ok(node)
     }
+}
+
+/// Kubernetes objects from YAML text (`what` names it in errors); an IPv6-only Service is
+/// refused (nfsim models kube-proxy's IPv4 proxier: it would get no rules). A dual-stack
+/// Service is taken: its IPv4 half gets exactly the rules the IPv4 proxier writes.
+fn objects(text: &str, what: &str) -> Result<Vec<crate::k8s::K8sObject>, TestkitError> {
+    let objs = parse_objects(text).map_err(|e| TestkitError::Input {
+        what: what.to_string(),
+        message: e.to_string(),
+    })?;
+    for o in &objs {
+        if let crate::k8s::K8sObject::Service(s) = o {
+            if s.ipv6_only() {
+                return Err(TestkitError::Input {
+                    what: what.to_string(),
+                    message: format!(
+                        "Service {} is IPv6-only: nfsim models kube-proxy's IPv4 proxier only (IPv6 is not modelled yet), so it would get no rules; expected an IPv4 or dual-stack Service",
+                        s.key()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(objs)
 }
 
 /// One node: its interfaces and routes (`eth0`, `cni0` for the pod CIDR, a default route),
@@ -473,10 +494,7 @@ impl Node {
         at: SimTime,
         yaml: &str,
     ) -> Result<Vec<CleanupReport>, TestkitError> {
-        let objs = parse_objects(yaml).map_err(|e| TestkitError::Input {
-            what: "objects".into(),
-            message: e.to_string(),
-        })?;
+        let objs = objects(yaml, "objects")?;
         self.advance(at)?;
         let g = self.proxy_mut()?;
         for o in objs {

@@ -1,0 +1,112 @@
+//! IPv6 in a scenario's Kubernetes objects: refused or warned about, never loaded and ignored.
+//!
+//! nfsim models kube-proxy's IPv4 proxier only (the `iptables` / `ip kube-proxy` half of a
+//! node; IPv6 and dual-stack are issue #23). Upstream kube-proxy runs one proxier per family
+//! (`pkg/proxy/iptables`, `NewDualStackProxier`): for a dual-stack Service the IPv4 proxier
+//! writes exactly the rules it would for an IPv4-only Service, and the IPv6 proxier writes
+//! ip6tables rules nfsim does not simulate. So:
+//! - a Service whose addresses are all IPv6 would get no rules at all here: an error, at the
+//!   Service, since every result about it would be silently wrong;
+//! - a dual-stack Service's IPv4 half is simulated exactly; its IPv6 addresses (cluster IPs,
+//!   external IPs, load-balancer ingress IPs) get a warning at the Service;
+//! - an EndpointSlice of `addressType: IPv6` feeds only the IPv6 proxier: a warning at the
+//!   slice (kube-proxy's IPv4 proxier skips it too: `EndpointSliceCache` keeps slices by
+//!   address family).
+
+use super::load::Ctx;
+use super::schema::EventDoc;
+use super::warnings::ScenarioWarning;
+use super::ScenarioError;
+use crate::k8s::{self, AddressType};
+use serde_saphyr::Spanned;
+use std::net::IpAddr;
+
+/// Why IPv6 gets no rules in nfsim, for every message of this module.
+const WHY: &str = "nfsim simulates kube-proxy's IPv4 proxier only (iptables and nftables `ip` family; IPv6 and dual-stack are not modelled yet)";
+
+/// The IPv6 addresses kube-proxy's IPv6 proxier would write rules for: cluster IPs, external
+/// IPs and load-balancer ingress IPs.
+fn ipv6_addresses(s: &k8s::Service) -> Vec<IpAddr> {
+    let spec = &s.spec;
+    let mut v: Vec<IpAddr> = spec
+        .cluster_ip
+        .iter()
+        .chain(spec.cluster_ips.iter())
+        .filter_map(|c| c.ip())
+        .chain(spec.external_ips.iter().copied())
+        .chain(s.status.load_balancer.ingress.iter().filter_map(|i| i.ip))
+        .filter(IpAddr::is_ipv6)
+        .collect();
+    v.dedup();
+    v
+}
+
+/// Checks every Service (at the start and in `createService` / `updateService` events) and
+/// every EndpointSlice of the scenario: an IPv6-only Service is an error, a dual-stack
+/// Service's IPv6 addresses and an IPv6 EndpointSlice are warnings, each at its place.
+pub(super) fn check(
+    ctx: &Ctx,
+    services: &[Spanned<k8s::Service>],
+    events: &[Spanned<EventDoc>],
+    slices: Option<&[Spanned<k8s::EndpointSlice>]>,
+) -> Result<Vec<ScenarioWarning>, ScenarioError> {
+    let mut warnings = Vec::new();
+    let from_events = events.iter().flat_map(|e| {
+        e.value
+            .create_service
+            .iter()
+            .chain(e.value.update_service.iter())
+    });
+    for s in services.iter().chain(from_events) {
+        let v6 = ipv6_addresses(&s.value);
+        if v6.is_empty() {
+            continue;
+        }
+        let list = v6
+            .iter()
+            .map(IpAddr::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        if s.value.ipv4_cluster_ip().is_none()
+            && s.value.spec.cluster_ip.is_some_and(|c| c.ip().is_some())
+        {
+            return Err(ctx.err(
+                s,
+                format!(
+                    "Service {} is IPv6-only ({list}): {WHY}, so it would get no rules and its traffic would pass untranslated; expected an IPv4 cluster IP (a dual-stack Service's IPv4 half is simulated)",
+                    s.value.key()
+                ),
+            ));
+        }
+        warnings.push(warning(
+            ctx,
+            s,
+            format!(
+                "Service {}: its IPv6 addresses ({list}) get no rules: {WHY}; its IPv4 half is simulated as kube-proxy's IPv4 proxier writes it",
+                s.value.key()
+            ),
+        ));
+    }
+    for s in slices.unwrap_or_default() {
+        if s.value.address_type == AddressType::IPv6 {
+            warnings.push(warning(
+                ctx,
+                s,
+                format!(
+                    "EndpointSlice {} (addressType IPv6) feeds only kube-proxy's IPv6 proxier: {WHY}; it is loaded and takes no part",
+                    s.value.key()
+                ),
+            ));
+        }
+    }
+    Ok(warnings)
+}
+
+fn warning<T>(ctx: &Ctx, at: &Spanned<T>, message: String) -> ScenarioWarning {
+    ScenarioWarning {
+        file: ctx.file().to_string(),
+        line: at.referenced.line(),
+        column: at.referenced.column(),
+        message,
+    }
+}

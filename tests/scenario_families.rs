@@ -1,0 +1,92 @@
+//! IPv6 in Kubernetes objects is refused or warned about at its place, never loaded and
+//! ignored (failed before: an IPv6-only Service loaded without a word and got no rules, its
+//! traffic passing untranslated). nfsim models kube-proxy's IPv4 proxier; a dual-stack
+//! Service's IPv4 half is simulated exactly.
+
+use nfsim::cluster::sim::{RunOptions, Simulation};
+use nfsim::scenario::load_str;
+use nfsim::testkit::Node;
+use sim_core::SimTime;
+
+const GOOD: &str = include_str!("fixtures/scenario/minimal.yaml");
+
+fn with(from: &str, to: &str) -> String {
+    assert!(GOOD.contains(from), "{from}");
+    GOOD.replace(from, to)
+}
+
+fn nat_rules(text: &str) -> String {
+    let sc = load_str("t.yaml", text).unwrap_or_else(|e| panic!("{e}"));
+    let mut sim = Simulation::new(sc, RunOptions::default()).unwrap();
+    sim.run_until(SimTime::from_secs(1)).unwrap();
+    sim.rules(0)
+}
+
+#[test]
+fn an_ipv6_only_service_is_refused_at_the_service() {
+    let text = with(
+        "      clusterIP: 10.96.0.10\n",
+        "      clusterIP: fd00:10:96::10\n      ipFamilies: [IPv6]\n",
+    )
+    // The client cannot target it either way; keep the error about the Service.
+    .replace("clients:\n  - name: c\n    node: n1\n    udp: {target: default/dns:dns, interval: 10s}\nexpectations:\n  - client: {name: c, sent: 6}\n", "");
+    let e = load_str("t.yaml", &text).unwrap_err();
+    assert_eq!((e.line, e.column), (15, 5), "{e}");
+    assert!(
+        e.message
+            .starts_with("Service default/dns is IPv6-only (fd00:10:96::10): nfsim simulates kube-proxy's IPv4 proxier only"),
+        "{e}"
+    );
+    // Also when an event creates it.
+    let text = format!(
+        "{GOOD}events:\n  - at: 10s\n    createService:\n      metadata: {{name: v6, namespace: default}}\n      spec:\n        clusterIP: fd00:10:96::20\n        selector: {{app: dns}}\n        ports: [{{port: 53, protocol: UDP}}]\n"
+    );
+    let e = load_str("t.yaml", &text).unwrap_err();
+    assert!(e.message.contains("Service default/v6 is IPv6-only"), "{e}");
+    assert_eq!(e.line, 29, "{e}");
+}
+
+#[test]
+fn a_dual_stack_service_warns_and_its_ipv4_half_is_exact() {
+    let dual = with(
+        "      clusterIP: 10.96.0.10\n",
+        "      clusterIP: 10.96.0.10\n      clusterIPs: [10.96.0.10, \"fd00:10:96::10\"]\n      ipFamilies: [IPv4, IPv6]\n      ipFamilyPolicy: PreferDualStack\n      externalIPs: [\"2001:db8::7\"]\n",
+    );
+    let sc = load_str("t.yaml", &dual).unwrap();
+    let w: Vec<String> = sc.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("t.yaml:15:5: warning: Service default/dns: its IPv6 addresses (fd00:10:96::10, 2001:db8::7) get no rules"),
+        "{w:?}"
+    );
+    // The IPv4 proxier writes for the dual-stack Service exactly what it writes for the
+    // IPv4-only one.
+    assert_eq!(nat_rules(&dual), nat_rules(GOOD));
+    assert!(load_str("t.yaml", GOOD).unwrap().warnings.is_empty());
+}
+
+#[test]
+fn an_ipv6_endpoint_slice_is_warned_about() {
+    let text = format!(
+        "{GOOD}endpointSlices:\n  - metadata: {{name: dns-v4, namespace: default, labels: {{kubernetes.io/service-name: dns}}}}\n    addressType: IPv4\n    endpoints: [{{addresses: [10.244.1.5], conditions: {{ready: true}}}}]\n    ports: [{{name: dns, port: 53, protocol: UDP}}]\n  - metadata: {{name: dns-v6, namespace: default, labels: {{kubernetes.io/service-name: dns}}}}\n    addressType: IPv6\n    endpoints: [{{addresses: [\"fd00:10:244:1::5\"], conditions: {{ready: true}}}}]\n    ports: [{{name: dns, port: 53, protocol: UDP}}]\n"
+    );
+    let sc = load_str("t.yaml", &text).unwrap_or_else(|e| panic!("{e}"));
+    let w: Vec<String> = sc.warnings.iter().map(|w| w.to_string()).collect();
+    assert!(
+        w.iter().any(|w| w.starts_with("t.yaml:31:5: warning: EndpointSlice default/dns-v6 (addressType IPv6) feeds only kube-proxy's IPv6 proxier")),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn the_testkit_refuses_an_ipv6_only_service() {
+    let e = Node::from_objects(
+        "kind: Service\nmetadata: {name: v6, namespace: default}\nspec:\n  clusterIP: fd00:10:96::20\n  ports: [{port: 53, protocol: UDP}]\n",
+    )
+    .err()
+    .expect("an IPv6-only Service is refused");
+    assert!(
+        e.to_string().contains("Service default/v6 is IPv6-only"),
+        "{e}"
+    );
+}
