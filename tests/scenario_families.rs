@@ -90,3 +90,64 @@ fn the_testkit_refuses_an_ipv6_only_service() {
         "{e}"
     );
 }
+
+/// `trace` refuses an IPv6 packet and `replay` skips IPv6 packets with a warning naming the
+/// first (failed before: traced through the IPv4 rules' node and "dropped: no route to
+/// host", as if that were the node's answer).
+#[test]
+fn trace_refuses_and_replay_skips_ipv6_packets() {
+    let nfsim = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_nfsim"))
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8(o.stdout).unwrap(),
+            String::from_utf8(o.stderr).unwrap(),
+        )
+    };
+    let rules = "tests/fixtures/cli/kube-proxy.rules";
+    let (code, _, err) = nfsim(&[
+        "trace",
+        "--rules",
+        rules,
+        "--packet",
+        "udp [fd00::9]:40000 -> [fd00::10]:53",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("IPv6 is not modelled yet"), "{err}");
+
+    let cap = std::env::temp_dir().join(format!("nfsim-v6-{}.pcap", std::process::id()));
+    let mut w =
+        sim_core::pcap::PcapWriter::new(Vec::new(), sim_core::pcap::WriteLink::RawIp).unwrap();
+    for (ms, p) in [
+        (0, "udp 10.244.2.9:40000 -> 10.96.0.10:53"),
+        (1, "udp [fd00::9]:40000 -> [fd00::10]:53"),
+        (2, "udp [fd00::9]:40001 -> [fd00::10]:53"),
+    ] {
+        let p: sim_core::Packet = p.parse().unwrap();
+        w.write_packet(SimTime::from_millis(ms), &p).unwrap();
+    }
+    std::fs::write(&cap, w.into_inner()).unwrap();
+    let (code, out, err) = nfsim(&[
+        "replay",
+        "--rules",
+        rules,
+        "--pod-cidr",
+        "10.244.0.0/16",
+        cap.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&cap);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("warning: 2 IPv6 packets not replayed (first: frame 2)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  IPv6           2 (not modelled, skipped)\n"),
+        "{out}"
+    );
+    assert!(!out.contains("fd00::9"), "no IPv6 packet line: {out}");
+}

@@ -151,6 +151,12 @@ pub struct ReplaySummary {
     /// `DUPLICATE_WINDOW_NS` (1 ms) before: one packet seen on two interfaces (a bridge port and
     /// the bridge). Replayed once.
     pub duplicates: usize,
+    /// IPv6 packets, not replayed: the node's ip6tables / `ip6` nft rules, IPv6 addresses and
+    /// routes are not modelled (nfsim reads the IPv4 rules only), so their fate would be
+    /// silently wrong.
+    pub ipv6: usize,
+    /// The first of them, for the warning (`[FILE: ]frame N`).
+    pub ipv6_first: Option<String>,
 }
 
 /// How close in capture time two identical records of a cooked capture must be to count as
@@ -490,6 +496,9 @@ struct SummaryLine<'a> {
     not_for_node: usize,
     outgoing: usize,
     duplicates: usize,
+    /// IPv6 packets not replayed; left out when there are none.
+    #[serde(skip_serializing_if = "is_zero")]
+    ipv6: usize,
     bad_checksum: usize,
     reassembled: usize,
     fragments_held: usize,
@@ -497,6 +506,10 @@ struct SummaryLine<'a> {
     fragments_without_first: usize,
     conntrack_entries: usize,
     end_ns: u64,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn json_line(out: &mut dyn Write, v: &impl serde::Serialize) -> Result<(), ExplainError> {
@@ -625,6 +638,21 @@ pub fn replay_inputs(
     };
     for (k, rec, epoch_ns) in merge {
         let input = &inputs[k];
+        if !rec.packet.is_ipv4() {
+            sum.ipv6 += 1;
+            if sum.ipv6_first.is_none() {
+                sum.ipv6_first = Some(format!(
+                    "{}frame {}",
+                    if multi {
+                        format!("{}: ", input.file)
+                    } else {
+                        String::new()
+                    },
+                    rec.frame
+                ));
+            }
+            continue;
+        }
         if let Some(pkttype) = rec.pkttype {
             if pkttype == PACKET_OUTGOING {
                 sum.outgoing += 1;
@@ -1184,6 +1212,7 @@ pub fn replay_inputs(
                     not_for_node: sum.not_for_node,
                     outgoing: sum.outgoing,
                     duplicates: sum.duplicates,
+                    ipv6: sum.ipv6,
                     bad_checksum: sum.bad_checksum,
                     reassembled: sum.reassembled,
                     fragments_held: sum.fragments_held,
@@ -1267,6 +1296,13 @@ impl ReplaySummary {
     /// The warnings about a capture that does not fit the node, once each with its count.
     pub fn warnings(&self) -> Vec<String> {
         let mut v = Vec::new();
+        if self.ipv6 > 0 {
+            v.push(format!(
+                "{} IPv6 packets not replayed (first: {}): nfsim models the node's IPv4 rules only (IPv6 is not modelled yet: its ip6tables / ip6 nft rules, IPv6 addresses and routes are not read), so their fate would be wrong",
+                self.ipv6,
+                self.ipv6_first.as_deref().unwrap_or("")
+            ));
+        }
         if self.loopback > 0 {
             v.push(format!(
                 "{} packets on loopback addresses (127.0.0.0/8, ::1): a capture on lo? The node delivers them to itself or drops them and never forwards them, so they leave nothing in --pcap-out",
@@ -1339,6 +1375,12 @@ impl ReplaySummary {
         s.push_str(&format!("  packets        {}\n", self.packets));
         if self.skipped > 0 {
             s.push_str(&format!("  not IP         {} (skipped)\n", self.skipped));
+        }
+        if self.ipv6 > 0 {
+            s.push_str(&format!(
+                "  IPv6           {} (not modelled, skipped)\n",
+                self.ipv6
+            ));
         }
         if self.outgoing > 0 {
             s.push_str(&format!(

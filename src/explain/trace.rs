@@ -782,6 +782,13 @@ pub fn trace_in(
     seed: u64,
     opts: &TraceOptions,
 ) -> Result<TraceReport, ExplainError> {
+    if !pkt.is_ipv4() {
+        return Err(ExplainError::BadFlag {
+            flag: "--packet",
+            value: pkt.to_string(),
+            expected: "IPv6 is not modelled yet (nfsim reads the node's IPv4 rules only, not its ip6tables / ip6 nft rules, IPv6 addresses or routes), so its path would be wrong: expected an IPv4 packet".to_string(),
+        });
+    }
     let mut ns = base.clone();
     let before = entry_before(base, &pkt, opts.at);
     let run = run_once(&mut ns, pkt, ingress, opts.at);
