@@ -1,0 +1,117 @@
+//! Clients on their machines: each scenario client placed on its pod, host or node and given
+//! its application, its bound ports entered in the table of ports in use, and its wake-ups
+//! queued for the instants it is due.
+
+use super::*;
+
+impl Simulation {
+    pub(super) fn add_client(&mut self, index: usize, def: ClientDef) {
+        let (machine, ip) = match &def.placement {
+            Placement::Pod(k) => match self.pod_ids.get(k) {
+                Some(&id) => (Machine::Pod(id), Some(self.pods[id].state.def.ip)),
+                None => return,
+            },
+            Placement::Host(h) => (Machine::Host(*h), Some(self.hosts[*h].0.address)),
+            Placement::Node(n) => (Machine::Node(*n), Some(self.nodes[*n].def.address)),
+        };
+        let Some(ip) = ip else { return };
+        let label = format!("client/{}", def.name);
+        let app = match def.kind {
+            ClientKind::Udp {
+                source_port,
+                timeout,
+                retries,
+                connected,
+                one_way,
+            } => ClientApp::Udp(Box::new(UdpClient::new(
+                UdpClientConfig {
+                    index: index as u32,
+                    local_ip: ip,
+                    dst: def.target,
+                    schedule: def.schedule.clone(),
+                    source_port,
+                    timeout,
+                    retries,
+                    connected,
+                    one_way,
+                },
+                self.sc.seed,
+                &label,
+            ))),
+            ClientKind::Ping { timeout } => {
+                let ident = self
+                    .stack_mut(&machine)
+                    .and_then(|s| s.ping_idents.as_mut()?.assign())
+                    .unwrap_or(1);
+                ClientApp::Ping(Box::new(PingClient::new(
+                    PingClientConfig {
+                        index: index as u32,
+                        local_ip: ip,
+                        dst: def.target.ip(),
+                        schedule: def.schedule.clone(),
+                        timeout,
+                        ident,
+                    },
+                    self.sc.seed,
+                    &label,
+                )))
+            }
+            ClientKind::Tcp {
+                connect_timeout,
+                request_timeout,
+                connection,
+            } => {
+                let client = TcpClientConfig {
+                    index: index as u32,
+                    local_ip: ip,
+                    dst: def.target,
+                    schedule: def.schedule.clone(),
+                    connect_timeout,
+                    request_timeout,
+                    request_bytes: 100,
+                };
+                match connection {
+                    Some(policy) => ClientApp::TcpSession(Box::new(TcpSessionClient::new(
+                        TcpSessionConfig { client, policy },
+                        self.sc.seed,
+                        &label,
+                    ))),
+                    None => ClientApp::Tcp(Box::new(TcpClient::new(client, self.sc.seed, &label))),
+                }
+            }
+        };
+        self.clients_by_ip.entry(ip).or_default().push(index);
+        for p in app.bound_ports() {
+            let holders = self.client_ports.entry((ip, app.proto(), p)).or_default();
+            if let Err(k) = holders.binary_search(&index) {
+                holders.insert(k, index);
+            }
+        }
+        self.clients.push(ClientRt {
+            def,
+            machine,
+            ip,
+            app,
+            wake: None,
+            due: None,
+        });
+        self.arm_client(index);
+    }
+
+    pub(super) fn arm_client(&mut self, i: usize) {
+        let c = &mut self.clients[i];
+        c.due = c.app.poll_timeout();
+        self.wake_client_when_due(i);
+    }
+
+    /// Queues a wake-up of client `i` at its `due` instant unless an earlier one is queued.
+    pub(super) fn wake_client_when_due(&mut self, i: usize) {
+        let c = &mut self.clients[i];
+        if let Some(t) = c.due {
+            if c.wake.is_none_or(|w| t < w) {
+                c.wake = Some(t);
+                self.queue.push(t.max(self.now), Ev::ClientWake(i));
+            }
+        }
+    }
+}

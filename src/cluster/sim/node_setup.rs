@@ -1,0 +1,194 @@
+//! How each node's kernel and kube-proxy are set up: the node network's prefix and its
+//! router ([`node_network_len`], [`router_address`]), a node's namespace (sysctls, interfaces,
+//! routes) and kube-proxy's configuration from the scenario's settings.
+
+use super::*;
+
+pub(super) fn eth0() -> IfName {
+    IfName::new("eth0").unwrap_or_else(|_| unreachable!("constant name"))
+}
+
+fn cidr_prefix(c: &crate::k8s::Cidr) -> Prefix {
+    Prefix::new(c.addr(), c.prefix_len())
+        .unwrap_or_else(|_| unreachable!("a parsed CIDR has a valid length"))
+}
+
+/// The prefix length of the node network: the longest prefix, at most /24 (/64 for IPv6),
+/// that holds every node address of the same family as `addr`.
+pub fn node_network_len(addr: IpAddr, nodes: &[NodeDef]) -> u8 {
+    let (cap, width) = if addr.is_ipv4() { (24, 32) } else { (64, 128) };
+    let bits = |a: IpAddr| -> u128 {
+        match a {
+            IpAddr::V4(v) => u128::from(u32::from(v)) << 96,
+            IpAddr::V6(v) => u128::from(v),
+        }
+    };
+    let mut len = cap;
+    for n in nodes {
+        if n.address.is_ipv4() == addr.is_ipv4() {
+            let common = (bits(n.address) ^ bits(addr)).leading_zeros().min(width) as u8;
+            len = len.min(common);
+        }
+    }
+    len
+}
+
+/// The router's address on the node network of `addr`: the network's first address that no
+/// node or host has (`None` when every address is taken).
+pub fn router_address(addr: IpAddr, sc: &Scenario) -> Option<IpAddr> {
+    let len = node_network_len(addr, &sc.nodes);
+    let net = Prefix::new(addr, len).ok()?;
+    let taken: BTreeSet<IpAddr> = sc
+        .nodes
+        .iter()
+        .map(|n| n.address)
+        .chain(sc.hosts.iter().map(|h| h.address))
+        .collect();
+    let width = if addr.is_ipv4() { 32 } else { 128 };
+    let size: u128 = if width - u32::from(len) >= 127 {
+        u128::MAX
+    } else {
+        1u128 << (width - u32::from(len))
+    };
+    // Skip the network address; stop before the broadcast address (IPv4).
+    (1..size.saturating_sub(1).min(1 << 16))
+        .map(|k| match net.addr() {
+            IpAddr::V4(a) => IpAddr::V4((u32::from(a).wrapping_add(k as u32)).into()),
+            IpAddr::V6(a) => IpAddr::V6((u128::from(a).wrapping_add(k)).into()),
+        })
+        .find(|a| !taken.contains(a))
+}
+
+/// Builds node `i`'s namespace: sysctls, `eth0`, the routes to the other nodes' pod CIDRs
+/// and the default route (see the module documentation).
+/// Node `i`'s namespace, with room in its routing table for `pods` pod routes.
+pub(super) fn node_netns(sc: &Scenario, i: usize, pods: usize) -> Result<Netns, SimError> {
+    let n = &sc.nodes[i];
+    let err = |message: String| SimError::Netns {
+        node: n.name.clone(),
+        message,
+    };
+    let mut sysctls = Sysctls::default();
+    let icmp = |k: &String| sim_netfilter::netns::ICMP_SYSCTLS.contains(&k.as_str());
+    for (k, v) in n.sysctls.iter().filter(|(k, _)| !icmp(k)) {
+        sysctls
+            .set(k, &v.to_string())
+            .map_err(|e| err(e.to_string()))?;
+    }
+    let mut ns = Netns::new(NetnsConfig {
+        name: n.name.clone(),
+        seed: sc.seed,
+        sysctls,
+    });
+    for (k, v) in n.sysctls.iter().filter(|(k, _)| icmp(k)) {
+        ns.set_sysctl(k, &v.to_string())
+            .map_err(|e| err(e.to_string()))?;
+    }
+    let len = node_network_len(n.address, &sc.nodes);
+    // eth0 with its secondary addresses; other interfaces with theirs.
+    let mut by_dev: BTreeMap<String, Vec<(IpAddr, u8)>> = BTreeMap::new();
+    by_dev.insert("eth0".into(), vec![(n.address, len)]);
+    for (dev, a, l) in &n.extra_addresses {
+        let l = if dev == "eth0" && *l == 0 { len } else { *l };
+        by_dev.entry(dev.clone()).or_default().push((*a, l));
+    }
+    for (dev, addrs) in &by_dev {
+        let name = IfName::new(dev).map_err(|e| err(format!("interface {dev}: {e}")))?;
+        ns.add_interface(name, addrs)
+            .map_err(|e| err(e.to_string()))?;
+    }
+    // Every other node's pod CIDR via that node, added at once (one index rebuild, not one
+    // per node).
+    let pod_routes: Vec<_> = sc
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|&(j, m)| i != j && m.address.is_ipv4() == m.pod_cidr.addr().is_ipv4())
+        .map(|(_, m)| (cidr_prefix(&m.pod_cidr), Some(m.address), eth0()))
+        .collect();
+    // These, the default route and a route per pod: sized once (a node of a 1,000-node
+    // cluster would otherwise double its table to 2,048 routes).
+    ns.reserve_routes(pod_routes.len() + 1 + pods);
+    ns.add_routes(&pod_routes).map_err(|e| err(e.to_string()))?;
+    // Without a free address for the router, the default route is on-link: the next hop is
+    // the destination itself.
+    ns.add_route(
+        Prefix::default_for(n.address.is_ipv4()),
+        router_address(n.address, sc),
+        eth0(),
+    )
+    .map_err(|e| err(e.to_string()))?;
+    Ok(ns)
+}
+
+/// The node's addresses `--nodeport-addresses` selects (`GetNodeIPs` over the node's
+/// interface addresses: `lo`'s 127.0.0.1, `eth0`'s, the others', and the pod CIDR's first
+/// address that its pod veths hold); `None` when it matches every address (empty list or a
+/// zero CIDR). `primary` is the node's `address`/32 (kube-proxy's `server.go`).
+fn node_port_ips(n: &NodeDef, list: &[NodePortAddress]) -> Option<Vec<IpAddr>> {
+    if list.is_empty() {
+        return None;
+    }
+    let mut cidrs = Vec::new();
+    for a in list {
+        match a {
+            NodePortAddress::Primary => {
+                let len = if n.address.is_ipv4() { 32 } else { 128 };
+                cidrs.push(
+                    crate::k8s::Cidr::new(n.address, len)
+                        .unwrap_or_else(|| unreachable!("a host prefix is valid")),
+                );
+            }
+            NodePortAddress::Cidr(c) if c.prefix_len() == 0 && c.addr().is_ipv4() => return None,
+            NodePortAddress::Cidr(c) => cidrs.push(*c),
+        }
+    }
+    let mut addrs = vec![IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), n.address];
+    addrs.extend(n.extra_addresses.iter().map(|(_, a, _)| *a));
+    addrs.push(pod_gateway(&n.pod_cidr));
+    Some(
+        addrs
+            .into_iter()
+            .filter(|a| a.is_ipv4() && cidrs.iter().any(|c| c.contains(*a)))
+            .collect(),
+    )
+}
+
+/// kube-proxy's configuration for node `i` with settings `kp`.
+pub(super) fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) -> ProxierConfig {
+    let n = &sc.nodes[i];
+    let mut cfg = ProxierConfig::new(&n.name, n.address, n.pod_cidr);
+    cfg.local_detector = match &kp.detect_local {
+        None => LocalDetector::ClusterCidr(kp.cluster_cidr.unwrap_or(n.pod_cidr)),
+        Some(DetectLocal::ClusterCidr) => match kp.cluster_cidr {
+            Some(c) => LocalDetector::ClusterCidr(c),
+            // kube-proxy warns and uses the no-op detector.
+            None => LocalDetector::None,
+        },
+        Some(DetectLocal::NodeCidr) => LocalDetector::ClusterCidr(n.pod_cidr),
+        Some(DetectLocal::BridgeInterface(b)) => LocalDetector::BridgeInterface(b.clone()),
+        Some(DetectLocal::InterfaceNamePrefix(p)) => LocalDetector::InterfaceNamePrefix(p.clone()),
+        Some(DetectLocal::None) => LocalDetector::None,
+    };
+    cfg.masquerade_all = kp.masquerade_all;
+    cfg.localhost_node_ports = kp.localhost_node_ports;
+    cfg.masquerade_bit = kp.masquerade_bit;
+    cfg.random_fully = kp.random_fully;
+    cfg.nfacct = kp.nfacct;
+    cfg.mode = kp.mode;
+    // In nftables mode an unset `nodePortAddresses` means `primary` (kube-proxy's
+    // `platformApplyDefaults`, cmd/kube-proxy/app/server_linux.go).
+    cfg.node_port_addresses = if kp.mode == ProxyMode::Nftables && kp.node_port_addresses.is_empty()
+    {
+        node_port_ips(n, &[NodePortAddress::Primary])
+    } else {
+        node_port_ips(n, &kp.node_port_addresses)
+    };
+    // The ServiceCIDRs kube-proxy watches: the cluster's one range (`serviceCIDR`, or its
+    // default), which nftables mode turns into `Drop traffic to unallocated ClusterIPs`.
+    cfg.service_cidrs = vec![sc.service_cidr];
+    // kube-proxy leaves out its INVALID drop rule when conntrack is liberal.
+    cfg.conntrack_tcp_be_liberal =
+        n.sysctls.get("net.netfilter.nf_conntrack_tcp_be_liberal") == Some(&1);
+    cfg
+}

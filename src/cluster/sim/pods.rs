@@ -1,0 +1,308 @@
+//! Pods' lifecycle: a pod created (its veth, its route and its servers), readiness and its
+//! timers, the process killed (an OOM kill) and restarted in place, deletion with its grace
+//! period, and gone; each change schedules the EndpointSlice sync that follows it. The
+//! scenario's pod events (`oomKill`, `deletePod`, `createPod`, `readiness`) are dispatched
+//! here; the other events go to `changes.rs`.
+
+use super::*;
+
+#[derive(Debug, Clone, Copy)]
+pub(super) enum PodTimer {
+    SetReady(bool),
+    Restart,
+    Gone,
+}
+
+impl Simulation {
+    /// Creates a pod: its veth on the node (holding the pod CIDR's first address) with a /32
+    /// route to the pod's IP, and its servers.
+    pub(super) fn add_pod(&mut self, def: PodDef, announce: bool) -> Result<(), SimError> {
+        let key = def.key();
+        if let Some(from) = self.sc.allocated.get(&(format!("pod {key}"), def.ip)) {
+            let change = format!("assigned {} (from {from})", def.ip);
+            self.log(What::Pod {
+                pod: key.clone(),
+                change,
+            });
+        }
+        let node = def.node;
+        self.veth_counter += 1;
+        // Linux names are at most 15 bytes: "veth" and 8 hex digits.
+        let veth = IfName::new(&format!("veth{:08x}", self.veth_counter & 0xffff_ffff))
+            .unwrap_or_else(|_| unreachable!("12 bytes"));
+        let n = &mut self.nodes[node];
+        let err = |e: sim_netfilter::netns::NetnsError| SimError::Netns {
+            node: n.def.name.clone(),
+            message: format!("pod {key}: {e}"),
+        };
+        let gw = pod_gateway(&n.def.pod_cidr);
+        let host_len = if gw.is_ipv4() { 32 } else { 128 };
+        n.netns
+            .add_interface(veth, &[(gw, host_len)])
+            .map_err(err)?;
+        match &mut self.pending_pod_routes {
+            Some(pending) => pending[node].push((Prefix::host(def.ip), None, veth)),
+            None => n
+                .netns
+                .add_route(Prefix::host(def.ip), None, veth)
+                .map_err(err)?,
+        }
+        let id = match self.pod_ids.get(&key) {
+            Some(&id) => id,
+            None => self.pods.len(),
+        };
+        n.veths.insert(veth, id);
+        let number = self.veth_counter;
+        let stack = Stack::build(
+            &def.apps,
+            self.sc.seed,
+            &format!("pod/{key}/{}", self.veth_counter),
+        );
+        let node_name = n.def.name.clone();
+        let old = self.pods.get(id);
+        let mut ips = old.map(|p| p.ips.clone()).unwrap_or_default();
+        ips.insert(def.ip);
+        let generation = old.map(|p| p.state.generation + 1).unwrap_or(0);
+        let ready = def.ready;
+        let mut state = PodState::new(def.clone(), &node_name);
+        state.generation = generation;
+        if announce {
+            self.log(What::Pod {
+                pod: key.clone(),
+                change: format!(
+                    "created on {node_name} with IP {}{}",
+                    def.ip,
+                    if ready { "" } else { ", not ready yet" }
+                ),
+            });
+            if !ready {
+                let at = self.now + def.probe.success_delay();
+                self.queue.push(
+                    at,
+                    Ev::PodTimer {
+                        pod: id,
+                        generation,
+                        what: PodTimer::SetReady(true),
+                    },
+                );
+            }
+        }
+        let rt = PodRt {
+            key: key.clone(),
+            state,
+            stack,
+            veth,
+            ips,
+        };
+        if id == self.pods.len() {
+            self.pods.push(rt);
+            self.pod_ids.insert(key, id);
+        } else {
+            self.pods[id] = rt;
+        }
+        self.tap_veth(node, veth, number, id);
+        if announce {
+            self.pod_changed();
+        }
+        Ok(())
+    }
+
+    pub(super) fn pod_changed(&mut self) {
+        if self.sc.endpoint_slices.is_some() || self.slice_sync_pending {
+            return;
+        }
+        self.slice_sync_pending = true;
+        self.queue.push(
+            self.now + self.sc.control_plane.endpoint_slice_delay,
+            Ev::SliceSync,
+        );
+    }
+
+    pub(super) fn pod_timer(&mut self, id: usize, after: SimDuration, what: PodTimer) {
+        let generation = self.pods[id].state.generation;
+        self.queue.push(
+            self.now + after,
+            Ev::PodTimer {
+                pod: id,
+                generation,
+                what,
+            },
+        );
+    }
+
+    pub(super) fn set_ready(&mut self, id: usize, ready: bool) {
+        let p = &mut self.pods[id];
+        if p.state.ready == ready || p.state.phase == Phase::Gone {
+            return;
+        }
+        p.state.ready = ready;
+        let key = p.key.clone();
+        self.log(What::Pod {
+            pod: key,
+            change: if ready {
+                "Ready".into()
+            } else {
+                "not Ready".into()
+            },
+        });
+        self.pod_changed();
+    }
+
+    /// Pod `id`'s process dies: its UDP sockets and TCP listeners go; the kernel sends a FIN
+    /// on each TCP connection and keeps it as an orphan ([`TcpServer::process_exit`]).
+    fn kill_process(&mut self, id: usize) {
+        let now = self.now;
+        let mut out = Outbox::new();
+        let old = std::mem::take(&mut self.pods[id].stack);
+        for (key, srv) in old.servers {
+            if let Server::Tcp(mut t) = srv {
+                t.process_exit(now, &mut out);
+                if t.has_connections() {
+                    self.pods[id].stack.servers.insert(key, Server::Tcp(t));
+                }
+            }
+        }
+        let m = Machine::Pod(id);
+        self.send_from(&m, out.packets);
+        self.arm_stack(&m);
+    }
+
+    pub(super) fn pod_gone(&mut self, id: usize) -> Option<PodDef> {
+        if self.pods[id].state.phase == Phase::Gone {
+            return None;
+        }
+        // SIGKILL at the end of the grace period: the FINs leave before the network goes.
+        if self.pods[id].state.process_alive {
+            self.kill_process(id);
+        }
+        let p = &mut self.pods[id];
+        p.state.phase = Phase::Gone;
+        p.state.process_alive = false;
+        p.stack = Stack::default();
+        let def = p.state.def.clone();
+        let veth = p.veth;
+        let key = p.key.clone();
+        let n = &mut self.nodes[def.node];
+        n.netns.remove_route(Prefix::host(def.ip));
+        n.veths.remove(&veth);
+        self.log(What::Pod {
+            pod: key,
+            change: format!("gone; IP {} no longer routed", def.ip),
+        });
+        self.pod_changed();
+        Some(def)
+    }
+
+    /// Deletes pod `id` (graceful termination, then gone): returns when it will be gone, or
+    /// `None` if it was not running.
+    pub(super) fn delete_pod(
+        &mut self,
+        id: usize,
+        grace_period: Option<SimDuration>,
+    ) -> Option<SimTime> {
+        let p = &mut self.pods[id];
+        if p.state.phase != Phase::Running {
+            return None;
+        }
+        let grace = grace_period.unwrap_or(p.state.def.grace_period);
+        let until = self.now + grace;
+        p.state.phase = Phase::Terminating(until);
+        p.state.generation += 1;
+        let pod = p.key.clone();
+        self.log(What::Pod {
+            pod,
+            change: format!("deleted; terminating with grace period {grace}"),
+        });
+        self.pod_changed();
+        self.pod_timer(id, grace, PodTimer::Gone);
+        Some(until)
+    }
+
+    pub(super) fn action(&mut self, i: usize) -> Result<(), SimError> {
+        let action = self.sc.events[i].action.clone();
+        match action {
+            Action::OomKill { pod, restart_after } => {
+                let Some(&id) = self.pod_ids.get(&pod) else {
+                    return Ok(());
+                };
+                let p = &mut self.pods[id];
+                if !p.state.has_network() {
+                    return Ok(());
+                }
+                // The kill leaves the pod's pending timers alone: a readiness failure due
+                // before the kubelet notices the exit still marks it not Ready on time.
+                p.state.process_alive = false;
+                self.kill_process(id);
+                self.log(What::Pod {
+                    pod: pod.clone(),
+                    change: match restart_after {
+                        Some(d) => format!(
+                            "OOMKilled; process gone, network stays; restarts in place in {d}"
+                        ),
+                        None => "OOMKilled; process gone, network stays; no restart".into(),
+                    },
+                });
+                self.pod_timer(
+                    id,
+                    crate::cluster::control::CONTAINER_EXIT_DETECTION,
+                    PodTimer::SetReady(false),
+                );
+                if let Some(d) = restart_after {
+                    self.pod_timer(id, d, PodTimer::Restart);
+                }
+            }
+            Action::DeletePod {
+                pod,
+                grace_period,
+                recreate,
+            } => {
+                let Some(&id) = self.pod_ids.get(&pod) else {
+                    return Ok(());
+                };
+                let Some(until) = self.delete_pod(id, grace_period) else {
+                    return Ok(());
+                };
+                if let Some(r) = recreate {
+                    let mut def = self.pods[id].state.def.clone();
+                    def.ip = r.ip;
+                    def.node = r.node;
+                    def.ready = false;
+                    let at = until + r.after;
+                    self.recreates.push(def);
+                    self.queue.push(at, Ev::Recreate(self.recreates.len() - 1));
+                }
+            }
+            Action::CreatePod(def) => self.add_pod(*def, true)?,
+            other @ (Action::UpsertService { .. }
+            | Action::DeleteService { .. }
+            | Action::UpsertEndpointSlice(_)
+            | Action::DeleteEndpointSlice { .. }
+            | Action::Scale { .. }
+            | Action::KubeProxy { .. }
+            | Action::Conntrack { .. }
+            | Action::RebootNode { .. }
+            | Action::IptablesRestore { .. }) => self.change(other)?,
+            Action::Readiness { pod, ready } => {
+                let Some(&id) = self.pod_ids.get(&pod) else {
+                    return Ok(());
+                };
+                let p = &mut self.pods[id];
+                p.state.probe_ok = ready;
+                let delay = if ready {
+                    p.state.def.probe.success_delay()
+                } else {
+                    p.state.def.probe.failure_delay()
+                };
+                self.log(What::Pod {
+                    pod: pod.clone(),
+                    change: format!(
+                        "readiness probe now {}",
+                        if ready { "succeeds" } else { "fails" }
+                    ),
+                });
+                self.pod_timer(id, delay, PodTimer::SetReady(ready));
+            }
+        }
+        Ok(())
+    }
+}
