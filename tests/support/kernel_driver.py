@@ -201,10 +201,15 @@ class Capture:
         self.thread.start()
 
     def loop(self):
-        while self.running:
+        # Until stopped and drained: a frame still queued on the socket when `stop` is called
+        # (the thread starved of CPU on a loaded machine) is read before the loop ends, so
+        # the capture holds every frame the namespace saw before the stop.
+        while True:
             try:
                 data, anc, _, addr = self.sock.recvmsg(262144, 64)
             except socket.timeout:
+                if not self.running:
+                    return
                 continue
             except OSError:
                 return
@@ -222,7 +227,8 @@ class Capture:
     def stop(self):
         time.sleep(0.05)
         self.running = False
-        self.thread.join(2)
+        # The loop returns at the first 50 ms without a frame after this.
+        self.thread.join(10)
         self.sock.close()
 
 
