@@ -189,58 +189,9 @@ pub enum AppDef {
     },
 }
 
-/// Which release's conntrack cleanup kube-proxy runs (docs/kube-proxy-model.md §6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Release {
-    /// No cleanup at all.
-    None,
-    /// v1.29–v1.31 event-based cleanup, before #127780 (misses serving → not serving).
-    V131,
-    /// v1.31 event-based cleanup with #127780 (also reacts to serving → not serving).
-    V131Fixed,
-    /// v1.32 reconciler (#127318), keyed by service IP.
-    V132,
-    /// v1.33 reconciler (#130484), keyed by service IP and port.
-    V133,
-    /// The current reconciler.
-    Latest,
-}
-
-impl Release {
-    /// Every release, in order.
-    pub const ALL: [Release; 6] = [
-        Release::None,
-        Release::V131,
-        Release::V131Fixed,
-        Release::V132,
-        Release::V133,
-        Release::Latest,
-    ];
-    /// The name scenario files use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Release::None => "none",
-            Release::V131 => "v1.31",
-            Release::V131Fixed => "v1.31-fixed",
-            Release::V132 => "v1.32",
-            Release::V133 => "v1.33",
-            Release::Latest => "latest",
-        }
-    }
-    /// Parses a name (`v1.31+127780` is accepted for `v1.31-fixed`).
-    pub fn parse(s: &str) -> Option<Release> {
-        if s == "v1.31+127780" {
-            return Some(Release::V131Fixed);
-        }
-        Release::ALL.into_iter().find(|r| r.name() == s)
-    }
-}
-
-impl fmt::Display for Release {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// Which release's conntrack cleanup kube-proxy runs: the table of
+/// [`crate::kubeproxy::releases`] (docs/kube-proxy-model.md §6).
+pub use crate::kubeproxy::releases::{Cleanup, Release};
 
 /// kube-proxy settings.
 #[derive(Debug, Clone)]
@@ -279,7 +230,7 @@ impl KubeProxySettings {
     /// kube-proxy's defaults with nfsim's release (`latest`) and sync periods.
     pub fn defaults() -> KubeProxySettings {
         KubeProxySettings {
-            release: Release::Latest,
+            release: Release::LATEST,
             min_sync_period: SimDuration::from_secs(1),
             sync_period: SimDuration::from_secs(30),
             masquerade_all: false,

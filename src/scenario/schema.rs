@@ -292,8 +292,9 @@ pub struct ServerDoc {
 #[derive(Debug, Deserialize, Clone)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubeProxyDoc {
-    /// Which release's stale-UDP conntrack cleanup runs: `none`, `v1.31`, `v1.31-fixed`,
-    /// `v1.32`, `v1.33`, `latest` (default `latest`).
+    /// Which release's stale-UDP conntrack cleanup runs: a Kubernetes version `v1.28` …
+    /// `v1.37` (its latest patch), `v1.31.0`, `v1.32.0`, `v1.31-fixed`, `none` or `latest`
+    /// (the default); see [`crate::kubeproxy::releases`].
     #[serde(default)]
     pub release: Option<S<String>>,
     /// `minSyncPeriod` (default 1s).
