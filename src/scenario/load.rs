@@ -1403,6 +1403,8 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             d.conntrack.is_some(),
             d.endpoint.is_some(),
             d.endpoints.is_some(),
+            d.conntrack_stats.is_some(),
+            d.conntrack_event.is_some(),
         ]
         .iter()
         .filter(|x| **x)
@@ -1410,7 +1412,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         if n != 1 {
             return Err(ctx.err(
                 x,
-                "an expectation needs exactly one of `client`, `conntrack`, `endpoint`, `endpoints`",
+                "an expectation needs exactly one of `client`, `conntrack`, `endpoint`, `endpoints`, `conntrackStats`, `conntrackEvent`",
             ));
         }
         let t = |d: Option<Duration>| d.map(|d| SimTime::ZERO + d.get());
@@ -1420,7 +1422,11 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                 Err(_) => Ok(EndpointRef::Pod(resolve_pod(ctx, &all_pod_keys, s)?)),
             }
         };
-        let (check, default_name) = if let Some(c) = &d.client {
+        let (check, default_name) = if let Some(c) = &d.conntrack_stats {
+            super::expect_words::stats_check(ctx, &node_index, c, &mut warnings)?
+        } else if let Some(c) = &d.conntrack_event {
+            super::expect_words::event_check(ctx, &node_index, c, at, duration)?
+        } else if let Some(c) = &d.client {
             let client = *client_index.get(&c.name.value).ok_or_else(|| {
                 ctx.err(
                     &c.name,

@@ -635,6 +635,99 @@ pub enum Check {
         /// Distinct flows received.
         flows: Option<Count>,
     },
+    /// A node's `conntrack -S` counters.
+    ConntrackStats {
+        /// Node index.
+        node: usize,
+        /// Each counter checked, by its `conntrack -S` name, with its bounds.
+        counters: Vec<(StatCounter, Count)>,
+    },
+    /// `conntrack -E` events on a node in a window.
+    ConntrackEvent {
+        /// Node index.
+        node: usize,
+        /// The filter text (`conntrack -E` options), checked at load.
+        filter: String,
+        /// The kind of event.
+        kind: CtEventKind,
+        /// For DESTROY, the cause (`timeout`, `userspace`, `early_drop`, `killed`).
+        cause: Option<String>,
+        /// Window start, inclusive.
+        from: SimTime,
+        /// Window end, inclusive.
+        to: SimTime,
+        /// How many events match in the window.
+        count: Count,
+    },
+}
+
+/// A `conntrack -E` event kind, re-exported from sim-conntrack.
+pub use sim_conntrack::EventKind as CtEventKind;
+
+/// One `conntrack -S` counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StatCounter {
+    /// `found`.
+    Found,
+    /// `invalid`.
+    Invalid,
+    /// `insert`.
+    Insert,
+    /// `insert_failed`.
+    InsertFailed,
+    /// `drop`.
+    Drop,
+    /// `early_drop`.
+    EarlyDrop,
+    /// `error`.
+    Error,
+    /// `search_restart`.
+    SearchRestart,
+    /// `clash_resolve`.
+    ClashResolve,
+    /// `chaintoolong`.
+    ChainTooLong,
+}
+
+impl StatCounter {
+    /// The name `conntrack -S` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            StatCounter::Found => "found",
+            StatCounter::Invalid => "invalid",
+            StatCounter::Insert => "insert",
+            StatCounter::InsertFailed => "insert_failed",
+            StatCounter::Drop => "drop",
+            StatCounter::EarlyDrop => "early_drop",
+            StatCounter::Error => "error",
+            StatCounter::SearchRestart => "search_restart",
+            StatCounter::ClashResolve => "clash_resolve",
+            StatCounter::ChainTooLong => "chaintoolong",
+        }
+    }
+    /// Its value in `s`.
+    pub fn of(self, s: &sim_conntrack::Stats) -> u64 {
+        match self {
+            StatCounter::Found => s.found,
+            StatCounter::Invalid => s.invalid,
+            StatCounter::Insert => s.insert,
+            StatCounter::InsertFailed => s.insert_failed,
+            StatCounter::Drop => s.drop,
+            StatCounter::EarlyDrop => s.early_drop,
+            StatCounter::Error => s.error,
+            StatCounter::SearchRestart => s.search_restart,
+            StatCounter::ClashResolve => s.clash_resolve,
+            StatCounter::ChainTooLong => s.chaintoolong,
+        }
+    }
+    /// Whether nfsim ever increments it (`search_restart`, `clash_resolve`, `chaintoolong`
+    /// need concurrent CPUs or long hash chains, which the simulation does not have).
+    pub fn modelled(self) -> bool {
+        !matches!(
+            self,
+            StatCounter::SearchRestart | StatCounter::ClashResolve | StatCounter::ChainTooLong
+        )
+    }
 }
 
 /// An accepted range of a share (a fraction of flows), both ends included.

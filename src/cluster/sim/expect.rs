@@ -256,6 +256,38 @@ impl Simulation {
                     }
                 }
             }
+            Check::ConntrackStats { node, counters } => {
+                let st = *self.nodes[*node].netns.conntrack().stats();
+                for (c, want) in counters {
+                    cmp(c.name(), Some(*want), c.of(&st));
+                }
+            }
+            Check::ConntrackEvent { count, .. } => {
+                let w = match self.tally.checked(i) {
+                    Pending::CtEvents(w) => Some(w),
+                    _ => None,
+                };
+                let (matched, of_kind, first) =
+                    w.map_or((0, 0, Vec::new()), |w| (w.matched, w.of_kind, w.seen));
+                cmp("events", Some(*count), matched);
+                if !count.accepts(matched) {
+                    // What was seen instead: the events of that kind on the entries the filter
+                    // matches, wherever they fell.
+                    problems.push(if of_kind == 0 {
+                        "no event of that kind on a matching entry in the whole run".to_string()
+                    } else {
+                        format!(
+                            "{of_kind} of that kind on matching entries in the run, at {}{}",
+                            first.join(", "),
+                            if of_kind as usize > first.len() {
+                                ", …"
+                            } else {
+                                ""
+                            }
+                        )
+                    });
+                }
+            }
             Check::Endpoint { packets, flows, .. } => {
                 let (n, distinct) = match self.tally.checked(i) {
                     Pending::Endpoint { packets, flows, .. } => (packets, flows.len()),
