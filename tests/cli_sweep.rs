@@ -86,7 +86,7 @@ fn the_incident_is_a_coin_flip_before_the_fix_and_gone_after_it() {
     let combos = a["combos"].as_array().unwrap();
     // v1.31: the sidecar's first query picks the soon-dead pod about half of the time, and
     // then stays blackholed from the kill (5m) to the end (1h).
-    let stale = &combos[0]["expectations"][3];
+    let stale = &combos[0]["expectations"][4];
     assert_eq!(
         stale["name"],
         "the stale entry still points at the dead pod, refreshed to 120 s"
@@ -100,7 +100,7 @@ fn the_incident_is_a_coin_flip_before_the_fix_and_gone_after_it() {
     assert_eq!(fig["blackholedSecs"]["max"], 3300.0);
     assert_eq!(fig["failed"]["max"], 110.0);
     // v1.33 clears the entry when the endpoint turns not-serving: never stale.
-    assert_eq!(combos[1]["expectations"][3]["passed"], 0);
+    assert_eq!(combos[1]["expectations"][4]["passed"], 0);
     assert!(
         combos[1]["figures"][0]["blackholedSecs"]["max"]
             .as_f64()

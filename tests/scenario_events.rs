@@ -106,8 +106,8 @@ fn a_one_way_udp_sender_through_a_scale_to_zero_per_release() {
                 assert_eq!(reached, 1, "{release}: {}", r.summary);
                 assert_eq!(
                     failed(&r).len(),
-                    1,
-                    "only the refused-at-once check fails: {:?}",
+                    2,
+                    "only the refused-at-once check and the DESTROY at the scale-down fail: {:?}",
                     failed(&r)
                 );
             }
