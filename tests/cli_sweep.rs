@@ -120,8 +120,8 @@ fn bad_set_paths_and_values_are_refused_with_their_place() {
         "kubeProxy.relase=v1.31.0",
     ]);
     assert_eq!(code, 2);
-    assert!(err.contains("with --set kubeProxy.relase=v1.31.0: scenarios/stale-dns-udp.yaml:64:3: unknown field `relase`"), "{err}");
-    assert!(err.contains("64 |   relase: v1.31.0"), "{err}");
+    assert!(err.contains("with --set kubeProxy.relase=v1.31.0: scenarios/stale-dns-udp.yaml:65:3: unknown field `relase`"), "{err}");
+    assert!(err.contains("65 |   relase: v1.31.0"), "{err}");
     assert_eq!(err.matches("unknown field").count(), 1, "said once: {err}");
     let (code, _, err) = nfsim(&[
         "sweep",
@@ -132,7 +132,7 @@ fn bad_set_paths_and_values_are_refused_with_their_place() {
         "kubeProxy.release=v1.31.0,v9",
     ]);
     assert_eq!(code, 2);
-    assert!(err.contains(":61:12: unknown release \"v9\""), "{err}");
+    assert!(err.contains(":62:12: unknown release \"v9\""), "{err}");
     let (code, _, err) = nfsim(&[
         "sweep",
         FILE,
@@ -143,7 +143,7 @@ fn bad_set_paths_and_values_are_refused_with_their_place() {
     ]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("clients (line 68, column 3) has no item named \"proxy\""),
+        err.contains("clients (line 69, column 3) has no item named \"proxy\""),
         "{err}"
     );
     let (code, _, err) = nfsim(&["sweep", FILE, "--seeds", "9..2"]);

@@ -140,3 +140,27 @@ fn a_counter_nfsim_never_increments_loads_with_a_warning() {
         "{w}"
     );
 }
+
+/// The incident's headline says what happened in the run, in the report's data too.
+#[test]
+fn the_report_and_the_text_carry_the_runs_headline() {
+    let sc = load_file(&format!(
+        "{}/scenarios/stale-dns-udp.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let h = nfsim::report::Headline::of(&sc);
+    let o = RunOptions {
+        record_timeline: true,
+        conntrack_events: true,
+        progress: None,
+    };
+    let r = Simulation::new(sc.clone(), o).unwrap().finish().unwrap();
+    let want = "the incident reproduced: sidecar lost 110 of 110 queries sent after 00:05:00.000 (oomKill kube-system/coredns-a), 0 of 10 before, blackholed 55m";
+    assert_eq!(h.text(&r), want);
+    let html = nfsim::report::render(&sc, &r, "nfsim run x", &[]);
+    assert!(
+        html.contains(&format!("\"headline\":\"{want}\"")),
+        "headline not in the report data"
+    );
+}

@@ -2,7 +2,8 @@
 //! `conntrackStats:` (the `conntrack -S` counters) and `conntrackEvent:` (`conntrack -E`
 //! events in a window, such as "the entry is destroyed by the cleanup about 2 s after the
 //! kill"). The loader calls [`stats_check`] and [`event_check`]; the simulation checks them
-//! (`cluster::sim::expect`).
+//! (`cluster::sim::expect`). Also the scenario's `outcome:`, the lead of the run's headline
+//! (`report::headline`).
 
 use super::load::{Ctx, ScenarioError};
 use super::model::{Check, Count, CtEventKind, StatCounter};
@@ -197,4 +198,15 @@ pub(super) fn event_check(
         },
         name,
     ))
+}
+
+/// The scenario's `outcome:`, checked as a display name (one line, printable).
+pub(super) fn outcome(
+    ctx: &Ctx,
+    doc: Option<&Spanned<String>>,
+) -> Result<Option<String>, ScenarioError> {
+    let Some(o) = doc else { return Ok(None) };
+    super::names::check_display_name("outcome", &o.value, super::names::DISPLAY_NAME_MAX, true)
+        .map_err(|m| ctx.err(o, m))?;
+    Ok(Some(o.value.trim().to_string()))
 }

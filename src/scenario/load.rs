@@ -1595,6 +1595,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         file: ctx.file.to_string(),
         name: doc.name.value,
         description: doc.description.unwrap_or_default(),
+        outcome: super::expect_words::outcome(ctx, doc.outcome.as_ref())?,
         seed: doc.seed.unwrap_or(1),
         duration,
         latency: doc

@@ -16,6 +16,8 @@ pub struct Scenario {
     pub name: String,
     /// Its description.
     pub description: String,
+    /// What it shows when every expectation passes (`outcome:`), the lead of the headline.
+    pub outcome: Option<String>,
     /// The seed of every random stream.
     pub seed: u64,
     /// Simulated time to run.
@@ -538,6 +540,24 @@ impl fmt::Display for ConntrackCommand {
             ConntrackCommand::Count => f.write_str("conntrack -C"),
             ConntrackCommand::Stats => f.write_str("conntrack -S"),
         }
+    }
+}
+
+impl Scenario {
+    /// The first event that changes something (a `conntrack -L`, `-C` or `-S` only looks):
+    /// the instant the run's headline counts "after" from.
+    pub fn first_change(&self) -> Option<&TimedEvent> {
+        self.events.iter().find(|e| {
+            !matches!(
+                &e.action,
+                Action::Conntrack {
+                    command: ConntrackCommand::List(_)
+                        | ConntrackCommand::Count
+                        | ConntrackCommand::Stats,
+                    ..
+                }
+            )
+        })
     }
 }
 

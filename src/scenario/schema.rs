@@ -85,6 +85,10 @@ pub struct ScenarioDoc {
     /// Free text.
     #[serde(default)]
     pub description: Option<String>,
+    /// What the run shows when every expectation passes (`the incident reproduced`): the
+    /// lead of the run's headline.
+    #[serde(default)]
+    pub outcome: Option<S<String>>,
     /// The seed of every random stream (overridable with `--seed`).
     #[serde(default)]
     pub seed: Option<u64>,

@@ -320,11 +320,28 @@ impl Simulation {
 
     /// Each client's figures at the end of the run, in scenario order.
     pub(super) fn client_figures(&self) -> Vec<ClientFigures> {
+        let first_event = self.sc.first_change().map(|e| e.at);
         self.clients
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                ClientFigures::after(&c.def.name, self.tally.client(i), c.app.records(), self.end)
+                let mut f = ClientFigures::after(
+                    &c.def.name,
+                    self.tally.client(i),
+                    c.app.records(),
+                    self.end,
+                );
+                if let Some(t) = first_event {
+                    let mut o = self.tally.client(i).after_first_event;
+                    for q in c.app.records().iter().filter(|q| q.sent_at >= t) {
+                        o.add(q, SimTime::MAX);
+                    }
+                    f.after_first_event = Some(super::record::AfterEvent {
+                        sent: o.sent,
+                        failed: o.failed,
+                    });
+                }
+                f
             })
             .collect()
     }
@@ -418,6 +435,10 @@ pub struct ClientFigures {
     /// consecutive failed queries counts from the first one's send to the send of the next
     /// answered query (or the end of the run if none was answered after it).
     pub blackholed_ns: u64,
+    /// Of the queries sent at or after the scenario's first event, how many and how many
+    /// failed (`None` without events); for the run's headline, not part of the JSON.
+    #[serde(skip)]
+    pub after_first_event: Option<super::record::AfterEvent>,
 }
 
 impl ClientFigures {
@@ -446,6 +467,7 @@ impl ClientFigures {
             timed_out: o.timed_out,
             refused: o.refused,
             blackholed_ns: blackhole.total_ns(end),
+            after_first_event: None,
         }
     }
 }

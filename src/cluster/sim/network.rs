@@ -397,7 +397,8 @@ impl Simulation {
     pub(super) fn client_output(&mut self, i: usize, out: Outbox) {
         if !self.keep_queries {
             let taken = self.clients[i].app.take_finished();
-            self.tally.take(i, &taken, self.now);
+            let first_event = self.sc.first_change().map(|e| e.at);
+            self.tally.take(i, &taken, self.now, first_event);
         }
         self.note_ports(i, &out.ports);
         let m = self.clients[i].machine.clone();

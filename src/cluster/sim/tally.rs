@@ -102,6 +102,9 @@ impl Blackhole {
 pub(super) struct ClientTally {
     /// Their outcomes.
     pub outcomes: Outcomes,
+    /// The outcomes of those sent at or after the scenario's first event (the headline's
+    /// "after the kill").
+    pub after_first_event: Outcomes,
     /// The blackholed time up to the last of them.
     pub blackhole: Blackhole,
 }
@@ -268,8 +271,15 @@ impl Tally {
         self.clients.get(i).copied().unwrap_or_default()
     }
 
-    /// Counts client `i`'s finished queries `taken` (in query order), at `now`.
-    pub fn take(&mut self, i: usize, taken: &[QueryRecord], now: SimTime) {
+    /// Counts client `i`'s finished queries `taken` (in query order), at `now`; those sent at
+    /// or after `first_event` also count apart.
+    pub fn take(
+        &mut self,
+        i: usize,
+        taken: &[QueryRecord],
+        now: SimTime,
+        first_event: Option<SimTime>,
+    ) {
         if taken.is_empty() {
             return;
         }
@@ -279,6 +289,9 @@ impl Tally {
         let c = &mut self.clients[i];
         for q in taken {
             c.outcomes.add(q, now);
+            if first_event.is_some_and(|t| q.sent_at >= t) {
+                c.after_first_event.add(q, now);
+            }
             c.blackhole.feed(q);
         }
         for p in &mut self.pending {
