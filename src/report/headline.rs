@@ -37,6 +37,7 @@ fn event_word(a: &Action) -> String {
         Action::OomKill { pod, .. } => format!("oomKill {pod}"),
         Action::DeletePod { pod, .. } => format!("deletePod {pod}"),
         Action::CreatePod(p) => format!("createPod {}/{}", p.namespace, p.name),
+        Action::EndpointOf(b) => format!("{} endpointOf {}", b.then.word(), b.client_name),
         Action::Readiness { pod, ready } => format!("readiness {pod} {ready}"),
         Action::UpsertService { .. } => "service".into(),
         Action::DeleteService { .. } => "deleteService".into(),

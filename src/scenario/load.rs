@@ -1328,12 +1328,35 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         let action = if let Some(a) = more_actions.remove(&i) {
             a
         } else if let Some(o) = &d.oom_kill {
-            Action::OomKill {
-                pod: resolve_pod(ctx, &all_pod_keys, &o.pod)?,
+            let then = PodAction::OomKill {
                 restart_after: o.restart_after.map(Duration::get),
+            };
+            match super::endpoint_of::pod_or_client(
+                ctx,
+                e,
+                &o.pod,
+                &o.endpoint_of,
+                &client_index,
+                then,
+            )? {
+                Err(behind) => Action::EndpointOf(behind),
+                Ok(pod) => Action::OomKill {
+                    pod: resolve_pod(ctx, &all_pod_keys, pod)?,
+                    restart_after: o.restart_after.map(Duration::get),
+                },
             }
+        } else if let Some(behind) = d
+            .delete_pod
+            .as_ref()
+            .and_then(|dp| super::endpoint_of::behind(ctx, e, dp, &client_index).transpose())
+        {
+            Action::EndpointOf(behind?)
         } else if let Some(dp) = &d.delete_pod {
-            let pod = resolve_pod(ctx, &all_pod_keys, &dp.pod)?;
+            let pod = resolve_pod(
+                ctx,
+                &all_pod_keys,
+                super::endpoint_of::named(ctx, e, &dp.pod)?,
+            )?;
             let recreate = match &dp.recreate {
                 None => None,
                 Some(r) => {
@@ -1352,7 +1375,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                         (None, Some(o)) => o.ip,
                         (None, None) => {
                             return Err(ctx.err(
-                                &dp.pod,
+                                e,
                                 "recreating a pod created by an event needs `recreate.ip`",
                             ))
                         }

@@ -411,6 +411,11 @@ pub enum Action {
     },
     /// Create a pod.
     CreatePod(Box<PodDef>),
+    /// Delete or OOM-kill the pod a client's conntrack entry points to at the event's
+    /// instant (`endpointOf:`); the run replaces it with the [`Action::DeletePod`] or
+    /// [`Action::OomKill`] of that pod, or stops with an error naming the event's place when
+    /// the client has no entry then.
+    EndpointOf(Box<PodBehind>),
     /// The readiness probe starts failing (`false`) or succeeding (`true`).
     Readiness {
         /// `namespace/name`.
@@ -558,6 +563,57 @@ impl Scenario {
                 }
             )
         })
+    }
+}
+
+/// A pod named by what a client sees (`deletePod: {endpointOf: CLIENT}`).
+#[derive(Debug, Clone)]
+pub struct PodBehind {
+    /// Client index.
+    pub client: usize,
+    /// Its name, for messages.
+    pub client_name: String,
+    /// The event's line in the file.
+    pub line: u64,
+    /// Its column.
+    pub column: u64,
+    /// What to do to the pod.
+    pub then: PodAction,
+}
+
+/// What an [`Action::EndpointOf`] does to the pod it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodAction {
+    /// `deletePod` with this grace period (`None`: the pod's own).
+    Delete {
+        /// Grace period.
+        grace_period: Option<SimDuration>,
+    },
+    /// `oomKill`, restarting in place after this long (`None`: never).
+    OomKill {
+        /// Restart delay.
+        restart_after: Option<SimDuration>,
+    },
+}
+
+impl PodAction {
+    /// The action on `pod` (`namespace/name`).
+    pub fn on(self, pod: String) -> Action {
+        match self {
+            PodAction::Delete { grace_period } => Action::DeletePod {
+                pod,
+                grace_period,
+                recreate: None,
+            },
+            PodAction::OomKill { restart_after } => Action::OomKill { pod, restart_after },
+        }
+    }
+    /// The event's YAML key.
+    pub fn word(self) -> &'static str {
+        match self {
+            PodAction::Delete { .. } => "deletePod",
+            PodAction::OomKill { .. } => "oomKill",
+        }
     }
 }
 

@@ -648,8 +648,12 @@ pub struct EventDoc {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct OomKillDoc {
-    /// The pod.
-    pub pod: S<String>,
+    /// The pod (or `endpointOf`).
+    #[serde(default)]
+    pub pod: Option<S<String>>,
+    /// The pod a client's conntrack entry points to at the event's instant (a client name).
+    #[serde(default)]
+    pub endpoint_of: Option<S<String>>,
     /// The container restarts in place (same IP) after this long; absent: never.
     #[serde(default)]
     pub restart_after: Option<Duration>,
@@ -659,8 +663,12 @@ pub struct OomKillDoc {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DeletePodDoc {
-    /// The pod.
-    pub pod: S<String>,
+    /// The pod (or `endpointOf`).
+    #[serde(default)]
+    pub pod: Option<S<String>>,
+    /// The pod a client's conntrack entry points to at the event's instant (a client name).
+    #[serde(default)]
+    pub endpoint_of: Option<S<String>>,
     /// Grace period (default: the pod's `terminationGracePeriod`); `0s` deletes at once.
     #[serde(default)]
     pub grace_period: Option<Duration>,
