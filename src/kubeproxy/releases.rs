@@ -11,7 +11,7 @@
 //! |---|---|---|
 //! | `none` | [`Cleanup::None`] | no cleanup |
 //! | `v1.28` | [`Cleanup::EventReady`] | event-based; an endpoint that was ready and is gone or no longer ready is stale (#106163's `IsReady` comparison, before #119394) |
-//! | `v1.29`, `v1.30`, `v1.31`, `v1.31-fixed`, `v1.31+127780` | [`Cleanup::EventServing`] | event-based; serving → gone or not serving (#119394 compares `IsServing`; #127780, backported as #127808 / #127807 / #127806, restores the serving check #119394 lost) |
+//! | `v1.29`, `v1.30`, `v1.31`, `v1.31-fixed`, `v1.31+127780` | [`Cleanup::EventServing`] | event-based; serving → gone or not serving (#119394 keyed it on serving but dropped the `IsServing` comparison; #127780, backported as #127808 / #127807 / #127806, restores it) |
 //! | `v1.31.0` | [`Cleanup::EventPresence`] | event-based, before #127806 (in v1.31.2): only endpoints that disappear |
 //! | `v1.32.0` | [`Cleanup::Reconciler127318`] | the reconciler of #127318 as released: frontends by service IP only, services without endpoints processed with an empty set |
 //! | `v1.32`, `v1.33` | [`Cleanup::Reconciler130484`] | frontends by IP *and* port, services without serving endpoints skipped (#130484, in v1.33.0 and backported to v1.32 as #130505); endpoints by IP |
