@@ -14,7 +14,7 @@ fn sweep(extra: &[&str]) -> String {
         "--seeds",
         "1..24",
         "--set",
-        "kubeProxy.release=v1.31,v1.33",
+        "kubeProxy.release=v1.31.0,v1.33",
         "-q",
     ];
     args.extend_from_slice(extra);
@@ -39,7 +39,7 @@ fn output_is_the_same_bytes_whatever_the_number_of_threads() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
         assert_eq!(v["run"], i as u64);
         assert_eq!(v["seed"], 1 + (i as u64 % 24));
-        let release = if i < 24 { "v1.31" } else { "v1.33" };
+        let release = if i < 24 { "v1.31.0" } else { "v1.33" };
         assert_eq!(v["set"]["kubeProxy.release"], release);
     }
 }
@@ -86,7 +86,7 @@ fn the_incident_is_a_coin_flip_before_the_fix_and_gone_after_it() {
     let combos = a["combos"].as_array().unwrap();
     // v1.31: the sidecar's first query picks the soon-dead pod about half of the time, and
     // then stays blackholed from the kill (5m) to the end (1h).
-    let stale = &combos[0]["expectations"][3];
+    let stale = &combos[0]["expectations"][4];
     assert_eq!(
         stale["name"],
         "the stale entry still points at the dead pod, refreshed to 120 s"
@@ -100,7 +100,7 @@ fn the_incident_is_a_coin_flip_before_the_fix_and_gone_after_it() {
     assert_eq!(fig["blackholedSecs"]["max"], 3300.0);
     assert_eq!(fig["failed"]["max"], 110.0);
     // v1.33 clears the entry when the endpoint turns not-serving: never stale.
-    assert_eq!(combos[1]["expectations"][3]["passed"], 0);
+    assert_eq!(combos[1]["expectations"][4]["passed"], 0);
     assert!(
         combos[1]["figures"][0]["blackholedSecs"]["max"]
             .as_f64()
@@ -117,11 +117,11 @@ fn bad_set_paths_and_values_are_refused_with_their_place() {
         "--seeds",
         "1..2",
         "--set",
-        "kubeProxy.relase=v1.31",
+        "kubeProxy.relase=v1.31.0",
     ]);
     assert_eq!(code, 2);
-    assert!(err.contains("with --set kubeProxy.relase=v1.31: scenarios/stale-dns-udp.yaml:64:3: unknown field `relase`"), "{err}");
-    assert!(err.contains("64 |   relase: v1.31"), "{err}");
+    assert!(err.contains("with --set kubeProxy.relase=v1.31.0: scenarios/stale-dns-udp.yaml:65:3: unknown field `relase`"), "{err}");
+    assert!(err.contains("65 |   relase: v1.31.0"), "{err}");
     assert_eq!(err.matches("unknown field").count(), 1, "said once: {err}");
     let (code, _, err) = nfsim(&[
         "sweep",
@@ -129,10 +129,10 @@ fn bad_set_paths_and_values_are_refused_with_their_place() {
         "--seeds",
         "1..2",
         "--set",
-        "kubeProxy.release=v1.31,v9",
+        "kubeProxy.release=v1.31.0,v9",
     ]);
     assert_eq!(code, 2);
-    assert!(err.contains(":61:12: unknown release \"v9\""), "{err}");
+    assert!(err.contains(":62:12: unknown release \"v9\""), "{err}");
     let (code, _, err) = nfsim(&[
         "sweep",
         FILE,
@@ -143,7 +143,7 @@ fn bad_set_paths_and_values_are_refused_with_their_place() {
     ]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("clients (line 68, column 3) has no item named \"proxy\""),
+        err.contains("clients (line 69, column 3) has no item named \"proxy\""),
         "{err}"
     );
     let (code, _, err) = nfsim(&["sweep", FILE, "--seeds", "9..2"]);
@@ -161,7 +161,7 @@ fn small_shards() -> Vec<(String, String)> {
                 "--seeds",
                 "1..6",
                 "--set",
-                "kubeProxy.release=v1.31,v1.33",
+                "kubeProxy.release=v1.31.0,v1.33",
                 "-q",
                 "--shard",
                 &format!("{i}/3"),

@@ -187,7 +187,7 @@ fn a_flow_stays_pinned_and_symmetric_however_the_rules_change() {
             ),
             1..=8,
         ),
-        prop_oneof![Just(Release::None), Just(Release::Latest)],
+        prop_oneof![Just(Release::NONE), Just(Release::LATEST)],
     );
     runner
         .run(&strategy, |(svc, client, steps, release)| {

@@ -419,7 +419,7 @@ fn a_sweep_report_plots_pass_rates_and_distributions() {
             "--seeds",
             "1..4",
             "--set",
-            "kubeProxy.release=v1.31,v1.32",
+            "kubeProxy.release=v1.31.0,v1.32.0",
             "-q",
             "--jobs",
             "1",

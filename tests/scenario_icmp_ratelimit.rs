@@ -36,7 +36,7 @@ services:
       ports:
         - {name: dns, protocol: UDP, port: 53, targetPort: 53}
 kubeProxy:
-  release: v1.32
+  release: v1.32.0
 clients:
   - name: hammer
     pod: client

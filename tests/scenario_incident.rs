@@ -48,10 +48,10 @@ fn incident() -> Scenario {
 #[test]
 fn the_incident_expectations_fail_under_a_release_with_the_reconciler() {
     for rel in [
-        Release::V131Fixed,
-        Release::V132,
-        Release::V133,
-        Release::Latest,
+        Release::parse("v1.31").unwrap(),
+        Release::parse("v1.32.0").unwrap(),
+        Release::parse("v1.34").unwrap(),
+        Release::LATEST,
     ] {
         let mut sc = incident();
         sc.kube_proxy.release = rel;
@@ -79,7 +79,7 @@ fn the_incident_expectations_fail_under_a_release_with_the_reconciler() {
 
 #[test]
 fn the_incident_holds_for_none_and_v131_only() {
-    for rel in [Release::None, Release::V131] {
+    for rel in [Release::NONE, Release::parse("v1.31.0").unwrap()] {
         let mut sc = incident();
         sc.kube_proxy.release = rel;
         assert!(run(sc).passed(), "{rel}");
@@ -89,7 +89,7 @@ fn the_incident_holds_for_none_and_v131_only() {
 #[test]
 fn a_cleanup_deletion_appears_on_the_timeline_with_v132() {
     let mut sc = incident();
-    sc.kube_proxy.release = Release::V132;
+    sc.kube_proxy.release = Release::parse("v1.32.0").unwrap();
     let r = run(sc);
     let lines: Vec<String> = r.timeline.iter().map(|e| e.line()).collect();
     let del = lines

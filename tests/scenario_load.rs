@@ -92,10 +92,10 @@ fn semantic_errors_for_events_and_expectations() {
     assert!(e.message.contains("unknown client \"d\""), "{e}");
     let e = err(&GOOD.replace("release", "x").replace(
         "expectations:",
-        "kubeProxy: {release: v1.30}\nexpectations:",
+        "kubeProxy: {release: v1.38}\nexpectations:",
     ));
     assert!(
-        e.message.contains("unknown release \"v1.30\"") && e.message.contains("v1.31-fixed"),
+        e.message.contains("unknown release \"v1.38\"") && e.message.contains("v1.31-fixed"),
         "{e}"
     );
     let e = err(&GOOD.replace(

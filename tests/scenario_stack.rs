@@ -154,7 +154,11 @@ fn a_cleanup_of_our_own_is_called_per_node_with_the_state_and_the_real_table() {
 
 #[test]
 fn nodes_with_identical_rules_share_one_kube_proxy_with_the_same_results() {
-    for release in [Release::V131, Release::V132, Release::Latest] {
+    for release in [
+        Release::parse("v1.31.0").unwrap(),
+        Release::parse("v1.32.0").unwrap(),
+        Release::LATEST,
+    ] {
         let mut sc = scenario("stale-dns-udp.yaml");
         sc.kube_proxy.release = release;
         // One cluster CIDR for every node: their rules no longer differ.

@@ -157,6 +157,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         conntrack_events: !a.no_conntrack_events,
         progress: progress_printer(show_progress),
     };
+    let headline = nfsim::report::Headline::of(&sc);
     let mut b = Simulation::builder(sc).options(opts);
     for s in sinks {
         b = b.sink(s);
@@ -208,7 +209,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     if let Some(t) = &text {
         let mut t = t.borrow_mut();
         let w = t.writer();
-        w.write_all(render_end(&result, &skipped).as_bytes())?;
+        w.write_all(render_end(&result, &skipped, &headline.text(&result)).as_bytes())?;
         if !result.passed() {
             writeln!(w, "replay: {replay}")?;
         }
@@ -219,7 +220,8 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     if let Some(j) = json {
         let mut j = j.borrow_mut();
         let w = j.writer();
-        let end = EndRecord::new(&name, &file, seed, &result, &skipped);
+        let line = headline.text(&result);
+        let end = EndRecord::new(&name, &file, seed, &result, &skipped, &line);
         serde_json::to_writer(&mut *w, &end).map_err(std::io::Error::from)?;
         writeln!(w)?;
         w.flush()?;
@@ -238,8 +240,8 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     }
 }
 
-/// What `nfsim run` prints after the timeline: the summary and the verdicts.
-fn render_end(r: &RunResult, skipped: &[String]) -> String {
+/// What `nfsim run` prints after the timeline: the summary, the verdicts and the headline.
+fn render_end(r: &RunResult, skipped: &[String], headline: &str) -> String {
     let mut s = String::from("\nsummary\n");
     s.push_str(&r.summary);
     s.push_str("\nexpectations\n");
@@ -258,9 +260,10 @@ fn render_end(r: &RunResult, skipped: &[String]) -> String {
     }
     let failed = r.results.iter().filter(|x| !x.passed).count();
     s.push_str(&format!(
-        "\n{} passed, {} failed\n",
+        "\n{} passed, {} failed\noutcome: {}\n",
         r.results.len() - failed,
-        failed
+        failed,
+        sim_core::text::Escaped(headline)
     ));
     s
 }

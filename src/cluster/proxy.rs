@@ -28,9 +28,9 @@ use crate::kubeproxy::ct_adapter::{from_entry, to_filter};
 use crate::kubeproxy::model::service_ports;
 use crate::kubeproxy::{
     CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry, CtFilter, JumpRule, KubeProxy, Latest,
-    NoCleanup, ProxierConfig, SyncOutput, Table as KpTable, V131, V132, V133,
+    NoCleanup, ProxierConfig, SyncOutput, Table as KpTable, V128, V131, V132, V133,
 };
-use crate::scenario::model::Release;
+use crate::scenario::model::{Cleanup, Release};
 use sim_conntrack::Conntrack;
 use sim_core::SimTime;
 use sim_netfilter::netns::Netns;
@@ -43,13 +43,22 @@ pub type CleanupFactory = Box<dyn FnMut(&str) -> Box<dyn ConntrackCleanup>>;
 
 /// The cleanup strategy a scenario's `kubeProxy.release` selects (docs/kube-proxy-model.md §6).
 pub fn release_cleanup(release: Release) -> Box<dyn ConntrackCleanup> {
-    match release {
-        Release::None => Box::new(NoCleanup),
-        Release::V131 => Box::new(V131 { serving_fix: false }),
-        Release::V131Fixed => Box::new(V131 { serving_fix: true }),
-        Release::V132 => Box::new(V132::default()),
-        Release::V133 => Box::new(V133::default()),
-        Release::Latest => Box::new(Latest::default()),
+    match release.cleanup() {
+        Cleanup::None => Box::new(NoCleanup),
+        Cleanup::EventReady => Box::new(V128),
+        Cleanup::EventPresence => Box::new(V131 { serving_fix: false }),
+        Cleanup::EventServing => Box::new(V131 { serving_fix: true }),
+        Cleanup::Reconciler127318 => Box::new(V132::default()),
+        Cleanup::Reconciler130484 => Box::new(V133 {
+            reply_port: false,
+            ..V133::default()
+        }),
+        Cleanup::Reconciler130542 => Box::new(V133::default()),
+        Cleanup::Reconciler139629 => Box::new(Latest {
+            deleted_services: false,
+            ..Latest::default()
+        }),
+        Cleanup::Latest => Box::new(Latest::default()),
     }
 }
 

@@ -336,8 +336,27 @@ pub struct V131 {
     pub serving_fix: bool,
 }
 
-fn serving_count(eps: &[EndpointInfo]) -> usize {
-    eps.iter().filter(|e| e.serving).count()
+/// The event-based cleanup of kube-proxy v1.28 (#106163's `detectStaleConnections`, before
+/// #119394 moved it to `IsServing()`): an endpoint that was *ready* at the last sync and is
+/// now gone or no longer ready is stale, and a UDP service port whose ready endpoints went
+/// from none to some is newly active. A terminating pod that still serves (ready false,
+/// serving true) loses its entries at once, where v1.29+ waits until it stops serving.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct V128;
+
+impl Reconciler for V128 {
+    fn name(&self) -> String {
+        "v1.28".into()
+    }
+
+    fn after_sync(
+        &mut self,
+        _now: SimTime,
+        input: &CleanupInput<'_>,
+        ct: &mut dyn ConntrackOps,
+    ) -> CleanupReport {
+        event_based(input, ct, |e| e.ready, true)
+    }
 }
 
 impl Reconciler for V131 {
@@ -355,93 +374,103 @@ impl Reconciler for V131 {
         input: &CleanupInput<'_>,
         ct: &mut dyn ConntrackOps,
     ) -> CleanupReport {
-        let (before, after) = (input.before, input.after);
-        let mut report = CleanupReport {
-            ran: true,
-            ..CleanupReport::default()
-        };
-        // detectStaleConntrackEntries: endpoints that were serving and are gone (or, with
-        // the fix, not serving any more).
-        let mut deleted_eps: Vec<(&ServicePortName, &EndpointInfo)> = Vec::new();
-        for (spn, old) in &before.endpoints {
-            if spn.protocol != Protocol::UDP {
-                continue;
-            }
-            let new = after.endpoints_of(spn);
-            for ep in old.iter().filter(|e| e.serving) {
-                let still = new.iter().any(|n| {
-                    n.endpoint_string() == ep.endpoint_string() && (!self.serving_fix || n.serving)
-                });
-                if !still {
-                    deleted_eps.push((spn, ep));
-                }
-            }
-        }
-        let mut newly_active: Vec<&ServicePortName> = Vec::new();
-        for (spn, new) in &after.endpoints {
-            if spn.protocol == Protocol::UDP
-                && serving_count(new) > 0
-                && serving_count(before.endpoints_of(spn)) == 0
-            {
-                newly_active.push(spn);
-            }
-        }
+        event_based(input, ct, |e| e.serving, self.serving_fix)
+    }
+}
 
-        // deleteStaleServiceConntrackEntries: deleted UDP service ports' cluster IPs, and
-        // every IP and nodePort of newly active ones.
-        let mut ips: BTreeSet<IpAddr> = BTreeSet::new();
-        let mut node_ports: BTreeSet<u16> = BTreeSet::new();
-        for svc in input.deleted_udp_service_ports() {
-            ips.insert(svc.cluster_ip);
+/// The event-based cleanup of v1.28–v1.31: `counts(e)` is the condition an endpoint must
+/// have had to carry traffic (`IsReady()` in v1.28, `IsServing()` after #119394); with
+/// `compare`, an endpoint that stays but loses it is stale too.
+fn event_based(
+    input: &CleanupInput<'_>,
+    ct: &mut dyn ConntrackOps,
+    counts: fn(&EndpointInfo) -> bool,
+    compare: bool,
+) -> CleanupReport {
+    let (before, after) = (input.before, input.after);
+    let mut report = CleanupReport {
+        ran: true,
+        ..CleanupReport::default()
+    };
+    // detectStaleConntrackEntries: endpoints that were serving and are gone (or, with
+    // the fix, not serving any more).
+    let mut deleted_eps: Vec<(&ServicePortName, &EndpointInfo)> = Vec::new();
+    for (spn, old) in &before.endpoints {
+        if spn.protocol != Protocol::UDP {
+            continue;
         }
-        for spn in newly_active {
-            if let Some(svc) = after.services.get(spn) {
-                ips.extend(svc.frontend_ips());
-                if let Some(np) = svc.node_port {
-                    node_ports.insert(np);
-                }
+        let new = after.endpoints_of(spn);
+        for ep in old.iter().filter(|e| counts(e)) {
+            let still = new
+                .iter()
+                .any(|n| n.endpoint_string() == ep.endpoint_string() && (!compare || counts(n)));
+            if !still {
+                deleted_eps.push((spn, ep));
             }
         }
-        for ip in ips {
-            let f = CtFilter {
-                orig_dst: Some(ip),
-                ..CtFilter::udp()
-            };
-            report.delete(ct, f, format!("service IP {ip} may have stale entries"));
+    }
+    let count = |eps: &[EndpointInfo]| eps.iter().filter(|e| counts(e)).count();
+    let mut newly_active: Vec<&ServicePortName> = Vec::new();
+    for (spn, new) in &after.endpoints {
+        if spn.protocol == Protocol::UDP && count(new) > 0 && count(before.endpoints_of(spn)) == 0 {
+            newly_active.push(spn);
         }
-        for np in node_ports {
+    }
+
+    // deleteStaleServiceConntrackEntries: deleted UDP service ports' cluster IPs, and
+    // every IP and nodePort of newly active ones.
+    let mut ips: BTreeSet<IpAddr> = BTreeSet::new();
+    let mut node_ports: BTreeSet<u16> = BTreeSet::new();
+    for svc in input.deleted_udp_service_ports() {
+        ips.insert(svc.cluster_ip);
+    }
+    for spn in newly_active {
+        if let Some(svc) = after.services.get(spn) {
+            ips.extend(svc.frontend_ips());
+            if let Some(np) = svc.node_port {
+                node_ports.insert(np);
+            }
+        }
+    }
+    for ip in ips {
+        let f = CtFilter {
+            orig_dst: Some(ip),
+            ..CtFilter::udp()
+        };
+        report.delete(ct, f, format!("service IP {ip} may have stale entries"));
+    }
+    for np in node_ports {
+        let f = CtFilter {
+            orig_dport: Some(np),
+            ..CtFilter::udp()
+        };
+        report.delete(ct, f, format!("nodePort {np} may have stale entries"));
+    }
+
+    // deleteStaleEndpointConntrackEntries.
+    for (spn, ep) in deleted_eps {
+        let Some(svc) = after.services.get(spn) else {
+            continue;
+        };
+        let reason = format!("stale endpoint {spn} {}", ep.endpoint_string());
+        if let Some(np) = svc.node_port {
             let f = CtFilter {
                 orig_dport: Some(np),
+                reply_src: Some(ep.ip),
                 ..CtFilter::udp()
             };
-            report.delete(ct, f, format!("nodePort {np} may have stale entries"));
+            report.delete(ct, f, reason.clone());
         }
-
-        // deleteStaleEndpointConntrackEntries.
-        for (spn, ep) in deleted_eps {
-            let Some(svc) = after.services.get(spn) else {
-                continue;
+        for ip in svc.frontend_ips() {
+            let f = CtFilter {
+                orig_dst: Some(ip),
+                reply_src: Some(ep.ip),
+                ..CtFilter::udp()
             };
-            let reason = format!("stale endpoint {spn} {}", ep.endpoint_string());
-            if let Some(np) = svc.node_port {
-                let f = CtFilter {
-                    orig_dport: Some(np),
-                    reply_src: Some(ep.ip),
-                    ..CtFilter::udp()
-                };
-                report.delete(ct, f, reason.clone());
-            }
-            for ip in svc.frontend_ips() {
-                let f = CtFilter {
-                    orig_dst: Some(ip),
-                    reply_src: Some(ep.ip),
-                    ..CtFilter::udp()
-                };
-                report.delete(ct, f, reason.clone());
-            }
+            report.delete(ct, f, reason.clone());
         }
-        report
     }
+    report
 }
 
 /// The v1.32 reconciler (#127318): keyed by service IP only.
@@ -607,7 +636,8 @@ fn frontends(
 pub struct V133 {
     /// When it runs.
     pub trigger: ReconcileTrigger,
-    /// Match endpoints by IP *and* port (reply-port-src), #130542 (merged before v1.33.0).
+    /// Match endpoints by IP *and* port (reply-port-src), #130542 (first in v1.34.0-alpha.2;
+    /// v1.32's and v1.33's latest patches match by IP only).
     pub reply_port: bool,
 }
 
@@ -622,7 +652,11 @@ impl Default for V133 {
 
 impl Reconciler for V133 {
     fn name(&self) -> String {
-        "v1.33".into()
+        if self.reply_port {
+            "v1.34".into()
+        } else {
+            "v1.33".into()
+        }
     }
 
     fn after_sync(
@@ -704,15 +738,30 @@ impl Reconciler for V133 {
 /// The current reconciler: V133 with endpoints keyed by IP and port, services with no serving
 /// endpoints processed with an empty set (#139629), deleted UDP services cleaned (#141371),
 /// and exactly the stale entries deleted (`DeleteEntries(flows)`).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct Latest {
     /// When it runs (deleted UDP services also trigger it).
     pub trigger: ReconcileTrigger,
+    /// Clean deleted UDP services (#141371); without it, the v1.37 reconciler (#139629 only).
+    pub deleted_services: bool,
+}
+
+impl Default for Latest {
+    fn default() -> Latest {
+        Latest {
+            trigger: ReconcileTrigger::default(),
+            deleted_services: true,
+        }
+    }
 }
 
 impl Reconciler for Latest {
     fn name(&self) -> String {
-        "latest".into()
+        if self.deleted_services {
+            "latest".into()
+        } else {
+            "v1.37".into()
+        }
     }
 
     fn after_sync(
@@ -723,11 +772,11 @@ impl Reconciler for Latest {
     ) -> CleanupReport {
         if self.trigger == ReconcileTrigger::UdpEndpointChanges
             && !input.udp_endpoints_changed()
-            && input.deleted_udp_service_ports().is_empty()
+            && (!self.deleted_services || input.deleted_udp_service_ports().is_empty())
         {
             return CleanupReport::default();
         }
-        let (by_ipport, by_node_port) = frontends(input, true, true, true);
+        let (by_ipport, by_node_port) = frontends(input, true, true, self.deleted_services);
         let entries = ct.list(&CtFilter::udp());
         let mut report = CleanupReport {
             ran: true,

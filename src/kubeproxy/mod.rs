@@ -22,6 +22,8 @@
 //!    [`ConntrackCleanup`] ([`NoCleanup`], [`V131`], [`V132`], [`V133`], [`Latest`]), acting on
 //!    a table through the two-call [`ConntrackOps`] ([`MemConntrack`] in memory,
 //!    [`SimConntrackOps`] on sim-conntrack's table, in [`ct_adapter`]).
+//!    [`releases`] says which of them each `kubeProxy.release` name (`v1.28` … `v1.37`,
+//!    `latest`) ships.
 //! 6. [`proxier`]: [`KubeProxy`], one node's kube-proxy putting it together: feed it objects,
 //!    poll it, apply the [`SyncOutput`] it returns to the node, report back with
 //!    [`KubeProxy::complete_sync`] to run the cleanup.
@@ -63,13 +65,14 @@ pub mod model;
 pub mod names;
 pub mod nftables;
 pub mod proxier;
+pub mod releases;
 pub mod render;
 pub mod runner;
 
 pub use cleanup::{
     CleanupDeletion, CleanupInput, CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry,
-    CtFilter, CtTuple, Latest, MemConntrack, NoCleanup, ReconcileTrigger, Reconciler, V131, V132,
-    V133,
+    CtFilter, CtTuple, Latest, MemConntrack, NoCleanup, ReconcileTrigger, Reconciler, V128, V131,
+    V132, V133,
 };
 pub use ct_adapter::SimConntrackOps;
 pub use external::ExternalReconciler;

@@ -51,6 +51,8 @@ pub(crate) struct Meta {
     pub command: String,
     pub end_ns: u64,
     pub passed: bool,
+    /// The run's headline (`report::headline`).
+    pub headline: String,
     pub aggregated_clients: bool,
     pub aggregated_conntrack: bool,
     pub events: usize,

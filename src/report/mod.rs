@@ -7,7 +7,7 @@
 //! its timer; pod lifecycles; EndpointSlice conditions; kube-proxy syncs and cleanup
 //! deletions; the expectations' verdicts. Hovering shows, clicking pins, the exact lines
 //! (`conntrack -E` text, the query's lines). The view zooms from the whole run down to a
-//! millisecond. Below: the expectations as a PASS/FAIL table, the summary, the seed and the
+//! millisecond. Above it, the run's [`headline`]. Below: the expectations as a PASS/FAIL table, the summary, the seed and the
 //! command that replays the run.
 //!
 //! Runs with more than [`MAX_CLIENT_LANES`] clients or [`MAX_ENTRY_BARS`] conntrack entries
@@ -39,7 +39,10 @@
 mod adapter;
 mod build;
 mod ctline;
+pub mod headline;
 mod sweep;
+
+pub use headline::Headline;
 
 pub use sweep::render_sweep;
 
@@ -62,6 +65,7 @@ pub struct Report {
     description: String,
     seed: u64,
     end_ns: u64,
+    headline: Headline,
 }
 
 impl Report {
@@ -74,6 +78,7 @@ impl Report {
             description: sc.description.trim().to_string(),
             seed: sc.seed,
             end_ns: sc.duration.as_nanos(),
+            headline: Headline::of(sc),
         }
     }
 
@@ -93,6 +98,7 @@ impl Report {
             command: command.to_string(),
             end_ns: self.end_ns,
             passed: result.passed(),
+            headline: self.headline.text(result),
             aggregated_clients: false,
             aggregated_conntrack: false,
             events: 0,

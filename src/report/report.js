@@ -69,6 +69,7 @@
     var m = D.meta, n = D.expectations.length, failed = D.expectations.filter(function (x) { return !x.passed; }).length;
     var h = "<h1>" + esc(m.name) + "</h1>";
     if (m.description) h += "<p>" + esc(m.description) + "</p>";
+    if (m.headline) h += '<p class="headline" id="headline">' + esc(m.headline) + "</p>";
     h += '<div class="meta"><span class="badge ' + (m.passed ? "pass" : "fail") + '" id="verdict">' +
       (m.passed ? "✓ PASS" : "✗ FAIL") + "</span><span>" + (n - failed) + " of " + n + " expectations passed</span>" +
       "<span>seed <b id='seed'>" + m.seed + "</b></span><span>file <code>" + esc(m.file) + "</code></span>" +

@@ -136,13 +136,9 @@ pub(super) fn kube_proxy_settings(
             ctx.err(
                 r,
                 format!(
-                    "unknown release {:?}: expected one of {}",
+                    "unknown release {:?}: expected a Kubernetes version from v1.28 to v1.37 (its latest patch), or one of {}",
                     r.value,
-                    Release::ALL
-                        .iter()
-                        .map(|r| r.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    Release::expected()
                 ),
             )
         })?;

@@ -342,7 +342,8 @@ pub(super) fn assign(
             }
         }
         if let Some(dp) = &mut e.delete_pod {
-            let key = ref_key(&dp.pod.value);
+            // With `endpointOf` the pod is only known at run time (and `recreate` is refused).
+            let key = dp.pod.as_ref().map_or(String::new(), |p| ref_key(&p.value));
             if let Some(r) = &mut dp.recreate {
                 if let Some(flag) = &r.new_ip {
                     if flag.value && r.ip.is_some() {

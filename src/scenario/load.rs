@@ -1328,12 +1328,35 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         let action = if let Some(a) = more_actions.remove(&i) {
             a
         } else if let Some(o) = &d.oom_kill {
-            Action::OomKill {
-                pod: resolve_pod(ctx, &all_pod_keys, &o.pod)?,
+            let then = PodAction::OomKill {
                 restart_after: o.restart_after.map(Duration::get),
+            };
+            match super::endpoint_of::pod_or_client(
+                ctx,
+                e,
+                &o.pod,
+                &o.endpoint_of,
+                &client_index,
+                then,
+            )? {
+                Err(behind) => Action::EndpointOf(behind),
+                Ok(pod) => Action::OomKill {
+                    pod: resolve_pod(ctx, &all_pod_keys, pod)?,
+                    restart_after: o.restart_after.map(Duration::get),
+                },
             }
+        } else if let Some(behind) = d
+            .delete_pod
+            .as_ref()
+            .and_then(|dp| super::endpoint_of::behind(ctx, e, dp, &client_index).transpose())
+        {
+            Action::EndpointOf(behind?)
         } else if let Some(dp) = &d.delete_pod {
-            let pod = resolve_pod(ctx, &all_pod_keys, &dp.pod)?;
+            let pod = resolve_pod(
+                ctx,
+                &all_pod_keys,
+                super::endpoint_of::named(ctx, e, &dp.pod)?,
+            )?;
             let recreate = match &dp.recreate {
                 None => None,
                 Some(r) => {
@@ -1352,7 +1375,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                         (None, Some(o)) => o.ip,
                         (None, None) => {
                             return Err(ctx.err(
-                                &dp.pod,
+                                e,
                                 "recreating a pod created by an event needs `recreate.ip`",
                             ))
                         }
@@ -1403,6 +1426,8 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             d.conntrack.is_some(),
             d.endpoint.is_some(),
             d.endpoints.is_some(),
+            d.conntrack_stats.is_some(),
+            d.conntrack_event.is_some(),
         ]
         .iter()
         .filter(|x| **x)
@@ -1410,7 +1435,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         if n != 1 {
             return Err(ctx.err(
                 x,
-                "an expectation needs exactly one of `client`, `conntrack`, `endpoint`, `endpoints`",
+                "an expectation needs exactly one of `client`, `conntrack`, `endpoint`, `endpoints`, `conntrackStats`, `conntrackEvent`",
             ));
         }
         let t = |d: Option<Duration>| d.map(|d| SimTime::ZERO + d.get());
@@ -1420,7 +1445,11 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                 Err(_) => Ok(EndpointRef::Pod(resolve_pod(ctx, &all_pod_keys, s)?)),
             }
         };
-        let (check, default_name) = if let Some(c) = &d.client {
+        let (check, default_name) = if let Some(c) = &d.conntrack_stats {
+            super::expect_words::stats_check(ctx, &node_index, c, &mut warnings)?
+        } else if let Some(c) = &d.conntrack_event {
+            super::expect_words::event_check(ctx, &node_index, c, at, duration)?
+        } else if let Some(c) = &d.client {
             let client = *client_index.get(&c.name.value).ok_or_else(|| {
                 ctx.err(
                     &c.name,
@@ -1589,6 +1618,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         file: ctx.file.to_string(),
         name: doc.name.value,
         description: doc.description.unwrap_or_default(),
+        outcome: super::expect_words::outcome(ctx, doc.outcome.as_ref())?,
         seed: doc.seed.unwrap_or(1),
         duration,
         latency: doc

@@ -10,10 +10,14 @@
 //! - [`tcp_apps`]: the TCP application fields (`halfClose`, `connection:`), checked.
 //! - [`ipam`]: the pod and cluster IPs a scenario leaves out, allocated as host-local IPAM
 //!   and kube-apiserver do.
+//! - `endpoint_of`: events that name a pod by the endpoint a client's entry points to.
+//! - `expect_words`: the `conntrackStats` and `conntrackEvent` expectation kinds.
 //! - [`events`]: the events that change objects, kube-proxy, conntrack tables and nodes over
 //!   time, each checked against what exists at its instant.
 
+mod endpoint_of;
 pub mod events;
+mod expect_words;
 mod families;
 pub mod ipam;
 pub mod load;

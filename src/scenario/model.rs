@@ -16,6 +16,8 @@ pub struct Scenario {
     pub name: String,
     /// Its description.
     pub description: String,
+    /// What it shows when every expectation passes (`outcome:`), the lead of the headline.
+    pub outcome: Option<String>,
     /// The seed of every random stream.
     pub seed: u64,
     /// Simulated time to run.
@@ -189,58 +191,9 @@ pub enum AppDef {
     },
 }
 
-/// Which release's conntrack cleanup kube-proxy runs (docs/kube-proxy-model.md §6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Release {
-    /// No cleanup at all.
-    None,
-    /// v1.29–v1.31 event-based cleanup, before #127780 (misses serving → not serving).
-    V131,
-    /// v1.31 event-based cleanup with #127780 (also reacts to serving → not serving).
-    V131Fixed,
-    /// v1.32 reconciler (#127318), keyed by service IP.
-    V132,
-    /// v1.33 reconciler (#130484), keyed by service IP and port.
-    V133,
-    /// The current reconciler.
-    Latest,
-}
-
-impl Release {
-    /// Every release, in order.
-    pub const ALL: [Release; 6] = [
-        Release::None,
-        Release::V131,
-        Release::V131Fixed,
-        Release::V132,
-        Release::V133,
-        Release::Latest,
-    ];
-    /// The name scenario files use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Release::None => "none",
-            Release::V131 => "v1.31",
-            Release::V131Fixed => "v1.31-fixed",
-            Release::V132 => "v1.32",
-            Release::V133 => "v1.33",
-            Release::Latest => "latest",
-        }
-    }
-    /// Parses a name (`v1.31+127780` is accepted for `v1.31-fixed`).
-    pub fn parse(s: &str) -> Option<Release> {
-        if s == "v1.31+127780" {
-            return Some(Release::V131Fixed);
-        }
-        Release::ALL.into_iter().find(|r| r.name() == s)
-    }
-}
-
-impl fmt::Display for Release {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// Which release's conntrack cleanup kube-proxy runs: the table of
+/// [`crate::kubeproxy::releases`] (docs/kube-proxy-model.md §6).
+pub use crate::kubeproxy::releases::{Cleanup, Release};
 
 /// kube-proxy settings.
 #[derive(Debug, Clone)]
@@ -279,7 +232,7 @@ impl KubeProxySettings {
     /// kube-proxy's defaults with nfsim's release (`latest`) and sync periods.
     pub fn defaults() -> KubeProxySettings {
         KubeProxySettings {
-            release: Release::Latest,
+            release: Release::LATEST,
             min_sync_period: SimDuration::from_secs(1),
             sync_period: SimDuration::from_secs(30),
             masquerade_all: false,
@@ -458,6 +411,11 @@ pub enum Action {
     },
     /// Create a pod.
     CreatePod(Box<PodDef>),
+    /// Delete or OOM-kill the pod a client's conntrack entry points to at the event's
+    /// instant (`endpointOf:`); the run replaces it with the [`Action::DeletePod`] or
+    /// [`Action::OomKill`] of that pod, or stops with an error naming the event's place when
+    /// the client has no entry then.
+    EndpointOf(Box<PodBehind>),
     /// The readiness probe starts failing (`false`) or succeeding (`true`).
     Readiness {
         /// `namespace/name`.
@@ -590,6 +548,75 @@ impl fmt::Display for ConntrackCommand {
     }
 }
 
+impl Scenario {
+    /// The first event that changes something (a `conntrack -L`, `-C` or `-S` only looks):
+    /// the instant the run's headline counts "after" from.
+    pub fn first_change(&self) -> Option<&TimedEvent> {
+        self.events.iter().find(|e| {
+            !matches!(
+                &e.action,
+                Action::Conntrack {
+                    command: ConntrackCommand::List(_)
+                        | ConntrackCommand::Count
+                        | ConntrackCommand::Stats,
+                    ..
+                }
+            )
+        })
+    }
+}
+
+/// A pod named by what a client sees (`deletePod: {endpointOf: CLIENT}`).
+#[derive(Debug, Clone)]
+pub struct PodBehind {
+    /// Client index.
+    pub client: usize,
+    /// Its name, for messages.
+    pub client_name: String,
+    /// The event's line in the file.
+    pub line: u64,
+    /// Its column.
+    pub column: u64,
+    /// What to do to the pod.
+    pub then: PodAction,
+}
+
+/// What an [`Action::EndpointOf`] does to the pod it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodAction {
+    /// `deletePod` with this grace period (`None`: the pod's own).
+    Delete {
+        /// Grace period.
+        grace_period: Option<SimDuration>,
+    },
+    /// `oomKill`, restarting in place after this long (`None`: never).
+    OomKill {
+        /// Restart delay.
+        restart_after: Option<SimDuration>,
+    },
+}
+
+impl PodAction {
+    /// The action on `pod` (`namespace/name`).
+    pub fn on(self, pod: String) -> Action {
+        match self {
+            PodAction::Delete { grace_period } => Action::DeletePod {
+                pod,
+                grace_period,
+                recreate: None,
+            },
+            PodAction::OomKill { restart_after } => Action::OomKill { pod, restart_after },
+        }
+    }
+    /// The event's YAML key.
+    pub fn word(self) -> &'static str {
+        match self {
+            PodAction::Delete { .. } => "deletePod",
+            PodAction::OomKill { .. } => "oomKill",
+        }
+    }
+}
+
 /// How a deleted pod comes back.
 #[derive(Debug, Clone)]
 pub struct Recreate {
@@ -684,6 +711,99 @@ pub enum Check {
         /// Distinct flows received.
         flows: Option<Count>,
     },
+    /// A node's `conntrack -S` counters.
+    ConntrackStats {
+        /// Node index.
+        node: usize,
+        /// Each counter checked, by its `conntrack -S` name, with its bounds.
+        counters: Vec<(StatCounter, Count)>,
+    },
+    /// `conntrack -E` events on a node in a window.
+    ConntrackEvent {
+        /// Node index.
+        node: usize,
+        /// The filter text (`conntrack -E` options), checked at load.
+        filter: String,
+        /// The kind of event.
+        kind: CtEventKind,
+        /// For DESTROY, the cause (`timeout`, `userspace`, `early_drop`, `killed`).
+        cause: Option<String>,
+        /// Window start, inclusive.
+        from: SimTime,
+        /// Window end, inclusive.
+        to: SimTime,
+        /// How many events match in the window.
+        count: Count,
+    },
+}
+
+/// A `conntrack -E` event kind, re-exported from sim-conntrack.
+pub use sim_conntrack::EventKind as CtEventKind;
+
+/// One `conntrack -S` counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StatCounter {
+    /// `found`.
+    Found,
+    /// `invalid`.
+    Invalid,
+    /// `insert`.
+    Insert,
+    /// `insert_failed`.
+    InsertFailed,
+    /// `drop`.
+    Drop,
+    /// `early_drop`.
+    EarlyDrop,
+    /// `error`.
+    Error,
+    /// `search_restart`.
+    SearchRestart,
+    /// `clash_resolve`.
+    ClashResolve,
+    /// `chaintoolong`.
+    ChainTooLong,
+}
+
+impl StatCounter {
+    /// The name `conntrack -S` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            StatCounter::Found => "found",
+            StatCounter::Invalid => "invalid",
+            StatCounter::Insert => "insert",
+            StatCounter::InsertFailed => "insert_failed",
+            StatCounter::Drop => "drop",
+            StatCounter::EarlyDrop => "early_drop",
+            StatCounter::Error => "error",
+            StatCounter::SearchRestart => "search_restart",
+            StatCounter::ClashResolve => "clash_resolve",
+            StatCounter::ChainTooLong => "chaintoolong",
+        }
+    }
+    /// Its value in `s`.
+    pub fn of(self, s: &sim_conntrack::Stats) -> u64 {
+        match self {
+            StatCounter::Found => s.found,
+            StatCounter::Invalid => s.invalid,
+            StatCounter::Insert => s.insert,
+            StatCounter::InsertFailed => s.insert_failed,
+            StatCounter::Drop => s.drop,
+            StatCounter::EarlyDrop => s.early_drop,
+            StatCounter::Error => s.error,
+            StatCounter::SearchRestart => s.search_restart,
+            StatCounter::ClashResolve => s.clash_resolve,
+            StatCounter::ChainTooLong => s.chaintoolong,
+        }
+    }
+    /// Whether nfsim ever increments it (`search_restart`, `clash_resolve`, `chaintoolong`
+    /// need concurrent CPUs or long hash chains, which the simulation does not have).
+    pub fn modelled(self) -> bool {
+        !matches!(
+            self,
+            StatCounter::SearchRestart | StatCounter::ClashResolve | StatCounter::ChainTooLong
+        )
+    }
 }
 
 /// An accepted range of a share (a fraction of flows), both ends included.

@@ -85,6 +85,10 @@ pub struct ScenarioDoc {
     /// Free text.
     #[serde(default)]
     pub description: Option<String>,
+    /// What the run shows when every expectation passes (`the incident reproduced`): the
+    /// lead of the run's headline.
+    #[serde(default)]
+    pub outcome: Option<S<String>>,
     /// The seed of every random stream (overridable with `--seed`).
     #[serde(default)]
     pub seed: Option<u64>,
@@ -292,8 +296,9 @@ pub struct ServerDoc {
 #[derive(Debug, Deserialize, Clone)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubeProxyDoc {
-    /// Which release's stale-UDP conntrack cleanup runs: `none`, `v1.31`, `v1.31-fixed`,
-    /// `v1.32`, `v1.33`, `latest` (default `latest`).
+    /// Which release's stale-UDP conntrack cleanup runs: a Kubernetes version `v1.28` …
+    /// `v1.37` (its latest patch), `v1.31.0`, `v1.32.0`, `v1.31-fixed`, `none` or `latest`
+    /// (the default); see [`crate::kubeproxy::releases`].
     #[serde(default)]
     pub release: Option<S<String>>,
     /// `minSyncPeriod` (default 1s).
@@ -643,8 +648,12 @@ pub struct EventDoc {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct OomKillDoc {
-    /// The pod.
-    pub pod: S<String>,
+    /// The pod (or `endpointOf`).
+    #[serde(default)]
+    pub pod: Option<S<String>>,
+    /// The pod a client's conntrack entry points to at the event's instant (a client name).
+    #[serde(default)]
+    pub endpoint_of: Option<S<String>>,
     /// The container restarts in place (same IP) after this long; absent: never.
     #[serde(default)]
     pub restart_after: Option<Duration>,
@@ -654,8 +663,12 @@ pub struct OomKillDoc {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DeletePodDoc {
-    /// The pod.
-    pub pod: S<String>,
+    /// The pod (or `endpointOf`).
+    #[serde(default)]
+    pub pod: Option<S<String>>,
+    /// The pod a client's conntrack entry points to at the event's instant (a client name).
+    #[serde(default)]
+    pub endpoint_of: Option<S<String>>,
     /// Grace period (default: the pod's `terminationGracePeriod`); `0s` deletes at once.
     #[serde(default)]
     pub grace_period: Option<Duration>,
@@ -811,6 +824,84 @@ pub struct ExpectationDoc {
     /// How one client's flows spread over the endpoints.
     #[serde(default)]
     pub endpoints: Option<EndpointsExpectDoc>,
+    /// A node's `conntrack -S` counters.
+    #[serde(default)]
+    pub conntrack_stats: Option<S<ConntrackStatsExpectDoc>>,
+    /// Conntrack events (`conntrack -E`) on a node.
+    #[serde(default)]
+    pub conntrack_event: Option<S<ConntrackEventExpectDoc>>,
+}
+
+/// `conntrackStats:` check: a node's `conntrack -S` counters at the check's time, each
+/// spelled as `conntrack -S` prints it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConntrackStatsExpectDoc {
+    /// The node.
+    pub node: S<String>,
+    /// `found`: NAT tuples found taken.
+    #[serde(default)]
+    pub found: Option<CountDoc>,
+    /// `invalid`: packets that got no entry.
+    #[serde(default)]
+    pub invalid: Option<CountDoc>,
+    /// `insert`: entries inserted from userspace.
+    #[serde(default)]
+    pub insert: Option<CountDoc>,
+    /// `insert_failed`: confirmations that found the tuple taken.
+    #[serde(default)]
+    pub insert_failed: Option<CountDoc>,
+    /// `drop`: packets dropped for want of an entry (table full).
+    #[serde(default)]
+    pub drop: Option<CountDoc>,
+    /// `early_drop`: entries evicted to make room.
+    #[serde(default)]
+    pub early_drop: Option<CountDoc>,
+    /// `error`: ICMP errors matching no entry, malformed packets.
+    #[serde(default)]
+    pub error: Option<CountDoc>,
+    /// `search_restart` (always 0 in nfsim).
+    #[serde(default)]
+    pub search_restart: Option<CountDoc>,
+    /// `clash_resolve` (always 0 in nfsim: one CPU never races itself).
+    #[serde(default)]
+    pub clash_resolve: Option<CountDoc>,
+    /// `chaintoolong` (always 0 in nfsim).
+    #[serde(default)]
+    pub chaintoolong: Option<CountDoc>,
+}
+
+/// `conntrackEvent:` check: how many `conntrack -E` events of one kind, on entries a filter
+/// matches, happened in a window (about an instant, or between two).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConntrackEventExpectDoc {
+    /// The node.
+    pub node: S<String>,
+    /// `NEW`, `UPDATE` or `DESTROY`.
+    pub event: S<String>,
+    /// For DESTROY, why: `timeout`, `userspace` (a cleanup, `conntrack -D`), `early_drop`,
+    /// `killed`.
+    #[serde(default)]
+    pub cause: Option<S<String>>,
+    /// A `conntrack -E` filter on the entry (`-p udp --orig-src 10.244.2.9`).
+    #[serde(default)]
+    pub filter: Option<S<String>>,
+    /// About when (with `tolerance`).
+    #[serde(default)]
+    pub about: Option<S<Duration>>,
+    /// How far from `about` an event may be (default 1s).
+    #[serde(default)]
+    pub tolerance: Option<Duration>,
+    /// Window start (instead of `about`).
+    #[serde(default)]
+    pub from: Option<Duration>,
+    /// Window end, inclusive (instead of `about`).
+    #[serde(default)]
+    pub to: Option<Duration>,
+    /// How many events match in the window (default `>= 1`).
+    #[serde(default)]
+    pub count: Option<CountDoc>,
 }
 
 /// `endpoints:` check: how one client's flows spread over the endpoints they reached.

@@ -313,7 +313,7 @@ impl Harness {
         &self,
         make: impl FnMut(&str) -> Box<dyn Reconciler> + 'static,
     ) -> Result<HarnessReport, TestkitError> {
-        let (yaml, backs) = self.build(Release::None)?;
+        let (yaml, backs) = self.build(Release::NONE)?;
         let sc = crate::scenario::load_str("reconciler-harness.yaml", &yaml)?;
         Harness::measure(Cluster::with_cleanup(sc, make)?, &backs)
     }

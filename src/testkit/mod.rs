@@ -86,7 +86,7 @@
 //! // IP, not serving until it is back).
 //! let harness = Harness::new(1, 2, Churn { steps: vec![(30, ChurnOp::RestartInPlace(0))] });
 //! let ours = harness.run_with(|_node| Box::new(DeleteUnserved)).unwrap();
-//! let theirs = harness.run(Release::Latest).unwrap();
+//! let theirs = harness.run(Release::LATEST).unwrap();
 //! // The fixed-port client loses one query, as with kube-proxy's own reconciler...
 //! assert_eq!(ours.blackholed("fixed"), 10.0);
 //! assert_eq!(ours.blackholed("fixed"), theirs.blackholed("fixed"));

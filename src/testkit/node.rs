@@ -45,7 +45,7 @@ impl Default for NodeBuilder {
             rules: Vec::new(),
             objects: Vec::new(),
             masquerade_all: false,
-            release: Release::Latest,
+            release: Release::LATEST,
             mode: ProxyMode::Iptables,
         }
     }

@@ -378,6 +378,7 @@ impl Simulation {
             }
             Action::OomKill { .. }
             | Action::DeletePod { .. }
+            | Action::EndpointOf(_)
             | Action::CreatePod(_)
             | Action::Readiness { .. } => {
                 unreachable!("pod events are run by Simulation::action")

@@ -256,6 +256,38 @@ impl Simulation {
                     }
                 }
             }
+            Check::ConntrackStats { node, counters } => {
+                let st = *self.nodes[*node].netns.conntrack().stats();
+                for (c, want) in counters {
+                    cmp(c.name(), Some(*want), c.of(&st));
+                }
+            }
+            Check::ConntrackEvent { count, .. } => {
+                let w = match self.tally.checked(i) {
+                    Pending::CtEvents(w) => Some(w),
+                    _ => None,
+                };
+                let (matched, of_kind, first) =
+                    w.map_or((0, 0, Vec::new()), |w| (w.matched, w.of_kind, w.seen));
+                cmp("events", Some(*count), matched);
+                if !count.accepts(matched) {
+                    // What was seen instead: the events of that kind on the entries the filter
+                    // matches, wherever they fell.
+                    problems.push(if of_kind == 0 {
+                        "no event of that kind on a matching entry in the whole run".to_string()
+                    } else {
+                        format!(
+                            "{of_kind} of that kind on matching entries in the run, at {}{}",
+                            first.join(", "),
+                            if of_kind as usize > first.len() {
+                                ", …"
+                            } else {
+                                ""
+                            }
+                        )
+                    });
+                }
+            }
             Check::Endpoint { packets, flows, .. } => {
                 let (n, distinct) = match self.tally.checked(i) {
                     Pending::Endpoint { packets, flows, .. } => (packets, flows.len()),
@@ -288,11 +320,28 @@ impl Simulation {
 
     /// Each client's figures at the end of the run, in scenario order.
     pub(super) fn client_figures(&self) -> Vec<ClientFigures> {
+        let first_event = self.sc.first_change().map(|e| e.at);
         self.clients
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                ClientFigures::after(&c.def.name, self.tally.client(i), c.app.records(), self.end)
+                let mut f = ClientFigures::after(
+                    &c.def.name,
+                    self.tally.client(i),
+                    c.app.records(),
+                    self.end,
+                );
+                if let Some(t) = first_event {
+                    let mut o = self.tally.client(i).after_first_event;
+                    for q in c.app.records().iter().filter(|q| q.sent_at >= t) {
+                        o.add(q, SimTime::MAX);
+                    }
+                    f.after_first_event = Some(super::record::AfterEvent {
+                        sent: o.sent,
+                        failed: o.failed,
+                    });
+                }
+                f
             })
             .collect()
     }
@@ -386,6 +435,10 @@ pub struct ClientFigures {
     /// consecutive failed queries counts from the first one's send to the send of the next
     /// answered query (or the end of the run if none was answered after it).
     pub blackholed_ns: u64,
+    /// Of the queries sent at or after the scenario's first event, how many and how many
+    /// failed (`None` without events); for the run's headline, not part of the JSON.
+    #[serde(skip)]
+    pub after_first_event: Option<super::record::AfterEvent>,
 }
 
 impl ClientFigures {
@@ -414,6 +467,7 @@ impl ClientFigures {
             timed_out: o.timed_out,
             refused: o.refused,
             blackholed_ns: blackhole.total_ns(end),
+            after_first_event: None,
         }
     }
 }

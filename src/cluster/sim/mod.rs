@@ -411,6 +411,10 @@ pub enum SimError {
     /// `nfsim trace` inside a scenario: what it was asked cannot be set up.
     #[error("{0}")]
     Trace(String),
+    /// An event could not be carried out at its instant (`deletePod: {endpointOf: …}` while
+    /// the client has no conntrack entry): the message names the file, line, column and why.
+    #[error("{0}")]
+    Event(String),
     /// A node's external reconciler process misbehaved (`kubeProxy.cleanup`): the message
     /// names the command, the node, the time and what was wrong.
     #[error("{0}")]

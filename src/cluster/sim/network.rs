@@ -272,6 +272,11 @@ impl Simulation {
     /// Moves node `n`'s conntrack events to the timeline and re-arms its expiry timer.
     pub(super) fn after_kernel(&mut self, n: usize) {
         let evs = self.nodes[n].netns.drain_conntrack_events();
+        if self.tally.watches_ct_events() {
+            for e in &evs {
+                self.tally.ct_event(n, e);
+            }
+        }
         if self.recording && self.opts.conntrack_events {
             let node = self.nodes[n].def.name.clone();
             for e in evs {
@@ -392,7 +397,8 @@ impl Simulation {
     pub(super) fn client_output(&mut self, i: usize, out: Outbox) {
         if !self.keep_queries {
             let taken = self.clients[i].app.take_finished();
-            self.tally.take(i, &taken, self.now);
+            let first_event = self.sc.first_change().map(|e| e.at);
+            self.tally.take(i, &taken, self.now, first_event);
         }
         self.note_ports(i, &out.ports);
         let m = self.clients[i].machine.clone();

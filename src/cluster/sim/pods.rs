@@ -273,6 +273,12 @@ impl Simulation {
                 }
             }
             Action::CreatePod(def) => self.add_pod(*def, true)?,
+            Action::EndpointOf(b) => {
+                // The pod behind the client's entry now; the event becomes the action on it.
+                let pod = self.pod_behind(&b)?;
+                self.sc.events[i].action = b.then.on(pod);
+                return self.action(i);
+            }
             other @ (Action::UpsertService { .. }
             | Action::DeleteService { .. }
             | Action::UpsertEndpointSlice(_)
@@ -304,5 +310,77 @@ impl Simulation {
             }
         }
         Ok(())
+    }
+
+    /// The pod (`namespace/name`) client `b.client`'s conntrack entry points to now, on the
+    /// client's node: of the entries from the client's address (and fixed source port) to its
+    /// target, the one with the most time left, by its reply source address.
+    pub(super) fn pod_behind(&self, b: &PodBehind) -> Result<String, SimError> {
+        let now = self.now;
+        let c = &self.clients[b.client];
+        let fail = |why: String| {
+            SimError::Event(format!(
+                "{}:{}:{}: {} endpointOf {} at {}: {why}",
+                self.sc.file,
+                b.line,
+                b.column,
+                b.then.word(),
+                b.client_name,
+                now.hms()
+            ))
+        };
+        let node = match c.machine {
+            Machine::Pod(id) => self.pods[id].state.def.node,
+            Machine::Node(n) => n,
+            Machine::Host(_) => {
+                return Err(fail(
+                    "the client runs on a host outside the cluster, which has no conntrack table nfsim keeps: expected a client in a pod or on a node".into(),
+                ))
+            }
+        };
+        let sport = match c.def.kind {
+            ClientKind::Udp {
+                source_port: SourcePort::Fixed(p),
+                ..
+            } => Some(p),
+            _ => None,
+        };
+        let target = c.def.target;
+        let best = self.nodes[node]
+            .netns
+            .conntrack()
+            .list(now, &Filter::all())
+            .into_iter()
+            .filter(|e| {
+                e.orig.src == c.ip
+                    && e.orig.dst == target.ip()
+                    && e.orig.dport == target.port()
+                    && sport.is_none_or(|p| e.orig.sport == p)
+            })
+            .enumerate()
+            // The most time left; the first listed on a tie.
+            .max_by_key(|(i, e)| (e.expiry.secs_left(now), std::cmp::Reverse(*i)))
+            .map(|(_, e)| e);
+        let node_name = &self.nodes[node].def.name;
+        let Some(entry) = best else {
+            return Err(fail(format!(
+                "the client has no conntrack entry on {node_name} then (from {}{} to {target}): expected the event at an instant when the client's flow has an entry, such as after its first query",
+                c.ip,
+                sport.map(|p| format!(":{p}")).unwrap_or_default()
+            )));
+        };
+        let ip = entry.reply.src;
+        // The pod that has the address and a network now.
+        let pod = self
+            .pod_ids
+            .iter()
+            .find(|(_, &id)| self.pods[id].ips.contains(&ip) && self.pods[id].state.has_network())
+            .map(|(k, _)| k.clone());
+        pod.ok_or_else(|| {
+            fail(format!(
+                "the client's entry on {node_name} points to {ip}, which no pod has now: {}",
+                entry.list_line(now)
+            ))
+        })
     }
 }

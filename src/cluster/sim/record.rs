@@ -396,6 +396,8 @@ pub struct EndRecord<'a> {
     pub seed: u64,
     /// Whether every expectation passed.
     pub passed: bool,
+    /// The run's headline, its outcome in one line (`report::headline`).
+    pub headline: &'a str,
     /// Events processed.
     pub events: u64,
     /// Per client and per endpoint.
@@ -414,6 +416,7 @@ impl<'a> EndRecord<'a> {
         seed: u64,
         r: &'a super::RunResult,
         skipped: &'a [String],
+        headline: &'a str,
     ) -> EndRecord<'a> {
         EndRecord {
             kind: "run",
@@ -422,10 +425,21 @@ impl<'a> EndRecord<'a> {
             file,
             seed,
             passed: r.passed(),
+            headline,
             events: r.events,
             summary: &r.summary_data,
             expectations: &r.results,
             skipped,
         }
     }
+}
+
+/// A client's queries sent at or after the scenario's first change
+/// ([`crate::scenario::Scenario::first_change`]), for the run's headline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AfterEvent {
+    /// Sent.
+    pub sent: u64,
+    /// Failed: timed out or refused.
+    pub failed: u64,
 }

@@ -14,6 +14,7 @@
 use super::Hit;
 use crate::cluster::apps::{QueryOutcome, QueryRecord};
 use crate::scenario::model::{Check, EndpointRef, Expectation};
+use sim_conntrack::{CtEvent, EventKind, Filter};
 use sim_core::SimTime;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -101,6 +102,9 @@ impl Blackhole {
 pub(super) struct ClientTally {
     /// Their outcomes.
     pub outcomes: Outcomes,
+    /// The outcomes of those sent at or after the scenario's first event (the headline's
+    /// "after the kill").
+    pub after_first_event: Outcomes,
     /// The blackholed time up to the last of them.
     pub blackhole: Blackhole,
 }
@@ -144,7 +148,35 @@ pub(super) enum Pending {
         to: Option<SimTime>,
         flows: BTreeMap<(usize, IpAddr), BTreeSet<Flow>>,
     },
+    /// A conntrack event check: events of `kind` on `node`'s entries `filter` matches.
+    CtEvents(Box<CtEventWatch>),
 }
+
+/// What a `conntrackEvent` check keeps until it is checked.
+#[derive(Debug, Clone)]
+pub(super) struct CtEventWatch {
+    /// Node index.
+    pub node: usize,
+    /// The entries it looks at.
+    pub filter: Filter,
+    /// The kind.
+    pub kind: EventKind,
+    /// For DESTROY, the cause.
+    pub cause: Option<String>,
+    /// Window, both ends included.
+    pub from: SimTime,
+    /// Window end.
+    pub to: SimTime,
+    /// Events matching everything in the window.
+    pub matched: u64,
+    /// Events of the kind on matching entries, anywhere in the run.
+    pub of_kind: u64,
+    /// The first [`SEEN_MAX`] of those, as `time cause` for the failure message.
+    pub seen: Vec<String>,
+}
+
+/// How many events of the kind a failing `conntrackEvent` check names.
+pub(super) const SEEN_MAX: usize = 6;
 
 fn within(t: SimTime, from: SimTime, to: Option<SimTime>) -> bool {
     t >= from && to.is_none_or(|to| t < to)
@@ -198,6 +230,26 @@ impl Tally {
                     to: *to,
                     flows: BTreeMap::new(),
                 },
+                Check::ConntrackEvent {
+                    node,
+                    filter,
+                    kind,
+                    cause,
+                    from,
+                    to,
+                    ..
+                } => Pending::CtEvents(Box::new(CtEventWatch {
+                    node: *node,
+                    // Checked when the scenario was loaded.
+                    filter: Filter::parse(filter).unwrap_or_else(|_| Filter::all()),
+                    kind: *kind,
+                    cause: cause.clone(),
+                    from: *from,
+                    to: *to,
+                    matched: 0,
+                    of_kind: 0,
+                    seen: Vec::new(),
+                })),
                 _ => Pending::Nothing,
             })
             .collect();
@@ -219,8 +271,15 @@ impl Tally {
         self.clients.get(i).copied().unwrap_or_default()
     }
 
-    /// Counts client `i`'s finished queries `taken` (in query order), at `now`.
-    pub fn take(&mut self, i: usize, taken: &[QueryRecord], now: SimTime) {
+    /// Counts client `i`'s finished queries `taken` (in query order), at `now`; those sent at
+    /// or after `first_event` also count apart.
+    pub fn take(
+        &mut self,
+        i: usize,
+        taken: &[QueryRecord],
+        now: SimTime,
+        first_event: Option<SimTime>,
+    ) {
         if taken.is_empty() {
             return;
         }
@@ -230,6 +289,9 @@ impl Tally {
         let c = &mut self.clients[i];
         for q in taken {
             c.outcomes.add(q, now);
+            if first_event.is_some_and(|t| q.sent_at >= t) {
+                c.after_first_event.add(q, now);
+            }
             c.blackhole.feed(q);
         }
         for p in &mut self.pending {
@@ -297,7 +359,36 @@ impl Tally {
                         flows.entry((h.pod, h.ip)).or_default().insert(flow);
                     }
                 }
-                Pending::Client { .. } | Pending::Nothing => {}
+                Pending::Client { .. } | Pending::CtEvents(_) | Pending::Nothing => {}
+            }
+        }
+    }
+
+    /// Whether some expectation still waits for conntrack events.
+    pub fn watches_ct_events(&self) -> bool {
+        self.pending
+            .iter()
+            .any(|p| matches!(p, Pending::CtEvents(_)))
+    }
+
+    /// Counts a conntrack event of node `node` into the event checks still to be checked.
+    pub fn ct_event(&mut self, node: usize, e: &CtEvent) {
+        for p in &mut self.pending {
+            let Pending::CtEvents(w) = p else { continue };
+            if w.node != node || w.kind != e.kind || !w.filter.matches(&e.entry) {
+                continue;
+            }
+            let cause = super::record::destroy_cause(e.cause);
+            w.of_kind += 1;
+            if w.seen.len() < SEEN_MAX {
+                w.seen.push(match cause {
+                    Some(c) => format!("{} ({c})", e.at.hms()),
+                    None => e.at.hms().to_string(),
+                });
+            }
+            let cause_ok = w.cause.as_deref().is_none_or(|c| Some(c) == cause);
+            if cause_ok && e.at >= w.from && e.at <= w.to {
+                w.matched += 1;
             }
         }
     }

@@ -108,7 +108,7 @@ fn oom_killed_pod_restarting_in_place() {
         ("v1.31-nofix", false),
         ("v1.31", true),
         ("v1.32", true),
-        ("v1.33", true),
+        ("v1.34", true),
         ("latest", true),
     ];
     for (mut c, (name, deleted)) in all().into_iter().zip(expect) {
@@ -352,4 +352,59 @@ fn filters_match_every_field_set() {
         ..CtFilter::udp()
     };
     assert!(!other.matches(&e));
+}
+
+/// A deleted CoreDNS pod in graceful termination (ready false, still serving): v1.28 compares
+/// readiness and deletes the client's entry at once; v1.29+ (with #127780) compares serving
+/// and keeps it until the pod stops serving, then deletes it.
+#[test]
+fn v1_28_deletes_a_terminating_pods_entries_when_it_turns_not_ready() {
+    let before = dns_state(vec![ep(A, 53, true), ep(B, 53, true)]);
+    let terminating = EndpointInfo {
+        ready: false,
+        serving: true,
+        terminating: true,
+        ..ep(A, 53, true)
+    };
+    let during = dns_state(vec![terminating.clone(), ep(B, 53, true)]);
+    let stopped = dns_state(vec![
+        EndpointInfo {
+            serving: false,
+            ..terminating
+        },
+        ep(B, 53, true),
+    ]);
+    let stuck = flow(CIP, 53, 40000, A, 53);
+    for (mut c, at_not_ready) in [
+        (Box::new(V128) as Box<dyn ConntrackCleanup>, true),
+        (Box::new(V131 { serving_fix: true }), false),
+    ] {
+        let mut ct = MemConntrack {
+            entries: vec![stuck],
+        };
+        run(c.as_mut(), &before, &during, &mut ct);
+        assert_eq!(ct.entries.is_empty(), at_not_ready, "{}", c.name());
+        ct.entries = vec![stuck];
+        run(c.as_mut(), &during, &stopped, &mut ct);
+        assert_eq!(ct.entries.is_empty(), !at_not_ready, "{}", c.name());
+    }
+}
+
+/// v1.37 (#139629 without #141371) leaves a deleted UDP service's entries; latest deletes them.
+#[test]
+fn v1_37_leaves_a_deleted_services_entries_latest_cleans_them() {
+    let before = dns_state(vec![ep(A, 53, true)]);
+    let after = ProxyState::default();
+    let stuck = flow(CIP, 53, 40000, A, 53);
+    for (deleted_services, gone) in [(false, false), (true, true)] {
+        let mut c = Latest {
+            deleted_services,
+            ..Latest::default()
+        };
+        let mut ct = MemConntrack {
+            entries: vec![stuck],
+        };
+        run(&mut c, &before, &after, &mut ct);
+        assert_eq!(ct.entries.is_empty(), gone, "{}", c.name());
+    }
 }
