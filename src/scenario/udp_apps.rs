@@ -10,9 +10,9 @@ use super::schema::{DigClientDoc, PauseDoc, SourcePortDoc, UdpClientDoc, S};
 use sim_core::{SimDuration, SimTime};
 use std::collections::BTreeMap;
 
-/// dig's default `+tries` (`dighost.c`: `tries = 3`).
+/// dig's default `+tries` (dig(1): "instead of the default, 3").
 pub const DIG_DEFAULT_TRIES: u8 = 3;
-/// dig's default `+timeout`, 5 s (`dighost.c`: `UDP_TIMEOUT`).
+/// dig's default `+timeout`, 5 s (BIND 9.18 `bin/dig/dighost.h`: `UDP_TIMEOUT 5`).
 pub const DIG_DEFAULT_TIMEOUT: SimDuration = SimDuration::from_secs(5);
 
 fn gap(ctx: &Ctx, p: &S<PauseDoc>, closed: bool) -> Result<SocketGap, ScenarioError> {
