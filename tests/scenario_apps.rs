@@ -22,7 +22,8 @@ fn a_ping_target_that_is_not_an_address_is_a_located_error() {
     let text = with_client("    ping: {target: 10.244.1.5, interval: 1s}\n    udp: {target: default/dns:dns, interval: 10s}");
     let e = load_str("t.yaml", &text).unwrap_err();
     assert!(
-        e.message.contains("exactly one of `udp`, `tcp` or `ping`"),
+        e.message
+            .contains("exactly one of `udp`, `tcp`, `dig` or `ping`"),
         "{e}"
     );
     let text = with_client("    ping: {target: 10.244.1.5, interval: 0s}");

@@ -1051,7 +1051,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     let mut clients: Vec<ClientDef> = Vec::new();
     let mut pcap_clients: Vec<PcapClientDef> = Vec::new();
     let mut client_index = BTreeMap::new();
-    let mut fixed_ports: BTreeMap<(String, u16), String> = BTreeMap::new();
+    let mut fixed_ports = super::udp_apps::FixedPorts::default();
     for c in &doc.clients {
         let d = &c.value;
         names::check_display_name("client name", &d.name.value, names::DISPLAY_NAME_MAX, false)
@@ -1062,6 +1062,8 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                 || d.node.is_some()
                 || d.udp.is_some()
                 || d.tcp.is_some()
+                || d.dig.is_some()
+                || d.ping.is_some()
             {
                 return Err(ctx.err(
                     c,
@@ -1170,8 +1172,11 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             })
         };
         if let Some(p) = &d.ping {
-            if d.udp.is_some() || d.tcp.is_some() {
-                return Err(ctx.err(c, "a client needs exactly one of `udp`, `tcp` or `ping`"));
+            if d.udp.is_some() || d.tcp.is_some() || d.dig.is_some() {
+                return Err(ctx.err(
+                    c,
+                    "a client needs exactly one of `udp`, `tcp`, `dig` or `ping`",
+                ));
             }
             let p = &p.value;
             let ip: IpAddr = p.target.value.parse().map_err(|_| {
@@ -1195,8 +1200,16 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             });
             continue;
         }
-        let (target_s, schedule, kind) = match (&d.udp, &d.tcp) {
-            (Some(u), None) => {
+        let (target_s, schedule, kind) = match (&d.udp, &d.tcp, &d.dig) {
+            (None, None, Some(g)) => {
+                let g = &g.value;
+                (
+                    &g.target,
+                    sched(&g.sleep, None, g.start, g.stop, g.count)?,
+                    super::udp_apps::dig_kind(ctx, g)?,
+                )
+            }
+            (Some(u), None, None) => {
                 let u = &u.value;
                 let sp = match u.source_port.as_ref().map(|s| s.value) {
                     None | Some(SourcePortDoc::PerQuery) => SourcePort::PerQuery,
@@ -1218,10 +1231,11 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                         retries: u.retries.unwrap_or(0),
                         connected: u.connected.unwrap_or(true),
                         one_way,
+                        socket: super::udp_apps::udp_socket_use(ctx, u, sp)?,
                     },
                 )
             }
-            (None, Some(t)) => {
+            (None, Some(t), None) => {
                 let t = &t.value;
                 (
                     &t.target,
@@ -1237,28 +1251,15 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                     },
                 )
             }
-            _ => return Err(ctx.err(c, "a client needs exactly one of `udp`, `tcp` or `ping`")),
+            _ => {
+                return Err(ctx.err(
+                    c,
+                    "a client needs exactly one of `udp`, `tcp`, `dig` or `ping`",
+                ))
+            }
         };
         let target = resolve_target(ctx, &target_services, &target_index, target_s)?;
-        // A second socket bound to the same address, protocol and port: bind() fails with
-        // EADDRINUSE (inet_csk_get_port / udp_lib_get_port without SO_REUSEPORT).
-        if let ClientKind::Udp {
-            source_port: SourcePort::Fixed(port),
-            ..
-        } = kind
-        {
-            if let Some(other) =
-                fixed_ports.insert((format!("{placement:?}"), port), d.name.value.clone())
-            {
-                return Err(ctx.err(
-                    &d.name,
-                    format!(
-                        "client {} binds UDP source port {port} where client {other} already has it: the kernel refuses the second bind (EADDRINUSE); give one of them another sourcePort",
-                        d.name.value
-                    ),
-                ));
-            }
-        }
+        fixed_ports.claim(ctx, &d.name, format!("{placement:?}"), &schedule, &kind)?;
         clients.push(ClientDef {
             name: d.name.value.clone(),
             placement,

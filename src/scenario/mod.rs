@@ -8,6 +8,7 @@
 //! - [`warnings`]: what loads but is probably a mistake (a Service selecting no pod).
 //! - [`names`]: Kubernetes' rules for the names of pods, nodes, namespaces and Services.
 //! - [`tcp_apps`]: the TCP application fields (`halfClose`, `connection:`), checked.
+//! - [`udp_apps`]: how a UDP client holds its socket (`dig:`, `pause`, `reopen`), checked.
 //! - [`ipam`]: the pod and cluster IPs a scenario leaves out, allocated as host-local IPAM
 //!   and kube-apiserver do.
 //! - `endpoint_of`: events that name a pod by the endpoint a client's entry points to.
@@ -26,6 +27,7 @@ pub mod names;
 mod pcap_client;
 pub mod schema;
 pub mod tcp_apps;
+pub mod udp_apps;
 pub mod warnings;
 pub mod yaml;
 

@@ -318,6 +318,8 @@ pub enum ClientKind {
         /// A one-way sender: never reads answers; a send counts as answered when it reaches
         /// a listening process (`oneWay`).
         one_way: bool,
+        /// How it holds its socket over time: a `dig` loop, a pause, a close and reopen.
+        socket: UdpSocketUse,
     },
     /// TCP exchanges.
     Tcp {
@@ -899,6 +901,31 @@ pub enum SourcePort {
     FixedEphemeral,
     /// A new ephemeral port for every query (`dig`, glibc's resolver).
     PerQuery,
+}
+
+/// How a UDP client holds its socket over time (`clients[].dig`, `udp.pause`, `udp.reopen`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdpSocketUse {
+    /// A shell loop around `dig` (`clients[].dig`): one query at a time, the next one
+    /// `interval` after the previous one ended (answered, or given up after its tries); the
+    /// socket, and with it the source port, is held only while a query runs.
+    pub sequential: bool,
+    /// A pause in sending, or a close of the socket and a reopen.
+    pub gap: Option<SocketGap>,
+}
+
+/// A gap in a UDP client's sending: no query from `start + after` for `duration`; the rest of
+/// the schedule moves by `duration`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketGap {
+    /// From the client's start to the gap.
+    pub after: SimDuration,
+    /// How long it lasts.
+    pub duration: SimDuration,
+    /// `reopen`: the socket closes once the queries in flight have ended, releasing its port,
+    /// and a new socket binds at the gap's end (a `fixed` client draws a new ephemeral port).
+    /// `pause` (false): the socket stays open and keeps its port.
+    pub closed: bool,
 }
 
 /// The schedule and behaviour of a client.

@@ -451,6 +451,42 @@ pub struct ClientDoc {
     /// A ping client.
     #[serde(default)]
     pub ping: Option<S<PingClientDoc>>,
+    /// A shell loop around `dig`: one query at a time, a sleep between (see
+    /// `super::udp_apps`).
+    #[serde(default)]
+    pub dig: Option<S<DigClientDoc>>,
+}
+
+/// `dig:` of a client: `while :; do dig @TARGET -b ADDR#PORT +tries=N +timeout=T; sleep S;
+/// done`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DigClientDoc {
+    /// `IP:PORT`, or a Service port `NAMESPACE/NAME[:PORTNAME]`.
+    pub target: S<String>,
+    /// The `sleep` between the end of one `dig` and the start of the next.
+    pub sleep: S<Duration>,
+    /// `-b ADDR#PORT`: the port each run binds (default: a new ephemeral port per run).
+    #[serde(default)]
+    pub source_port: Option<S<SourcePortDoc>>,
+    /// `+tries=N`: tries per run, the first included (default 3, as dig's).
+    #[serde(default)]
+    pub tries: Option<S<u8>>,
+    /// `+timeout=T`: how long a try waits for its answer (default 5s, as dig's).
+    #[serde(default)]
+    pub timeout: Option<Duration>,
+    /// Whether the socket is connected (default true: dig's UDP socket is).
+    #[serde(default)]
+    pub connected: Option<bool>,
+    /// First run (default 0s).
+    #[serde(default)]
+    pub start: Option<Duration>,
+    /// No new run from this instant (default: the end of the run).
+    #[serde(default)]
+    pub stop: Option<Duration>,
+    /// At most this many runs.
+    #[serde(default)]
+    pub count: Option<u32>,
 }
 
 /// `pcap:` of a client: the IPv4 packets of a capture, sent from a pod or host at their
@@ -522,6 +558,13 @@ pub struct UdpClientDoc {
     /// as answered when it reaches a listening process.
     #[serde(default)]
     pub one_way: Option<S<bool>>,
+    /// No query for a while, the socket kept open with its port (`after`, `for`).
+    #[serde(default)]
+    pub pause: Option<S<PauseDoc>>,
+    /// The socket closed for a while, releasing its port, then a new one bound (`after`,
+    /// `for`).
+    #[serde(default)]
+    pub reopen: Option<S<PauseDoc>>,
     /// First query (default 0s).
     #[serde(default)]
     pub start: Option<Duration>,

@@ -431,6 +431,7 @@ mod tests {
                     retries: 1,
                     connected: true,
                     one_way: false,
+                    socket: Default::default(),
                 },
                 7,
                 "c",

@@ -7,6 +7,7 @@ use super::{
     SourcePort, Tag, Timers, UdpReply,
 };
 use crate::cluster::querylog::QueryLog;
+use crate::scenario::model::UdpSocketUse;
 use sim_core::packet::icmp;
 use sim_core::{Packet, SimDuration, SimRng, SimTime, L4};
 use std::collections::{BTreeMap, BTreeSet};
@@ -127,6 +128,9 @@ pub struct UdpClientConfig {
     /// counts it failed when an ICMP error about it reaches a connected socket or when it was
     /// not delivered within `timeout`.
     pub one_way: bool,
+    /// How it holds its socket over time: a `dig` loop (one query at a time, the port held
+    /// only while it runs), a pause, a close and reopen ([`UdpSocketUse`]).
+    pub socket: UdpSocketUse,
 }
 
 /// A UDP query client (a DNS stub resolver or sidecar): one query per interval, each with a
@@ -137,6 +141,12 @@ pub struct UdpClientConfig {
 /// retry follows at once if any is left; an unconnected one ignores it
 /// ([`UdpClientConfig::connected`]). A per-query port is drawn uniformly from
 /// 32768–60999 (Linux `ip_local_port_range`), skipping ports this host has in use.
+///
+/// A fixed or `fixed` port belongs to a socket that is open from the first query until the
+/// schedule ends and the last query in flight has ended; a `reopen` gap closes it in between
+/// ([`SocketGap`](crate::scenario::model::SocketGap)). Only while it is open does the host
+/// count the port in use, so two clients can bind one fixed port in turn. A sequential client
+/// (a `dig` loop, [`UdpSocketUse::sequential`]) binds its port for each query alone.
 #[derive(Debug, Clone)]
 pub struct UdpClient {
     cfg: UdpClientConfig,
@@ -151,6 +161,11 @@ pub struct UdpClient {
     deadlines: BTreeSet<(SimTime, u32)>,
     by_port: BTreeSet<(u16, u32)>,
     records: QueryLog,
+    /// Whether the long-lived socket of a fixed or `fixed` port is open (see
+    /// [`UdpClient::long_lived`]).
+    open: bool,
+    /// When a `reopen` gap closes the socket, until it has.
+    close_at: Option<SimTime>,
 }
 
 impl UdpClient {
@@ -160,9 +175,15 @@ impl UdpClient {
             jitter_rng: SimRng::child(seed, label, "jitter"),
             port_rng: SimRng::child(seed, label, "ports"),
             fixed_port: match cfg.source_port {
-                SourcePort::Fixed(p) => Some(p),
+                SourcePort::Fixed(p) if !cfg.socket.sequential => Some(p),
                 _ => None,
             },
+            open: false,
+            close_at: cfg
+                .socket
+                .gap
+                .filter(|g| g.closed)
+                .map(|g| cfg.schedule.start + g.after),
             next_k: 0,
             next_send: None,
             inflight: BTreeMap::new(),
@@ -198,13 +219,51 @@ impl UdpClient {
     /// flight).
     pub fn bound_ports(&self) -> BTreeSet<u16> {
         let mut s: BTreeSet<u16> = self.by_port.iter().map(|(p, _)| *p).collect();
-        s.extend(self.fixed_port);
+        s.extend(self.fixed_port.filter(|_| self.open));
         s
     }
 
     /// Whether it has `port` bound right now (O(log n)).
     pub fn binds(&self, port: u16) -> bool {
-        self.fixed_port == Some(port) || self.oldest_on(port).is_some()
+        (self.open && self.fixed_port == Some(port)) || self.oldest_on(port).is_some()
+    }
+
+    /// Whether its queries share one socket that stays open between them (a fixed port or
+    /// `fixed`, not a `dig` loop).
+    fn long_lived(&self) -> bool {
+        !self.cfg.socket.sequential && self.cfg.source_port != SourcePort::PerQuery
+    }
+
+    /// Opens the long-lived socket for a send at `now`: binds the fixed port, or draws a
+    /// `fixed` client's ephemeral port. `None` when the port cannot be bound (EADDRINUSE).
+    fn open_socket<P: PortsInUse + ?Sized>(&mut self, in_use: &P, out: &mut Outbox) -> Option<u16> {
+        if self.open {
+            return self.fixed_port;
+        }
+        let port = match self.cfg.source_port {
+            SourcePort::Fixed(p) => Some(p).filter(|p| !in_use.in_use(*p)),
+            _ => draw_ephemeral_port(&mut self.port_rng, in_use),
+        }?;
+        self.fixed_port = Some(port);
+        self.open = true;
+        out.ports.push((port, true));
+        Some(port)
+    }
+
+    /// Closes the long-lived socket once nothing is in flight and either the schedule is
+    /// over or a `reopen` gap has begun (`udp_lib_unhash` releases the port at `close()`).
+    fn settle(&mut self, now: SimTime, out: &mut Outbox) {
+        if !self.open || !self.inflight.is_empty() {
+            return;
+        }
+        let gap = self.close_at.is_some_and(|t| t <= now);
+        if gap || self.next_send.is_none() {
+            self.open = false;
+            if gap {
+                self.close_at = None;
+            }
+            out.ports.extend(self.fixed_port.map(|p| (p, false)));
+        }
     }
 
     /// Whether a datagram for one of its ports is the socket's to take: a connected socket
@@ -229,7 +288,7 @@ impl UdpClient {
     }
 
     fn track(&mut self, seq: u32, inf: Inflight, out: &mut Outbox) {
-        if self.fixed_port.is_none() && self.oldest_on(inf.port).is_none() {
+        if !self.long_lived() && self.oldest_on(inf.port).is_none() {
             out.ports.push((inf.port, true));
         }
         self.deadlines.insert((inf.deadline, seq));
@@ -237,31 +296,67 @@ impl UdpClient {
         self.inflight.insert(seq, inf);
     }
 
-    fn untrack(&mut self, seq: u32, out: &mut Outbox) {
+    fn untrack(&mut self, now: SimTime, seq: u32, out: &mut Outbox) {
         let Some(inf) = self.inflight.remove(&seq) else {
             return;
         };
         self.deadlines.remove(&(inf.deadline, seq));
         self.by_port.remove(&(inf.port, seq));
-        if self.fixed_port.is_none() && self.oldest_on(inf.port).is_none() {
+        if !self.long_lived() && self.oldest_on(inf.port).is_none() {
             out.ports.push((inf.port, false));
+        }
+        if self.cfg.socket.sequential {
+            // The loop's `sleep`, then the next `dig`.
+            self.next_send = self.sequential_send(now + self.cfg.schedule.interval);
         }
     }
 
+    /// A `dig` loop's next run at `at`, unless its count is made or `at` reaches its stop.
+    fn sequential_send(&self, at: SimTime) -> Option<SimTime> {
+        let s = &self.cfg.schedule;
+        (s.count.is_none_or(|c| self.next_k < c) && at < s.stop).then_some(at)
+    }
+
+    /// When query `k` is due: the schedule's time, moved by the gap for queries whose
+    /// nominal time falls at or after the gap's start. A `dig` loop's first run is at its
+    /// start; each next one follows the end of the one before ([`UdpClient::untrack`]).
     fn schedule_next(&mut self) {
-        self.next_send = self
-            .cfg
-            .schedule
-            .send_time(self.next_k, &mut self.jitter_rng);
+        let s = &self.cfg.schedule;
+        let k = self.next_k;
+        if self.cfg.socket.sequential {
+            self.next_send = match k {
+                0 => self.sequential_send(s.start),
+                _ => None,
+            };
+            return;
+        }
+        self.next_send = match self.cfg.socket.gap {
+            Some(g) if s.start + s.interval.saturating_mul(k as u64) >= s.start + g.after => {
+                let moved = ClientSchedule {
+                    start: s.start + g.duration,
+                    ..s.clone()
+                };
+                moved.send_time(k, &mut self.jitter_rng)
+            }
+            _ => s.send_time(k, &mut self.jitter_rng),
+        };
     }
 
     /// The next instant it needs [`UdpClient::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<SimTime> {
-        // The earlier of the next send and the nearest deadline, where either exists.
-        [self.next_send, self.deadlines.first().map(|(t, _)| *t)]
-            .into_iter()
-            .flatten()
-            .min()
+        // The earliest of the next send, the nearest deadline and the close of a `reopen`
+        // gap with nothing in flight, where any exists.
+        let close = self
+            .close_at
+            .filter(|_| self.open && self.inflight.is_empty());
+        [
+            self.next_send,
+            self.deadlines.first().map(|(t, _)| *t),
+            close,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn send(&mut self, now: SimTime, seq: u32, port: u16, attempt: u8, out: &mut Outbox) {
@@ -303,19 +398,24 @@ impl UdpClient {
         for seq in due {
             self.try_failed(now, seq, None, out);
         }
+        // A `reopen` gap's close, before a send at the same instant.
+        self.settle(now, out);
         while let Some(t) = self.next_send.filter(|t| *t <= now) {
             let _ = t;
+            if self.close_at.is_some_and(|c| c <= now) {
+                // A `reopen` gap whose queries in flight outlasted it: the socket never
+                // closed, and keeps its port.
+                self.close_at = None;
+            }
             let seq = self.next_k;
             self.next_k += 1;
             let port = match self.cfg.source_port {
-                SourcePort::Fixed(p) => Some(p),
-                SourcePort::FixedEphemeral => {
-                    if self.fixed_port.is_none() {
-                        self.fixed_port = draw_ephemeral_port(&mut self.port_rng, in_use);
-                        out.ports.extend(self.fixed_port.map(|p| (p, true)));
-                    }
-                    self.fixed_port
+                SourcePort::Fixed(p) if self.cfg.socket.sequential => {
+                    // `dig -b ADDR#PORT` binds its port for this run; another socket on it
+                    // makes the bind fail (EADDRINUSE).
+                    Some(p).filter(|p| !in_use.in_use(*p))
                 }
+                SourcePort::Fixed(_) | SourcePort::FixedEphemeral => self.open_socket(in_use, out),
                 SourcePort::PerQuery => {
                     let by_port = &self.by_port;
                     let busy = |p: u16| {
@@ -334,6 +434,9 @@ impl UdpClient {
                     attempts: 0,
                     outcome: QueryOutcome::NoPort(now),
                 });
+                if self.cfg.socket.sequential {
+                    self.next_send = self.sequential_send(now + self.cfg.schedule.interval);
+                }
                 continue;
             };
             self.records.push(QueryRecord {
@@ -354,6 +457,7 @@ impl UdpClient {
             );
             self.send(now, seq, port, 0, out);
         }
+        self.settle(now, out);
     }
 
     fn record_mut(&mut self, seq: u32) -> Option<&mut QueryRecord> {
@@ -378,7 +482,7 @@ impl UdpClient {
             return;
         }
         let attempts = inf.attempt + 1;
-        self.untrack(seq, out);
+        self.untrack(now, seq, out);
         let outcome = match icmp_code {
             Some(code) => {
                 out.events
@@ -413,10 +517,11 @@ impl UdpClient {
         if !self.cfg.one_way || !self.inflight.contains_key(&seq) {
             return;
         }
-        self.untrack(seq, out);
+        self.untrack(now, seq, out);
         if let Some(r) = self.record_mut(seq) {
             r.outcome = QueryOutcome::Answered(now);
         }
+        self.settle(now, out);
     }
 
     /// A packet for one of its ports arrived: an answer (matched by tag) or an ICMP error
@@ -437,7 +542,8 @@ impl UdpClient {
                 if pkt.dport() != Some(inf.port) {
                     return;
                 }
-                self.untrack(tag.seq, out);
+                self.untrack(now, tag.seq, out);
+                self.settle(now, out);
                 let from = SocketAddr::new(pkt.src, sport);
                 if let Some(r) = self.record_mut(tag.seq) {
                     r.outcome = QueryOutcome::Answered(now);
@@ -478,6 +584,7 @@ impl UdpClient {
                 }
                 if let Some(seq) = seq {
                     self.try_failed(now, seq, Some(code), out);
+                    self.settle(now, out);
                 }
             }
             _ => {}
@@ -503,6 +610,7 @@ mod tests {
                 retries,
                 connected: true,
                 one_way: false,
+                socket: Default::default(),
             },
             7,
             "client/sidecar",
@@ -633,6 +741,44 @@ mod tests {
     }
 
     #[test]
+    fn a_dig_loop_binds_its_port_per_run_and_sleeps_after_the_answer() {
+        let mut c = udp_client(SourcePort::Fixed(40000), 2);
+        c.cfg.socket.sequential = true;
+        c.cfg.schedule.interval = SimDuration::from_secs(10);
+        c.schedule_next();
+        assert!(c.bound_ports().is_empty(), "no socket before the first run");
+        let mut out = Outbox::new();
+        c.handle_timeout(t(0), &BTreeSet::new(), &mut out);
+        assert_eq!(out.ports, vec![(40000, true)]);
+        // While the run waits, nothing else goes out, however long it waits.
+        assert_eq!(
+            c.poll_timeout(),
+            Some(t(5)),
+            "the try's timeout, not a next send"
+        );
+        let mut ans = Packet::udp(sa("10.96.0.10:53"), sa("10.244.2.9:40000"));
+        ans.tag = out.packets[0].tag;
+        let mut out = Outbox::new();
+        c.handle_packet(SimTime::from_millis(3), &ans, &mut out);
+        assert_eq!(
+            out.ports,
+            vec![(40000, false)],
+            "dig exits: its socket closes"
+        );
+        assert!(!c.binds(40000));
+        assert_eq!(c.poll_timeout(), Some(SimTime::from_millis(10_003)));
+        // The port taken by another socket meanwhile: that run cannot bind (EADDRINUSE).
+        let mut out = Outbox::new();
+        let busy: BTreeSet<u16> = [40000].into();
+        c.handle_timeout(SimTime::from_millis(10_003), &busy, &mut out);
+        assert_eq!(
+            c.records()[1].outcome,
+            QueryOutcome::NoPort(SimTime::from_millis(10_003))
+        );
+        assert_eq!(c.poll_timeout(), Some(SimTime::from_millis(20_003)));
+    }
+
+    #[test]
     fn jitter_is_seeded_bounded_and_does_not_accumulate() {
         let mk = |seed| {
             let mut c = UdpClient::new(
@@ -649,6 +795,7 @@ mod tests {
                     retries: 0,
                     connected: true,
                     one_way: false,
+                    socket: Default::default(),
                 },
                 seed,
                 "c",

@@ -23,6 +23,7 @@ impl Simulation {
                 retries,
                 connected,
                 one_way,
+                socket,
             } => ClientApp::Udp(Box::new(UdpClient::new(
                 UdpClientConfig {
                     index: index as u32,
@@ -34,6 +35,7 @@ impl Simulation {
                     retries,
                     connected,
                     one_way,
+                    socket,
                 },
                 self.sc.seed,
                 &label,
