@@ -218,6 +218,140 @@ impl Simulation {
         Some(until)
     }
 
+    /// A pod timer fires: it applies only to the pod generation it was set for.
+    pub(super) fn pod_timer_fired(&mut self, pod: usize, generation: u64, what: PodTimer) {
+        if self
+            .pods
+            .get(pod)
+            .is_none_or(|p| p.state.generation != generation)
+        {
+            return;
+        }
+        match what {
+            PodTimer::SetReady(r) => {
+                // A timer applies only if what it was set for still holds: the
+                // kubelet marks a pod Ready when its process runs and its probe
+                // passes, not Ready otherwise. Several may be pending at once (a
+                // probe failing and an OOM kill): each stands on its own.
+                let p = &self.pods[pod];
+                let ok = p.state.process_alive && p.state.probe_ok;
+                if r == ok {
+                    self.set_ready(pod, r);
+                }
+            }
+            PodTimer::Restart => {
+                let p = &mut self.pods[pod];
+                if p.state.phase == Phase::Gone {
+                    return;
+                }
+                p.state.process_alive = true;
+                p.state.generation += 1;
+                let label = format!("pod/{}/restart{}", p.key, p.state.generation);
+                p.stack = Stack::build(&p.state.def.apps, self.sc.seed, &label);
+                let probe_ok = p.state.probe_ok;
+                let delay = if probe_ok {
+                    p.state.def.probe.success_delay()
+                } else {
+                    p.state.def.probe.failure_delay()
+                };
+                let key = p.key.clone();
+                self.log(What::Pod {
+                    pod: key,
+                    change: if probe_ok {
+                        format!("container restarted in place (same IP); Ready after the probe passes in {delay}")
+                    } else {
+                        "container restarted in place (same IP); its readiness probe still fails".into()
+                    },
+                });
+                self.pod_timer(pod, delay, PodTimer::SetReady(probe_ok));
+            }
+            PodTimer::Gone => {
+                self.pod_gone(pod);
+            }
+        }
+    }
+
+    /// The EndpointSlice controller's sync: derives the slices from the pods, logs the
+    /// changed ones and hands kube-proxy's informers the batch after the watch delay.
+    pub(super) fn slice_sync(&mut self) {
+        self.slice_sync_pending = false;
+        let new = derive_slices(&self.sc.services, self.pods.iter().map(|p| &p.state));
+        if new != self.slices {
+            for s in &new {
+                if self.slices.iter().any(|o| o == s) {
+                    continue;
+                }
+                let eps: Vec<String> = s
+                    .endpoints
+                    .iter()
+                    .map(|e| {
+                        let c = e.conditions;
+                        format!(
+                            "{}{}{}{}",
+                            e.addresses
+                                .first()
+                                .map(|a| a.to_string())
+                                .unwrap_or_default(),
+                            if c.is_ready() { "" } else { " (not ready" },
+                            if c.is_ready() {
+                                ""
+                            } else if c.is_serving() {
+                                ", serving"
+                            } else {
+                                ", not serving"
+                            },
+                            if c.is_terminating() {
+                                ", terminating)"
+                            } else if c.is_ready() {
+                                ""
+                            } else {
+                                ")"
+                            },
+                        )
+                    })
+                    .collect();
+                let svc = format!(
+                    "{}/{}",
+                    s.metadata.namespace,
+                    s.service_name().unwrap_or_default()
+                );
+                self.log(What::Endpoints {
+                    service: svc,
+                    endpoints: if eps.is_empty() {
+                        "(none)".into()
+                    } else {
+                        eps.join(", ")
+                    },
+                });
+            }
+            // What kube-proxy's informer will deliver: changed and removed slices.
+            let key = |s: &EndpointSlice| (s.metadata.namespace.clone(), s.metadata.name.clone());
+            let old: BTreeMap<(String, String), &EndpointSlice> =
+                self.slices.iter().map(|s| (key(s), s)).collect();
+            let new_keys: BTreeSet<(String, String)> = new.iter().map(key).collect();
+            let batch = WatchBatch {
+                services: Vec::new(),
+                service_deletes: Vec::new(),
+                upserts: new
+                    .iter()
+                    .filter(|s| old.get(&key(s)) != Some(s))
+                    .cloned()
+                    .collect(),
+                deletes: old
+                    .keys()
+                    .filter(|k| !new_keys.contains(*k))
+                    .cloned()
+                    .collect(),
+            };
+            self.slices = new;
+            self.watches.push(Some(batch));
+            self.queue.push(
+                self.now + self.sc.control_plane.watch_delay,
+                Ev::Watch(self.watches.len() - 1),
+            );
+        }
+    }
+
     pub(super) fn action(&mut self, i: usize) -> Result<(), SimError> {
         let action = self.sc.events[i].action.clone();
         match action {
