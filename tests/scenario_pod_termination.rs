@@ -74,8 +74,8 @@ fn deleting_coredns_on_v1_37_replaces_the_entry_after_the_lameduck_and_no_query_
 }
 
 #[test]
-fn deleting_coredns_on_v1_31_leaves_the_entry_to_the_gone_pod_and_dig_times_out() {
-    let r = run("kind-delete-coredns-v1.31.yaml");
+fn deleting_coredns_on_v1_31_0_leaves_the_entry_to_the_gone_pod_and_dig_times_out() {
+    let r = run("kind-delete-coredns-v1.31.0.yaml");
     let got = termination_timeline(&r);
     let want = [
         "00:00:59.000  pod kube-system/coredns-b: deleted; terminating with grace period 30s",
