@@ -212,6 +212,7 @@ mod tests {
                 ready: true,
                 probe: Probe::DEFAULT,
                 grace_period: SimDuration::from_secs(30),
+                termination: crate::scenario::model::Termination::IGNORE,
                 apps: Vec::new(),
             },
             "node-1",

@@ -503,6 +503,10 @@ fn pod_def(ctx: &Ctx, pc: &PodCheck, p: &Spanned<PodDoc>) -> Result<PodDef, Scen
         d.ip.as_ref()
             .ok_or_else(|| ctx.err(&d.name, "the pod has no `ip`"))?;
     check_pod_ip(ctx, ip, &pc.nodes[node])?;
+    let preset = match &d.preset {
+        Some(name) => Some(super::presets::pod_preset(&name.value).map_err(|m| ctx.err(name, m))?),
+        None => None,
+    };
     let probe = d.readiness_probe.clone().unwrap_or(ProbeDoc {
         period_seconds: None,
         failure_threshold: None,
@@ -538,22 +542,80 @@ fn pod_def(ctx: &Ctx, pc: &PodCheck, p: &Spanned<PodDoc>) -> Result<PodDef, Scen
             ),
         ));
     }
+    let base = preset.map_or(Probe::DEFAULT, |p| p.probe);
     let probe = Probe {
-        period_seconds: probe.period_seconds.unwrap_or(10),
-        failure_threshold: probe.failure_threshold.unwrap_or(3),
-        success_threshold: probe.success_threshold.unwrap_or(1),
+        period_seconds: probe.period_seconds.unwrap_or(base.period_seconds),
+        failure_threshold: probe.failure_threshold.unwrap_or(base.failure_threshold),
+        success_threshold: probe.success_threshold.unwrap_or(base.success_threshold),
+    };
+    let mut labels = d.labels.clone();
+    let mut ports = d.ports.clone();
+    let mut apps = app_defs(ctx, &d.apps)?;
+    if let Some(p) = preset {
+        for (k, v) in p.labels {
+            labels.entry(k.to_string()).or_insert_with(|| v.to_string());
+        }
+        for (k, v) in p.ports {
+            ports.entry(k.to_string()).or_insert(*v);
+        }
+        if apps.is_empty() {
+            apps.push(AppDef::UdpServer {
+                port: p.udp_server_port,
+                service_time: SimDuration::from_millis(1),
+                reply: UdpReply::SamePort,
+            });
+        }
+    }
+    let termination = match &d.termination {
+        Some(t) => termination(ctx, t)?,
+        None => preset.map_or(Termination::IGNORE, |p| p.termination),
     };
     Ok(PodDef {
         name: d.name.value.clone(),
         namespace: d.namespace.clone().unwrap_or_else(|| "default".into()),
-        labels: d.labels.clone(),
+        labels,
         node,
         ip: ip.value,
-        ports: d.ports.clone(),
+        ports,
         ready: d.ready.unwrap_or(true),
         probe,
-        grace_period: opt_dur(d.termination_grace_period, SimDuration::from_secs(30)),
-        apps: app_defs(ctx, &d.apps)?,
+        grace_period: opt_dur(
+            d.termination_grace_period,
+            preset.map_or(SimDuration::from_secs(30), |p| p.grace_period),
+        ),
+        termination,
+        apps,
+    })
+}
+
+/// `termination:`: the hook, the process's answer to SIGTERM, and its readiness after it.
+fn termination(ctx: &Ctx, t: &Spanned<TerminationDoc>) -> Result<Termination, ScenarioError> {
+    let d = &t.value;
+    let on_sigterm = match (d.on_sigterm.as_ref().map(|s| s.value.as_str()), d.lameduck) {
+        (Some("lameduck") | None, Some(l)) => OnSigterm::Lameduck(l.get()),
+        (Some("lameduck"), None) => {
+            return Err(ctx.err(
+                t,
+                "onSigterm: lameduck needs `lameduck: DURATION` (how long it keeps serving)",
+            ))
+        }
+        (Some(w @ ("exit" | "ignore")), Some(_)) => {
+            return Err(ctx.err(t, format!("`lameduck` is for onSigterm: lameduck, not {w}")))
+        }
+        (Some("exit"), None) => OnSigterm::Exit,
+        (Some("ignore") | None, None) => OnSigterm::Ignore,
+        (Some(other), _) => {
+            let at = d.on_sigterm.as_ref().map_or(t.referenced, |s| s.referenced);
+            return Err(ctx.at(
+                at,
+                format!("onSigterm {other:?}: expected one of exit, lameduck, ignore"),
+            ));
+        }
+    };
+    Ok(Termination {
+        pre_stop_sleep: d.pre_stop_sleep.map(Duration::get),
+        on_sigterm,
+        unready_on_sigterm: d.unready_on_sigterm.unwrap_or(false),
     })
 }
 

@@ -25,6 +25,7 @@ pub mod load;
 pub mod model;
 pub mod names;
 mod pcap_client;
+pub mod presets;
 pub mod schema;
 pub mod tcp_apps;
 pub mod udp_apps;

@@ -157,8 +157,47 @@ pub struct PodDef {
     pub probe: Probe,
     /// Default grace period.
     pub grace_period: SimDuration,
+    /// What its container does when the pod is deleted (`termination:`, or a preset's).
+    pub termination: Termination,
     /// Servers.
     pub apps: Vec<AppDef>,
+}
+
+/// How a pod's container ends when the pod is deleted: the kubelet runs the `preStop` hook,
+/// then sends SIGTERM; the process acts on it (`on_sigterm`); whatever still runs at the end
+/// of `terminationGracePeriodSeconds` (counted from the deletion, hook included) is
+/// SIGKILLed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Termination {
+    /// An exec `preStop` hook that sleeps this long (`command: [sleep, N]`); SIGTERM reaches
+    /// the process only after it.
+    pub pre_stop_sleep: Option<SimDuration>,
+    /// What the process does on SIGTERM.
+    pub on_sigterm: OnSigterm,
+    /// Whether its readiness probe fails from SIGTERM on (CoreDNS's `ready` plugin answers
+    /// 503 during `lameduck`).
+    pub unready_on_sigterm: bool,
+}
+
+impl Termination {
+    /// A PID 1 with no SIGTERM handler: the kernel does not deliver a signal whose action is
+    /// the default to a PID namespace's init, so it runs until SIGKILL.
+    pub const IGNORE: Termination = Termination {
+        pre_stop_sleep: None,
+        on_sigterm: OnSigterm::Ignore,
+        unready_on_sigterm: false,
+    };
+}
+
+/// A process's answer to SIGTERM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnSigterm {
+    /// Exits at once.
+    Exit,
+    /// Keeps serving this long, then exits (CoreDNS's `health { lameduck 5s }`).
+    Lameduck(SimDuration),
+    /// Ignores it; SIGKILL at the end of the grace period.
+    Ignore,
 }
 
 impl PodDef {

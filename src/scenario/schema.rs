@@ -250,9 +250,34 @@ pub struct PodDoc {
     /// `terminationGracePeriodSeconds` as a duration (default 30s).
     #[serde(default)]
     pub termination_grace_period: Option<Duration>,
+    /// A named set of shipped settings (`coredns`) for the keys this pod leaves out
+    /// (`scenario::presets`).
+    #[serde(default)]
+    pub preset: Option<S<String>>,
+    /// What the container does when the pod is deleted.
+    #[serde(default)]
+    pub termination: Option<S<TerminationDoc>>,
     /// Servers in the pod.
     #[serde(default)]
     pub apps: Vec<S<AppDoc>>,
+}
+
+/// `termination:` of a pod.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TerminationDoc {
+    /// An exec `preStop` hook that sleeps this long before SIGTERM.
+    #[serde(default)]
+    pub pre_stop_sleep: Option<Duration>,
+    /// `exit`, `ignore` or `lameduck` (then `lameduck` is required).
+    #[serde(default)]
+    pub on_sigterm: Option<S<String>>,
+    /// How long the process keeps serving after SIGTERM (`onSigterm: lameduck`).
+    #[serde(default)]
+    pub lameduck: Option<Duration>,
+    /// Whether the readiness probe fails from SIGTERM on.
+    #[serde(default)]
+    pub unready_on_sigterm: Option<bool>,
 }
 
 /// One entry of `apps:`: exactly one of the keys.

@@ -5,11 +5,25 @@
 //! here; the other events go to `changes.rs`.
 
 use super::*;
+use crate::scenario::model::{OnSigterm, Termination};
+
+/// The kubelet's `minimumGracePeriodInSeconds` (pkg/kubelet/kuberuntime): a container whose
+/// preStop hook used up its grace period still gets this long after SIGTERM.
+pub const MINIMUM_GRACE_PERIOD: SimDuration = SimDuration::from_secs(2);
+
+/// From a terminating pod's container exiting to the pod being gone (sandbox stopped, its
+/// IP no longer routed, the object deleted by the kubelet's status manager): nfsim's
+/// figure for what takes a second or so on a kind node.
+pub const POD_REMOVAL_AFTER_EXIT: SimDuration = SimDuration::from_secs(1);
 
 #[derive(Debug, Clone, Copy)]
 pub(super) enum PodTimer {
     SetReady(bool),
     Restart,
+    /// The `preStop` hook has ended (or there was none): the kubelet sends SIGTERM.
+    Sigterm,
+    /// The process exits on its own after SIGTERM (at once, or at the end of its lameduck).
+    Exit,
     Gone,
 }
 
@@ -205,8 +219,7 @@ impl Simulation {
             return None;
         }
         let grace = grace_period.unwrap_or(p.state.def.grace_period);
-        let until = self.now + grace;
-        p.state.phase = Phase::Terminating(until);
+        p.state.phase = Phase::Terminating(self.now + grace);
         p.state.generation += 1;
         let pod = p.key.clone();
         self.log(What::Pod {
@@ -214,8 +227,222 @@ impl Simulation {
             change: format!("deleted; terminating with grace period {grace}"),
         });
         self.pod_changed();
-        self.pod_timer(id, grace, PodTimer::Gone);
+        let t = self.pods[id].state.def.termination;
+        // kubelet `killContainer` (pkg/kubelet/kuberuntime/kuberuntime_container.go): the
+        // preStop hook runs first, cut at the grace period; the container then gets what is
+        // left of it, but never less than `minimumGracePeriodInSeconds` (2 s).
+        let hook = t.pre_stop_sleep.map(|h| h.min(grace));
+        let kill_after = match hook {
+            Some(h) => {
+                let left = SimDuration::from_nanos(grace.as_nanos().saturating_sub(h.as_nanos()));
+                h + left.max(MINIMUM_GRACE_PERIOD)
+            }
+            None => grace,
+        };
+        if let Some(h) = hook {
+            let pod = self.pods[id].key.clone();
+            self.log(What::Pod {
+                pod,
+                change: format!("preStop hook: sleep {h}; SIGTERM after it"),
+            });
+        }
+        self.pod_timer(id, hook.unwrap_or(SimDuration::ZERO), PodTimer::Sigterm);
+        self.pod_timer(id, kill_after, PodTimer::Gone);
+        let until = self.now + kill_after;
+        self.pods[id].state.phase = Phase::Terminating(until);
         Some(until)
+    }
+
+    /// The kubelet sends SIGTERM: the process acts on it as its `termination` says.
+    fn sigterm(&mut self, id: usize) {
+        let p = &mut self.pods[id];
+        if !matches!(p.state.phase, Phase::Terminating(_)) || !p.state.process_alive {
+            return;
+        }
+        let t = p.state.def.termination;
+        let key = p.key.clone();
+        let what = match t.on_sigterm {
+            OnSigterm::Exit => "exits".to_string(),
+            OnSigterm::Lameduck(d) => format!("keeps serving for {d} (lameduck), then exits"),
+            OnSigterm::Ignore => "ignores it; SIGKILL at the end of the grace period".into(),
+        };
+        // A pod without `termination:` stays as quiet as before it had one.
+        if t != Termination::IGNORE {
+            self.log(What::Pod {
+                pod: key,
+                change: format!("SIGTERM: the process {what}"),
+            });
+        }
+        if t.unready_on_sigterm {
+            // The readiness probe fails from now on; the kubelet marks the pod not ready
+            // after failureThreshold failed probes, unless the process exits first.
+            let p = &mut self.pods[id];
+            p.state.probe_ok = false;
+            let delay = p.state.def.probe.failure_delay();
+            self.pod_timer(id, delay, PodTimer::SetReady(false));
+        }
+        match t.on_sigterm {
+            OnSigterm::Exit => self.container_exit(id),
+            OnSigterm::Lameduck(d) => self.pod_timer(id, d, PodTimer::Exit),
+            OnSigterm::Ignore => {}
+        }
+    }
+
+    /// The terminating pod's process exits by itself: the kubelet sees the container
+    /// terminated and reports the pod not ready at once (its status is regenerated when
+    /// `killContainer` returns, and a container not running is not ready: `prober_manager`'s
+    /// `UpdatePodStatus`), so its endpoint turns `ready: false, serving: false, terminating:
+    /// true` while the pod object still exists. The kubelet then stops the sandbox (the
+    /// pod's network goes) and the pod object is deleted, [`POD_REMOVAL_AFTER_EXIT`] later.
+    fn container_exit(&mut self, id: usize) {
+        if !self.pods[id].state.process_alive {
+            return;
+        }
+        self.kill_process(id);
+        self.pods[id].state.process_alive = false;
+        let key = self.pods[id].key.clone();
+        self.log(What::Pod {
+            pod: key,
+            change: "container exited".into(),
+        });
+        self.set_ready(id, false);
+        self.pod_timer(id, POD_REMOVAL_AFTER_EXIT, PodTimer::Gone);
+    }
+
+    /// A pod timer fires: it applies only to the pod generation it was set for.
+    pub(super) fn pod_timer_fired(&mut self, pod: usize, generation: u64, what: PodTimer) {
+        if self
+            .pods
+            .get(pod)
+            .is_none_or(|p| p.state.generation != generation)
+        {
+            return;
+        }
+        match what {
+            PodTimer::SetReady(r) => {
+                // A timer applies only if what it was set for still holds: the
+                // kubelet marks a pod Ready when its process runs and its probe
+                // passes, not Ready otherwise. Several may be pending at once (a
+                // probe failing and an OOM kill): each stands on its own.
+                let p = &self.pods[pod];
+                let ok = p.state.process_alive && p.state.probe_ok;
+                if r == ok {
+                    self.set_ready(pod, r);
+                }
+            }
+            PodTimer::Restart => {
+                let p = &mut self.pods[pod];
+                if p.state.phase == Phase::Gone {
+                    return;
+                }
+                p.state.process_alive = true;
+                p.state.generation += 1;
+                let label = format!("pod/{}/restart{}", p.key, p.state.generation);
+                p.stack = Stack::build(&p.state.def.apps, self.sc.seed, &label);
+                let probe_ok = p.state.probe_ok;
+                let delay = if probe_ok {
+                    p.state.def.probe.success_delay()
+                } else {
+                    p.state.def.probe.failure_delay()
+                };
+                let key = p.key.clone();
+                self.log(What::Pod {
+                    pod: key,
+                    change: if probe_ok {
+                        format!("container restarted in place (same IP); Ready after the probe passes in {delay}")
+                    } else {
+                        "container restarted in place (same IP); its readiness probe still fails".into()
+                    },
+                });
+                self.pod_timer(pod, delay, PodTimer::SetReady(probe_ok));
+            }
+            PodTimer::Sigterm => self.sigterm(pod),
+            PodTimer::Exit => self.container_exit(pod),
+            PodTimer::Gone => {
+                self.pod_gone(pod);
+            }
+        }
+    }
+
+    /// The EndpointSlice controller's sync: derives the slices from the pods, logs the
+    /// changed ones and hands kube-proxy's informers the batch after the watch delay.
+    pub(super) fn slice_sync(&mut self) {
+        self.slice_sync_pending = false;
+        let new = derive_slices(&self.sc.services, self.pods.iter().map(|p| &p.state));
+        if new != self.slices {
+            for s in &new {
+                if self.slices.iter().any(|o| o == s) {
+                    continue;
+                }
+                let eps: Vec<String> = s
+                    .endpoints
+                    .iter()
+                    .map(|e| {
+                        let c = e.conditions;
+                        format!(
+                            "{}{}{}{}",
+                            e.addresses
+                                .first()
+                                .map(|a| a.to_string())
+                                .unwrap_or_default(),
+                            if c.is_ready() { "" } else { " (not ready" },
+                            if c.is_ready() {
+                                ""
+                            } else if c.is_serving() {
+                                ", serving"
+                            } else {
+                                ", not serving"
+                            },
+                            if c.is_terminating() {
+                                ", terminating)"
+                            } else if c.is_ready() {
+                                ""
+                            } else {
+                                ")"
+                            },
+                        )
+                    })
+                    .collect();
+                let svc = format!(
+                    "{}/{}",
+                    s.metadata.namespace,
+                    s.service_name().unwrap_or_default()
+                );
+                self.log(What::Endpoints {
+                    service: svc,
+                    endpoints: if eps.is_empty() {
+                        "(none)".into()
+                    } else {
+                        eps.join(", ")
+                    },
+                });
+            }
+            // What kube-proxy's informer will deliver: changed and removed slices.
+            let key = |s: &EndpointSlice| (s.metadata.namespace.clone(), s.metadata.name.clone());
+            let old: BTreeMap<(String, String), &EndpointSlice> =
+                self.slices.iter().map(|s| (key(s), s)).collect();
+            let new_keys: BTreeSet<(String, String)> = new.iter().map(key).collect();
+            let batch = WatchBatch {
+                services: Vec::new(),
+                service_deletes: Vec::new(),
+                upserts: new
+                    .iter()
+                    .filter(|s| old.get(&key(s)) != Some(s))
+                    .cloned()
+                    .collect(),
+                deletes: old
+                    .keys()
+                    .filter(|k| !new_keys.contains(*k))
+                    .cloned()
+                    .collect(),
+            };
+            self.slices = new;
+            self.watches.push(Some(batch));
+            self.queue.push(
+                self.now + self.sc.control_plane.watch_delay,
+                Ev::Watch(self.watches.len() - 1),
+            );
+        }
     }
 
     pub(super) fn action(&mut self, i: usize) -> Result<(), SimError> {
