@@ -23,7 +23,9 @@ use crate::k8s::{
     EndpointHints, EndpointSlice, ForName, Service, TrafficDistribution,
     ANNOTATION_TOPOLOGY_AWARE_HINTS, ANNOTATION_TOPOLOGY_MODE, LABEL_TOPOLOGY_ZONE,
 };
-use crate::kubeproxy::TopologyRelease;
+use crate::kubeproxy::{ProxierConfig, TopologyRelease};
+use crate::scenario::model::{NodeDef, Release, Scenario};
+use crate::scenario::topology::topology_release;
 use std::collections::BTreeMap;
 
 /// `overloadThreshold`: the most any endpoint may be overloaded by the allocation (20 %).
@@ -107,6 +109,23 @@ pub fn auto_hints_enabled(svc: &Service) -> bool {
 }
 
 impl ControllerTopology {
+    /// The scenario's nodes, with the release its kube-proxy runs (the control plane is
+    /// taken to run the same one).
+    pub fn of_scenario(sc: &Scenario) -> ControllerTopology {
+        ControllerTopology {
+            nodes: sc
+                .nodes
+                .iter()
+                .map(|n| ZoneNode {
+                    name: n.name.clone(),
+                    labels: n.labels.clone(),
+                    allocatable_cpu_milli: n.allocatable_cpu_milli,
+                })
+                .collect(),
+            release: topology_release(sc.kube_proxy.release),
+        }
+    }
+
     /// The zone of the node named `node`.
     pub fn zone_of(&self, node: &str) -> Option<&str> {
         self.nodes
@@ -186,6 +205,17 @@ impl ControllerTopology {
         }
         None
     }
+}
+
+/// Gives one node's kube-proxy what the node informer gives it: the node's zone label, and
+/// the hints rules of its release.
+pub fn configure_kube_proxy(cfg: &mut ProxierConfig, node: &NodeDef, release: Release) {
+    cfg.zone = node
+        .labels
+        .get(LABEL_TOPOLOGY_ZONE)
+        .filter(|z| !z.is_empty())
+        .cloned();
+    cfg.hints_use = topology_release(release).hints_use();
 }
 
 /// `EndpointReady`: `ready` explicitly true.
