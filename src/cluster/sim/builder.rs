@@ -334,7 +334,11 @@ impl Simulation {
         // Initial objects, seen by every kube-proxy before its first sync at time 0.
         sim.slices = match &sim.sc.endpoint_slices {
             Some(s) => s.clone(),
-            None => derive_slices(&sim.sc.services, sim.pods.iter().map(|p| &p.state)),
+            None => derive_slices_in(
+                &sim.sc.services,
+                sim.pods.iter().map(|p| &p.state),
+                &ControllerTopology::of_scenario(&sim.sc),
+            ),
         };
         for g in 0..sim.groups.len() {
             let kp = &mut sim.groups[g].proxy;
