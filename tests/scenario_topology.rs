@@ -193,3 +193,45 @@ fn bad_topology_words_are_located_errors() {
         assert!(e.to_string().contains(want), "{e}");
     }
 }
+
+#[test]
+fn prefer_same_node_gives_two_nodes_of_one_zone_their_own_endpoints() {
+    // Both nodes in zone-a: PreferSameNode narrows each to the endpoints hinted for it, so
+    // the two nodes cannot share one kube-proxy's rules (nodes whose rules are equal but for
+    // the name otherwise do).
+    let text = std::fs::read_to_string(FILE)
+        .unwrap()
+        .replace(
+            "trafficDistribution: PreferClose",
+            "trafficDistribution: PreferSameNode",
+        )
+        .replace(
+            "labels: {topology.kubernetes.io/zone: zone-b}",
+            "labels: {topology.kubernetes.io/zone: zone-a}",
+        )
+        // One cluster CIDR: the two nodes' configurations are then equal but for the name.
+        .replace(
+            "  release: latest\n",
+            "  release: latest\n  clusterCIDR: 10.244.0.0/16\n",
+        );
+    assert!(text.contains("clusterCIDR"));
+    let t = rule_timeline(load_str(FILE, &text).unwrap());
+    assert_eq!(
+        t[0],
+        (
+            60,
+            s(&["10.244.1.5:53"]),
+            s(&["10.244.2.5:53", "10.244.2.6:53"])
+        )
+    );
+    // With PreferClose the zone is shared: both nodes render all three.
+    let close = text.replace(
+        "trafficDistribution: PreferSameNode",
+        "trafficDistribution: PreferClose",
+    );
+    let all = s(&["10.244.1.5:53", "10.244.2.5:53", "10.244.2.6:53"]);
+    assert_eq!(
+        rule_timeline(load_str(FILE, &close).unwrap())[0],
+        (60, all.clone(), all)
+    );
+}

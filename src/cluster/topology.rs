@@ -207,6 +207,26 @@ impl ControllerTopology {
     }
 }
 
+/// Whether some node's rules may depend on its name through node hints (`forNodes`): a
+/// Service with `trafficDistribution: PreferSameNode` (in the Services given or created by
+/// events), or an EndpointSlice given with a node hint. Nodes whose rules may differ so must
+/// each run their own kube-proxy.
+pub fn node_hints_possible(sc: &Scenario, services: &[Service]) -> bool {
+    let slice_has = |s: &EndpointSlice| {
+        s.endpoints
+            .iter()
+            .any(|e| e.hints.as_ref().is_some_and(|h| !h.for_nodes.is_empty()))
+    };
+    services
+        .iter()
+        .any(|s| s.spec.traffic_distribution == Some(TrafficDistribution::PreferSameNode))
+        || sc.endpoint_slices.iter().flatten().any(slice_has)
+        || sc.events.iter().any(|e| match &e.action {
+            crate::scenario::model::Action::UpsertEndpointSlice(s) => slice_has(s),
+            _ => false,
+        })
+}
+
 /// Gives one node's kube-proxy what the node informer gives it: the node's zone label, and
 /// the hints rules of its release.
 pub fn configure_kube_proxy(cfg: &mut ProxierConfig, node: &NodeDef, release: Release) {

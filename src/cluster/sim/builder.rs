@@ -209,7 +209,8 @@ impl Simulation {
             && !one_kube_proxy_per_node
             && !per_node_events
             && sc.nodes.iter().all(|n| n.state.rules.is_none())
-            && rules_are_node_independent(&all_services);
+            && rules_are_node_independent(&all_services)
+            && !crate::cluster::topology::node_hints_possible(&sc, &all_services);
         let mut groups: Vec<ProxyGroup> = Vec::new();
         for i in 0..sc.nodes.len() {
             let cfg = proxier_config(&sc, &sc.kube_proxy, i);
