@@ -298,6 +298,34 @@ mod tests {
     }
 
     #[test]
+    fn hints_of_a_given_slice_are_read_as_kube_proxy_reads_them() {
+        use crate::k8s::{parse_objects, K8sObject};
+        use crate::kubeproxy::model::ProxyState;
+        let objs = parse_objects(
+            "kind: Service\nmetadata: {name: svc, namespace: ns}\nspec: {clusterIP: 10.96.0.10, ports: [{name: dns, port: 53, protocol: UDP}]}\n---\nkind: EndpointSlice\nmetadata: {name: s1, namespace: ns, labels: {kubernetes.io/service-name: svc}}\naddressType: IPv4\nendpoints:\n- addresses: [10.0.1.1]\n  nodeName: a1\n  zone: za\n  hints: {forZones: [{name: za}], forNodes: [{name: a1}]}\n- addresses: [10.0.2.1]\n  nodeName: b1\n  zone: zb\n  hints: {forZones: [{name: zb}, {name: zc}]}\nports: [{name: dns, port: 53, protocol: UDP}]\n",
+        )
+        .unwrap();
+        let (mut svcs, mut slices) = (Vec::new(), Vec::new());
+        for o in objs {
+            match o {
+                K8sObject::Service(s) => svcs.push(s),
+                K8sObject::EndpointSlice(e) => slices.push(e),
+            }
+        }
+        let st = ProxyState::build("c1", &svcs, &slices);
+        let (spn, info) = st.services.iter().next().unwrap();
+        let eps = st.endpoints_of(spn);
+        assert_eq!(
+            eps[1].hints.zones,
+            ["zb".to_string(), "zc".to_string()].into()
+        );
+        assert_eq!(eps[0].hints.nodes, ["a1".to_string()].into());
+        // A zone-c node takes the endpoint hinted for zone-c; node hints are incomplete.
+        let zc = node("c1", Some("zc"), HintsUse::ZoneAndNode);
+        assert_eq!(chosen(eps, info, &zc), ["10.0.2.1"]);
+    }
+
+    #[test]
     fn releases_map_to_their_gates() {
         let r = |minor| TopologyRelease { minor };
         assert_eq!(r(28).hints_use(), HintsUse::AnnotationGated);
