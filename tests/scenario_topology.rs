@@ -93,13 +93,8 @@ fn without_zones_every_node_renders_every_endpoint() {
 
 #[test]
 fn the_shipped_scenario_meets_its_expectations_and_the_entry_to_zone_b_survives_every_release() {
-    for rel in [
-        Release::V131,
-        Release::V131Fixed,
-        Release::V132,
-        Release::V133,
-        Release::Latest,
-    ] {
+    for name in ["v1.31", "v1.31-fixed", "v1.32", "v1.33", "latest"] {
+        let rel = Release::parse(name).unwrap();
         let mut sc = load_file(FILE).unwrap();
         sc.kube_proxy.release = rel;
         let r = Simulation::new(sc, opts()).unwrap().finish().unwrap();
@@ -122,7 +117,7 @@ fn the_shipped_scenario_meets_its_expectations_and_the_entry_to_zone_b_survives_
 fn without_the_cleanup_the_fixed_port_client_stays_on_the_deleted_pod() {
     // `none`: the entry to dns-a outlives the pod, so the expectations about zone-b fail.
     let mut sc = load_file(FILE).unwrap();
-    sc.kube_proxy.release = Release::None;
+    sc.kube_proxy.release = Release::parse("none").unwrap();
     let r = Simulation::new(sc, opts()).unwrap().finish().unwrap();
     let failed: Vec<&str> = r
         .results
@@ -151,7 +146,7 @@ fn trafficdistribution_in_a_release_without_it_warns_and_sets_no_hints() {
         sc.warnings
     );
     // No hints: node-a renders every endpoint.
-    sc.kube_proxy.release = Release::V133;
+    sc.kube_proxy.release = Release::parse("v1.33").unwrap();
     let t = rule_timeline(sc);
     assert_eq!(t[0].1.len(), 3);
     // In the newest release PreferSameNode narrows node-a to its own endpoint.

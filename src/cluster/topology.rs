@@ -20,8 +20,7 @@
 //! `getMost`), nfsim iterates zones in name order, so a tie goes to the first name.
 
 use crate::k8s::{
-    EndpointHints, EndpointSlice, ForName, Service, TrafficDistribution,
-    ANNOTATION_TOPOLOGY_AWARE_HINTS, ANNOTATION_TOPOLOGY_MODE, LABEL_TOPOLOGY_ZONE,
+    EndpointHints, EndpointSlice, ForName, Service, TrafficDistribution, LABEL_TOPOLOGY_ZONE,
 };
 use crate::kubeproxy::{ProxierConfig, TopologyRelease};
 use crate::scenario::model::{NodeDef, Release, Scenario};
@@ -101,11 +100,7 @@ impl std::fmt::Display for NoHints {
 
 /// `hintsEnabled`: the deprecated annotation wins when both are set.
 pub fn auto_hints_enabled(svc: &Service) -> bool {
-    let a = &svc.metadata.annotations;
-    let v = a
-        .get(ANNOTATION_TOPOLOGY_AWARE_HINTS)
-        .or_else(|| a.get(ANNOTATION_TOPOLOGY_MODE));
-    matches!(v.map(String::as_str), Some("Auto" | "auto"))
+    svc.topology_auto()
 }
 
 impl ControllerTopology {

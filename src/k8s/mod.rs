@@ -779,6 +779,17 @@ impl Service {
         self.spec.internal_traffic_policy == Some(TrafficPolicy::Local)
     }
 
+    /// Whether the EndpointSlice controller allocates hints by the proportional CPU heuristic
+    /// (`hintsEnabled`): the [`ANNOTATION_TOPOLOGY_AWARE_HINTS`] annotation, else
+    /// [`ANNOTATION_TOPOLOGY_MODE`], is `Auto` or `auto`.
+    pub fn topology_auto(&self) -> bool {
+        let a = &self.metadata.annotations;
+        let v = a
+            .get(ANNOTATION_TOPOLOGY_AWARE_HINTS)
+            .or_else(|| a.get(ANNOTATION_TOPOLOGY_MODE));
+        matches!(v.map(String::as_str), Some("Auto" | "auto"))
+    }
+
     /// The ClientIP affinity timeout, when affinity is ClientIP (10800 s unless configured).
     pub fn sticky_max_age_seconds(&self) -> Option<u32> {
         if self.spec.session_affinity != SessionAffinity::ClientIP {

@@ -124,16 +124,40 @@ pub(super) fn node_cpu_milli(d: &NodeDoc) -> u64 {
         .map_or(DEFAULT_ALLOCATABLE_CPU_MILLI, |c| c.value.0)
 }
 
-/// The Kubernetes minor release whose topology behaviour a cleanup release stands for.
-/// `none` (no cleanup) keeps the newest release's topology.
+/// The Kubernetes minor release whose topology behaviour a `kubeProxy.release` name stands
+/// for: the minor of a `v1.N…` name (`v1.31`, `v1.31-fixed`, `v1.32.0`), the newest one for
+/// `latest` and `none` (no cleanup says nothing of the version).
 pub fn topology_release(r: Release) -> TopologyRelease {
-    let minor = match r {
-        Release::V131 | Release::V131Fixed => 31,
-        Release::V132 => 32,
-        Release::V133 => 33,
-        Release::None | Release::Latest => TopologyRelease::LATEST.minor,
-    };
-    TopologyRelease { minor }
+    minor_of_name(&r.to_string()).map_or(TopologyRelease::LATEST, |minor| TopologyRelease { minor })
+}
+
+/// `v1.N` at the start of a release name, and N.
+fn minor_of_name(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("v1.")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_names_give_their_minor() {
+        assert_eq!(minor_of_name("v1.31-fixed"), Some(31));
+        assert_eq!(minor_of_name("v1.32.0"), Some(32));
+        assert_eq!(minor_of_name("v1.28"), Some(28));
+        assert_eq!(minor_of_name("latest"), None);
+        assert_eq!(minor_of_name("none"), None);
+        for name in ["none", "v1.31", "v1.31-fixed", "v1.32", "v1.33", "latest"] {
+            let r = Release::parse(name).unwrap();
+            let m = topology_release(r).minor;
+            assert!(
+                (28..=TopologyRelease::LATEST.minor).contains(&m),
+                "{r}: {m}"
+            );
+        }
+    }
 }
 
 /// Services whose `trafficDistribution` the release does not act on: loaded, and warned
@@ -150,7 +174,7 @@ pub(super) fn check(
         let Some(td) = s.value.spec.traffic_distribution else {
             continue;
         };
-        if crate::cluster::topology::auto_hints_enabled(&s.value) {
+        if s.value.topology_auto() {
             out.push(ScenarioWarning {
                 file: ctx.file().to_string(),
                 line: s.referenced.line(),
