@@ -138,28 +138,6 @@ fn minor_of_name(name: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn release_names_give_their_minor() {
-        assert_eq!(minor_of_name("v1.31-fixed"), Some(31));
-        assert_eq!(minor_of_name("v1.32.0"), Some(32));
-        assert_eq!(minor_of_name("v1.28"), Some(28));
-        assert_eq!(minor_of_name("latest"), None);
-        assert_eq!(minor_of_name("none"), None);
-        for name in ["none", "v1.31", "v1.31-fixed", "v1.32", "v1.33", "latest"] {
-            let r = Release::parse(name).unwrap();
-            let m = topology_release(r).minor;
-            assert!(
-                (28..=TopologyRelease::LATEST.minor).contains(&m),
-                "{r}: {m}"
-            );
-        }
-    }
-}
-
 /// Services whose `trafficDistribution` the release does not act on: loaded, and warned
 /// about with the release that would (the API server of an older release drops or rejects
 /// the value, and its controller writes no hints for it).
@@ -208,4 +186,26 @@ pub(super) fn check(
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_names_give_their_minor() {
+        assert_eq!(minor_of_name("v1.31-fixed"), Some(31));
+        assert_eq!(minor_of_name("v1.32.0"), Some(32));
+        assert_eq!(minor_of_name("v1.28"), Some(28));
+        assert_eq!(minor_of_name("latest"), None);
+        assert_eq!(minor_of_name("none"), None);
+        for name in ["none", "v1.31", "v1.31-fixed", "v1.32", "v1.33", "latest"] {
+            let r = Release::parse(name).unwrap();
+            let m = topology_release(r).minor;
+            assert!(
+                (28..=TopologyRelease::LATEST.minor).contains(&m),
+                "{r}: {m}"
+            );
+        }
+    }
 }
