@@ -163,6 +163,7 @@ fn objects(svcs: &[Svc]) -> (Vec<Service>, Vec<EndpointSlice>) {
                         terminating: Some(terminating),
                     },
                     node_name: Some(if local { "me" } else { "other" }.into()),
+                    ..Endpoint::default()
                 })
                 .collect(),
             ports: vec![EndpointPort {

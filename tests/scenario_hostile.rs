@@ -306,7 +306,7 @@ fn a_billion_laughs_is_refused_in_words_at_its_place() {
     }
     let text = with(
         "  - metadata: {name: dns, namespace: default}\n",
-        &format!("  - metadata:\n      name: dns\n      namespace: default\n      annotations:\n{laughs}"),
+        &format!("  - metadata:\n      name: dns\n      namespace: default\n      managedFields:\n{laughs}"),
     );
     let e = err(&text);
     assert!((19..=28).contains(&e.line), "{e}");

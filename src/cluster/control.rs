@@ -9,6 +9,7 @@
 //! until its grace period ends, then gone. Endpoint conditions are the EndpointSlice
 //! controller's: `ready = Ready && !terminating`, `serving = Ready`, `terminating`.
 
+use super::topology::ControllerTopology;
 use crate::k8s::{
     AddressType, Endpoint, EndpointConditions, EndpointPort, EndpointSlice, IntOrString,
     ObjectMeta, Service, LABEL_SERVICE_NAME,
@@ -96,10 +97,21 @@ fn selects(svc: &Service, pod: &PodDef) -> bool {
 }
 
 /// The EndpointSlices the controller derives for `services` from `pods` (pods that are gone
-/// are left out), one slice per Service with a selector, named `<service>-nfsim`.
+/// are left out), one slice per Service with a selector, named `<service>-nfsim`, without
+/// zones or hints (nodes without topology).
 pub fn derive_slices<'a>(
     services: &[Service],
     pods: impl Iterator<Item = &'a PodState>,
+) -> Vec<EndpointSlice> {
+    derive_slices_in(services, pods, &ControllerTopology::default())
+}
+
+/// [`derive_slices`] in a cluster whose nodes have zones: each endpoint gets its node's zone
+/// and the hints this release's controller sets ([`super::topology`]).
+pub fn derive_slices_in<'a>(
+    services: &[Service],
+    pods: impl Iterator<Item = &'a PodState>,
+    topo: &ControllerTopology,
 ) -> Vec<EndpointSlice> {
     // Pods by (namespace, label, value), so that each Service looks only at the pods
     // carrying the rarest of its selector's pairs.
@@ -168,6 +180,8 @@ pub fn derive_slices<'a>(
                 addresses: vec![p.def.ip],
                 conditions: p.conditions(),
                 node_name: Some(p.node_name.clone()),
+                zone: topo.zone_of(&p.node_name).map(str::to_string),
+                hints: None,
             });
         }
         let mut meta = ObjectMeta::new(
@@ -176,14 +190,16 @@ pub fn derive_slices<'a>(
         );
         meta.labels
             .insert(LABEL_SERVICE_NAME.to_string(), svc.metadata.name.clone());
-        out.push(EndpointSlice {
+        let mut slice = EndpointSlice {
             api_version: None,
             kind: None,
             metadata: meta,
             address_type: AddressType::IPv4,
             endpoints,
             ports: ports.unwrap_or_default(),
-        });
+        };
+        topo.set_hints(svc, &mut slice);
+        out.push(slice);
     }
     out
 }

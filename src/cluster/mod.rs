@@ -3,6 +3,8 @@
 //!
 //! - [`apps`]: servers and clients as sans-IO state machines.
 //! - [`control`]: pod lifecycle and the EndpointSlice controller.
+//! - [`topology`]: the controller's zone and hints of each endpoint (`topology-mode: Auto`,
+//!   `trafficDistribution`).
 //! - [`ping`]: a ping client (ICMP echo on a ping socket).
 //! - [`querylog`]: a client's query records, kept only while they can still change.
 //! - [`ports`]: the source ports of TCP `connect()`, as Linux picks them.
@@ -21,3 +23,4 @@ pub mod querylog;
 pub mod sim;
 pub mod tcp_server;
 pub mod tcp_session;
+pub mod topology;

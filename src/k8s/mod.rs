@@ -2,7 +2,7 @@
 //! (discovery.k8s.io/v1).
 //!
 //! The types mirror the YAML `kubectl get -o yaml` prints, restricted to the fields kube-proxy
-//! looks at; every other field (uid, managedFields, annotations, ...) is accepted and ignored, so
+//! looks at; every other field (uid, managedFields, ...) is accepted and ignored, so
 //! a dump from a real cluster loads as it is. Field names are the API's camelCase names.
 //!
 //! Field-level checks (an address that is not an IP, a port outside 1-65535, an unknown
@@ -31,6 +31,17 @@ use std::net::IpAddr;
 /// The label that ties an EndpointSlice to its Service (`discovery.LabelServiceName`).
 pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
 
+/// The node label naming a node's zone (`v1.LabelTopologyZone`).
+pub const LABEL_TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
+
+/// The Service annotation turning on topology aware routing (`v1.AnnotationTopologyMode`,
+/// since v1.27): `Auto` makes the EndpointSlice controller allocate zone hints.
+pub const ANNOTATION_TOPOLOGY_MODE: &str = "service.kubernetes.io/topology-mode";
+
+/// Its older name (`v1.DeprecatedAnnotationTopologyAwareHints`); when both are set this one
+/// wins, in kube-proxy and in the controller.
+pub const ANNOTATION_TOPOLOGY_AWARE_HINTS: &str = "service.kubernetes.io/topology-aware-hints";
+
 /// Default `sessionAffinityConfig.clientIP.timeoutSeconds` the API server fills in (3 hours).
 pub const DEFAULT_CLIENT_IP_TIMEOUT_SECS: u32 = 10800;
 
@@ -54,6 +65,14 @@ pub struct ObjectMeta {
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations` (kube-proxy and the EndpointSlice controller read the topology
+    /// ones: [`ANNOTATION_TOPOLOGY_MODE`], [`ANNOTATION_TOPOLOGY_AWARE_HINTS`]).
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub annotations: BTreeMap<String, String>,
 }
 
 fn default_namespace() -> String {
@@ -76,6 +95,7 @@ impl ObjectMeta {
             name: name.to_string(),
             namespace: namespace.to_string(),
             labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
         }
     }
 }
@@ -137,6 +157,28 @@ pub enum TrafficPolicy {
     Cluster,
     /// `Local`: only endpoints on this node.
     Local,
+}
+
+/// `spec.trafficDistribution` (`v1.ServiceTrafficDistribution*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TrafficDistribution {
+    /// `PreferClose`: prefer endpoints in the client's zone (the older name of
+    /// `PreferSameZone`).
+    PreferClose,
+    /// `PreferSameZone`: as `PreferClose` (v1.34+).
+    PreferSameZone,
+    /// `PreferSameNode`: prefer endpoints on the client's node, then its zone (v1.34+).
+    PreferSameNode,
+}
+
+impl fmt::Display for TrafficDistribution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TrafficDistribution::PreferClose => "PreferClose",
+            TrafficDistribution::PreferSameZone => "PreferSameZone",
+            TrafficDistribution::PreferSameNode => "PreferSameNode",
+        })
+    }
 }
 
 /// `spec.sessionAffinity`.
@@ -435,6 +477,10 @@ pub struct ServiceSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub health_check_node_port: Option<u16>,
+    /// `trafficDistribution` (v1.31+: `PreferClose`; v1.34+: also `PreferSameZone`,
+    /// `PreferSameNode`): the EndpointSlice controller's hints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_distribution: Option<TrafficDistribution>,
     /// `externalName` (ExternalName Services).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_name: Option<String>,
@@ -565,6 +611,41 @@ pub struct Endpoint {
     /// `nodeName`: decides whether the endpoint is local to a node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// `zone`: the `topology.kubernetes.io/zone` label of its node, as the EndpointSlice
+    /// controller copies it (kube-proxy does not read it; the controller's hints do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// `hints`: where the endpoint should be consumed (kube-proxy's topology filter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hints: Option<EndpointHints>,
+}
+
+/// `endpoints[].hints` (`discovery.EndpointHints`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointHints {
+    /// `forZones`: the zones whose nodes should use this endpoint.
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub for_zones: Vec<ForName>,
+    /// `forNodes`: the nodes that should use this endpoint (PreferSameNode).
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub for_nodes: Vec<ForName>,
+}
+
+/// One `forZones[]` / `forNodes[]` entry (`discovery.ForZone`, `discovery.ForNode`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForName {
+    /// `name`.
+    pub name: String,
 }
 
 /// One entry of an EndpointSlice's `ports`.
@@ -696,6 +777,17 @@ impl Service {
     /// `apiservice.InternalPolicyLocal`.
     pub fn internal_policy_local(&self) -> bool {
         self.spec.internal_traffic_policy == Some(TrafficPolicy::Local)
+    }
+
+    /// Whether the EndpointSlice controller allocates hints by the proportional CPU heuristic
+    /// (`hintsEnabled`): the [`ANNOTATION_TOPOLOGY_AWARE_HINTS`] annotation, else
+    /// [`ANNOTATION_TOPOLOGY_MODE`], is `Auto` or `auto`.
+    pub fn topology_auto(&self) -> bool {
+        let a = &self.metadata.annotations;
+        let v = a
+            .get(ANNOTATION_TOPOLOGY_AWARE_HINTS)
+            .or_else(|| a.get(ANNOTATION_TOPOLOGY_MODE));
+        matches!(v.map(String::as_str), Some("Auto" | "auto"))
     }
 
     /// The ClientIP affinity timeout, when affinity is ClientIP (10800 s unless configured).

@@ -10,6 +10,8 @@
 //!    ([`ProxyState::build`] from [`crate::k8s`] objects), and [`categorize_endpoints`]: ready
 //!    endpoints, else serving-and-terminating ones, for Cluster and Local traffic policy.
 //!    Endpoints are sorted by their `ip:port` string, which decides who gets which probability.
+//!    [`topology`]: which endpoints one node chooses from the EndpointSlice hints
+//!    (`forZones`/`forNodes`), release by release, so nodes render different sets.
 //! 3. [`render`]: [`render_sync`] produces the `iptables-restore --noflush` payload of a full
 //!    or partial sync exactly as kube-proxy writes it (filter then nat, `:CHAIN - [0:0]`
 //!    lines, rules in its order, `-X` of stale chains, `COMMIT`), and [`jump_rules`] the rules
@@ -68,6 +70,7 @@ pub mod proxier;
 pub mod releases;
 pub mod render;
 pub mod runner;
+pub mod topology;
 
 pub use cleanup::{
     CleanupDeletion, CleanupInput, CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry,
@@ -84,3 +87,4 @@ pub use render::{
     SyncScope, Table,
 };
 pub use runner::{SyncKind, SyncRunner, SyncTiming};
+pub use topology::{HintsUse, NodeTopology, TopologyHints, TopologyMode, TopologyRelease};

@@ -6,6 +6,9 @@
 //! ignored, as the IPv4 half of a dual-stack kube-proxy ignores them.
 
 use super::names::ServicePortName;
+use super::topology::{
+    available_for_topology, topology_mode, NodeTopology, TopologyHints, TopologyMode,
+};
 use crate::k8s::{
     AddressType, Cidr, EndpointSlice, LoadBalancerIpMode, Protocol, Service, ServiceType,
 };
@@ -41,6 +44,9 @@ pub struct ServicePortInfo {
     pub external_policy_local: bool,
     /// `InternalPolicyLocal`.
     pub internal_policy_local: bool,
+    /// `HintsAnnotation()`: the `service.kubernetes.io/topology-aware-hints` annotation, else
+    /// `service.kubernetes.io/topology-mode` (read by kube-proxy up to v1.30).
+    pub hints_annotation: Option<String>,
 }
 
 impl ServicePortInfo {
@@ -83,6 +89,8 @@ pub struct EndpointInfo {
     pub serving: bool,
     /// `terminating` (unknown counts as not terminating).
     pub terminating: bool,
+    /// `hints.forZones` / `hints.forNodes` (empty without hints).
+    pub hints: TopologyHints,
 }
 
 impl EndpointInfo {
@@ -215,6 +223,12 @@ pub fn service_ports(svc: &Service) -> Vec<ServicePortInfo> {
         .collect();
     // apiservice.NeedsHealthCheck: LoadBalancer with external policy Local.
     let needs_hc = svc.spec.type_ == ServiceType::LoadBalancer && external_policy_local;
+    // The deprecated annotation has precedence (newBaseServiceInfo).
+    let annotations = &svc.metadata.annotations;
+    let hints_annotation = annotations
+        .get(crate::k8s::ANNOTATION_TOPOLOGY_AWARE_HINTS)
+        .or_else(|| annotations.get(crate::k8s::ANNOTATION_TOPOLOGY_MODE))
+        .cloned();
     svc.spec
         .ports
         .iter()
@@ -240,6 +254,7 @@ pub fn service_ports(svc: &Service) -> Vec<ServicePortInfo> {
             },
             external_policy_local,
             internal_policy_local,
+            hints_annotation: hints_annotation.clone(),
         })
         .collect()
 }
@@ -278,6 +293,14 @@ fn add_slice(
                 ready: ep.conditions.is_ready(),
                 serving: ep.conditions.is_serving(),
                 terminating: ep.conditions.is_terminating(),
+                hints: ep
+                    .hints
+                    .as_ref()
+                    .map(|h| TopologyHints {
+                        zones: h.for_zones.iter().map(|z| z.name.clone()).collect(),
+                        nodes: h.for_nodes.iter().map(|n| n.name.clone()).collect(),
+                    })
+                    .unwrap_or_default(),
             };
             let key = info.endpoint_string();
             // Prefer a non-terminating endpoint over a terminating one with the same IP.
@@ -301,17 +324,28 @@ pub struct Categorized {
     pub has_any: bool,
 }
 
-/// `proxy.CategorizeEndpoints` without topology hints (nfsim models no zones): cluster
-/// endpoints are the ready ones, else the serving-and-terminating ones; local endpoints the
-/// local ready ones, else the local serving-and-terminating ones.
+/// `proxy.CategorizeEndpoints` on one node: cluster endpoints are the ready ones the node's
+/// topology mode allows ([`super::topology`]: hints for its node or zone, else all), else
+/// the serving-and-terminating ones whatever their hints; local endpoints the local ready
+/// ones, else the local serving-and-terminating ones.
 ///
 /// Where kube-proxy merges the two lists through a Go map (random order), nfsim sorts by the
 /// endpoint string.
-pub fn categorize_endpoints(endpoints: &[EndpointInfo], svc: &ServicePortInfo) -> Categorized {
+pub fn categorize_endpoints(
+    endpoints: &[EndpointInfo],
+    svc: &ServicePortInfo,
+    node: &NodeTopology<'_>,
+) -> Categorized {
     let mut c = Categorized::default();
     let mut use_serving_terminating = false;
+    let mut mode = TopologyMode::None;
     if svc.uses_cluster_endpoints() {
-        c.cluster = endpoints.iter().filter(|e| e.ready).cloned().collect();
+        mode = topology_mode(endpoints, svc, node);
+        c.cluster = endpoints
+            .iter()
+            .filter(|e| e.ready && available_for_topology(e, mode, node))
+            .cloned()
+            .collect();
         if c.cluster.is_empty() {
             c.cluster = endpoints
                 .iter()
@@ -353,7 +387,7 @@ pub fn categorize_endpoints(endpoints: &[EndpointInfo], svc: &ServicePortInfo) -
         c.all_reachable = c.local.clone();
         return c;
     }
-    if !use_serving_terminating {
+    if mode == TopologyMode::None && !use_serving_terminating {
         // Local ready endpoints are a subset of the cluster ones.
         c.all_reachable = c.cluster.clone();
         return c;
@@ -380,6 +414,7 @@ mod tests {
                 terminating: Some(terminating),
             },
             node_name: Some(node.to_string()),
+            ..Endpoint::default()
         }
     }
 
@@ -400,6 +435,10 @@ mod tests {
         }
     }
 
+    fn unz() -> NodeTopology<'static> {
+        NodeTopology::unzoned("n")
+    }
+
     fn svc(internal_local: bool, external_local: bool, node_port: Option<u16>) -> ServicePortInfo {
         ServicePortInfo {
             name: ServicePortName::new("ns", "svc", "p", Protocol::UDP),
@@ -414,6 +453,7 @@ mod tests {
             health_check_node_port: None,
             external_policy_local: external_local && node_port.is_some(),
             internal_policy_local: internal_local,
+            hints_annotation: None,
         }
     }
 
@@ -460,6 +500,7 @@ mod tests {
                 ready: false,
                 serving: true,
                 terminating: true,
+                hints: TopologyHints::default(),
             },
             EndpointInfo {
                 ip: "10.0.0.2".parse().unwrap(),
@@ -468,6 +509,7 @@ mod tests {
                 ready: false,
                 serving: false,
                 terminating: true,
+                hints: TopologyHints::default(),
             },
             EndpointInfo {
                 ip: "10.0.0.3".parse().unwrap(),
@@ -476,9 +518,10 @@ mod tests {
                 ready: false,
                 serving: false,
                 terminating: false,
+                hints: TopologyHints::default(),
             },
         ];
-        let c = categorize_endpoints(&eps, &svc(false, false, None));
+        let c = categorize_endpoints(&eps, &svc(false, false, None), &unz());
         assert_eq!(c.cluster.len(), 1);
         assert_eq!(c.cluster[0].endpoint_string(), "10.0.0.1:53");
         assert!(c.has_any);
@@ -487,14 +530,14 @@ mod tests {
         // One ready endpoint: the terminating one is not used.
         let mut eps2 = eps.clone();
         eps2[2].ready = true;
-        let c = categorize_endpoints(&eps2, &svc(false, false, None));
+        let c = categorize_endpoints(&eps2, &svc(false, false, None), &unz());
         assert_eq!(c.cluster.len(), 1);
         assert_eq!(c.cluster[0].endpoint_string(), "10.0.0.3:53");
 
         // Nothing usable.
         eps2[2].ready = false;
         eps2[0].serving = false;
-        let c = categorize_endpoints(&eps2, &svc(false, false, None));
+        let c = categorize_endpoints(&eps2, &svc(false, false, None), &unz());
         assert!(c.cluster.is_empty() && !c.has_any);
     }
 
@@ -507,13 +550,14 @@ mod tests {
             ready,
             serving: true,
             terminating: term,
+            hints: TopologyHints::default(),
         };
         // internalTrafficPolicy Local, no external access: only local endpoints.
         let eps = vec![
             mk("10.0.0.1", false, true, false),
             mk("10.0.0.2", true, false, true),
         ];
-        let c = categorize_endpoints(&eps, &svc(true, false, None));
+        let c = categorize_endpoints(&eps, &svc(true, false, None), &unz());
         assert!(
             c.cluster.is_empty(),
             "internal-Local without external access uses no cluster endpoints"
@@ -525,7 +569,7 @@ mod tests {
 
         // externalTrafficPolicy Local with a NodePort: cluster (ready remote) + local
         // (terminating local) are merged.
-        let c = categorize_endpoints(&eps, &svc(false, true, Some(30053)));
+        let c = categorize_endpoints(&eps, &svc(false, true, Some(30053)), &unz());
         assert_eq!(c.cluster.len(), 1);
         assert_eq!(c.local.len(), 1);
         let all: Vec<String> = c
@@ -537,7 +581,7 @@ mod tests {
 
         // No local endpoint at all.
         let eps = vec![mk("10.0.0.1", false, true, false)];
-        let c = categorize_endpoints(&eps, &svc(true, false, None));
+        let c = categorize_endpoints(&eps, &svc(true, false, None), &unz());
         assert!(c.local.is_empty());
         assert!(
             c.has_any,

@@ -327,7 +327,7 @@ pub fn render_nft_sync(
         }
         let proto = spn.protocol.lower();
         let name_string = spn.to_string();
-        let cat = categorize_endpoints(state.endpoints_of(spn), svc);
+        let cat = categorize_endpoints(state.endpoints_of(spn), svc, &cfg.node_topology());
         let skip = !full && !changed.contains(&spn.service());
         let base = service_chain_base(spn);
         let cluster_chain = format!("service-{base}");
@@ -822,6 +822,7 @@ mod tests {
             ready: true,
             serving: true,
             terminating: false,
+            hints: Default::default(),
         };
         assert_eq!(
             endpoint_chain_base(&spn, &ep),

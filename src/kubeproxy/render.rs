@@ -94,6 +94,11 @@ pub struct ProxierConfig {
     /// address. kube-proxy collects the addresses in a Go map (any order); they are
     /// written here in ascending order.
     pub node_port_addresses: Option<Vec<IpAddr>>,
+    /// The node's `topology.kubernetes.io/zone` label, as the node informer gives it to
+    /// kube-proxy (none by default).
+    pub zone: Option<String>,
+    /// How this kube-proxy release uses EndpointSlice hints (the newest by default).
+    pub hints_use: super::topology::HintsUse,
 }
 
 /// `--proxy-mode`.
@@ -107,6 +112,14 @@ pub enum ProxyMode {
 }
 
 impl ProxierConfig {
+    /// What this kube-proxy knows of its node's topology.
+    pub fn node_topology(&self) -> super::topology::NodeTopology<'_> {
+        super::topology::NodeTopology {
+            node_name: &self.node_name,
+            zone: self.zone.as_deref(),
+            hints_use: self.hints_use,
+        }
+    }
     /// A node's configuration with kube-proxy's defaults, ClusterCIDR detection of `pod_cidr`.
     pub fn new(node_name: &str, node_ip: IpAddr, pod_cidr: Cidr) -> ProxierConfig {
         ProxierConfig {
@@ -122,6 +135,8 @@ impl ProxierConfig {
             mode: ProxyMode::Iptables,
             service_cidrs: Vec::new(),
             node_port_addresses: None,
+            zone: None,
+            hints_use: super::topology::HintsUse::default(),
         }
     }
     /// The mark as kube-proxy formats it: `fmt.Sprintf("%#08x", 1<<bit)` = `0x00004000`.
@@ -469,7 +484,7 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
         let name = spn.to_string();
         let port = svc.port.to_string();
         let cip = svc.cluster_ip.to_string();
-        let cat = categorize_endpoints(state.endpoints_of(spn), svc);
+        let cat = categorize_endpoints(state.endpoints_of(spn), svc, &cfg.node_topology());
 
         let hash = spn.port_proto_hash();
         let cluster_chain = format!("{SVC_PREFIX}{hash}");

@@ -886,6 +886,8 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             extra_addresses,
             extra_rules: Vec::new(),
             state,
+            labels: super::topology::node_labels(ctx, d)?,
+            allocatable_cpu_milli: super::topology::node_cpu_milli(d),
         });
     }
     for (i, n) in doc.nodes.iter().enumerate() {
@@ -1358,6 +1360,11 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         &doc.events,
         &world.pods,
         doc.endpoint_slices.is_some(),
+    ));
+    warnings.extend(super::topology::check(
+        ctx,
+        &doc.services,
+        kube_proxy.release,
     ));
     warnings.extend(super::families::check(
         ctx,

@@ -13,6 +13,8 @@
 //!   and kube-apiserver do.
 //! - `endpoint_of`: events that name a pod by the endpoint a client's entry points to.
 //! - `expect_words`: the `conntrackStats` and `conntrackEvent` expectation kinds.
+//! - [`topology`]: nodes' zones and CPU, and the topology words of Services checked against
+//!   the release.
 //! - [`events`]: the events that change objects, kube-proxy, conntrack tables and nodes over
 //!   time, each checked against what exists at its instant.
 
@@ -28,6 +30,7 @@ mod pcap_client;
 pub mod presets;
 pub mod schema;
 pub mod tcp_apps;
+pub mod topology;
 pub mod udp_apps;
 pub mod warnings;
 pub mod yaml;

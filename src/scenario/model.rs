@@ -79,6 +79,10 @@ pub struct NodeDef {
     pub extra_rules: Vec<(String, bool)>,
     /// A real node's saved state it starts from (`nodes[].state`).
     pub state: NodeState,
+    /// The Node object's labels (the `zone:` shorthand merged in).
+    pub labels: BTreeMap<String, String>,
+    /// `status.allocatable.cpu` in millicores.
+    pub allocatable_cpu_milli: u64,
 }
 
 /// `nodes[].state`: a real node's saved rules and conntrack table, read and checked when the

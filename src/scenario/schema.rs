@@ -172,6 +172,17 @@ pub struct NodeDoc {
     /// A real node's saved state to start from: `iptables-save` and `conntrack -L` output.
     #[serde(default)]
     pub state: Option<S<NodeStateDoc>>,
+    /// The Node object's labels (`topology.kubernetes.io/zone` is the one kube-proxy and the
+    /// EndpointSlice controller read).
+    #[serde(default)]
+    pub labels: Option<S<BTreeMap<String, String>>>,
+    /// Shorthand for the `topology.kubernetes.io/zone` label.
+    #[serde(default)]
+    pub zone: Option<S<String>>,
+    /// `status.allocatable.cpu`: cores (`4`, `2.5`) or a quantity (`"3500m"`); 1 by default.
+    /// The `topology-mode: Auto` heuristic shares endpoints out by it.
+    #[serde(default, rename = "allocatableCPU")]
+    pub allocatable_cpu: Option<S<super::topology::CpuQuantity>>,
 }
 
 /// `nodes[].state:` files saved on a real node, relative to the scenario file.

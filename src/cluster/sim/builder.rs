@@ -209,7 +209,8 @@ impl Simulation {
             && !one_kube_proxy_per_node
             && !per_node_events
             && sc.nodes.iter().all(|n| n.state.rules.is_none())
-            && rules_are_node_independent(&all_services);
+            && rules_are_node_independent(&all_services)
+            && !crate::cluster::topology::node_hints_possible(&sc, &all_services);
         let mut groups: Vec<ProxyGroup> = Vec::new();
         for i in 0..sc.nodes.len() {
             let cfg = proxier_config(&sc, &sc.kube_proxy, i);
@@ -334,7 +335,11 @@ impl Simulation {
         // Initial objects, seen by every kube-proxy before its first sync at time 0.
         sim.slices = match &sim.sc.endpoint_slices {
             Some(s) => s.clone(),
-            None => derive_slices(&sim.sc.services, sim.pods.iter().map(|p| &p.state)),
+            None => derive_slices_in(
+                &sim.sc.services,
+                sim.pods.iter().map(|p| &p.state),
+                &ControllerTopology::of_scenario(&sim.sc),
+            ),
         };
         for g in 0..sim.groups.len() {
             let kp = &mut sim.groups[g].proxy;

@@ -41,7 +41,7 @@ use super::apps::{
     closed_port_response, AppEvent, ClientSchedule, Outbox, QueryRecord, Tag, TcpClient,
     TcpClientConfig, TcpServer, UdpClient, UdpClientConfig, UdpServer,
 };
-use super::control::{derive_slices, Phase, PodState};
+use super::control::{derive_slices_in, Phase, PodState};
 use super::ping::{PingClient, PingClientConfig, PingIdents};
 use super::ports::ConnectPorts;
 use super::proxy::{
@@ -49,6 +49,7 @@ use super::proxy::{
     SyncResult,
 };
 use super::tcp_session::{TcpSessionClient, TcpSessionConfig};
+use super::topology::ControllerTopology;
 use crate::k8s::EndpointSlice;
 use crate::kubeproxy::{KubeProxy, LocalDetector, ProxierConfig, ProxyMode, SyncKind, SyncTiming};
 use crate::scenario::model::*;

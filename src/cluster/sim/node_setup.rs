@@ -158,6 +158,7 @@ fn node_port_ips(n: &NodeDef, list: &[NodePortAddress]) -> Option<Vec<IpAddr>> {
 pub(super) fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) -> ProxierConfig {
     let n = &sc.nodes[i];
     let mut cfg = ProxierConfig::new(&n.name, n.address, n.pod_cidr);
+    crate::cluster::topology::configure_kube_proxy(&mut cfg, n, kp.release);
     cfg.local_detector = match &kp.detect_local {
         None => LocalDetector::ClusterCidr(kp.cluster_cidr.unwrap_or(n.pod_cidr)),
         Some(DetectLocal::ClusterCidr) => match kp.cluster_cidr {

@@ -368,7 +368,11 @@ impl Simulation {
     /// changed ones and hands kube-proxy's informers the batch after the watch delay.
     pub(super) fn slice_sync(&mut self) {
         self.slice_sync_pending = false;
-        let new = derive_slices(&self.sc.services, self.pods.iter().map(|p| &p.state));
+        let new = derive_slices_in(
+            &self.sc.services,
+            self.pods.iter().map(|p| &p.state),
+            &ControllerTopology::of_scenario(&self.sc),
+        );
         if new != self.slices {
             for s in &new {
                 if self.slices.iter().any(|o| o == s) {

@@ -29,6 +29,7 @@ fn dns_port(proto: Protocol) -> ServicePortInfo {
         health_check_node_port: None,
         external_policy_local: false,
         internal_policy_local: false,
+        hints_annotation: None,
     }
 }
 
@@ -40,6 +41,7 @@ fn ep(addr: &str, port: u16, serving: bool) -> EndpointInfo {
         ready: serving,
         serving,
         terminating: false,
+        hints: Default::default(),
     }
 }
 

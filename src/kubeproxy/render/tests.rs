@@ -31,6 +31,7 @@ fn svc_port(
         health_check_node_port: None,
         external_policy_local: false,
         internal_policy_local: false,
+        hints_annotation: None,
     }
 }
 
@@ -42,6 +43,7 @@ fn ep(ip: &str, port: u16) -> EndpointInfo {
         ready: true,
         serving: true,
         terminating: false,
+        hints: Default::default(),
     }
 }
 
