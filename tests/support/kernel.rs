@@ -216,12 +216,27 @@ pub fn lab() -> Result<Lab, String> {
 /// The lab; or, where it cannot run, prints `skipped: <test>: <reason>` to stderr and returns
 /// `None` (panics instead when `NFSIM_REQUIRE_KERNEL_LAB` is set).
 pub fn lab_or_skip(test: &str) -> Option<Lab> {
-    match lab() {
-        Ok(l) => {
+    lab_with_or_skip(test, &[], &[])
+}
+
+/// [`lab_or_skip`] for a test that also runs the programs `programs` inside the namespace
+/// (`sysctl`, `grep`, …) and needs the files `paths` (`/dev/net/tun` for TUN links).
+pub fn lab_with_or_skip(test: &str, programs: &[&str], paths: &[&str]) -> Option<Lab> {
+    let why = lab()
+        .err()
+        .or_else(|| tools::why_not_programs(programs))
+        .or_else(|| {
+            paths
+                .iter()
+                .find(|p| !Path::new(p).exists())
+                .map(|p| format!("{p} missing"))
+        });
+    match why {
+        None => {
             skips::ran(test);
-            Some(l)
+            lab().ok()
         }
-        Err(reason) => {
+        Some(reason) => {
             if env_set(REQUIRE_ENV) && !env_set(SKIP_ENV) {
                 panic!(
                     "{test}: the kernel lab is required ({REQUIRE_ENV}) but cannot run: {reason}"
