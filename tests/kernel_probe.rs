@@ -40,7 +40,7 @@
 //! ## What is compared
 //!
 //! nfsim gets only the files of step 4 — through the library calls `nfsim trace --rules …
-//! --conntrack … --recent … --sysctls … --after …` makes ([`NodeSpec`], [`load_saved_state`]),
+//! --conntrack … --recent … --sysctls … --interfaces … --routes … --after …` makes ([`NodeSpec`], [`load_saved_state`]),
 //! a fresh copy per probe at the probe's own time after the snapshot — and must agree with the
 //! kernel on every probe: the packets emitted (link, addresses, ports, flags, sequence
 //! numbers, TTL, length), the entry the probe used or made (state, flags, both tuples, mark,
@@ -51,7 +51,8 @@
 //! "from the range nfsim would draw from" (1024–65535), everything else exactly.
 //!
 //! Then the same probes, in one sequence, through `nfsim replay` (a pcap written from the
-//! packets injected, with `--conntrack --recent --sysctls --after` from the same files and
+//! packets injected, with `--conntrack --recent --sysctls --interfaces --routes --after` from
+//! the same files and
 //! `--conntrack-at` at each of the kernel's listings): each listing equals the kernel's.
 //!
 //! ## Which probe covers which case
@@ -110,7 +111,6 @@ use std::path::{Path, PathBuf};
 // ---------------------------------------------------------------------------------------------
 
 const NODE_ADDR: &str = "192.168.0.12";
-const POD_CIDR: &str = "10.244.2.0/24";
 const CLUSTER_CIDR: &str = "10.244.0.0/16";
 const HZ_FALLBACK: u32 = 250;
 
@@ -763,6 +763,8 @@ struct Saved {
     rules: String,
     conntrack: String,
     sysctls: String,
+    addr: String,
+    route: String,
     /// `(list name, file)`.
     recent: Vec<(String, String)>,
     jiffies: u64,
@@ -841,6 +843,8 @@ fn save_state(run: &LabRun) -> Saved {
         rules: write("iptables-save-c.txt", &run.output(SNAP_SAVE).stdout),
         conntrack: write("conntrack-L-o-extended.txt", &run.output(SNAP_CT).stdout),
         sysctls: write("sysctl.txt", &run.output(SNAP_SYSCTL).stdout),
+        addr: write("ip-addr.json", &run.output(SNAP_ADDR).stdout),
+        route: write("ip-route.json", &run.output(SNAP_ROUTE).stdout),
         recent,
         jiffies,
         hz,
@@ -855,9 +859,15 @@ fn save_state(run: &LabRun) -> Saved {
 
 /// The node nfsim builds from the saved files, `after_ms` after the table was read, with the
 /// random streams of `seed`: what `nfsim trace --rules … --conntrack … --recent …
-/// --recent-jiffies … --recent-hz … --sysctls … --after …` builds.
+/// --recent-jiffies … --recent-hz … --sysctls … --interfaces … --routes … --after …` builds.
 fn nfsim_node(saved: &Saved, after_ms: f64, seed: u64) -> (NodeSpec, Netns, SimTime) {
-    let node = NodeSpec::parse(NODE_ADDR, 24, Some(POD_CIDR), seed).expect("the node's flags");
+    // The node's own interfaces and routes (`--interfaces ip-addr.json --routes
+    // ip-route.json`), nothing assumed.
+    let real = nfsim::explain::interfaces::RealInterfaces::read(&saved.addr, Some(&saved.route))
+        .unwrap_or_else(|e| panic!("nfsim refuses the node's ip -j addr / route: {e}"));
+    let node = NodeSpec::parse(NODE_ADDR, 24, None, seed)
+        .expect("the node's flags")
+        .with_real(real);
     let rules = std::fs::read_to_string(&saved.rules).expect("the saved rules");
     let mut ns = node
         .build(&rules, &saved.rules)
@@ -1261,10 +1271,10 @@ fn replay_agrees(saved: &Saved, run: &LabRun, probes: &[Probe]) -> Result<usize,
         "-q",
         "--rules",
         &saved.rules,
-        "--node-addr",
-        NODE_ADDR,
-        "--pod-cidr",
-        POD_CIDR,
+        "--interfaces",
+        &saved.addr,
+        "--routes",
+        &saved.route,
         "--conntrack",
         &saved.conntrack,
         "--sysctls",
