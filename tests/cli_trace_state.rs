@@ -655,6 +655,24 @@ fn a_real_nodes_interfaces_and_routes_are_the_node() {
     a.extend_from_slice(&real);
     let (code, _, err) = nfsim(&a);
     assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("back out"), "{err}");
+    // What nfsim cannot say: a packet forwarded back out of the link it came in by (on a
+    // routed link the kernel's redirect bookkeeping holds back ICMP errors) is a warning.
+    let mut a = vec![
+        "replay",
+        "--rules",
+        "tests/fixtures/cli/kube-proxy.rules",
+        "--ingress",
+        "cbr0=tests/fixtures/pcap/node-cni0.pcap",
+        "-q",
+    ];
+    a.extend_from_slice(&real);
+    let (code, out, err) = nfsim(&a);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("warning: 4 packets were forwarded back out of the interface they came in by (first: frame 1: udp 10.244.2.9:40000 -> 10.96.0.10:53 on cbr0): if that interface is a routed link rather than a bridge, the kernel also sends an ICMP redirect (ip_rt_send_redirect)"), "{out}");
+    let (code, _, err) = trace("udp 10.244.2.9:4000 -> 10.244.2.7:9");
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("warning: forwarded back out of cbr0, the interface it came in by: if cbr0 is a routed link rather than a bridge"), "{err}");
     let mut a = vec![
         "replay",
         "--rules",

@@ -198,6 +198,20 @@ pub fn parse_ip_route(
     Ok(out)
 }
 
+/// What nfsim cannot say about a packet a real node (`--interfaces`) forwards back out of the
+/// interface it came in by: on a routed link (not a bridge) the kernel runs its ICMP redirect
+/// bookkeeping (`ip_forward` → `ip_rt_send_redirect`, with `send_redirects` on), which may
+/// send a redirect and holds back the next ICMP error to the source for `icmp_ratelimit`
+/// (the two share the source's `inet_peer`: docs/kernel-model.md §4). nfsim models a bridge
+/// there and does neither. Completes "if that interface is a routed link rather than a
+/// bridge, …".
+pub const SAME_LINK_UNMODELLED: &str = "the kernel also sends an ICMP redirect (ip_rt_send_redirect) and holds back ICMP errors to the source for net.ipv4.icmp_ratelimit; nfsim models a bridge and does neither";
+
+/// The warning for a packet forwarded back out of `dev`, the interface it came in by.
+pub fn same_link_warning(dev: &str) -> String {
+    format!("forwarded back out of {dev}, the interface it came in by: if {dev} is a routed link rather than a bridge, {SAME_LINK_UNMODELLED}")
+}
+
 /// The names, comma-separated, for messages.
 pub fn names(interfaces: &[NodeInterface]) -> String {
     let mut v = vec!["lo"];

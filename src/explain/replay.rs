@@ -142,6 +142,11 @@ pub struct ReplaySummary {
     /// Packets received on eth0 that the node sent back out of eth0 untranslated: traffic
     /// between other hosts (a promiscuous capture), not for this node.
     pub not_for_node: usize,
+    /// On a real node (`--interfaces`): packets forwarded back out of the interface they came
+    /// in by ([`super::interfaces::same_link_warning`]), and the first, for the warning.
+    pub same_link: usize,
+    /// The first such packet (`FRAME: PACKET on DEV`).
+    pub same_link_first: Option<String>,
     /// The conntrack table at the end, in `conntrack -L` form.
     pub conntrack_table: String,
     /// Records of a Linux cooked capture (`tcpdump -i any`) that the node sent (packet type
@@ -1041,6 +1046,12 @@ pub fn replay_inputs(
             if i == eth0_name && dev == eth0_name && packet.src == pkt.src && packet.dst == pkt.dst
             {
                 sum.not_for_node += 1;
+            } else if i == dev && node.real.is_some() {
+                sum.same_link += 1;
+                if sum.same_link_first.is_none() {
+                    sum.same_link_first =
+                        Some(format!("frame {}: {pkt} on {dev}", arrived.rec.frame));
+                }
             }
         }
         let translated = survived
@@ -1365,6 +1376,12 @@ impl ReplaySummary {
             v.push(format!(
                 "{} packets came in on eth0 and went straight back out of eth0 untranslated: traffic between other hosts (a promiscuous capture?), not for this node",
                 self.not_for_node
+            ));
+        }
+        if let (n @ 1.., Some(first)) = (self.same_link, &self.same_link_first) {
+            v.push(format!(
+                "{n} packets were forwarded back out of the interface they came in by (first: {first}): if that interface is a routed link rather than a bridge, {}",
+                super::interfaces::SAME_LINK_UNMODELLED
             ));
         }
         if self.bad_checksum > 0 {
