@@ -583,3 +583,132 @@ fn a_rule_naming_an_interface_the_node_lacks_is_warned_about() {
     );
     let _ = std::fs::remove_file(&rules);
 }
+
+/// A real node's interfaces and routes (`ip -j addr`, `ip -j route` of a node whose uplink is
+/// `ens5` and whose pods' bridge is `cbr0`): the node has exactly those, a packet enters on
+/// the interface its source routes to, rules naming them match, and a rule naming one it
+/// lacks is warned about (failed before: no such flags; `-i cbr0` never matched).
+#[test]
+fn a_real_nodes_interfaces_and_routes_are_the_node() {
+    let rules = temp_file("real-iface.rules", "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -i cbr0 -o ens5 -p udp -m udp --dport 9 -j DROP\n-A FORWARD -i cni0 -j DROP\nCOMMIT\n");
+    let r = rules.to_str().unwrap();
+    let real = [
+        "--interfaces",
+        "tests/fixtures/cli/ip-addr.json",
+        "--routes",
+        "tests/fixtures/cli/ip-route.json",
+    ];
+    let trace = |pkt: &str| {
+        let mut a = vec!["trace", "--rules", r, "--packet", pkt];
+        a.extend_from_slice(&real);
+        nfsim(&a)
+    };
+    let (code, out, err) = trace("udp 10.244.2.9:4000 -> 10.244.1.5:9");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("node:    lo 127.0.0.1/8 ::1/128, ens5 192.168.0.12/24, cbr0 10.244.2.1/24\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("10.244.1.0/24 via 192.168.0.11 dev ens5"),
+        "{out}"
+    );
+    assert!(
+        out.contains("enters:  received on cbr0: the node routes the source 10.244.2.9 there\n"),
+        "{out}"
+    );
+    assert!(out.contains("verdict:      dropped"), "{out}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning: ")).collect();
+    assert_eq!(warnings, [format!("warning: {r}:6: the rule names interface cni0, which this node lacks (it has lo, ens5, cbr0), so it never matches here (negated: always): -A FORWARD -i cni0 -j DROP")], "{err}");
+    // From another node's pod: in on ens5 (via the route to 10.244.1.0/24), out on cbr0.
+    let (code, out, err) = trace("udp 10.244.1.5:4000 -> 10.244.2.9:9");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("enters:  received on ens5"), "{out}");
+    assert!(out.contains("leaves by:    cbr0 to 10.244.2.9"), "{out}");
+    // Renaming the default node's interfaces by role has the same effect on the rules.
+    let (code, out, _) = trace_on(
+        r,
+        &[
+            "--interface",
+            "ens5=uplink",
+            "--interface",
+            "cbr0=pods",
+            "--packet",
+            "udp 10.244.2.9:4000 -> 10.244.1.5:9",
+        ],
+    );
+    assert_eq!(code, 0);
+    assert!(out.contains("verdict:      dropped"), "{out}");
+    assert_refused(
+        trace_on(r, &["--interface", "ens5=wan", "--packet", PKT]),
+        "--interface \"ens5=wan\": NAME=uplink",
+    );
+    // replay: a capture on a real interface enters there; one the node lacks is refused.
+    let mut a = vec![
+        "replay",
+        "--rules",
+        r,
+        "--ingress",
+        "cbr0=tests/fixtures/pcap/node-cni0.pcap",
+        "-q",
+    ];
+    a.extend_from_slice(&real);
+    let (code, _, err) = nfsim(&a);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("back out"), "{err}");
+    // What nfsim cannot say: a packet forwarded back out of the link it came in by (on a
+    // routed link the kernel's redirect bookkeeping holds back ICMP errors) is a warning.
+    let mut a = vec![
+        "replay",
+        "--rules",
+        "tests/fixtures/cli/kube-proxy.rules",
+        "--ingress",
+        "cbr0=tests/fixtures/pcap/node-cni0.pcap",
+        "-q",
+    ];
+    a.extend_from_slice(&real);
+    let (code, out, err) = nfsim(&a);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("warning: 4 packets were forwarded back out of the interface they came in by (first: frame 1: udp 10.244.2.9:40000 -> 10.96.0.10:53 on cbr0): if that interface is a routed link rather than a bridge, the kernel also sends an ICMP redirect (ip_rt_send_redirect)"), "{out}");
+    let (code, _, err) = trace("udp 10.244.2.9:4000 -> 10.244.2.7:9");
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("warning: forwarded back out of cbr0, the interface it came in by: if cbr0 is a routed link rather than a bridge"), "{err}");
+    let mut a = vec![
+        "replay",
+        "--rules",
+        r,
+        "--ingress",
+        "cni0=tests/fixtures/pcap/node-cni0.pcap",
+    ];
+    a.extend_from_slice(&real);
+    assert_refused(
+        nfsim(&a),
+        "an interface of the node (ens5, cbr0 in tests/fixtures/cli/ip-addr.json",
+    );
+    // Bad files are located errors; --interfaces replaces the addressing flags.
+    let bad = temp_file(
+        "bad-addr.json",
+        "[{\"ifname\": \"eth0\", \"addr_info\": [{\"family\": \"inet\", \"prefixlen\": 24}]}]",
+    );
+    let b = bad.to_str().unwrap();
+    assert_refused(
+        nfsim(&["trace", "--rules", r, "--interfaces", b, "--packet", PKT]),
+        &format!("{b}: eth0: address #1 of addr_info: no \"local\" address"),
+    );
+    assert_refused(
+        nfsim(&[
+            "trace",
+            "--rules",
+            r,
+            "--interfaces",
+            b,
+            "--pod-cidr",
+            "10.244.0.0/16",
+            "--packet",
+            PKT,
+        ]),
+        "cannot be used with",
+    );
+    let _ = std::fs::remove_file(&rules);
+    let _ = std::fs::remove_file(&bad);
+}

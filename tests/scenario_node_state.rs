@@ -285,3 +285,23 @@ fn loaded_entries_are_not_counted_as_inserts() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(" insert=0 "), "{out}");
 }
+
+/// A scenario node's saved rules naming an interface the node lacks (a bridge CNI's `cni0`,
+/// where nfsim's pods have veths of their own) never match it: one warning per rule, at
+/// `state.rules`, naming the rules file's line (failed before: silence). The node's own
+/// interfaces (`eth0`, an `extraAddresses` interface, the pods' `veth…`) draw none.
+#[test]
+fn saved_rules_naming_an_interface_the_node_lacks_are_warned_about() {
+    let rules = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -i cni0 -j ACCEPT\n-A FORWARD -o eth0 -j ACCEPT\n-A FORWARD -i veth+ -j ACCEPT\n-A FORWARD -o flannel.1 -j ACCEPT\nCOMMIT\n";
+    let (_, w) = scenario_with(&[("rules.txt", rules)], "{rules: rules.txt}", "").unwrap();
+    let iface: Vec<&String> = w.iter().filter(|l| l.contains("names interface")).collect();
+    assert_eq!(iface.len(), 2, "{w:#?}");
+    assert!(
+        iface[0].starts_with("DIR/s.yaml:7:20: warning: state.rules: DIR/rules.txt:5: the rule names interface cni0, which node node-1 lacks (it has lo, eth0, veth+), so it never matches here (negated: always): -A FORWARD -i cni0 -j ACCEPT"),
+        "{iface:#?}"
+    );
+    assert!(
+        iface[1].contains("DIR/rules.txt:8: the rule names interface flannel.1"),
+        "{iface:#?}"
+    );
+}

@@ -18,6 +18,8 @@
 //! - [`recent`]: `/proc/net/xt_recent/NAME` text parsed back into `recent` list entries, with
 //!   jiffies mapped to simulated time, to start from a real node's session affinity state.
 //! - [`trace`]: the rule-by-rule [`Trace`] of a packet.
+//! - [`rule_ifnames`]: which rules of a rules file name an interface a node lacks (they
+//!   never match there), for the warnings of `nfsim trace`, `replay` and scenario nodes.
 //! - [`synth`]: kube-proxy-shaped rulesets of any size, for benchmarks and tests.
 //! - [`nft`]: nftables — tables, sets, verdict maps and chains as kube-proxy's nftables
 //!   proxier writes them; `nft -f` transactions, `nft list` text, and evaluation of base
@@ -75,6 +77,7 @@ pub mod nft;
 mod parse;
 pub mod recent;
 pub mod rule;
+pub mod rule_ifnames;
 pub mod ruleset;
 pub mod state;
 pub mod synth;

@@ -42,6 +42,20 @@ pub(crate) struct NodeArgs {
     /// address); packets from it enter on cni0. Without it, everything enters on eth0.
     #[arg(long)]
     pub(crate) pod_cidr: Option<String>,
+    /// Rename one of the node's two interfaces by its role, as `NAME=uplink` (the one called
+    /// eth0: the network) or `NAME=pods` (cni0: the pods' bridge), so rules naming the real
+    /// node's interfaces (`-i ens5`, `! -i cbr0`) match (repeatable).
+    #[arg(long, value_name = "NAME=ROLE", conflicts_with = "interfaces")]
+    pub(crate) interface: Vec<String>,
+    /// A real node's interfaces and addresses: its `ip -j addr` output. The node then has
+    /// exactly these (instead of --node-addr, --node-prefix, --pod-cidr), and a packet enters
+    /// on the interface the node routes its source to.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["node_addr", "node_prefix", "pod_cidr"])]
+    pub(crate) interfaces: Option<String>,
+    /// The real node's routes: its `ip -j route` output (with --interfaces; without it only
+    /// the connected subnets are routed).
+    #[arg(long, value_name = "FILE", requires = "interfaces")]
+    pub(crate) routes: Option<String>,
     /// The seed of the node's random streams (statistic draws, NAT port offsets; default 1).
     /// With a scenario (`nfsim trace SCENARIO`): the run's seed, over the scenario's.
     #[arg(long)]
@@ -51,7 +65,7 @@ pub(crate) struct NodeArgs {
 impl NodeArgs {
     /// The node the flags describe, checked.
     pub(crate) fn spec(&self) -> Result<nfsim::explain::NodeSpec> {
-        Ok(nfsim::explain::NodeSpec::parse(
+        let mut spec = nfsim::explain::NodeSpec::parse(
             &self
                 .node_addr
                 .clone()
@@ -60,7 +74,19 @@ impl NodeArgs {
                 .unwrap_or(nfsim::explain::DEFAULT_NODE_PREFIX),
             self.pod_cidr.as_deref(),
             self.seed.unwrap_or(1),
-        )?)
+        )?;
+        for i in &self.interface {
+            let (name, role) = i.split_once('=').ok_or_else(|| {
+                anyhow!("--interface {i:?}: expected NAME=ROLE, as ens5=uplink or cbr0=pods")
+            })?;
+            spec = spec.rename(name, role)?;
+        }
+        if let Some(file) = &self.interfaces {
+            let real =
+                nfsim::explain::interfaces::RealInterfaces::read(file, self.routes.as_deref())?;
+            spec = spec.with_real(real);
+        }
+        Ok(spec)
     }
 
     /// The flags that describe the node's own addresses (not the seed), as typed, for the
@@ -72,6 +98,10 @@ impl NodeArgs {
             Some("--node-prefix")
         } else if self.pod_cidr.is_some() {
             Some("--pod-cidr")
+        } else if !self.interface.is_empty() {
+            Some("--interface")
+        } else if self.interfaces.is_some() {
+            Some("--interfaces")
         } else {
             None
         }

@@ -137,6 +137,12 @@ fn on_rules(a: &Args, packet: Packet, mut opts: TraceOptions) -> Result<TraceRep
     opts.at = loaded.at;
     let notes = loaded.notes;
     let mut r = trace(&node, &base, packet, &opts)?;
+    if node.real.is_some()
+        && r.outcome.verdict == "transmitted"
+        && r.outcome.interface.as_deref() == Some(r.ingress.as_str())
+    {
+        super::warn_all(&[nfsim::explain::interfaces::same_link_warning(&r.ingress)]);
+    }
     r.notes = notes;
     Ok(r)
 }

@@ -20,6 +20,7 @@
 pub mod branches;
 mod defrag;
 pub mod dyadic;
+pub mod interfaces;
 mod node;
 mod normalize;
 mod replay;
@@ -29,7 +30,8 @@ mod trace;
 pub use branches::{BranchOutcome, BranchReport, Decision, Probability, MAX_BRANCH_RUNS};
 pub use dyadic::Dyadic;
 pub use node::{
-    interface_warnings, is_nft_text, NodeSpec, CNI0, DEFAULT_NODE_ADDR, DEFAULT_NODE_PREFIX, ETH0,
+    interface_warnings, is_nft_text, rule_interface_warnings, NodeSpec, CNI0, DEFAULT_NODE_ADDR,
+    DEFAULT_NODE_PREFIX, ETH0,
 };
 pub use normalize::normalize;
 pub use replay::{
@@ -120,6 +122,15 @@ pub enum ExplainError {
     #[error("{file}: {message}")]
     Conntrack {
         /// The listing file.
+        file: String,
+        /// Where and what.
+        message: String,
+    },
+    /// An `ip -j addr` or `ip -j route` file (`--interfaces`, `--routes`) is not what `ip`
+    /// prints, or names what the node cannot have: `FILE: where: what`.
+    #[error("{file}: {message}")]
+    Interfaces {
+        /// The file.
         file: String,
         /// Where and what.
         message: String,

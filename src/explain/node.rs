@@ -14,15 +14,25 @@
 //!   node (OUTPUT); otherwise a source inside the pod CIDR arrives on `cni0`, any other source
 //!   on `eth0` (PREROUTING).
 //!
+//! - `--interface NAME=uplink` / `--interface NAME=pods` renames `eth0` / `cni0` (a node whose
+//!   uplink is `ens5` and whose bridge is `cbr0`), so rules naming them match.
+//! - A real node's own interfaces and routes (`--interfaces FILE`: `ip -j addr`, `--routes
+//!   FILE`: `ip -j route`; [`super::interfaces`]) replace all of the above. A packet then
+//!   enters on the interface the node routes its source to (the longest prefix among the
+//!   connected subnets and the routes: where its replies would go, as `rp_filter` checks),
+//!   or on the interface `--ingress` names.
+//!
 //! The ruleset is loaded as `iptables-restore --noflush -c` into the empty namespace, the way
 //! kube-proxy loads its payloads (`--noflush --counters`): a real node's `iptables-save -c`
 //! keeps its `[packets:bytes]`. Text in nft's command syntax (`add table ip kube-proxy …`,
 //! what kube-proxy's nftables mode gives `nft -f`) is applied as `nft -f` instead
 //! ([`is_nft_text`]).
 
+use super::interfaces::RealInterfaces;
 use super::ExplainError;
 use sim_core::{IfName, Packet};
 use sim_netfilter::netns::{Ingress, Netns, NetnsConfig, Prefix};
+pub use sim_netfilter::rule_ifnames::{is_nft_text, rule_interface_warnings};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// The node's uplink.
@@ -47,6 +57,13 @@ pub struct NodeSpec {
     pub pod_cidr: Option<Prefix>,
     /// The seed of the namespace's random streams (statistic draws, NAT port offsets).
     pub seed: u64,
+    /// The uplink's name (`eth0` unless `--interface NAME=uplink`).
+    pub uplink: String,
+    /// The pod bridge's name (`cni0` unless `--interface NAME=pods`).
+    pub pods: String,
+    /// A real node's interfaces and routes (`--interfaces`, `--routes`): when given, the node
+    /// has exactly these, and `addr`, `prefix_len`, `pod_cidr` are not used.
+    pub real: Option<RealInterfaces>,
 }
 
 fn ifname(s: &str) -> IfName {
@@ -125,7 +142,65 @@ impl NodeSpec {
             prefix_len,
             pod_cidr,
             seed,
+            uplink: ETH0.to_string(),
+            pods: CNI0.to_string(),
+            real: None,
         })
+    }
+
+    /// The node with a real node's interfaces and routes (`--interfaces`, `--routes`).
+    pub fn with_real(self, real: RealInterfaces) -> NodeSpec {
+        NodeSpec {
+            real: Some(real),
+            ..self
+        }
+    }
+
+    /// Renames an interface by its role (`--interface NAME=ROLE`): `uplink` (`eth0`) or
+    /// `pods` (`cni0`).
+    pub fn rename(mut self, name: &str, role: &str) -> Result<NodeSpec, ExplainError> {
+        let bad = |expected: String| ExplainError::BadFlag {
+            flag: "--interface",
+            value: format!("{name}={role}"),
+            expected,
+        };
+        IfName::new(name).map_err(|e| bad(format!("an interface name: {e}")))?;
+        if name == "lo" {
+            return Err(bad("a name other than lo".into()));
+        }
+        match role {
+            "uplink" if name != self.pods => self.uplink = name.to_string(),
+            "pods" if name != self.uplink => self.pods = name.to_string(),
+            "uplink" | "pods" => {
+                return Err(bad(
+                    "one name per role: the uplink and the pods' bridge are two interfaces"
+                        .into(),
+                ))
+            }
+            _ => {
+                return Err(bad(format!(
+                    "NAME=uplink (the interface called {ETH0} by default: the network) or NAME=pods (called {CNI0}: the pods' bridge)"
+                )))
+            }
+        }
+        Ok(self)
+    }
+
+    /// The interface this node routes `a` to (the longest prefix among its connected subnets
+    /// and routes), for a real node (`--interfaces`).
+    fn real_route_dev(&self, a: IpAddr) -> Option<&str> {
+        let real = self.real.as_ref()?;
+        let connected = real.interfaces.iter().flat_map(|i| {
+            i.addrs.iter().filter_map(move |&(addr, l)| {
+                Prefix::new(addr, l).ok().map(|p| (p, i.name.as_str()))
+            })
+        });
+        let routed = real.routes.iter().map(|r| (r.dst, r.dev.as_str()));
+        connected
+            .chain(routed)
+            .filter(|(p, _)| p.addr().is_ipv4() == a.is_ipv4() && p.contains(a))
+            .max_by_key(|(p, _)| p.prefix_len())
+            .map(|(_, d)| d)
     }
 
     /// The default gateway: the subnet's first host address, or its second when that is the
@@ -151,18 +226,33 @@ impl NodeSpec {
     pub fn build(&self, rules: &str, file: &str) -> Result<Netns, ExplainError> {
         let mut ns = Netns::new(NetnsConfig::new(&self.name, self.seed));
         let err = |e| ExplainError::netns(file, e);
-        ns.add_interface(ifname(ETH0), &[(IpAddr::V4(self.addr), self.prefix_len)])
+        if let Some(real) = &self.real {
+            for i in &real.interfaces {
+                ns.add_interface(ifname(&i.name), &i.addrs)
+                    .map_err(|e| ExplainError::netns(&real.file, e))?;
+            }
+            let routes_file = real.routes_file.as_deref().unwrap_or(&real.file);
+            for r in &real.routes {
+                ns.add_route(r.dst, r.gateway, ifname(&r.dev))
+                    .map_err(|e| ExplainError::netns(routes_file, e))?;
+            }
+        } else {
+            ns.add_interface(
+                ifname(&self.uplink),
+                &[(IpAddr::V4(self.addr), self.prefix_len)],
+            )
             .map_err(err)?;
-        if let (Some(p), Some(a)) = (self.pod_cidr, self.bridge_addr()) {
-            ns.add_interface(ifname(CNI0), &[(IpAddr::V4(a), p.prefix_len())])
-                .map_err(err)?;
+            if let (Some(p), Some(a)) = (self.pod_cidr, self.bridge_addr()) {
+                ns.add_interface(ifname(&self.pods), &[(IpAddr::V4(a), p.prefix_len())])
+                    .map_err(err)?;
+            }
+            ns.add_route(
+                Prefix::default_for(true),
+                Some(IpAddr::V4(self.gateway())),
+                ifname(&self.uplink),
+            )
+            .map_err(err)?;
         }
-        ns.add_route(
-            Prefix::default_for(true),
-            Some(IpAddr::V4(self.gateway())),
-            ifname(ETH0),
-        )
-        .map_err(err)?;
         if is_nft_text(rules) {
             ns.nft_apply(file, rules, sim_core::SimTime::ZERO)?;
         } else {
@@ -171,8 +261,9 @@ impl NodeSpec {
         Ok(ns)
     }
 
-    /// Where `pkt` enters: OUTPUT with `local`, `cni0` for a source in the pod CIDR, `eth0`
-    /// otherwise; with why, for people.
+    /// Where `pkt` enters: OUTPUT with `local`; on a real node (`--interfaces`), the
+    /// interface it routes the source to; otherwise `cni0` for a source in the pod CIDR,
+    /// `eth0` for any other; with why, for people.
     pub fn ingress_for(&self, pkt: &Packet, local: bool) -> (Ingress, String) {
         if local {
             return (
@@ -180,26 +271,58 @@ impl NodeSpec {
                 "sent by a process of the node (--local): OUTPUT".into(),
             );
         }
-        match self.pod_cidr {
-            Some(p) if p.contains(pkt.src) => (
-                Ingress::Interface(ifname(CNI0)),
-                format!(
-                    "received on {CNI0}: source {} is in the pod CIDR {p}",
-                    pkt.src
+        let (dev, why) = self.arrives_on(pkt.src);
+        (Ingress::Interface(dev), why)
+    }
+
+    /// The interface a packet from `src` arrives on (see [`NodeSpec::ingress_for`]), and why.
+    pub fn arrives_on(&self, src: IpAddr) -> (IfName, String) {
+        if let Some(real) = &self.real {
+            return match self.real_route_dev(src) {
+                Some(dev) => (
+                    ifname(dev),
+                    format!("received on {dev}: the node routes the source {src} there"),
                 ),
+                None => {
+                    let first = real
+                        .interfaces
+                        .iter()
+                        .find(|i| !i.addrs.is_empty())
+                        .map_or("lo", |i| i.name.as_str());
+                    (
+                        ifname(first),
+                        format!(
+                            "received on {first}: the node has no route to the source {src} (no default route in {}), so its first interface with an address is assumed",
+                            real.routes_file.as_deref().unwrap_or("--routes, which was not given")
+                        ),
+                    )
+                }
+            };
+        }
+        let (uplink, pods) = (self.uplink.as_str(), self.pods.as_str());
+        match self.pod_cidr {
+            Some(p) if p.contains(src) => (
+                ifname(pods),
+                format!("received on {pods}: source {src} is in the pod CIDR {p}"),
             ),
             Some(p) => (
-                Ingress::Interface(ifname(ETH0)),
-                format!(
-                    "received on {ETH0}: source {} is outside the pod CIDR {p}",
-                    pkt.src
-                ),
+                ifname(uplink),
+                format!("received on {uplink}: source {src} is outside the pod CIDR {p}"),
             ),
             None => (
-                Ingress::Interface(ifname(ETH0)),
-                format!("received on {ETH0} (no --pod-cidr, so no pod side)"),
+                ifname(uplink),
+                format!("received on {uplink} (no --pod-cidr, so no pod side)"),
             ),
         }
+    }
+
+    /// The node's interface called `name`, if it has one (`lo` included).
+    pub fn has_interface(&self, name: &str) -> bool {
+        name == "lo"
+            || match &self.real {
+                Some(r) => r.interfaces.iter().any(|i| i.name == name),
+                None => name == self.uplink || (self.pod_cidr.is_some() && name == self.pods),
+            }
     }
 
     /// The interfaces and routes, one line each, as `ip addr`/`ip route` would say them.
@@ -235,77 +358,19 @@ fn broadcast(p: &Prefix) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(v4(p)) | ((1u64 << host_bits) - 1) as u32)
 }
 
-/// Whether `rules` is nft command text (`nft -f`: its first command is `add`, `create`,
-/// `insert`, `replace`, `delete`, `destroy`, `flush` or `table`) rather than iptables-restore
-/// text (`*filter`, `:CHAIN`, `-A …`, `COMMIT`). Comments and blank lines are skipped.
-pub fn is_nft_text(rules: &str) -> bool {
-    let first = rules
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))
-        .and_then(|l| l.split_whitespace().next());
-    matches!(
-        first,
-        Some("add" | "create" | "insert" | "replace" | "delete" | "destroy" | "flush" | "table")
-    )
-}
-
 /// One warning per rule of `rules` (read from `file`) that names an interface `ns` does not
 /// have (`-i`/`-o` of iptables text, `iifname`/`oifname` of nft text; a `+` or `*` suffix
 /// matches by prefix, as the kernel's `ifname_compare` and nft's wildcard do): such a rule
 /// never matches on this node (or, negated, always does), where on the real node it may.
 /// `FILE:LINE: rule names interface X, which the node lacks (it has lo, eth0, …): RULE`.
 pub fn interface_warnings(rules: &str, file: &str, ns: &Netns) -> Vec<String> {
-    let have: Vec<&str> = ns
+    let have: Vec<String> = ns
         .routing()
         .interfaces()
         .iter()
-        .map(|i| i.name.as_str())
+        .map(|i| i.name.to_string())
         .collect();
-    let nft = is_nft_text(rules);
-    let flags: &[&str] = if nft {
-        &["iifname", "oifname"]
-    } else {
-        &["-i", "--in-interface", "-o", "--out-interface"]
-    };
-    let mut out = Vec::new();
-    for (i, line) in rules.lines().enumerate() {
-        let l = line.trim();
-        let is_rule = if nft {
-            l.starts_with("add rule ") || l.starts_with("insert rule ")
-        } else {
-            l.starts_with("-A ") || l.starts_with("-I ") || l.starts_with('[')
-        };
-        if !is_rule {
-            continue;
-        }
-        let words: Vec<&str> = l.split_whitespace().collect();
-        for (j, w) in words.iter().enumerate() {
-            if !flags.contains(w) {
-                continue;
-            }
-            let mut v = words.get(j + 1).copied().unwrap_or_default();
-            if v == "!=" || v == "==" {
-                v = words.get(j + 2).copied().unwrap_or_default();
-            }
-            let name = v.trim_matches('"');
-            if name.is_empty() || name == "+" || name == "*" {
-                continue;
-            }
-            let found = match name.strip_suffix('+').or_else(|| name.strip_suffix('*')) {
-                Some(prefix) => have.iter().any(|h| h.starts_with(prefix)),
-                None => have.contains(&name),
-            };
-            if !found {
-                out.push(format!(
-                    "{file}:{}: the rule names interface {name}, which this node lacks (it has {}), so it never matches here (negated: always): {l}",
-                    i + 1,
-                    have.join(", ")
-                ));
-            }
-        }
-    }
-    out
+    rule_interface_warnings(rules, file, &have, "this node")
 }
 
 #[cfg(test)]

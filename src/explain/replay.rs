@@ -35,7 +35,7 @@
 //! [`ReplayOptions::quiet`] (`benches/replay.rs`).
 
 use super::defrag::{self, Before, IPFRAG_TIME_SECS};
-use super::{ExplainError, NodeSpec, CNI0, ETH0};
+use super::{ExplainError, NodeSpec};
 use crate::cluster::sim::record::destroy_cause;
 use crate::cluster::sim::{CtRecord, TimelineEvent, What, JSON_SCHEMA_VERSION};
 use sim_conntrack::EventKind;
@@ -142,6 +142,11 @@ pub struct ReplaySummary {
     /// Packets received on eth0 that the node sent back out of eth0 untranslated: traffic
     /// between other hosts (a promiscuous capture), not for this node.
     pub not_for_node: usize,
+    /// On a real node (`--interfaces`): packets forwarded back out of the interface they came
+    /// in by ([`super::interfaces::same_link_warning`]), and the first, for the warning.
+    pub same_link: usize,
+    /// The first such packet (`FRAME: PACKET on DEV`).
+    pub same_link_first: Option<String>,
     /// The conntrack table at the end, in `conntrack -L` form.
     pub conntrack_table: String,
     /// Records of a Linux cooked capture (`tcpdump -i any`) that the node sent (packet type
@@ -306,6 +311,8 @@ pub enum Tap {
     /// The pod side: the bridge `cni0` or a pod's `veth…` on it. Every packet comes from a
     /// pod, received on `cni0`.
     Pod,
+    /// An interface of a real node (`--interfaces`): every packet is received on it.
+    On(IfName),
 }
 
 impl Tap {
@@ -318,25 +325,38 @@ impl Tap {
             value: name.to_string(),
             expected,
         };
-        let pod_side = name == CNI0
+        if name == "any" {
+            return Ok(Tap::BySource);
+        }
+        if let Some(real) = &node.real {
+            return match IfName::new(name) {
+                Ok(n) if node.has_interface(name) && name != "lo" => Ok(Tap::On(n)),
+                _ => Err(bad(format!(
+                    "an interface of the node ({} in {}; lo is the node's own traffic), or any (by source address)",
+                    super::interfaces::names(&real.interfaces).trim_start_matches("lo, "),
+                    real.file
+                ))),
+            };
+        }
+        let pod_side = name == node.pods
             || name == "cbr0"
             || ["veth", "cali", "lxc"]
                 .iter()
                 .any(|p| name.len() > p.len() && name.starts_with(p));
-        if name == ETH0 {
+        if name == node.uplink {
             Ok(Tap::Wire)
-        } else if name == "any" {
-            Ok(Tap::BySource)
         } else if pod_side {
             if node.pod_cidr.is_none() {
                 return Err(bad(format!(
-                    "a capture on the pod side needs --pod-cidr: without it the node has no {CNI0}"
+                    "a capture on the pod side needs --pod-cidr: without it the node has no {}",
+                    node.pods
                 )));
             }
             Ok(Tap::Pod)
         } else {
             Err(bad(format!(
-                "an interface of the node: {ETH0} (the wire), {CNI0}, cbr0 or a pod's veth…/cali…/lxc… (the pod side), or any (by source address)"
+                "an interface of the node: {} (the wire), {}, cbr0 or a pod's veth…/cali…/lxc… (the pod side), or any (by source address)",
+                node.uplink, node.pods
             )))
         }
     }
@@ -441,6 +461,8 @@ enum Enters {
     Local,
     Eth0,
     Cni0,
+    /// A real node's interface (`--interfaces`), by its index among the node's interfaces.
+    Dev(u16),
 }
 
 /// A packet the kernel sent in answer (REJECT's ICMP error or reset).
@@ -619,9 +641,22 @@ pub fn replay_inputs(
     let w =
         |out: &mut dyn Write, s: &str| out.write_all(s.as_bytes()).map_err(ExplainError::Output);
     let multi = inputs.len() > 1;
-    let eth0_name = IfName::new(ETH0).unwrap_or_else(|_| unreachable!());
+    let named = |n: &str| IfName::new(n).unwrap_or_else(|_| unreachable!("checked by NodeSpec"));
+    let eth0_name = named(&node.uplink);
     let eth0 = Ingress::Interface(eth0_name);
-    let cni0 = Ingress::Interface(IfName::new(CNI0).unwrap_or_else(|_| unreachable!()));
+    let cni0 = Ingress::Interface(named(&node.pods));
+    // A real node's interfaces, for `Enters::Dev`.
+    let devs: Vec<IfName> = ns.routing().interfaces().iter().map(|i| i.name).collect();
+    let dev_index = |n: IfName| -> Result<Enters, ExplainError> {
+        let i = devs.iter().position(|d| *d == n).unwrap_or(0);
+        u16::try_from(i)
+            .map(Enters::Dev)
+            .map_err(|_| ExplainError::BadFlag {
+                flag: "--interfaces",
+                value: n.to_string(),
+                expected: "a node of at most 65,535 interfaces".into(),
+            })
+    };
     // The records in the order the node sees them, each at the time it does. A cooked capture
     // (`tcpdump -i any`) holds what the node sent as well as what it received, and a bridged
     // packet once per interface it crossed: those are left out here.
@@ -704,6 +739,8 @@ pub fn replay_inputs(
             match input.tap {
                 Tap::Wire => Enters::Eth0,
                 Tap::Pod => Enters::Cni0,
+                Tap::On(n) => dev_index(n)?,
+                Tap::BySource if node.real.is_some() => dev_index(node.arrives_on(pkt.src).0)?,
                 Tap::BySource => match node.pod_cidr {
                     Some(p) if p.contains(pkt.src) => Enters::Cni0,
                     _ => Enters::Eth0,
@@ -845,6 +882,7 @@ pub fn replay_inputs(
             Enters::Local => Ingress::Local,
             Enters::Eth0 => eth0,
             Enters::Cni0 => cni0,
+            Enters::Dev(i) => Ingress::Interface(devs[usize::from(i)]),
         };
         let from = match &ingress {
             Ingress::Local => "local",
@@ -1008,6 +1046,12 @@ pub fn replay_inputs(
             if i == eth0_name && dev == eth0_name && packet.src == pkt.src && packet.dst == pkt.dst
             {
                 sum.not_for_node += 1;
+            } else if i == dev && node.real.is_some() {
+                sum.same_link += 1;
+                if sum.same_link_first.is_none() {
+                    sum.same_link_first =
+                        Some(format!("frame {}: {pkt} on {dev}", arrived.rec.frame));
+                }
             }
         }
         let translated = survived
@@ -1332,6 +1376,12 @@ impl ReplaySummary {
             v.push(format!(
                 "{} packets came in on eth0 and went straight back out of eth0 untranslated: traffic between other hosts (a promiscuous capture?), not for this node",
                 self.not_for_node
+            ));
+        }
+        if let (n @ 1.., Some(first)) = (self.same_link, &self.same_link_first) {
+            v.push(format!(
+                "{n} packets were forwarded back out of the interface they came in by (first: {first}): if that interface is a routed link rather than a bridge, {}",
+                super::interfaces::SAME_LINK_UNMODELLED
             ));
         }
         if self.bad_checksum > 0 {

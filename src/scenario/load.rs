@@ -877,6 +877,31 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             };
             extra_addresses.push((dev, x.address, len));
         }
+        // A saved ruleset naming an interface this node lacks (a bridge CNI's cni0 where the
+        // pods here have veths of their own) never matches it: say so, rule by rule.
+        if let (Some((path, text)), Some(f)) = (
+            &state.rules,
+            d.state.as_ref().and_then(|st| st.value.rules.as_ref()),
+        ) {
+            let mut have = vec!["lo".to_string(), "eth0".to_string()];
+            for (dev, ..) in &extra_addresses {
+                if !have.contains(dev) {
+                    have.push(dev.clone());
+                }
+            }
+            // The pods' interfaces: one `veth…` per pod (their names are nfsim's own).
+            have.push("veth+".into());
+            let node = format!("node {}", d.name.value);
+            for w in sim_netfilter::rule_ifnames::rule_interface_warnings(text, path, &have, &node)
+            {
+                sysctl_warnings.push(ScenarioWarning {
+                    file: ctx.file().to_string(),
+                    line: f.referenced.line(),
+                    column: f.referenced.column(),
+                    message: format!("state.rules: {w}"),
+                });
+            }
+        }
         nodes.push(NodeDef {
             name: d.name.value.clone(),
             address: d.address.value,

@@ -66,6 +66,12 @@
 //!   [`Scenario::command`]: run a tool inside the namespace and keep its exit code, stdout
 //!   and stderr ([`CommandOutput`]).
 //! - [`Scenario::mark`]: just a labelled instant, to line events up with.
+//! - [`Scenario::inject`]: a raw IPv4 packet ([`RawPacket`]) written into a TUN link
+//!   ([`Scenario::tun`], with [`Scenario::route`]s), so the kernel receives it on that link as
+//!   a node receives a pod's or the network's packet (PREROUTING, then FORWARD or INPUT);
+//!   what the kernel sends out of the links meanwhile is kept ([`Injected`]). An injected
+//!   packet can answer what an earlier one made the kernel send (`reply_to`), whatever NAT
+//!   chose.
 //!
 //! Every step result carries its start and end time in milliseconds since the driver started;
 //! events ([`CtEvent`]), what servers saw ([`ServerSaw`], the peer address after SNAT) and
@@ -74,9 +80,12 @@
 //!
 //! ## Safety
 //!
-//! Only loopback addresses are accepted in a scenario (127.0.0.0/8, ::1): [`Lab::run`] refuses
-//! anything else before starting. The namespace has no interface but `lo` and no route
-//! elsewhere, so nothing it sends can leave it, whatever the rules say. The driver (a Python
+//! Only loopback addresses are accepted in a scenario's sockets and `lo` addresses (127.0.0.0/8,
+//! ::1): [`Lab::run`] refuses anything else before starting. The namespace has no interface
+//! but `lo` and the scenario's TUN links, whose other end is a file descriptor the driver
+//! holds: a packet the kernel routes out of a TUN link is read by the driver and goes nowhere
+//! else, so nothing the namespace sends can leave it, whatever the rules or the injected
+//! packets' addresses say. The driver (a Python
 //! script, `kernel_driver.py` beside this file, run as `unshare -n python3 -c`) and the tools
 //! it starts die with it, and a run is killed after its time limit.
 
@@ -207,12 +216,27 @@ pub fn lab() -> Result<Lab, String> {
 /// The lab; or, where it cannot run, prints `skipped: <test>: <reason>` to stderr and returns
 /// `None` (panics instead when `NFSIM_REQUIRE_KERNEL_LAB` is set).
 pub fn lab_or_skip(test: &str) -> Option<Lab> {
-    match lab() {
-        Ok(l) => {
+    lab_with_or_skip(test, &[], &[])
+}
+
+/// [`lab_or_skip`] for a test that also runs the programs `programs` inside the namespace
+/// (`sysctl`, `grep`, …) and needs the files `paths` (`/dev/net/tun` for TUN links).
+pub fn lab_with_or_skip(test: &str, programs: &[&str], paths: &[&str]) -> Option<Lab> {
+    let why = lab()
+        .err()
+        .or_else(|| tools::why_not_programs(programs))
+        .or_else(|| {
+            paths
+                .iter()
+                .find(|p| !Path::new(p).exists())
+                .map(|p| format!("{p} missing"))
+        });
+    match why {
+        None => {
             skips::ran(test);
-            Some(l)
+            lab().ok()
         }
-        Err(reason) => {
+        Some(reason) => {
             if env_set(REQUIRE_ENV) && !env_set(SKIP_ENV) {
                 panic!(
                     "{test}: the kernel lab is required ({REQUIRE_ENV}) but cannot run: {reason}"
@@ -236,6 +260,47 @@ struct Setup {
     events: bool,
     capture: bool,
     rules: Option<String>,
+    tuns: Vec<Tun>,
+    routes: Vec<String>,
+}
+
+/// A TUN link of the namespace: the driver holds its file descriptor, so what the kernel
+/// routes out of it is read by the driver and goes nowhere else.
+#[derive(Clone, Debug, Serialize)]
+struct Tun {
+    name: String,
+    addrs: Vec<String>,
+}
+
+/// A raw IPv4 packet for [`Scenario::inject`], built by the driver (checksums included).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RawPacket {
+    /// `tcp`, `udp` or `icmp`.
+    pub proto: String,
+    /// Source address (replaced under `reply_to`).
+    pub src: String,
+    /// Destination address (replaced under `reply_to`).
+    pub dst: String,
+    /// TCP/UDP source port.
+    pub sport: u16,
+    /// TCP/UDP destination port.
+    pub dport: u16,
+    /// TCP flags, `S`, `SA`, `PA`, `FA`, `R`, `A`… (default `S`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flags: Option<String>,
+    /// TCP sequence number.
+    pub seq: u32,
+    /// TCP acknowledgement number.
+    pub ack: u32,
+    /// ICMP type (default 8, echo request).
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub icmp_type: Option<u8>,
+    /// ICMP echo identifier.
+    pub icmp_id: u16,
+    /// ICMP echo sequence number.
+    pub icmp_seq: u16,
+    /// Payload length in bytes.
+    pub len: u16,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -293,6 +358,13 @@ enum Step {
     Mark {
         label: String,
     },
+    Inject {
+        label: String,
+        dev: String,
+        packet: RawPacket,
+        reply_to: Option<String>,
+        wait_ms: u64,
+    },
 }
 
 impl Step {
@@ -302,7 +374,8 @@ impl Step {
             Step::UdpSend { wait_ms, .. }
             | Step::TcpSend { wait_ms, .. }
             | Step::TcpClose { wait_ms, .. }
-            | Step::TcpCloseServer { wait_ms, .. } => *wait_ms,
+            | Step::TcpCloseServer { wait_ms, .. }
+            | Step::Inject { wait_ms, .. } => *wait_ms,
             Step::TcpConnect { wait_ms, .. } => 2 * wait_ms,
             Step::Sleep { ms } => *ms,
             Step::Command { .. } => 5_000,
@@ -354,6 +427,8 @@ impl Scenario {
                 events: true,
                 capture: false,
                 rules: None,
+                tuns: vec![],
+                routes: vec![],
             },
             steps: vec![],
         }
@@ -542,6 +617,44 @@ impl Scenario {
         })
     }
 
+    /// A TUN link `name` holding `addrs` (`192.168.0.12/24`), up, created during setup after
+    /// the sysctls (so `net.ipv6.conf.default.disable_ipv6=1` keeps it IPv4-only).
+    pub fn tun(mut self, name: &str, addrs: &[&str]) -> Scenario {
+        self.setup.tuns.push(Tun {
+            name: name.into(),
+            addrs: addrs.iter().map(|a| a.to_string()).collect(),
+        });
+        self
+    }
+
+    /// A route added after the TUN links (`ip route add ROUTE`: `default via 192.168.0.1`).
+    pub fn route(mut self, route: &str) -> Scenario {
+        self.setup.routes.push(route.into());
+        self
+    }
+
+    /// Writes `packet` into TUN link `dev`: the kernel receives it on that link (PREROUTING).
+    /// Then serves the links for `wait_ms`, recording what the kernel sent out of any of them
+    /// ([`Injected`]). With `reply_to` (the label of an earlier inject step), the packet
+    /// answers the first packet that step made the kernel send: its addresses and ports are
+    /// that packet's, swapped, and it enters on the link that packet left by.
+    pub fn inject(
+        self,
+        label: &str,
+        dev: &str,
+        packet: RawPacket,
+        reply_to: Option<&str>,
+        wait_ms: u64,
+    ) -> Scenario {
+        self.step(Step::Inject {
+            label: label.into(),
+            dev: dev.into(),
+            packet,
+            reply_to: reply_to.map(Into::into),
+            wait_ms,
+        })
+    }
+
     /// A labelled instant.
     pub fn mark(self, label: &str) -> Scenario {
         self.step(Step::Mark {
@@ -549,9 +662,19 @@ impl Scenario {
         })
     }
 
-    /// Checks that every address is a loopback one ([`Lab::run`] does this first).
+    /// Checks that every address is a loopback one ([`Lab::run`] does this first), and that
+    /// injected packets go into a TUN link of the scenario (their addresses stay inside it).
     pub fn check_loopback(&self) -> Result<(), LabError> {
         let bad = |what: String| Err(LabError::NotLoopback { what });
+        for (i, s) in self.steps.iter().enumerate() {
+            if let Step::Inject { dev, .. } = s {
+                if !self.setup.tuns.iter().any(|t| &t.name == dev) {
+                    return bad(format!(
+                        "step {i}: inject into {dev:?}, not a TUN link of the scenario"
+                    ));
+                }
+            }
+        }
         for a in &self.setup.addresses {
             let ip = a.split('/').next().unwrap_or("");
             match ip.parse::<IpAddr>() {
@@ -705,6 +828,46 @@ pub struct StepResult {
     pub udp: Option<UdpExchange>,
     /// For `tcp_connect` and `tcp_send`.
     pub tcp: Option<TcpExchange>,
+    /// For `inject`.
+    pub inject: Option<Injected>,
+}
+
+/// A packet written into a TUN link, and what the kernel sent out of the links meanwhile.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Injected {
+    /// The link it entered by.
+    pub dev: String,
+    /// When it was written (ms since the driver started).
+    pub at_ms: f64,
+    /// Its bytes, in hex.
+    pub hex: String,
+    /// What left the links during the step's wait, in order.
+    pub emitted: Vec<EmittedPacket>,
+}
+
+/// A packet the kernel sent out of a TUN link.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct EmittedPacket {
+    /// The link.
+    pub dev: String,
+    /// When the driver read it.
+    pub at_ms: f64,
+    /// Its bytes, in hex.
+    pub hex: String,
+}
+
+impl Injected {
+    /// The bytes written.
+    pub fn bytes(&self) -> Vec<u8> {
+        unhex(&self.hex).unwrap_or_default()
+    }
+}
+
+impl EmittedPacket {
+    /// The bytes the kernel sent.
+    pub fn bytes(&self) -> Vec<u8> {
+        unhex(&self.hex).unwrap_or_default()
+    }
 }
 
 /// One `conntrack -E` line.
@@ -811,6 +974,14 @@ impl LabRun {
             .udp
             .as_ref()
             .unwrap_or_else(|| panic!("step {label:?} is not a udp_send"))
+    }
+
+    /// The result of the `inject` step `label`.
+    pub fn injected(&self, label: &str) -> &Injected {
+        self.step(label)
+            .inject
+            .as_ref()
+            .unwrap_or_else(|| panic!("step {label:?} is not an inject"))
     }
 
     /// The exchange of the `tcp_connect`/`tcp_send` step `label`.

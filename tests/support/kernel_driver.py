@@ -15,7 +15,9 @@ servers answer while the client waits.
 """
 
 import ctypes
+import fcntl
 import json
+import os
 import select
 import signal
 import socket
@@ -378,6 +380,131 @@ def pump(seconds, until=None):
 
 
 # ---------------------------------------------------------------------------------------------
+# TUN links: raw IPv4 packets in and out
+# ---------------------------------------------------------------------------------------------
+
+# <linux/if_tun.h>: TUNSETIFF = _IOW('T', 202, int), IFF_TUN, IFF_NO_PI.
+TUNSETIFF = 0x400454CA
+IFF_TUN = 0x0001
+IFF_NO_PI = 0x1000
+
+TUNS = {}  # name -> fd
+EMITTED = []  # what the kernel sent out of a TUN link: {"dev", "at_ms", "hex"}
+
+
+def open_tun(name):
+    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
+    fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI))
+    TUNS[name] = fd
+
+    def handle():
+        while True:
+            try:
+                data = os.read(fd, 65535)
+            except BlockingIOError:
+                return
+            # IPv4 only: the links have IPv6 off, but be sure.
+            if data and data[0] >> 4 == 4:
+                EMITTED.append({"dev": name, "at_ms": now_ms(), "hex": data.hex()})
+
+    HANDLERS[fd] = handle
+
+
+def csum(data):
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return (~s) & 0xFFFF
+
+
+TCP_FLAGS = {"F": 0x01, "S": 0x02, "R": 0x04, "P": 0x08, "A": 0x10, "U": 0x20}
+
+
+def build(p):
+    """An IPv4 packet from its description: proto tcp/udp/icmp, src, dst, sport, dport, ttl,
+    id; tcp: flags ("SA", "PA", …), seq, ack, win; icmp: type, code, icmp_id, icmp_seq; len:
+    payload bytes (b"x" each)."""
+    src = socket.inet_aton(p["src"])
+    dst = socket.inet_aton(p["dst"])
+    payload = b"x" * p.get("len", 0)
+    proto = p["proto"]
+    if proto == "tcp":
+        flags = sum(TCP_FLAGS[c] for c in p.get("flags", "S"))
+        hdr = struct.pack(
+            "!HHIIBBHHH", p["sport"], p["dport"], p.get("seq", 0), p.get("ack", 0),
+            5 << 4, flags, p.get("win", 64240), 0, 0,
+        )
+        num = 6
+    elif proto == "udp":
+        hdr = struct.pack("!HHHH", p["sport"], p["dport"], 8 + len(payload), 0)
+        num = 17
+    elif proto == "icmp":
+        hdr = struct.pack(
+            "!BBHHH", p.get("type", 8), p.get("code", 0), 0, p.get("icmp_id", 0), p.get("icmp_seq", 0)
+        )
+        num = 1
+    else:
+        raise Fail("inject: unknown protocol %r" % proto)
+    seg = hdr + payload
+    if num == 1:
+        c = csum(seg)
+    else:
+        c = csum(src + dst + struct.pack("!BBH", 0, num, len(seg)) + seg)
+        if num == 17 and c == 0:
+            c = 0xFFFF
+    at = {6: 16, 17: 6, 1: 2}[num]
+    seg = seg[:at] + struct.pack("!H", c) + seg[at + 2 :]
+    ip = struct.pack(
+        "!BBHHHBBH4s4s", 0x45, 0, 20 + len(seg), p.get("id", 1), 0x4000, p.get("ttl", 64), num, 0, src, dst
+    )
+    ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
+    return ip + seg
+
+
+def addresses_of(raw):
+    """(src, dst, sport, dport) of an emitted IPv4 packet (ports None for ICMP)."""
+    ihl = (raw[0] & 0x0F) * 4
+    src, dst = socket.inet_ntoa(raw[12:16]), socket.inet_ntoa(raw[16:20])
+    if raw[9] in (6, 17):
+        sport, dport = struct.unpack("!HH", raw[ihl : ihl + 4])
+        return src, dst, sport, dport
+    return src, dst, None, None
+
+
+def step_inject(st, out):
+    """Writes one packet into TUN link `dev` (the kernel receives it there), then serves the
+    links for `wait_ms`, keeping what the kernel sent out of any of them. With `reply_to`
+    (the label of an earlier inject step), the packet answers the first packet that step
+    emitted: its addresses and ports are that packet's, swapped, and it enters where that
+    packet left."""
+    p = dict(st["packet"])
+    dev = st["dev"]
+    if st.get("reply_to"):
+        prior = INJECTED.get(st["reply_to"])
+        if not prior or not prior["emitted"]:
+            raise Fail("inject %s: step %r emitted nothing to answer" % (st["label"], st["reply_to"]))
+        first = prior["emitted"][0]
+        src, dst, sport, dport = addresses_of(bytes.fromhex(first["hex"]))
+        p.update({"src": dst, "dst": src})
+        if sport is not None:
+            p.update({"sport": dport, "dport": sport})
+        dev = first["dev"]
+    raw = build(p)
+    seen = len(EMITTED)
+    at = now_ms()
+    os.write(TUNS[dev], raw)
+    pump(st["wait_ms"] / 1000.0)
+    res = {"dev": dev, "at_ms": at, "hex": raw.hex(), "emitted": EMITTED[seen:]}
+    INJECTED[st["label"]] = res
+    out["inject"] = res
+
+
+INJECTED = {}  # label -> the result of an inject step
+
+
+# ---------------------------------------------------------------------------------------------
 # Steps
 # ---------------------------------------------------------------------------------------------
 
@@ -588,6 +715,7 @@ STEPS = {
     "sleep": step_sleep,
     "command": step_command,
     "mark": step_mark,
+    "inject": step_inject,
 }
 
 
@@ -602,6 +730,13 @@ def main():
             result["setup"].append(must(run(["ip", "addr", "add", cidr, "dev", "lo"]), "adding an address"))
         for k, v in SETUP["sysctls"]:
             result["setup"].append(must(run(["sysctl", "-w", "%s=%s" % (k, v)]), "setting a sysctl"))
+        for t in SETUP["tuns"]:
+            open_tun(t["name"])
+            for a in t["addrs"]:
+                result["setup"].append(must(run(["ip", "addr", "add", a, "dev", t["name"]]), "addressing a TUN link"))
+            result["setup"].append(must(run(["ip", "link", "set", t["name"], "up"]), "bringing a TUN link up"))
+        for r in SETUP["routes"]:
+            result["setup"].append(must(run(["ip", "route", "add"] + r.split()), "adding a route"))
         if SETUP["enable_conntrack"]:
             # An nft table of its own (iptables-save does not show it) whose `ct state`
             # expression makes the kernel track connections in this namespace, as a node's nat
