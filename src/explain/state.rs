@@ -118,8 +118,13 @@ pub fn load_saved_state(ns: &mut Netns, state: &SavedState<'_>) -> Result<Loaded
         out.at = LOAD_AT;
     }
     if let Some(ct) = state.conntrack {
-        let rep = load_conntrack(ns, ct, out.at, state.assumed_age)?;
+        let (rep, v6) = load_listing_file(ns, ct, out.at, state.assumed_age)?;
         out.notes.push(format!("conntrack from {ct}: {rep}"));
+        if let Some((n, first)) = v6 {
+            out.warnings.push(format!(
+                "{ct}: line {first}: {n} IPv6 entries loaded: they only age and count against nf_conntrack_max; IPv6 packets are not modelled yet (trace refuses them, replay skips them)"
+            ));
+        }
     }
     if !state.recent.is_empty() {
         out.notes
@@ -144,6 +149,16 @@ pub fn load_conntrack(
     now: SimTime,
     assumed_age: SimDuration,
 ) -> Result<LoadReport, ExplainError> {
+    Ok(load_listing_file(ns, file, now, assumed_age)?.0)
+}
+
+/// [`load_conntrack`], and how many of the entries are IPv6 with the first one's line.
+fn load_listing_file(
+    ns: &mut Netns,
+    file: &str,
+    now: SimTime,
+    assumed_age: SimDuration,
+) -> Result<(LoadReport, Option<(usize, usize)>), ExplainError> {
     let text = read_text(file)?;
     let entries = parse_listing(&text).map_err(|e| ExplainError::Conntrack {
         file: file.to_string(),
@@ -155,7 +170,12 @@ pub fn load_conntrack(
             message: e.to_string(),
         }
     })?;
-    Ok(r)
+    let v6: Vec<usize> = entries
+        .iter()
+        .filter(|e| !e.orig.src.is_ipv4())
+        .map(|e| e.line)
+        .collect();
+    Ok((r, v6.first().map(|&first| (v6.len(), first))))
 }
 
 /// How `/proc/net/xt_recent` stamps (jiffies) map to simulated time: see
