@@ -141,31 +141,43 @@ impl Netns {
         }
     }
 
+    /// The part of PREROUTING and OUTPUT before destination NAT, in priority order: the nft
+    /// base chains between the xtables tables, raw, `nf_conntrack_in`, mangle. `Err` is the
+    /// packet's fate when one of them ends its walk (after conntrack a drop also discards
+    /// the new entry, see `dropped`).
+    fn before_dnat(&mut self, now: SimTime, f: &mut Flight, h: Hook) -> Result<(), Fate> {
+        use nft_hooks::prio as P;
+        Self::step(f, |_| Step::Hook(h));
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::FIRST, P::RAW) {
+            return Err(fate);
+        }
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Raw, h) {
+            return Err(fate);
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::RAW, P::CONNTRACK) {
+            return Err(fate);
+        }
+        if let Some(fate) = self.conntrack_in(now, f) {
+            return Err(fate);
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::CONNTRACK, P::MANGLE) {
+            return Err(self.dropped(now, f, fate));
+        }
+        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, h) {
+            return Err(self.dropped(now, f, fate));
+        }
+        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::MANGLE, P::NAT_DST) {
+            return Err(self.dropped(now, f, fate));
+        }
+        Ok(())
+    }
+
     /// A received packet: PREROUTING, routing, then INPUT or FORWARD + POSTROUTING.
     fn receive(&mut self, now: SimTime, f: &mut Flight) -> Fate {
         use nft_hooks::prio as P;
         let h = Hook::PreRouting;
-        Self::step(f, |_| Step::Hook(h));
-        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::FIRST, P::RAW) {
+        if let Err(fate) = self.before_dnat(now, f, h) {
             return fate;
-        }
-        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Raw, h) {
-            return fate;
-        }
-        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::RAW, P::CONNTRACK) {
-            return fate;
-        }
-        if let Some(fate) = self.conntrack_in(now, f) {
-            return fate;
-        }
-        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::CONNTRACK, P::MANGLE) {
-            return self.dropped(now, f, fate);
-        }
-        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, h) {
-            return self.dropped(now, f, fate);
-        }
-        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::MANGLE, P::NAT_DST) {
-            return self.dropped(now, f, fate);
         }
         if let Err(fate) = self.nat_hook(now, f, h) {
             return self.dropped(now, f, fate);
@@ -352,27 +364,8 @@ impl Netns {
         });
         use nft_hooks::prio as P;
         let h = Hook::Output;
-        Self::step(f, |_| Step::Hook(h));
-        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::FIRST, P::RAW) {
+        if let Err(fate) = self.before_dnat(now, f, h) {
             return fate;
-        }
-        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Raw, h) {
-            return fate;
-        }
-        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::RAW, P::CONNTRACK) {
-            return fate;
-        }
-        if let Some(fate) = self.conntrack_in(now, f) {
-            return fate;
-        }
-        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::CONNTRACK, P::MANGLE) {
-            return self.dropped(now, f, fate);
-        }
-        if let TableOutcome::Stop(fate) = self.run_table(now, f, Table::Mangle, h) {
-            return self.dropped(now, f, fate);
-        }
-        if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::MANGLE, P::NAT_DST) {
-            return self.dropped(now, f, fate);
         }
         let dst_before = f.pkt.dst;
         if let Err(fate) = self.nat_hook(now, f, h) {
