@@ -1,5 +1,10 @@
 //! The table itself: [`Conntrack`], its entries, lookup, allocation with `nf_conntrack_max` and
 //! early drop, confirmation, expiry, events, and the list/delete API.
+//!
+//! This file holds the entry layout and [`Conntrack`] with its accessors; `verdict.rs` what
+//! [`Conntrack::conntrack_in`] and [`Conntrack::confirm`] return, `input.rs` lookup and the
+//! per-packet path, `life.rs` an entry's life from allocation to destroy and expiry,
+//! `tools.rs` what conntrack(8) does to a table (list, delete, insert, dump).
 
 use crate::config::Sysctls;
 use crate::entry::{CtEntry, EntryId, Expiry, RuleView, Status, TcpState};

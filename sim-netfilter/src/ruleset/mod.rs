@@ -15,6 +15,13 @@
 //!   (DNAT in POSTROUTING, MASQUERADE in PREROUTING, also through user chains).
 //! - `[packets:bytes]` prefixes and policy counters are honoured with
 //!   [`RestoreOptions::counters`] (`iptables-restore -c`); `-c P B` inside a rule always is.
+//!
+//! # Files
+//!
+//! This file holds the data (chains, tables, the recent/nfacct registries, the options) and
+//! the accessors; `restore.rs` parses `iptables-restore` input into table blocks,
+//! `commit.rs` installs a block, `validate.rs` checks it first, `save.rs` prints
+//! `iptables-save` and `iptables -L`, `memo.rs` shares one restore among identical rulesets.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;

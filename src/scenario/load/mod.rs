@@ -2,6 +2,10 @@
 //!
 //! Every error names the file, the line and the column, says what was wrong and what was
 //! expected, and shows the line with a caret under the place.
+//!
+//! `check` below runs the checks in the order a scenario is read; the sections live beside
+//! it: `nodes.rs` (nodes, their sysctls and saved state, hosts), `pods.rs`, `services.rs`,
+//! `clients.rs`, `expectations.rs`.
 
 use super::model::*;
 use super::names;
