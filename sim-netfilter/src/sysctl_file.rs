@@ -318,7 +318,7 @@ fn check_modelled(name: &str, value: &str) -> Result<(), SysctlError> {
     if let Some(short) = ICMP_SYSCTLS
         .iter()
         .find(|n| **n == name)
-        .and_then(|n| n.strip_prefix("net.ipv4."))
+        .map(|n| n.strip_prefix("net.ipv4.").unwrap_or(n))
     {
         let mut ns = crate::netns::Netns::new(crate::netns::NetnsConfig::new("check", 1));
         return match ns.set_sysctl(short, value) {

@@ -260,6 +260,7 @@ struct Setup {
     events: bool,
     capture: bool,
     rules: Option<String>,
+    rules6: Option<String>,
     tuns: Vec<Tun>,
     routes: Vec<String>,
 }
@@ -427,6 +428,7 @@ impl Scenario {
                 events: true,
                 capture: false,
                 rules: None,
+                rules6: None,
                 tuns: vec![],
                 routes: vec![],
             },
@@ -456,6 +458,14 @@ impl Scenario {
     /// Loads `restore_text` with `iptables-restore` during setup (a failure fails the run).
     pub fn rules(mut self, restore_text: &str) -> Scenario {
         self.setup.rules = Some(restore_text.to_string());
+        self
+    }
+
+    /// Loads `restore_text` with `ip6tables-restore` during setup, right after the IPv4 rules
+    /// (a failure fails the run). A test using it checks for `ip6tables-restore` with
+    /// [`lab_with_or_skip`].
+    pub fn rules6(mut self, restore_text: &str) -> Scenario {
+        self.setup.rules6 = Some(restore_text.to_string());
         self
     }
 
@@ -617,8 +627,11 @@ impl Scenario {
         })
     }
 
-    /// A TUN link `name` holding `addrs` (`192.168.0.12/24`), up, created during setup after
-    /// the sysctls (so `net.ipv6.conf.default.disable_ipv6=1` keeps it IPv4-only).
+    /// A TUN link `name` holding `addrs` (`192.168.0.12/24`, `fd00::1/64`), up, created during
+    /// setup after the sysctls (so `net.ipv6.conf.default.disable_ipv6=1` keeps it
+    /// IPv4-only). A link given an IPv6 address gets no address of its own making
+    /// (`addrgenmode none`: no link-local one nfsim would not know of), and its IPv6
+    /// addresses are added `nodad` (a TUN link does no duplicate address detection anyway).
     pub fn tun(mut self, name: &str, addrs: &[&str]) -> Scenario {
         self.setup.tuns.push(Tun {
             name: name.into(),

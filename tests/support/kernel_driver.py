@@ -380,7 +380,7 @@ def pump(seconds, until=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# TUN links: raw IPv4 packets in and out
+# TUN links: raw IPv4 and IPv6 packets in and out
 # ---------------------------------------------------------------------------------------------
 
 # <linux/if_tun.h>: TUNSETIFF = _IOW('T', 202, int), IFF_TUN, IFF_NO_PI.
@@ -403,9 +403,14 @@ def open_tun(name):
                 data = os.read(fd, 65535)
             except BlockingIOError:
                 return
-            # IPv4 only: the links have IPv6 off, but be sure.
+            # IPv4 and IPv6, but not the kernel's own neighbour discovery and multicast
+            # listener traffic on the link (ICMPv6 types 130-143: MLD, router and
+            # neighbour solicitations and adverts, redirects), which is no packet's fate.
             if data and data[0] >> 4 == 4:
                 EMITTED.append({"dev": name, "at_ms": now_ms(), "hex": data.hex()})
+            elif data and data[0] >> 4 == 6 and len(data) >= 41:
+                if not (data[6] == 58 and 130 <= data[40] <= 143):
+                    EMITTED.append({"dev": name, "at_ms": now_ms(), "hex": data.hex()})
 
     HANDLERS[fd] = handle
 
@@ -423,9 +428,12 @@ TCP_FLAGS = {"F": 0x01, "S": 0x02, "R": 0x04, "P": 0x08, "A": 0x10, "U": 0x20}
 
 
 def build(p):
-    """An IPv4 packet from its description: proto tcp/udp/icmp, src, dst, sport, dport, ttl,
-    id; tcp: flags ("SA", "PA", …), seq, ack, win; icmp: type, code, icmp_id, icmp_seq; len:
-    payload bytes (b"x" each)."""
+    """An IPv4 or IPv6 packet (by the addresses) from its description: proto tcp/udp/icmp
+    (ICMPv6 for IPv6 addresses), src, dst, sport, dport, ttl (the hop limit), id (IPv4);
+    tcp: flags ("SA", "PA", …), seq, ack, win; icmp: type (default echo request: 8, or 128),
+    code, icmp_id, icmp_seq; len: payload bytes (b"x" each)."""
+    if ":" in p["src"]:
+        return build6(p)
     src = socket.inet_aton(p["src"])
     dst = socket.inet_aton(p["dst"])
     payload = b"x" * p.get("len", 0)
@@ -463,8 +471,48 @@ def build(p):
     return ip + seg
 
 
+def build6(p):
+    """`build` for IPv6: a 40-byte header (traffic class and flow label 0, no extension
+    header), the layer-4 checksum over the IPv6 pseudo-header (ICMPv6's too)."""
+    src = socket.inet_pton(socket.AF_INET6, p["src"])
+    dst = socket.inet_pton(socket.AF_INET6, p["dst"])
+    payload = b"x" * p.get("len", 0)
+    proto = p["proto"]
+    if proto == "tcp":
+        flags = sum(TCP_FLAGS[c] for c in p.get("flags", "S"))
+        hdr = struct.pack(
+            "!HHIIBBHHH", p["sport"], p["dport"], p.get("seq", 0), p.get("ack", 0),
+            5 << 4, flags, p.get("win", 64240), 0, 0,
+        )
+        num = 6
+    elif proto == "udp":
+        hdr = struct.pack("!HHHH", p["sport"], p["dport"], 8 + len(payload), 0)
+        num = 17
+    elif proto == "icmp":
+        hdr = struct.pack(
+            "!BBHHH", p.get("type", 128), p.get("code", 0), 0, p.get("icmp_id", 0), p.get("icmp_seq", 0)
+        )
+        num = 58
+    else:
+        raise Fail("inject: unknown protocol %r" % proto)
+    seg = hdr + payload
+    c = csum(src + dst + struct.pack("!IxxxB", len(seg), num) + seg)
+    if num == 17 and c == 0:
+        c = 0xFFFF
+    at = {6: 16, 17: 6, 58: 2}[num]
+    seg = seg[:at] + struct.pack("!H", c) + seg[at + 2 :]
+    return struct.pack("!IHBB", 6 << 28, len(seg), num, p.get("ttl", 64)) + src + dst + seg
+
+
 def addresses_of(raw):
-    """(src, dst, sport, dport) of an emitted IPv4 packet (ports None for ICMP)."""
+    """(src, dst, sport, dport) of an emitted IPv4 or IPv6 packet (ports None for ICMP)."""
+    if raw[0] >> 4 == 6:
+        src = socket.inet_ntop(socket.AF_INET6, raw[8:24])
+        dst = socket.inet_ntop(socket.AF_INET6, raw[24:40])
+        if raw[6] in (6, 17):
+            sport, dport = struct.unpack("!HH", raw[40:44])
+            return src, dst, sport, dport
+        return src, dst, None, None
     ihl = (raw[0] & 0x0F) * 4
     src, dst = socket.inet_ntoa(raw[12:16]), socket.inet_ntoa(raw[16:20])
     if raw[9] in (6, 17):
@@ -732,8 +780,12 @@ def main():
             result["setup"].append(must(run(["sysctl", "-w", "%s=%s" % (k, v)]), "setting a sysctl"))
         for t in SETUP["tuns"]:
             open_tun(t["name"])
+            if any(":" in a for a in t["addrs"]):
+                # No address of the kernel's making (a random link-local one) on the link.
+                result["setup"].append(must(run(["ip", "link", "set", t["name"], "addrgenmode", "none"]), "addrgenmode none on a TUN link"))
             for a in t["addrs"]:
-                result["setup"].append(must(run(["ip", "addr", "add", a, "dev", t["name"]]), "addressing a TUN link"))
+                extra = ["nodad"] if ":" in a else []
+                result["setup"].append(must(run(["ip", "addr", "add", a, "dev", t["name"]] + extra), "addressing a TUN link"))
             result["setup"].append(must(run(["ip", "link", "set", t["name"], "up"]), "bringing a TUN link up"))
         for r in SETUP["routes"]:
             result["setup"].append(must(run(["ip", "route", "add"] + r.split()), "adding a route"))
@@ -751,11 +803,15 @@ def main():
         rules_first = not SETUP["enable_conntrack"]
         if SETUP["rules"] is not None and rules_first:
             result["setup"].append(must(run(["iptables-restore"], SETUP["rules"]), "loading the rules"))
+        if SETUP["rules6"] is not None and rules_first:
+            result["setup"].append(must(run(["ip6tables-restore"], SETUP["rules6"]), "loading the IPv6 rules"))
         if SETUP["events"]:
             events = start_events()
             sentinel_handshake()
         if SETUP["rules"] is not None and not rules_first:
             result["setup"].append(must(run(["iptables-restore"], SETUP["rules"]), "loading the rules"))
+        if SETUP["rules6"] is not None and not rules_first:
+            result["setup"].append(must(run(["ip6tables-restore"], SETUP["rules6"]), "loading the IPv6 rules"))
         if SETUP["capture"]:
             capture = Capture()
         for i, st in enumerate(SPEC["steps"]):

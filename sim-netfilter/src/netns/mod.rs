@@ -81,8 +81,14 @@ const MAX_GENERATED_DEPTH: u8 = 4;
 
 /// The sysctls besides conntrack's that [`Netns::set_sysctl`] takes, by their full names: the
 /// kernel's ICMP error rate limit (`net/ipv4/icmp.c`: `sysctl_icmp_ratelimit` in
-/// milliseconds, `sysctl_icmp_ratemask`).
-pub const ICMP_SYSCTLS: [&str; 2] = ["net.ipv4.icmp_ratelimit", "net.ipv4.icmp_ratemask"];
+/// milliseconds, `sysctl_icmp_ratemask`) and ICMPv6's (`net/ipv6/icmp.c`: `icmpv6_time` in
+/// milliseconds, `icmpv6_ratemask` as a list of types).
+pub const ICMP_SYSCTLS: [&str; 4] = [
+    "net.ipv4.icmp_ratelimit",
+    "net.ipv4.icmp_ratemask",
+    "net.ipv6.icmp.ratelimit",
+    "net.ipv6.icmp.ratemask",
+];
 
 /// Settings of a new namespace.
 #[derive(Clone, Debug)]
@@ -490,10 +496,7 @@ impl Netns {
         self.rules_state = RulesetState::new();
         self.nft = crate::nft::NftRuleset::new();
         self.nft_hooks = Default::default();
-        let mut limit = IcmpRateLimit::default();
-        limit.ratelimit = self.icmp_limit.ratelimit;
-        limit.ratemask = self.icmp_limit.ratemask;
-        self.icmp_limit = limit;
+        self.icmp_limit = self.icmp_limit.reset();
     }
 
     /// Its name.
@@ -657,6 +660,9 @@ impl Netns {
     /// `net.ipv4.icmp_ratemask`).
     pub fn set_sysctl(&mut self, name: &str, value: &str) -> Result<(), NetnsError> {
         let short = name.trim();
+        if short == "net.ipv6.icmp.ratelimit" || short == "net.ipv6.icmp.ratemask" {
+            return self.set_icmpv6_sysctl(short, value);
+        }
         let short = short.strip_prefix("net.ipv4.").unwrap_or(short);
         if short == "icmp_ratelimit" || short == "icmp_ratemask" {
             let full = format!("net.ipv4.{short}");
@@ -682,6 +688,36 @@ impl Netns {
             return Ok(());
         }
         Ok(self.conntrack.sysctls_mut().set(name, value)?)
+    }
+
+    /// `net.ipv6.icmp.ratelimit` (milliseconds, 0 to 2147483647) or `net.ipv6.icmp.ratemask`
+    /// (a list of ICMPv6 types and ranges, `0-1,3-127`).
+    fn set_icmpv6_sysctl(&mut self, full: &str, value: &str) -> Result<(), NetnsError> {
+        if full.ends_with("ratemask") {
+            let m = icmp::parse_ratemask_v6(value).map_err(|_| SysctlError::OutOfRange {
+                name: full.to_string(),
+                value: format!("{value:?}"),
+                expected: "a list of ICMPv6 types 0-255 and ranges, such as 0-1,3-127",
+            })?;
+            self.icmp_limit.ratemask_v6 = m;
+            return Ok(());
+        }
+        const E: &str = "an integer from 0 to 2147483647";
+        let n: i64 = value.trim().parse().map_err(|_| SysctlError::NotANumber {
+            name: full.to_string(),
+            value: value.to_string(),
+            expected: E,
+        })?;
+        if !(0..=i64::from(i32::MAX)).contains(&n) {
+            return Err(SysctlError::OutOfRange {
+                name: full.to_string(),
+                value: n.to_string(),
+                expected: E,
+            }
+            .into());
+        }
+        self.icmp_limit.ratelimit_v6 = sim_core::SimDuration::from_millis(n as u64);
+        Ok(())
     }
 
     /// The next instant something happens by itself (a conntrack entry expires).

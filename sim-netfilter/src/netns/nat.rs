@@ -43,16 +43,35 @@ impl Netns {
             Some(NatRequest::Dnat(ref r)) | Some(NatRequest::Snat(ref r)) => Some(range_of(r)),
             Some(NatRequest::Redirect(ref p)) => {
                 // nf_nat_redirect_ipv4: the incoming interface's primary address, or
-                // 127.0.0.1 for locally generated packets.
-                let addr = match f.pkt.iif {
-                    None => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-                    Some(dev) => self
-                        .routes
-                        .interfaces()
-                        .iter()
-                        .find(|i| i.name == dev)
-                        .and_then(|i| i.addrs.iter().find(|(a, _)| a.is_ipv4()))
-                        .map(|&(a, _)| a),
+                // 127.0.0.1 for locally generated packets. nf_nat_redirect_ipv6: ::1 for
+                // locally generated packets, else the first address of the incoming
+                // interface's list that is usable for the destination's scope
+                // (nf_nat_redirect_ipv6_usable: a link-local destination only a link-local
+                // address); the kernel keeps that list sorted by scope, widest first (as
+                // `ip -6 addr` lists it), so a global address before a link-local one.
+                let addr = match (f.pkt.iif, f.pkt.dst) {
+                    (None, IpAddr::V4(_)) => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+                    (None, IpAddr::V6(_)) => Some(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)),
+                    (Some(dev), dst) => {
+                        let addrs = self
+                            .routes
+                            .interfaces()
+                            .iter()
+                            .find(|i| i.name == dev)
+                            .map(|i| i.addrs.as_slice())
+                            .unwrap_or(&[]);
+                        let link_local = |a: &IpAddr| matches!(a, IpAddr::V6(x) if x.segments()[0] & 0xffc0 == 0xfe80);
+                        let of_family = addrs.iter().filter(|(a, _)| a.is_ipv4() == dst.is_ipv4());
+                        if link_local(&dst) {
+                            of_family.clone().find(|(a, _)| link_local(a))
+                        } else {
+                            of_family
+                                .clone()
+                                .find(|(a, _)| !link_local(a))
+                                .or_else(|| of_family.clone().next())
+                        }
+                        .map(|&(a, _)| a)
+                    }
                 };
                 match addr {
                     Some(a) => Some(port_range(a, p)),
@@ -101,8 +120,14 @@ impl Netns {
             Some(NatRequest::Snat(r)) | Some(NatRequest::Dnat(r)) => Some(range_of(r)),
             Some(NatRequest::Masquerade(p)) => {
                 // nf_nat_masquerade_ipv4: the outgoing interface's address for this next
-                // hop (inet_select_addr); none → drop.
-                match self.routes.select_source(dev, next_hop) {
+                // hop (inet_select_addr); nf_nat_masquerade_ipv6: the source
+                // `ipv6_dev_get_saddr` picks on the outgoing interface for the packet's
+                // destination (nat_ipv6_dev_get_saddr); none → drop.
+                let source = match f.pkt.dst {
+                    IpAddr::V6(d) => self.routes.select_source_v6(Some(dev), d).map(IpAddr::V6),
+                    IpAddr::V4(_) => self.routes.select_source(dev, next_hop),
+                };
+                match source {
                     Some(a) => Some(port_range(a, p)),
                     None => return Err(Fate::Dropped(DropCause::NoMasqueradeAddress)),
                 }

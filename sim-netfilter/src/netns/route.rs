@@ -14,7 +14,7 @@
 
 use sim_core::IfName;
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 /// An address prefix `addr/len`, stored masked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -591,19 +591,174 @@ impl RoutingTable {
     }
 
     /// The source address for a locally generated packet to `dst`: the route's interface's
-    /// selected source, or for a local destination the destination itself.
+    /// selected source (IPv6: [`RoutingTable::select_source_v6`] for `dst`), or for a local
+    /// destination the destination itself.
     pub fn source_for(&self, dst: IpAddr) -> Option<IpAddr> {
-        match self.lookup(dst) {
-            RouteDecision::Local => Some(dst),
-            RouteDecision::Forward { dev, next_hop, .. } => self.select_source(dev, next_hop),
-            RouteDecision::Unreachable => None,
+        match (self.lookup(dst), dst) {
+            (RouteDecision::Local, _) => Some(dst),
+            (RouteDecision::Forward { dev, .. }, IpAddr::V6(d)) => {
+                self.select_source_v6(Some(dev), d).map(IpAddr::V6)
+            }
+            (RouteDecision::Forward { dev, next_hop, .. }, _) => self.select_source(dev, next_hop),
+            (RouteDecision::Unreachable, _) => None,
         }
     }
+
+    /// The IPv6 source address the kernel picks for a packet to `dst` leaving by `dev`
+    /// (`ipv6_dev_get_saddr`, net/ipv6/addrconf.c, RFC 6724 §5), or `None` when no address
+    /// qualifies (MASQUERADE then drops).
+    ///
+    /// Candidates: for a link-local (or multicast) destination only `dev`'s addresses, else
+    /// every interface's, in the order the interfaces were added (`for_each_netdev`; `lo`'s
+    /// `::1` is one of them). The unspecified address and multicast addresses never are.
+    /// Among them, rule by rule, the first rule that tells two apart decides:
+    /// 1. the destination itself;
+    /// 2. appropriate scope: the smallest scope at least the destination's, else the largest
+    ///    (`::1` and `fe80::/10` are link-local, `fec0::/10` site-local, the rest global,
+    ///    ULA `fc00::/7` included);
+    /// 5. an address of the outgoing interface;
+    /// 6. the same label as the destination in the default policy table
+    ///    (`ip6addrlbl_init_table`);
+    /// 8. the longest prefix shared with the destination, at most the address's own prefix
+    ///    length.
+    ///
+    /// On a tie the earlier candidate stays. Rules 3 (deprecated), 4 (home address) and 7
+    /// (temporary addresses) tell nothing apart here: nfsim's addresses are all preferred,
+    /// permanent and past duplicate address detection (none is tentative, which the kernel
+    /// would skip). Checked on Linux 6.18 with `ip -6 route get` in a private namespace: a
+    /// ULA destination routed out of a link holding `fd00::1/64` takes `fd00::1` even when
+    /// another link holds an address of the destination's own /64 or label (rule 5 before 6
+    /// and 8); a link with only a link-local address gives that one; with no address but
+    /// `lo`'s, `::1`.
+    pub fn select_source_v6(&self, dev: Option<IfName>, dst: Ipv6Addr) -> Option<Ipv6Addr> {
+        let dst_scope = v6_scope(dst);
+        let only_dev = dst.is_multicast() || dst_scope <= SCOPE_LINKLOCAL;
+        let dst_label = v6_label(dst);
+        let mut best: Option<([i32; 5], Ipv6Addr)> = None;
+        for iface in &self.ifaces {
+            let on_dev = Some(iface.name) == dev;
+            if only_dev && !on_dev {
+                continue;
+            }
+            for &(a, len) in &iface.addrs {
+                let IpAddr::V6(a) = a else { continue };
+                if a.is_unspecified() || a.is_multicast() {
+                    continue;
+                }
+                let scope = v6_scope(a);
+                let scopedist = if scope >= dst_scope {
+                    -scope
+                } else {
+                    scope - 128
+                };
+                let shared = (u128::from(a) ^ u128::from(dst)).leading_zeros() as i32;
+                let score = [
+                    i32::from(a == dst),
+                    scopedist,
+                    i32::from(on_dev || dev.is_none()),
+                    i32::from(v6_label(a) == dst_label),
+                    shared.min(i32::from(len)),
+                ];
+                if best.as_ref().is_none_or(|(b, _)| score > *b) {
+                    best = Some((score, a));
+                }
+            }
+        }
+        best.map(|(_, a)| a)
+    }
+}
+
+/// `IPV6_ADDR_SCOPE_LINKLOCAL`.
+const SCOPE_LINKLOCAL: i32 = 0x2;
+
+/// An address's scope as `__ipv6_addr_type` gives it (`IPV6_ADDR_SCOPE_*`): the multicast
+/// scope field for multicast, link-local (2) for `fe80::/10` and for `::1` (RFC 6724 §3.4),
+/// site-local (5) for `fec0::/10`, global (0xe) for the rest, ULA included.
+fn v6_scope(a: Ipv6Addr) -> i32 {
+    let s = a.segments();
+    if a.is_multicast() {
+        i32::from(s[0] & 0xf)
+    } else if a.is_loopback() || s[0] & 0xffc0 == 0xfe80 {
+        SCOPE_LINKLOCAL
+    } else if s[0] & 0xffc0 == 0xfec0 {
+        0x5
+    } else {
+        0xe
+    }
+}
+
+/// An address's label in the kernel's default policy table (`ip6addrlbl_init_table`,
+/// net/ipv6/addrlabel.c), longest prefix first.
+fn v6_label(a: Ipv6Addr) -> u8 {
+    const TABLE: [(u128, u8, u8); 9] = [
+        (1, 128, 0),                     // ::1/128
+        (0xffff_0000_0000, 96, 4),       // ::ffff:0:0/96
+        (0, 96, 3),                      // ::/96
+        (0x2001_0000_u128 << 96, 32, 6), // 2001::/32
+        (0x2001_0010_u128 << 96, 28, 7), // 2001:10::/28
+        (0x2002_u128 << 112, 16, 2),     // 2002::/16
+        (0x3ffe_u128 << 112, 16, 12),    // 3ffe::/16
+        (0xfec0_u128 << 112, 10, 11),    // fec0::/10
+        (0xfc00_u128 << 112, 7, 5),      // fc00::/7
+    ];
+    let v = u128::from(a);
+    TABLE
+        .iter()
+        .find(|&&(p, len, _)| (v ^ p) >> (128 - u32::from(len)) == 0)
+        .map_or(1, |&(_, _, l)| l)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv6_source_selection_follows_ipv6_dev_get_saddr() {
+        let ip6 = |s: &str| -> Ipv6Addr { s.parse().unwrap() };
+        let mut t = RoutingTable::new();
+        t.add_interface(ifn("lo"), &[(ip("::1"), 128)]).unwrap();
+        t.add_interface(ifn("t0"), &[]).unwrap();
+        t.add_interface(ifn("t1"), &[]).unwrap();
+        let t0 = Some(ifn("t0"));
+        // Only lo's ::1: it is chosen (as `ip -6 route get` shows on Linux 6.18).
+        assert_eq!(t.select_source_v6(t0, ip6("fd00::5")), Some(ip6("::1")));
+        // A link-local destination: only the outgoing link's addresses, none here.
+        assert_eq!(t.select_source_v6(t0, ip6("fe80::5")), None);
+        t.add_address(ifn("t0"), ip("fe80::1"), 64).unwrap();
+        // Both link-local in scope; rule 5 prefers the outgoing link's over lo's ::1.
+        assert_eq!(t.select_source_v6(t0, ip6("fd00::5")), Some(ip6("fe80::1")));
+        t.add_address(ifn("t0"), ip("fd00::1"), 64).unwrap();
+        t.add_address(ifn("t1"), ip("fd01::1"), 64).unwrap();
+        t.add_address(ifn("t1"), ip("2001:db8::1"), 64).unwrap();
+        // Scope: a global destination takes a global address over the link-local one.
+        assert_eq!(t.select_source_v6(t0, ip6("fd00::5")), Some(ip6("fd00::1")));
+        // Rule 5 before 8: fd01:0:0:1::5 shares 48 bits with t1's fd01::1, but leaves by t0.
+        assert_eq!(
+            t.select_source_v6(t0, ip6("fd01:0:0:1::5")),
+            Some(ip6("fd00::1"))
+        );
+        // Rule 5 before 6: a 2001:db8 destination out of t0 keeps t0's ULA.
+        assert_eq!(
+            t.select_source_v6(t0, ip6("2001:db8:1::5")),
+            Some(ip6("fd00::1"))
+        );
+        // Leaving by t1: label (6) picks 2001:db8::1 for a global-label destination, and the
+        // ULA for a ULA one.
+        let t1 = Some(ifn("t1"));
+        assert_eq!(
+            t.select_source_v6(t1, ip6("2001:db8:9::5")),
+            Some(ip6("2001:db8::1"))
+        );
+        assert_eq!(t.select_source_v6(t1, ip6("fd07::5")), Some(ip6("fd01::1")));
+        // Link-local destination: the outgoing link's link-local address.
+        assert_eq!(t.select_source_v6(t0, ip6("fe80::9")), Some(ip6("fe80::1")));
+        // The destination itself wins (rule 1).
+        assert_eq!(t.select_source_v6(t0, ip6("fd01::1")), Some(ip6("fd01::1")));
+        // source_for: the route's interface.
+        t.add_route("fd09::/64".parse().unwrap(), None, ifn("t1"))
+            .unwrap();
+        assert_eq!(t.source_for(ip("fd09::5")), Some(ip("fd01::1")));
+    }
 
     fn ifn(s: &str) -> IfName {
         IfName::new(s).unwrap()
