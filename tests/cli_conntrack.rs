@@ -21,6 +21,17 @@ fn filters_refusals_and_commands() {
     assert!(err.contains("1 flow entries have been shown."), "{err}");
     let (_, out, _) = at(&["-p", "tcp"]);
     assert_eq!(out, "");
+    // An IPv6 address or `-f ipv6` selects IPv6 entries (this node has none); `-d ::/0`
+    // matches every IPv6 entry and no IPv4 one, as on the real tool.
+    for args in [
+        &["-L", "-f", "ipv6"][..],
+        &["-L", "-d", "::/0"][..],
+        &["-L", "-p", "icmpv6"][..],
+    ] {
+        let (code, out, err) = at(args);
+        assert_eq!((code, out.as_str()), (0, ""), "{args:?}: {err}");
+        assert!(err.contains(" 0 flow entries have been shown."), "{err}");
+    }
     for (args, msg) in [
         (
             &["-D", "--any-nat"][..],
@@ -39,6 +50,18 @@ fn filters_refusals_and_commands() {
         (
             &["-C", "-s", "1.2.3.4"][..],
             "Illegal option `--src' with this command",
+        ),
+        (
+            &["-L", "-f", "ipv4", "-d", "fd00::1"][..],
+            "mismatched address family",
+        ),
+        (
+            &["-L", "-s", "::1", "-d", "10.96.0.10"][..],
+            "mismatched address family",
+        ),
+        (
+            &["-C", "-f", "ipv6"][..],
+            "Illegal option `--family' with this command",
         ),
     ] {
         let (code, out, err) = at(args);

@@ -119,6 +119,14 @@ pub enum FilterError {
         /// What it takes.
         expected: &'static str,
     },
+    /// An address of the other family than `-f` or an earlier address.
+    #[error(
+        "argument {pos}: mismatched address family (the family is -f's or the first address's)"
+    )]
+    MismatchedFamily {
+        /// 1-based argument number.
+        pos: usize,
+    },
     /// The same option twice.
     #[error("argument {pos}: option `{opt}' given twice")]
     Twice {
@@ -376,6 +384,16 @@ impl Filter {
                     })
                 }
             }
+            // conntrack-tools takes the family from `-f` or the first address, and refuses
+            // any other address of the other family ("mismatched address family", exit 2).
+            let fams = [f.orig_src, f.orig_dst, f.reply_src, f.reply_dst]
+                .into_iter()
+                .flatten()
+                .map(|m| if m.addr.is_ipv4() { 4 } else { 6 })
+                .chain(f.family);
+            if fams.clone().any(|x| Some(x) != fams.clone().next()) {
+                return Err(FilterError::MismatchedFamily { pos });
+            }
             i += 1;
         }
         Ok(f)
@@ -581,7 +599,7 @@ mod tests {
         assert_eq!(f, g);
         let h = Filter::parse(&f.to_string()).unwrap();
         assert_eq!(f, h);
-        let n = Filter::parse("-p tcp --state TIME_WAIT -m 0x4000/0x4000 -n -g --any-nat=10.0.0.1 -s 10.0.0.0/8 -q fd00::1 -u ASSURED,SEEN_REPLY").unwrap();
+        let n = Filter::parse("-p tcp --state TIME_WAIT -m 0x4000/0x4000 -n -g --any-nat=fd00::9 -s fd00::/8 -q fd00::1 -u ASSURED,SEEN_REPLY").unwrap();
         assert_eq!(n.tcp_state, Some(TcpState::TimeWait));
         assert_eq!(n.mark, Some((0x4000, 0x4000)));
         assert_eq!(Filter::parse(&n.to_string()).unwrap(), n);
@@ -607,6 +625,22 @@ mod tests {
             Filter::parse("-d 1.1.1.1 -d 1.1.1.2"),
             Err(FilterError::Twice { .. })
         ));
+        // As conntrack-tools 1.4.7 refuses them (checked on the real tool).
+        for bad in [
+            "-f ipv4 -d ::1",
+            "-f ipv6 -d 127.0.0.1",
+            "-s ::1 -d 127.0.0.1",
+            "-d ::1 -f ipv4",
+            "--reply-src ::1 --orig-src 127.0.0.1",
+        ] {
+            let e = Filter::parse(bad).unwrap_err();
+            assert!(
+                matches!(e, FilterError::MismatchedFamily { .. }),
+                "{bad}: {e}"
+            );
+            assert!(e.to_string().contains("mismatched address family"), "{e}");
+        }
+        assert!(Filter::parse("-d ::1 -f ipv6 -s 0:0::1/128").is_ok());
         assert!(matches!(
             Filter::parse("-L"),
             Err(FilterError::UnknownOption { .. })

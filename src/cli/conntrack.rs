@@ -477,6 +477,7 @@ fn conntrack_refusal(e: &sim_conntrack::FilterError) -> String {
         E::BadValue { opt, value, .. } if opt == "--state" => {
             format!("unknown TCP state `{value}'")
         }
+        E::MismatchedFamily { .. } => "mismatched address family".to_string(),
         other => other.to_string(),
     }
 }

@@ -273,7 +273,8 @@ struct Tun {
     addrs: Vec<String>,
 }
 
-/// A raw IPv4 packet for [`Scenario::inject`], built by the driver (checksums included).
+/// A raw IPv4 or IPv6 packet (by its addresses) for [`Scenario::inject`], built by the driver
+/// (checksums included).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RawPacket {
     /// `tcp`, `udp` or `icmp`.
@@ -302,6 +303,17 @@ pub struct RawPacket {
     pub icmp_seq: u16,
     /// Payload length in bytes.
     pub len: u16,
+    /// TTL / hop limit (default 64).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<u8>,
+    /// ICMP code (default 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<u8>,
+    /// For an ICMPv6 error: the label of an earlier inject step whose first emitted packet
+    /// the error quotes (after 4 unused bytes, as much as fits in 1280 bytes), in place of
+    /// an id, a sequence and a payload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quote: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]

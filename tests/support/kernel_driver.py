@@ -404,12 +404,13 @@ def open_tun(name):
             except BlockingIOError:
                 return
             # IPv4 and IPv6, but not the kernel's own neighbour discovery and multicast
-            # listener traffic on the link (ICMPv6 types 130-143: MLD, router and
-            # neighbour solicitations and adverts, redirects), which is no packet's fate.
+            # listener traffic on the link (to a multicast address: MLD reports behind a
+            # hop-by-hop header, router solicitations; or ICMPv6 types 130-143), which is no
+            # packet's fate.
             if data and data[0] >> 4 == 4:
                 EMITTED.append({"dev": name, "at_ms": now_ms(), "hex": data.hex()})
             elif data and data[0] >> 4 == 6 and len(data) >= 41:
-                if not (data[6] == 58 and 130 <= data[40] <= 143):
+                if data[24] != 0xFF and not (data[6] == 58 and 130 <= data[40] <= 143):
                     EMITTED.append({"dev": name, "at_ms": now_ms(), "hex": data.hex()})
 
     HANDLERS[fd] = handle
@@ -488,6 +489,16 @@ def build6(p):
     elif proto == "udp":
         hdr = struct.pack("!HHHH", p["sport"], p["dport"], 8 + len(payload), 0)
         num = 17
+    elif proto == "icmp" and p.get("quote"):
+        # An error (destination unreachable, time exceeded…) quoting what an earlier step
+        # made the kernel send, as the host it reached would (icmp6_send: up to 1280 bytes).
+        prior = INJECTED.get(p["quote"])
+        if not prior or not prior["emitted"]:
+            raise Fail("inject: step %r emitted nothing to quote" % p["quote"])
+        quoted = bytes.fromhex(prior["emitted"][0]["hex"])[: 1280 - 48]
+        hdr = struct.pack("!BBHI", p.get("type", 1), p.get("code", 0), 0, 0)
+        payload = quoted
+        num = 58
     elif proto == "icmp":
         hdr = struct.pack(
             "!BBHHH", p.get("type", 128), p.get("code", 0), 0, p.get("icmp_id", 0), p.get("icmp_seq", 0)

@@ -1,0 +1,260 @@
+//! The IPv6 datapath against the real kernel (issue #23's packet proof, rules-free part): a
+//! router namespace with two TUN links on ULA prefixes, raw IPv6 packets written into them,
+//! and what the kernel forwards or answers read back, with `conntrack -L -f ipv6` (plain and
+//! `-o extended`) and `conntrack -E`. nfsim's [`Netns`] gets the same links and addresses and
+//! the same packets at the kernel's instants, and must agree on every packet that leaves
+//! (link, addresses, ports, hop limit, length, the header an ICMPv6 error quotes), on the
+//! listings line for line (seconds left within 1 s) and on the events.
+//!
+//! Covered: forwarding with the hop limit decremented (`ip6_forward`), a hop limit of 1 dying
+//! with an ICMPv6 time exceeded from the address `ipv6_dev_get_saddr` picks, the ICMPv6 error
+//! rate limit (`net.ipv6.icmp.ratelimit`, a burst of 6), ICMPv6 echo tracked both ways
+//! (`icmpv6   58 30 … type=128 code=0 id=…`), UDP tracked both ways, and the ICMPv6 error a
+//! destination sends back for a tracked flow (RELATED, forwarded).
+//!
+//! Addresses are ULA ones on the namespace's own TUN links, whose other end is the test's
+//! file descriptor: nothing leaves the namespace.
+
+#[path = "support/kernel.rs"]
+mod kernel;
+
+use kernel::{parse_ct_line, CtEntry, LabRun, RawPacket, Scenario};
+use sim_conntrack::Filter;
+use sim_core::{IfName, Packet, SimTime};
+use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig};
+use std::net::IpAddr;
+
+/// How long each injection waits for what the kernel sends.
+const WAIT_MS: u64 = 30;
+
+fn ifn(s: &str) -> IfName {
+    IfName::new(s).unwrap()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn at(ms: f64) -> SimTime {
+    SimTime::from_nanos((ms * 1e6) as u64)
+}
+
+fn udp(src: &str, sport: u16, dst: &str, dport: u16, ttl: u8) -> RawPacket {
+    RawPacket {
+        proto: "udp".into(),
+        src: src.into(),
+        dst: dst.into(),
+        sport,
+        dport,
+        len: 4,
+        ttl: Some(ttl),
+        ..RawPacket::default()
+    }
+}
+
+fn echo(src: &str, dst: &str, icmp_type: u8, id: u16) -> RawPacket {
+    RawPacket {
+        proto: "icmp".into(),
+        src: src.into(),
+        dst: dst.into(),
+        icmp_type: Some(icmp_type),
+        icmp_id: id,
+        icmp_seq: 1,
+        len: 8,
+        ..RawPacket::default()
+    }
+}
+
+/// The router: `eth0` fd00::1/64 (the network, clients fd00::2…), `cni0` fd01::1/64 (pods).
+fn nfsim_router() -> Netns {
+    let mut ns = Netns::new(NetnsConfig::new("router", 1));
+    ns.add_interface(ifn("eth0"), &[(ip("fd00::1"), 64)])
+        .unwrap();
+    ns.add_interface(ifn("cni0"), &[(ip("fd01::1"), 64)])
+        .unwrap();
+    ns
+}
+
+/// One packet as the comparison shows it.
+fn show(dev: &str, p: &Packet) -> String {
+    format!("{dev} {p} hlim={} len={}", p.ttl, p.len)
+}
+
+/// What the kernel sent during inject step `label`.
+fn kernel_out(run: &LabRun, label: &str) -> Vec<String> {
+    run.injected(label)
+        .emitted
+        .iter()
+        .map(|e| {
+            let p = sim_core::wire::parse_ip(&e.bytes()).expect("the kernel's packet parses");
+            show(&e.dev, &p)
+        })
+        .collect()
+}
+
+/// The seconds-left field of a listing line, replaced by `T`, with the number.
+fn split_secs(line: &str) -> (String, Option<u64>) {
+    let e = parse_ct_line(line.trim_start_matches("ipv6     10 "));
+    let secs = e.as_ref().and_then(|e: &CtEntry| e.timeout_secs);
+    let mut words: Vec<String> = line.split(' ').map(String::from).collect();
+    if let Some(s) = secs {
+        let sn = s.to_string();
+        let skip = usize::from(line.starts_with("ipv6 ")) * 7;
+        if let Some(w) = words.iter_mut().skip(skip).find(|w| **w == sn) {
+            *w = "T".into();
+        }
+    }
+    (words.join(" "), secs)
+}
+
+/// The listings agree line for line, seconds left within 1 s (the kernel's a jiffy later).
+fn same_listing(what: &str, kernel: &str, sim: &str) {
+    let k: Vec<&str> = kernel.lines().filter(|l| !l.is_empty()).collect();
+    let s: Vec<&str> = sim.lines().filter(|l| !l.is_empty()).collect();
+    let mut ks: Vec<(String, Option<u64>)> = k.iter().map(|l| split_secs(l)).collect();
+    let mut ss: Vec<(String, Option<u64>)> = s.iter().map(|l| split_secs(l)).collect();
+    ks.sort();
+    ss.sort();
+    let shown = || format!("kernel:\n{}\nnfsim:\n{}", k.join("\n"), s.join("\n"));
+    assert_eq!(ks.len(), ss.len(), "{what}: {}", shown());
+    for ((kl, kt), (sl, st)) in ks.iter().zip(&ss) {
+        assert_eq!(kl, sl, "{what}: {}", shown());
+        match (kt, st) {
+            (Some(a), Some(b)) => assert!(a.abs_diff(*b) <= 1, "{what}: {}", shown()),
+            (a, b) => assert_eq!(a, b, "{what}: {}", shown()),
+        }
+    }
+}
+
+#[test]
+fn ipv6_forwarding_hop_limit_icmpv6_and_conntrack_match_the_kernel() {
+    const TEST: &str = "ipv6_forwarding_hop_limit_icmpv6_and_conntrack_match_the_kernel";
+    let Some(lab) = kernel::lab_with_or_skip(TEST, &["sysctl"], &["/dev/net/tun"]) else {
+        return;
+    };
+    // The injections, in order: (label, link, packet, reply_to).
+    let mut steps: Vec<(String, &str, RawPacket, Option<&str>)> = vec![
+        (
+            "fwd".into(),
+            "eth0",
+            udp("fd00::2", 40000, "fd01::5", 53, 64),
+            None,
+        ),
+        (
+            "fwd-answer".into(),
+            "cni0",
+            udp("fd01::5", 53, "fd00::2", 40000, 64),
+            None,
+        ),
+        (
+            "ping".into(),
+            "eth0",
+            echo("fd00::2", "fd01::5", 128, 7),
+            None,
+        ),
+        (
+            "pong".into(),
+            "cni0",
+            echo("fd01::5", "fd00::2", 129, 7),
+            None,
+        ),
+    ];
+    // The pod answers the tracked flow's next datagram with a port unreachable quoting it:
+    // RELATED to the flow's entry, forwarded back.
+    steps.push((
+        "fwd-2".into(),
+        "eth0",
+        udp("fd00::2", 40000, "fd01::5", 53, 64),
+        None,
+    ));
+    steps.push((
+        "unreach".into(),
+        "cni0",
+        RawPacket {
+            proto: "icmp".into(),
+            src: "fd01::5".into(),
+            dst: "fd00::2".into(),
+            icmp_type: Some(1),
+            code: Some(4),
+            quote: Some("fwd-2".into()),
+            ttl: Some(64),
+            ..RawPacket::default()
+        },
+        None,
+    ));
+    let mut sc = Scenario::new()
+        .sysctl("net.ipv6.conf.all.forwarding", "1")
+        .tun("eth0", &["fd00::1/64"])
+        .tun("cni0", &["fd01::1/64"]);
+    for (label, dev, p, reply_to) in &steps {
+        sc = sc.inject(label, dev, p.clone(), *reply_to, WAIT_MS);
+    }
+    // Hop limit 1: ten in a row 5 ms apart, a time exceeded for the first six (the burst of
+    // net.ipv6.icmp.ratelimit, 100 ms each), then none (45 ms refill only).
+    for i in 0..10u16 {
+        let label = format!("hlim1-{i}");
+        let p = udp("fd00::3", 41000 + i, "fd01::5", 53, 1);
+        sc = sc.inject(&label, "eth0", p, None, 5);
+        steps.push((label, "eth0", RawPacket::default(), None));
+    }
+    let sc = sc
+        .conntrack("list", &["-L", "-f", "ipv6"])
+        .conntrack("list-ext", &["-L", "-f", "ipv6", "-o", "extended"]);
+    let run = match lab.run(&sc) {
+        Ok(r) => r,
+        Err(e) => panic!("{TEST}: the lab run failed: {e}"),
+    };
+
+    let mut ns = nfsim_router();
+    let mut last = SimTime::ZERO;
+    for (label, _, _, _) in &steps {
+        let inj = run.injected(label);
+        let pkt = sim_core::wire::parse_ip(&inj.bytes()).expect("the injected packet parses");
+        last = at(inj.at_ms);
+        let r = ns.process(last, pkt, Ingress::Interface(ifn(&inj.dev)));
+        let sim: Vec<String> = r
+            .out
+            .iter()
+            .filter_map(|e| match e {
+                Egress::Transmit { dev, packet, .. } => Some(show(dev.as_str(), packet)),
+                Egress::LocalDeliver { .. } => None,
+            })
+            .collect();
+        assert_eq!(
+            kernel_out(&run, label),
+            sim,
+            "{label}: what left the router differs (kernel left, nfsim right)"
+        );
+    }
+    let list_at = at(run.step("list").at_ms).max(last);
+    let f = Filter::parse_args(["-f", "ipv6"]).unwrap();
+    let sim_list = ns.conntrack().dump(list_at, &f);
+    same_listing(
+        "conntrack -L -f ipv6",
+        &run.output("list").stdout,
+        &sim_list,
+    );
+    let sim_ext: String = ns
+        .conntrack()
+        .list(list_at, &f)
+        .iter()
+        .map(|e| format!("{}\n", e.list_line_extended(list_at)))
+        .collect();
+    same_listing(
+        "conntrack -L -f ipv6 -o extended",
+        &run.output("list-ext").stdout,
+        &sim_ext,
+    );
+    let kernel_events: Vec<&str> = run.event_lines();
+    let sim_events: Vec<String> = ns
+        .drain_conntrack_events()
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    let sim_events: Vec<&str> = sim_events.iter().map(String::as_str).collect();
+    same_listing(
+        "conntrack -E",
+        &kernel_events.join("\n"),
+        &sim_events.join("\n"),
+    );
+}
