@@ -715,6 +715,47 @@ conntrack v1.4.7 (conntrack-tools): 4 flow entries have been shown.
     }
 
     #[test]
+    fn ipv6_lines_of_the_real_tool_load_and_print_back() {
+        // `conntrack -L -f ipv6` and `-o extended` on Linux 6.18, conntrack-tools 1.4.7, after
+        // `ping -6 ::1` and a datagram to a closed port on ::1 (the port unreachable is
+        // RELATED: the entry stays UNREPLIED).
+        let plain = "\
+icmpv6   58 29 src=::1 dst=::1 type=128 code=0 id=2454 src=::1 dst=::1 type=129 code=0 id=2454 mark=0 use=1
+udp      17 29 src=::1 dst=::1 sport=56944 dport=9999 [UNREPLIED] src=::1 dst=::1 sport=9999 dport=56944 mark=0 use=1
+";
+        let ext = "\
+ipv6     10 icmpv6   58 29 src=::1 dst=::1 type=128 code=0 id=2454 src=::1 dst=::1 type=129 code=0 id=2454 mark=0 use=1
+ipv6     10 udp      17 29 src=::1 dst=::1 sport=56944 dport=9999 [UNREPLIED] src=::1 dst=::1 sport=9999 dport=56944 mark=0 use=1
+";
+        for text in [plain, ext] {
+            let es = parse_listing(text).unwrap();
+            let mut ct = Conntrack::new(1, "t", Sysctls::default());
+            let now = SimTime::from_secs(100);
+            load_listing(&mut ct, now, &es, SimDuration::from_secs(1)).unwrap();
+            let f = Filter::parse("-f ipv6").unwrap();
+            let mut lines: Vec<String> = ct
+                .list(now, &f)
+                .iter()
+                .map(|e| e.list_line(now).to_string())
+                .collect();
+            lines.sort();
+            let mut want: Vec<&str> = plain.lines().collect();
+            want.sort();
+            assert_eq!(lines, want);
+            let mut lines: Vec<String> = ct
+                .list(now, &f)
+                .iter()
+                .map(|e| e.list_line_extended(now).to_string())
+                .collect();
+            lines.sort();
+            let mut want: Vec<&str> = ext.lines().collect();
+            want.sort();
+            assert_eq!(lines, want);
+            assert!(ct.list(now, &Filter::parse("-f ipv4").unwrap()).is_empty());
+        }
+    }
+
+    #[test]
     fn extended_ktimestamp_and_delta_time() {
         let text = "\
 ipv4     2 udp      17 25 src=10.0.0.1 dst=10.0.0.2 sport=1 dport=2 src=10.0.0.2 dst=10.0.0.1 sport=2 dport=1 mark=0 delta-time=1 [start=Tue Dec  1 09:18:06 2026] use=1 id=42
