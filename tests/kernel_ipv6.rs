@@ -206,8 +206,14 @@ fn ipv6_forwarding_hop_limit_icmpv6_and_conntrack_match_the_kernel() {
     };
 
     let mut ns = nfsim_router();
+    compare(&run, &mut ns, &steps);
+}
+
+/// Feeds the kernel's injected packets to `ns` at the kernel's instants and compares what
+/// leaves, then the listings (`list`, `list-ext`) and the events.
+fn compare(run: &LabRun, ns: &mut Netns, steps: &[(String, &str, RawPacket, Option<&str>)]) {
     let mut last = SimTime::ZERO;
-    for (label, _, _, _) in &steps {
+    for (label, _, _, _) in steps {
         let inj = run.injected(label);
         let pkt = sim_core::wire::parse_ip(&inj.bytes()).expect("the injected packet parses");
         last = at(inj.at_ms);
@@ -221,12 +227,16 @@ fn ipv6_forwarding_hop_limit_icmpv6_and_conntrack_match_the_kernel() {
             })
             .collect();
         assert_eq!(
-            kernel_out(&run, label),
+            kernel_out(run, label),
             sim,
             "{label}: what left the router differs (kernel left, nfsim right)"
         );
     }
     let list_at = at(run.step("list").at_ms).max(last);
+    compare_lists(run, ns, list_at);
+}
+
+fn compare_lists(run: &LabRun, ns: &mut Netns, list_at: SimTime) {
     let f = Filter::parse_args(["-f", "ipv6"]).unwrap();
     let sim_list = ns.conntrack().dump(list_at, &f);
     same_listing(
@@ -257,4 +267,131 @@ fn ipv6_forwarding_hop_limit_icmpv6_and_conntrack_match_the_kernel() {
         &kernel_events.join("\n"),
         &sim_events.join("\n"),
     );
+}
+
+/// nft's `inet` nat table of the MASQUERADE case: every new flow is masqueraded
+/// (`nf_nat_masquerade_ipv6`: the source `ipv6_dev_get_saddr` picks
+/// on the outgoing link for the destination).
+const MASQ_NFT: &str = "add table inet nat
+add chain inet nat post { type nat hook postrouting priority 100; policy accept; }
+add rule inet nat post masquerade
+";
+
+#[test]
+fn ipv6_masquerade_matches_the_kernel() {
+    masquerade_case("ipv6_masquerade_matches_the_kernel", false);
+}
+
+/// The network link holds only a link-local address (fe80::1/64, with a route to fd00::/64
+/// on it): a global destination takes the pods' link's global fd01::1 (rule 2, scope, before
+/// rule 5, the outgoing link), not the outgoing link's own link-local address.
+#[test]
+fn ipv6_masquerade_source_selection_prefers_scope_like_the_kernel() {
+    masquerade_case(
+        "ipv6_masquerade_source_selection_prefers_scope_like_the_kernel",
+        true,
+    );
+}
+
+fn masquerade_case(test: &'static str, link_local_only: bool) {
+    let Some(lab) = kernel::lab_with_or_skip(test, &["sysctl", "nft"], &["/dev/net/tun"]) else {
+        return;
+    };
+    let masq_src = if link_local_only {
+        "fd01::1"
+    } else {
+        "fd00::1"
+    };
+    let steps: Vec<(String, &str, RawPacket, Option<&str>)> = vec![
+        // A pod's datagram out to the network: source fd01::5 becomes eth0's fd00::1.
+        (
+            "out".into(),
+            "cni0",
+            udp("fd01::5", 40000, "fd00::2", 53, 64),
+            None,
+        ),
+        // The answer, to the masqueraded source: un-SNAT'd back to the pod.
+        (
+            "answer".into(),
+            "eth0",
+            udp("fd00::2", 53, masq_src, 40000, 64),
+            Some("out"),
+        ),
+        // A ping from the pod, masqueraded (the echo id kept), and its reply.
+        (
+            "ping".into(),
+            "cni0",
+            echo("fd01::5", "fd00::2", 128, 9),
+            None,
+        ),
+        (
+            "pong".into(),
+            "eth0",
+            echo("fd00::2", masq_src, 129, 9),
+            Some("ping"),
+        ),
+        // The network's port unreachable for the masqueraded flow: RELATED, and the header
+        // it quotes translated back (nf_nat_icmpv6_reply_translation) on the way to the pod.
+        (
+            "out-2".into(),
+            "cni0",
+            udp("fd01::5", 40000, "fd00::2", 53, 64),
+            None,
+        ),
+        (
+            "unreach".into(),
+            "eth0",
+            RawPacket {
+                proto: "icmp".into(),
+                src: "fd00::2".into(),
+                dst: masq_src.into(),
+                icmp_type: Some(1),
+                code: Some(4),
+                quote: Some("out-2".into()),
+                ttl: Some(64),
+                ..RawPacket::default()
+            },
+            None,
+        ),
+    ];
+    let eth0 = if link_local_only {
+        "fe80::1/64"
+    } else {
+        "fd00::1/64"
+    };
+    let mut sc = Scenario::new()
+        .sysctl("net.ipv6.conf.all.forwarding", "1")
+        .tun("eth0", &[eth0])
+        .tun("cni0", &["fd01::1/64"]);
+    if link_local_only {
+        sc = sc.route("fd00::/64 dev eth0");
+    }
+    let mut sc = sc.command("nat", &["nft", "-f", "-"], Some(MASQ_NFT));
+    for (label, dev, p, reply_to) in &steps {
+        sc = sc.inject(label, dev, p.clone(), *reply_to, WAIT_MS);
+    }
+    let sc = sc
+        .conntrack("list", &["-L", "-f", "ipv6"])
+        .conntrack("list-ext", &["-L", "-f", "ipv6", "-o", "extended"]);
+    let run = match lab.run(&sc) {
+        Ok(r) => r,
+        Err(e) => panic!("{test}: the lab run failed: {e}"),
+    };
+    let nat = run.output("nat");
+    assert!(nat.rc == 0, "{test}: nft -f failed: {}", nat.stderr);
+    let mut ns = if link_local_only {
+        let mut ns = Netns::new(NetnsConfig::new("router", 1));
+        ns.add_interface(ifn("eth0"), &[(ip("fe80::1"), 64)])
+            .unwrap();
+        ns.add_interface(ifn("cni0"), &[(ip("fd01::1"), 64)])
+            .unwrap();
+        ns.add_route("fd00::/64".parse().unwrap(), None, ifn("eth0"))
+            .unwrap();
+        ns
+    } else {
+        nfsim_router()
+    };
+    ns.nft_apply("nat.nft", MASQ_NFT, SimTime::ZERO)
+        .expect("nfsim takes the nat table");
+    compare(&run, &mut ns, &steps);
 }
