@@ -446,6 +446,21 @@ fn reject_answers_are_rate_limited_per_destination() {
     assert!(e.to_string().contains("net.ipv4.icmp_ratemask"), "{e}");
     let e = n.set_sysctl("icmp_ratelimit", "-1").unwrap_err();
     assert!(e.to_string().contains("out of range"), "{e}");
+    // ICMPv6's: its own names, the mask as the kernel's list of types.
+    n.set_sysctl("net.ipv6.icmp.ratelimit", "250").unwrap();
+    n.set_sysctl("net.ipv6.icmp.ratemask", "0-1,3-127").unwrap();
+    let e = n.set_sysctl("net.ipv6.icmp.ratemask", "3-1").unwrap_err();
+    assert!(e.to_string().contains("net.ipv6.icmp.ratemask"), "{e}");
+    let e = n.set_sysctl("net.ipv6.icmp.ratelimit", "x").unwrap_err();
+    assert!(e.to_string().contains("not a number"), "{e}");
+    // A `sysctl -a` file's lines for them are taken as modelled.
+    assert_eq!(
+        crate::sysctl_file::unmodelled("net.ipv6.icmp.ratemask", "0-1,3-127"),
+        Ok(None)
+    );
+    assert!(crate::sysctl_file::is_kernel_sysctl(
+        "net.ipv6.icmp.ratelimit"
+    ));
 }
 
 #[test]
