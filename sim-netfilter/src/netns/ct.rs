@@ -25,6 +25,17 @@ pub(super) fn tuple_text(t: &Tuple) -> String {
     }
 }
 
+/// Whether `pkt` is an ICMPv6 message conntrack leaves untracked (`noct_valid_new` of
+/// nf_conntrack_proto_icmpv6.c): MLD query, report and done (130–132), router solicitation
+/// and advertisement (133, 134), neighbour solicitation and advertisement (135, 136), MLDv2
+/// report (143).
+fn is_icmpv6_noct(pkt: &Packet) -> bool {
+    matches!(
+        pkt.l4,
+        sim_core::L4::Icmp { icmp_type: 130..=136 | 143, .. } if !pkt.is_ipv4()
+    )
+}
+
 /// What `--ctstate` calls a packet's ctinfo.
 pub(super) fn ct_info_kind(ctinfo: sim_conntrack::CtInfo) -> CtInfoKind {
     use sim_conntrack::CtInfo as K;
@@ -103,6 +114,19 @@ impl Netns {
         if f.untracked {
             Self::step(f, |_| Step::Conntrack {
                 state: "UNTRACKED".into(),
+                entry: None,
+            });
+            return None;
+        }
+        if is_icmpv6_noct(&f.pkt) {
+            // nf_conntrack_icmpv6_error: MLD and neighbour discovery messages are never
+            // tracked (`noct_valid_new`): nf_ct_set(skb, NULL, IP_CT_UNTRACKED), no entry,
+            // no `invalid` count. Checked on Linux 6.18: a neighbour solicitation and advert
+            // on a TUN link match `ct state untracked`, an echo reply without request
+            // `ct state invalid`.
+            f.untracked = true;
+            Self::step(f, |_| Step::Conntrack {
+                state: "UNTRACKED (ICMPv6 neighbour discovery / MLD)".into(),
                 entry: None,
             });
             return None;

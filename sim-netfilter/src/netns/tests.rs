@@ -771,3 +771,42 @@ fn a_packet_from_one_of_the_nodes_own_addresses_is_a_martian_source() {
     let r = n.process(SimTime::ZERO, q, Ingress::Local);
     assert_eq!(r.fate, Fate::Transmitted);
 }
+
+#[test]
+fn icmpv6_neighbour_discovery_is_untracked_and_a_lone_echo_reply_invalid() {
+    use sim_core::packet::icmp;
+    let mut n = Netns::new(NetnsConfig::new("v6", 1));
+    n.add_interface(ifn("eth0"), &[(ip("fd00::1"), 64)])
+        .unwrap();
+    let msg = |t: u8| {
+        let mut p = Packet::icmp_echo_request(ip("fd00::2"), ip("fd00::1"), 5, 1);
+        p.l4 = sim_core::L4::Icmp {
+            icmp_type: t,
+            code: 0,
+            body: if t == icmp::V6_ECHO_REPLY {
+                sim_core::IcmpBody::Query { id: 5, seq: 1 }
+            } else {
+                sim_core::IcmpBody::Other
+            },
+        };
+        p
+    };
+    // Neighbour solicitation and advert, router solicitation, MLDv2 report: UNTRACKED,
+    // no entry, no invalid count (nf_conntrack_icmpv6_error's noct_valid_new).
+    for t in [135, 136, 133, 143] {
+        let r = n.process_traced(SimTime::ZERO, msg(t), Ingress::Interface(ifn("eth0")));
+        let text = r.trace.unwrap().to_string();
+        assert!(text.contains("UNTRACKED"), "type {t}: {text}");
+        assert_eq!(r.fate, Fate::Delivered);
+    }
+    assert_eq!(n.conntrack().stats().invalid, 0);
+    // An echo reply without its request is INVALID (icmpv6_new refuses to create).
+    let r = n.process_traced(
+        SimTime::ZERO,
+        msg(icmp::V6_ECHO_REPLY),
+        Ingress::Interface(ifn("eth0")),
+    );
+    let text = r.trace.unwrap().to_string();
+    assert!(text.contains("INVALID"), "{text}");
+    assert_eq!(n.conntrack().count(), 0);
+}
