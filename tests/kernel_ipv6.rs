@@ -6,7 +6,8 @@
 //! (link, addresses, ports, hop limit, length, the header an ICMPv6 error quotes), on the
 //! listings line for line (seconds left within 1 s) and on the events.
 //!
-//! Covered: forwarding with the hop limit decremented (`ip6_forward`), a hop limit of 1 dying
+//! Covered: packets `ipv6_rcv_core` refuses (the loopback source on a real link: no entry,
+//! nothing forwarded; an IPv4-mapped source is forwarded), forwarding with the hop limit decremented (`ip6_forward`), a hop limit of 1 dying
 //! with an ICMPv6 time exceeded from the address `ipv6_dev_get_saddr` picks, the ICMPv6 error
 //! rate limit (`net.ipv6.icmp.ratelimit`, a burst of 6), ICMPv6 echo tracked both ways
 //! (`icmpv6   58 30 … type=128 code=0 id=…`), UDP tracked both ways, and the ICMPv6 error a
@@ -159,6 +160,20 @@ fn ipv6_forwarding_hop_limit_icmpv6_and_conntrack_match_the_kernel() {
             None,
         ),
     ];
+    // Refused by ipv6_rcv_core before PREROUTING (no entry, nothing forwarded): the
+    // loopback address as source on a real link. An IPv4-mapped source is not refused.
+    steps.push((
+        "from-lo".into(),
+        "eth0",
+        udp("::1", 40100, "fd00::1", 53, 64),
+        None,
+    ));
+    steps.push((
+        "mapped".into(),
+        "eth0",
+        udp("::ffff:10.0.0.1", 40101, "fd01::5", 53, 64),
+        None,
+    ));
     // The pod answers the tracked flow's next datagram with a port unreachable quoting it:
     // RELATED to the flow's entry, forwarded back.
     steps.push((

@@ -31,9 +31,10 @@
 //! Simplifications, each deliberate: one routing table (no policy routing, no `fwmark`
 //! routes); IPv6 packets are tracked and routed but iptables rules (IPv4 only) do not see
 //! them, as with an empty ip6tables; no fragmentation; the `security` table is not modelled.
-//! The ICMPv4 errors the namespace sends (REJECT's, time exceeded) pass its per-destination
-//! rate limit ([`IcmpRateLimit`]: `icmp_ratelimit`, `icmp_ratemask`); the global
-//! `icmp_msgs_per_sec` limit and ICMPv6's limits are not modelled.
+//! The ICMP and ICMPv6 errors the namespace sends (REJECT's, time exceeded) pass its
+//! per-destination rate limits ([`IcmpRateLimit`]: `icmp_ratelimit`, `icmp_ratemask`,
+//! `net.ipv6.icmp.ratelimit`, `net.ipv6.icmp.ratemask`); the global `icmp_msgs_per_sec`
+//! limit is not modelled.
 //!
 //! This file holds the namespace, its settings and what it returns, and the setting up
 //! (interfaces, routes, rules, sysctls). The rooms: `pipeline` is the packet's path through

@@ -176,6 +176,9 @@ impl Netns {
     fn receive(&mut self, now: SimTime, f: &mut Flight) -> Fate {
         use nft_hooks::prio as P;
         let h = Hook::PreRouting;
+        if self.ipv6_rcv_refuses(f) {
+            return Fate::Dropped(DropCause::MartianSource);
+        }
         if let Err(fate) = self.before_dnat(now, f, h) {
             return fate;
         }
@@ -262,11 +265,35 @@ impl Netns {
         true
     }
 
+    /// Whether `ipv6_rcv_core` (before PREROUTING, so before conntrack) drops a received IPv6
+    /// packet: a multicast source, or the loopback address as source or destination on any
+    /// link but `lo` (RFC 4291 §2.5.3). Counted by the kernel in `Ip6InAddrErrors` /
+    /// `Ip6InHdrErrors`, never seen by netfilter. An IPv4-mapped source is not refused:
+    /// Linux 6.18 forwards `::ffff:10.0.0.1 -> fd01::5` as any other packet.
+    #[inline]
+    fn ipv6_rcv_refuses(&self, f: &mut Flight) -> bool {
+        let (IpAddr::V6(src), IpAddr::V6(dst)) = (f.pkt.src, f.pkt.dst) else {
+            return false;
+        };
+        let on_lo = f.pkt.iif == Some(lo());
+        let bad = src.is_multicast() || (!on_lo && (src.is_loopback() || dst.is_loopback()));
+        if bad {
+            Self::step(f, |p| {
+                Step::Route(format!(
+                    "ipv6_rcv: {} -> {} refused before PREROUTING (multicast or loopback address): dropped",
+                    p.src, p.dst
+                ))
+            });
+        }
+        bad
+    }
+
     /// A packet to forward whose TTL (hop limit) has run out: dropped, and its sender told
     /// with an ICMP time exceeded (`icmp_send(skb, ICMP_TIME_EXCEEDED, ICMP_EXC_TTL, 0)`,
     /// ICMPv6 `ICMPV6_TIME_EXCEED`/`ICMPV6_EXC_HOPLIMIT`), from the address the route back
-    /// to it would use. No error answers an ICMP error (`icmp_send` / `icmpv6_send` refuse).
-    /// ICMP rate limiting (`icmp_ratelimit`, `icmp_msgs_per_sec`) is not modelled.
+    /// to it would use (IPv6: `ipv6_dev_get_saddr`). No error answers an ICMP error
+    /// (`icmp_send` / `icmpv6_send` refuse). The error passes the destination's rate limit
+    /// ([`Netns::send_error`]); the global `icmp_msgs_per_sec` is not modelled.
     #[cold]
     fn ttl_exceeded(&mut self, now: SimTime, f: &mut Flight) -> Fate {
         use sim_core::packet::icmp;
@@ -287,12 +314,17 @@ impl Netns {
     }
 
     /// Sends a packet the kernel answers with (REJECT's, time exceeded) through OUTPUT,
-    /// unless it is an ICMPv4 error the destination's rate limit holds back.
+    /// unless it is an ICMP or ICMPv6 error the destination's rate limit holds back.
     pub(super) fn send_error(&mut self, now: SimTime, f: &mut Flight, answer: Packet) {
         if !self.icmp_error_allowed(now, &answer) {
+            let sysctl = if answer.is_ipv4() {
+                "net.ipv4.icmp_ratelimit"
+            } else {
+                "net.ipv6.icmp.ratelimit"
+            };
             Self::step(f, |p| {
                 Step::Route(format!(
-                    "ICMP error to {} not sent: rate limited (net.ipv4.icmp_ratelimit)",
+                    "ICMP error to {} not sent: rate limited ({sysctl})",
                     p.src
                 ))
             });
@@ -302,21 +334,22 @@ impl Netns {
     }
 
     /// Whether this namespace's kernel may send `answer` now, an ICMP error it generated
-    /// (`icmpv4_xrlim_allow`: the per-destination limit of [`IcmpRateLimit`]); takes the
-    /// error's cost when it may. Anything but an ICMPv4 error is always allowed. For
-    /// drivers whose sockets answer closed ports on the namespace's own addresses.
+    /// (`icmpv4_xrlim_allow` / `icmpv6_xrlim_allow`: the per-destination limits of
+    /// [`IcmpRateLimit`]); takes the error's cost when it may. Anything but an ICMP or
+    /// ICMPv6 error is always allowed. For drivers whose sockets answer closed ports on the
+    /// namespace's own addresses.
     pub fn icmp_error_allowed(&mut self, now: SimTime, answer: &Packet) -> bool {
-        let (
-            sim_core::L4::Icmp {
-                icmp_type, code, ..
-            },
-            IpAddr::V4(dst),
-        ) = (answer.l4, answer.dst)
+        let sim_core::L4::Icmp {
+            icmp_type, code, ..
+        } = answer.l4
         else {
             return true;
         };
         let via_lo = self.routes.lookup(answer.dst) == RouteDecision::Local;
-        self.icmp_limit.allow(now, dst, icmp_type, code, via_lo)
+        match answer.dst {
+            IpAddr::V4(dst) => self.icmp_limit.allow(now, dst, icmp_type, code, via_lo),
+            IpAddr::V6(dst) => self.icmp_limit.allow_v6(now, dst, icmp_type, via_lo),
+        }
     }
 
     /// INPUT: mangle, filter, nat (SNAT), confirm, deliver.
