@@ -66,6 +66,21 @@ fn echo(src: &str, dst: &str, icmp_type: u8, id: u16) -> RawPacket {
     }
 }
 
+/// An ICMPv6 error of `icmp_type`/`code` from `src` to `dst` quoting what inject step
+/// `quote` made the kernel send.
+fn quoting(src: &str, dst: &str, icmp_type: u8, code: u8, quote: &str) -> RawPacket {
+    RawPacket {
+        proto: "icmp".into(),
+        src: src.into(),
+        dst: dst.into(),
+        icmp_type: Some(icmp_type),
+        code: Some(code),
+        quote: Some(quote.into()),
+        ttl: Some(64),
+        ..RawPacket::default()
+    }
+}
+
 /// The router: `eth0` fd00::1/64 (the network, clients fd00::2…), `cni0` fd01::1/64 (pods).
 fn nfsim_router() -> Netns {
     let mut ns = Netns::new(NetnsConfig::new("router", 1));
@@ -221,14 +236,32 @@ fn ipv6_forwarding_hop_limit_icmpv6_and_conntrack_match_the_kernel() {
     };
 
     let mut ns = nfsim_router();
-    compare(&run, &mut ns, &steps);
+    let silent = ["from-lo", "hlim1-6", "hlim1-7", "hlim1-8", "hlim1-9"];
+    compare(&run, &mut ns, &steps, &silent);
 }
 
 /// Feeds the kernel's injected packets to `ns` at the kernel's instants and compares what
 /// leaves, then the listings (`list`, `list-ext`) and the events.
-fn compare(run: &LabRun, ns: &mut Netns, steps: &[(String, &str, RawPacket, Option<&str>)]) {
+/// Every step but those in `silent` must have made the kernel send something (so that an
+/// agreement on nothing cannot pass for one on a packet).
+fn compare(
+    run: &LabRun,
+    ns: &mut Netns,
+    steps: &[(String, &str, RawPacket, Option<&str>)],
+    silent: &[&str],
+) {
     let mut last = SimTime::ZERO;
     for (label, _, _, _) in steps {
+        assert_eq!(
+            kernel_out(run, label).is_empty(),
+            silent.contains(&label.as_str()),
+            "{label}: the kernel {} send something",
+            if silent.contains(&label.as_str()) {
+                "was not expected to"
+            } else {
+                "did not"
+            }
+        );
         let inj = run.injected(label);
         let pkt = sim_core::wire::parse_ip(&inj.bytes()).expect("the injected packet parses");
         last = at(inj.at_ms);
@@ -368,6 +401,32 @@ fn masquerade_case(test: &'static str, link_local_only: bool) {
             },
             None,
         ),
+        // Packet too big and time exceeded are RELATED the same way (every type below 128
+        // is an error to nf_conntrack_icmpv6_error).
+        (
+            "out-3".into(),
+            "cni0",
+            udp("fd01::5", 40000, "fd00::2", 53, 64),
+            None,
+        ),
+        (
+            "too-big".into(),
+            "eth0",
+            quoting("fd00::2", masq_src, 2, 0, "out-3"),
+            None,
+        ),
+        (
+            "out-4".into(),
+            "cni0",
+            udp("fd01::5", 40000, "fd00::2", 53, 64),
+            None,
+        ),
+        (
+            "exceeded".into(),
+            "eth0",
+            quoting("fd00::2", masq_src, 3, 0, "out-4"),
+            None,
+        ),
     ];
     let eth0 = if link_local_only {
         "fe80::1/64"
@@ -408,5 +467,5 @@ fn masquerade_case(test: &'static str, link_local_only: bool) {
     };
     ns.nft_apply("nat.nft", MASQ_NFT, SimTime::ZERO)
         .expect("nfsim takes the nat table");
-    compare(&run, &mut ns, &steps);
+    compare(&run, &mut ns, &steps, &[]);
 }
