@@ -189,6 +189,11 @@ fn ipv6_forwarding_hop_limit_icmpv6_and_conntrack_match_the_kernel() {
         udp("::ffff:10.0.0.1", 40101, "fd01::5", 53, 64),
         None,
     ));
+    // Extension headers (hop-by-hop, destination options) before UDP: skipped as
+    // ipv6_skip_exthdr does, the entry has the datagram's ports; forwarded with them.
+    let mut ext = udp("fd00::4", 40200, "fd01::5", 53, 64);
+    ext.ext = vec![0, 60];
+    steps.push(("ext".into(), "eth0", ext, None));
     // The pod answers the tracked flow's next datagram with a port unreachable quoting it:
     // RELATED to the flow's entry, forwarded back.
     steps.push((

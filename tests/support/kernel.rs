@@ -314,6 +314,10 @@ pub struct RawPacket {
     /// an id, a sequence and a payload.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quote: Option<String>,
+    /// IPv6 extension headers between the IPv6 header and layer 4, by number, in order: 0
+    /// (hop-by-hop options) and 60 (destination options), each 8 bytes of padding (PadN).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ext: Vec<u8>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -512,7 +512,14 @@ def build6(p):
         c = 0xFFFF
     at = {6: 16, 17: 6, 58: 2}[num]
     seg = seg[:at] + struct.pack("!H", c) + seg[at + 2 :]
-    return struct.pack("!IHBB", 6 << 28, len(seg), num, p.get("ttl", 64)) + src + dst + seg
+    # Extension headers (hop-by-hop 0, destination options 60): 8 bytes each, a PadN option.
+    first = num
+    for nh in reversed(p.get("ext", [])):
+        if nh not in (0, 60):
+            raise Fail("inject: extension header %r (expected 0 or 60)" % nh)
+        seg = struct.pack("!BBBB4x", first, 0, 1, 4) + seg
+        first = nh
+    return struct.pack("!IHBB", 6 << 28, len(seg), first, p.get("ttl", 64)) + src + dst + seg
 
 
 def addresses_of(raw):
