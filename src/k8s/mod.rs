@@ -415,6 +415,72 @@ fn is_dns1123_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
+/// An IP family (`v1.IPFamily`): `IPv4` or `IPv6`. kube-proxy runs one proxier per family
+/// (`NewDualStackProxier`); each sees only the addresses and EndpointSlices of its family.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum IpFamily {
+    /// `IPv4`.
+    #[default]
+    IPv4,
+    /// `IPv6`.
+    IPv6,
+}
+
+impl IpFamily {
+    /// The family of an address.
+    pub fn of(ip: IpAddr) -> IpFamily {
+        if ip.is_ipv4() {
+            IpFamily::IPv4
+        } else {
+            IpFamily::IPv6
+        }
+    }
+    /// Whether `ip` is of this family.
+    pub fn contains(self, ip: IpAddr) -> bool {
+        IpFamily::of(ip) == self
+    }
+    /// The other family.
+    pub fn other(self) -> IpFamily {
+        match self {
+            IpFamily::IPv4 => IpFamily::IPv6,
+            IpFamily::IPv6 => IpFamily::IPv4,
+        }
+    }
+    /// `IPv4` / `IPv6`, as the API writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpFamily::IPv4 => "IPv4",
+            IpFamily::IPv6 => "IPv6",
+        }
+    }
+    /// The EndpointSlice `addressType` of this family.
+    pub fn address_type(self) -> AddressType {
+        match self {
+            IpFamily::IPv4 => AddressType::IPv4,
+            IpFamily::IPv6 => AddressType::IPv6,
+        }
+    }
+}
+
+impl fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `spec.ipFamilyPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IpFamilyPolicy {
+    /// `SingleStack`: one family (the default).
+    SingleStack,
+    /// `PreferDualStack`: both families where the cluster has both, else one.
+    PreferDualStack,
+    /// `RequireDualStack`: both families, an error on a single-stack cluster.
+    RequireDualStack,
+}
+
 /// `spec` of a Service.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -433,6 +499,16 @@ pub struct ServiceSpec {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub cluster_ips: Vec<ClusterIp>,
+    /// `ipFamilies`: the families of `clusterIPs`, in their order.
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub ip_families: Vec<IpFamily>,
+    /// `ipFamilyPolicy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_family_policy: Option<IpFamilyPolicy>,
     /// `ports`.
     #[serde(default, deserialize_with = "null_default")]
     pub ports: Vec<ServicePort>,
@@ -740,6 +816,14 @@ impl Service {
     /// ExternalName, or no IPv4 address (`proxyutil.ShouldSkipService`,
     /// `GetClusterIPByFamily`; nfsim models the IPv4 proxier only).
     pub fn ipv4_cluster_ip(&self) -> Option<IpAddr> {
+        self.cluster_ip_of(IpFamily::IPv4)
+    }
+
+    /// The cluster IP of `family` that family's proxier uses, or `None` when it writes no
+    /// rules for the Service: headless, ExternalName, or no address of that family
+    /// (`proxyutil.ShouldSkipService`, then `GetClusterIPByFamily`: `clusterIPs` when set,
+    /// else `clusterIP`).
+    pub fn cluster_ip_of(&self, family: IpFamily) -> Option<IpAddr> {
         if self.spec.type_ == ServiceType::ExternalName {
             return None;
         }
@@ -750,7 +834,7 @@ impl Service {
         std::iter::once(first)
             .chain(self.spec.cluster_ips.iter().copied())
             .filter_map(ClusterIp::ip)
-            .find(IpAddr::is_ipv4)
+            .find(|ip| family.contains(*ip))
     }
 
     /// Whether every cluster IP of the Service is IPv6 (an IPv6-only Service: only kube-proxy's
@@ -805,6 +889,90 @@ impl Service {
         )
     }
 
+    /// The apiserver's checks of `clusterIPs`, `ipFamilies` and `ipFamilyPolicy` against
+    /// each other (`ValidateService`: `validateServiceClusterIPsRelatedFields`,
+    /// `validateIPFamilies`): at most two of each, one per family, `ipFamilies[i]` the family
+    /// of `clusterIPs[i]`, and a dual-stack list only with a dual-stack policy.
+    fn validate_families(&self) -> Result<(), (String, String)> {
+        let spec = &self.spec;
+        let ips: Vec<IpAddr> = spec.cluster_ips.iter().filter_map(|c| c.ip()).collect();
+        if spec.cluster_ips.len() > 2 {
+            return Err((
+                "spec.clusterIPs".into(),
+                format!(
+                    "{} addresses: expected at most two, one of each family",
+                    spec.cluster_ips.len()
+                ),
+            ));
+        }
+        if spec.cluster_ips.len() == 2 && spec.cluster_ips.contains(&ClusterIp::None) {
+            return Err((
+                "spec.clusterIPs".into(),
+                "\"None\" must be the only entry of a headless Service's clusterIPs".into(),
+            ));
+        }
+        if let [a, b] = ips[..] {
+            if a.is_ipv4() == b.is_ipv4() {
+                return Err((
+                    "spec.clusterIPs[1]".into(),
+                    format!("{b} is of the same family as clusterIPs[0] {a}: expected one address per family"),
+                ));
+            }
+        }
+        if spec.ip_families.len() > 2 {
+            return Err((
+                "spec.ipFamilies".into(),
+                format!(
+                    "{} entries: expected at most two (IPv4, IPv6)",
+                    spec.ip_families.len()
+                ),
+            ));
+        }
+        if let [a, b] = spec.ip_families[..] {
+            if a == b {
+                return Err((
+                    "spec.ipFamilies[1]".into(),
+                    format!("{b} repeats ipFamilies[0]: expected IPv4 and IPv6 once each"),
+                ));
+            }
+        }
+        for (i, (fam, ip)) in spec.ip_families.iter().zip(&ips).enumerate() {
+            if !fam.contains(*ip) {
+                return Err((
+                    format!("spec.ipFamilies[{i}]"),
+                    format!(
+                        "{fam} does not match clusterIPs[{i}] {ip}: expected {}",
+                        IpFamily::of(*ip)
+                    ),
+                ));
+            }
+        }
+        // clusterIP alone (no clusterIPs) must match ipFamilies[0] too.
+        if let (Some(ClusterIp::Ip(ip)), true, Some(fam)) = (
+            spec.cluster_ip,
+            spec.cluster_ips.is_empty(),
+            spec.ip_families.first(),
+        ) {
+            if !fam.contains(ip) {
+                return Err((
+                    "spec.ipFamilies[0]".into(),
+                    format!(
+                        "{fam} does not match clusterIP {ip}: expected {}",
+                        IpFamily::of(ip)
+                    ),
+                ));
+            }
+        }
+        let dual = ips.len() == 2 || spec.ip_families.len() == 2;
+        if dual && spec.ip_family_policy == Some(IpFamilyPolicy::SingleStack) {
+            return Err((
+                "spec.ipFamilyPolicy".into(),
+                "SingleStack with two families: must be RequireDualStack or PreferDualStack when clusterIPs or ipFamilies list both (an omitted policy is defaulted to RequireDualStack then)".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks what needs several fields at once. The checks that need only one field ran while
     /// the YAML was read.
     pub fn validate(&self) -> Result<(), ValidationError> {
@@ -840,6 +1008,7 @@ impl Service {
                 ));
             }
         }
+        self.validate_families().map_err(|(f, m)| err(f, m))?;
         let mut seen = std::collections::BTreeSet::new();
         for (i, p) in self.spec.ports.iter().enumerate() {
             if self.spec.ports.len() > 1 && p.name.is_empty() {

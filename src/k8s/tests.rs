@@ -260,3 +260,58 @@ fn null_lists_read_as_empty() {
     .unwrap();
     assert!(s.spec.ports.is_empty());
 }
+
+#[test]
+fn dual_stack_fields_are_checked_as_the_apiserver_checks_them() {
+    let svc = |extra: &str| {
+        format!("kind: Service\nmetadata: {{name: d, namespace: n}}\nspec:\n  ports: [{{port: 53}}]\n{extra}")
+    };
+    let ok = parse_objects(&svc(
+        "  clusterIP: 10.96.0.10\n  clusterIPs: [10.96.0.10, \"fd00:10:96::a\"]\n  ipFamilies: [IPv4, IPv6]\n  ipFamilyPolicy: PreferDualStack\n",
+    ))
+    .unwrap();
+    let K8sObject::Service(s) = &ok[0] else {
+        panic!()
+    };
+    assert_eq!(
+        s.cluster_ip_of(IpFamily::IPv4),
+        Some("10.96.0.10".parse().unwrap())
+    );
+    assert_eq!(
+        s.cluster_ip_of(IpFamily::IPv6),
+        Some("fd00:10:96::a".parse().unwrap())
+    );
+    for (extra, field, words) in [
+        (
+            "  clusterIP: 10.96.0.10\n  clusterIPs: [10.96.0.10, 10.96.0.11]\n  ipFamilyPolicy: RequireDualStack\n",
+            "spec.clusterIPs[1]",
+            "same family",
+        ),
+        (
+            "  clusterIP: 10.96.0.10\n  clusterIPs: [10.96.0.10]\n  ipFamilies: [IPv6]\n",
+            "spec.ipFamilies[0]",
+            "does not match clusterIPs[0]",
+        ),
+        (
+            "  clusterIP: \"fd00::1\"\n  ipFamilies: [IPv4]\n",
+            "spec.ipFamilies[0]",
+            "does not match clusterIP",
+        ),
+        (
+            "  clusterIP: 10.96.0.10\n  ipFamilies: [IPv4, IPv4]\n  ipFamilyPolicy: PreferDualStack\n",
+            "spec.ipFamilies[1]",
+            "repeats",
+        ),
+        (
+            "  clusterIP: 10.96.0.10\n  clusterIPs: [10.96.0.10, \"fd00::a\"]\n  ipFamilyPolicy: SingleStack\n",
+            "spec.ipFamilyPolicy",
+            "SingleStack",
+        ),
+    ] {
+        let e = parse_objects(&svc(extra)).unwrap_err().to_string();
+        assert!(e.contains(field) && e.contains(words), "{extra}: {e}");
+    }
+    let (line, msg) = yaml_err(&svc("  clusterIP: 10.96.0.10\n  ipFamilies: [IPv5]\n"));
+    assert_eq!(line, 6, "{msg}");
+    assert!(msg.contains("IPv5"), "{msg}");
+}

@@ -30,6 +30,13 @@
 //!    poll it, apply the [`SyncOutput`] it returns to the node, report back with
 //!    [`KubeProxy::complete_sync`] to run the cleanup.
 //!
+//! IPv6 and dual-stack: kube-proxy runs one proxier per family (`NewDualStackProxier`, the
+//! metaproxier handing every object to both). Here a [`KubeProxy`] is one family's proxier
+//! ([`ProxierConfig::family`]); a dual-stack node runs two, each building its maps from
+//! the objects of its family ([`ProxyState::build_for`]), writing `iptables` or `ip6tables`
+//! ([`render`]) and `ip` or `ip6 kube-proxy` ([`nftables`]). [`nodeport`] is
+//! `--nodeport-addresses` per family.
+//!
 //! A minimal run:
 //!
 //! ```
@@ -66,6 +73,7 @@ pub mod external;
 pub mod model;
 pub mod names;
 pub mod nftables;
+pub mod nodeport;
 pub mod proxier;
 pub mod releases;
 pub mod render;
@@ -81,10 +89,11 @@ pub use ct_adapter::SimConntrackOps;
 pub use external::ExternalReconciler;
 pub use model::{categorize_endpoints, Categorized, EndpointInfo, ProxyState, ServicePortInfo};
 pub use names::ServicePortName;
+pub use nodeport::NodePortAddresses;
 pub use proxier::{KubeProxy, SyncOutput};
 pub use render::{
-    jump_rules, render_sync, JumpRule, LocalDetector, ProxierConfig, ProxyMode, RenderedSync,
-    SyncScope, Table,
+    iptables_command, jump_rules, jump_rules_for, render_sync, JumpRule, LocalDetector,
+    ProxierConfig, ProxyMode, RenderedSync, SyncScope, Table,
 };
 pub use runner::{SyncKind, SyncRunner, SyncTiming};
 pub use topology::{HintsUse, NodeTopology, TopologyHints, TopologyMode, TopologyRelease};

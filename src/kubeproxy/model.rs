@@ -2,15 +2,19 @@
 //! (`proxy.ServicePortMap`, `proxy.EndpointsMap`), built from Service and EndpointSlice
 //! objects, and the categorisation of endpoints (`proxy.CategorizeEndpoints`).
 //!
-//! nfsim models the IPv4 proxier: IPv6 cluster IPs, external IPs, ingress IPs and slices are
-//! ignored, as the IPv4 half of a dual-stack kube-proxy ignores them.
+//! kube-proxy runs one proxier per IP family (`NewDualStackProxier`), and each builds these
+//! maps from the objects of its family only (`ServiceChangeTracker` and
+//! `EndpointsChangeTracker` take the family): the cluster IP of that family, the external
+//! IPs, ingress IPs and source ranges of that family, the EndpointSlices of that
+//! `addressType`. [`ProxyState::build_for`] takes the family; [`ProxyState::build`] is the
+//! IPv4 proxier's.
 
 use super::names::ServicePortName;
 use super::topology::{
     available_for_topology, topology_mode, NodeTopology, TopologyHints, TopologyMode,
 };
 use crate::k8s::{
-    AddressType, Cidr, EndpointSlice, LoadBalancerIpMode, Protocol, Service, ServiceType,
+    Cidr, EndpointSlice, IpFamily, LoadBalancerIpMode, Protocol, Service, ServiceType,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -22,7 +26,7 @@ use std::net::IpAddr;
 pub struct ServicePortInfo {
     /// The service port name.
     pub name: ServicePortName,
-    /// The IPv4 cluster IP.
+    /// The cluster IP of the proxier's family.
     pub cluster_ip: IpAddr,
     /// The service port.
     pub port: u16,
@@ -30,13 +34,13 @@ pub struct ServicePortInfo {
     pub protocol: Protocol,
     /// The node port, if any.
     pub node_port: Option<u16>,
-    /// IPv4 `status.loadBalancer.ingress` IPs whose ipMode is VIP (`LoadBalancerVIPs`).
+    /// `status.loadBalancer.ingress` IPs of the family whose ipMode is VIP (`LoadBalancerVIPs`).
     pub load_balancer_vips: Vec<IpAddr>,
     /// ClientIP affinity timeout, when affinity is ClientIP (`StickyMaxAgeSeconds`).
     pub sticky_max_age_seconds: Option<u32>,
-    /// IPv4 `externalIPs`.
+    /// `externalIPs` of the family.
     pub external_ips: Vec<IpAddr>,
-    /// IPv4 `loadBalancerSourceRanges`.
+    /// `loadBalancerSourceRanges` of the family.
     pub load_balancer_source_ranges: Vec<Cidr>,
     /// `healthCheckNodePort`, only when the Service needs one (LoadBalancer, external Local).
     pub health_check_node_port: Option<u16>,
@@ -125,17 +129,31 @@ pub struct ProxyState {
 }
 
 impl ProxyState {
-    /// Builds the state one node's kube-proxy derives from the given objects.
+    /// Builds the state one node's IPv4 proxier derives from the given objects.
     /// `node_name` decides which endpoints are local.
     pub fn build<'a>(
         node_name: &str,
         services: impl IntoIterator<Item = &'a Service>,
         slices: impl IntoIterator<Item = &'a EndpointSlice>,
     ) -> ProxyState {
+        ProxyState::build_for(IpFamily::IPv4, node_name, services, slices)
+    }
+
+    /// Builds the state the proxier of `family` on node `node_name` derives from the given
+    /// objects.
+    pub fn build_for<'a>(
+        family: IpFamily,
+        node_name: &str,
+        services: impl IntoIterator<Item = &'a Service>,
+        slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    ) -> ProxyState {
         let mut st = ProxyState::default();
         for svc in services {
-            st.services
-                .extend(service_ports(svc).into_iter().map(|p| (p.name.clone(), p)));
+            st.services.extend(
+                service_ports_for(svc, family)
+                    .into_iter()
+                    .map(|p| (p.name.clone(), p)),
+            );
         }
         let mut slices: Vec<&EndpointSlice> = slices.into_iter().collect();
         // kube-proxy iterates a map of slices; a name order makes the (rare) duplicate-endpoint
@@ -145,7 +163,10 @@ impl ProxyState {
                 .cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
         let mut sets: BTreeMap<ServicePortName, BTreeMap<String, EndpointInfo>> = BTreeMap::new();
-        for slice in slices {
+        for slice in slices
+            .into_iter()
+            .filter(|s| s.address_type == family.address_type())
+        {
             add_slice(node_name, slice, &mut sets);
         }
         for (spn, set) in sets {
@@ -190,12 +211,19 @@ fn diff_keys<V: PartialEq>(
     }
 }
 
-/// The service ports of one Service (`newBaseServiceInfo` for each port), or none when
-/// kube-proxy skips the Service (headless, ExternalName, no IPv4 cluster IP).
+/// The service ports of one Service as the IPv4 proxier sees them.
 pub fn service_ports(svc: &Service) -> Vec<ServicePortInfo> {
-    let Some(cluster_ip) = svc.ipv4_cluster_ip() else {
+    service_ports_for(svc, IpFamily::IPv4)
+}
+
+/// The service ports of one Service as the proxier of `family` sees them
+/// (`newBaseServiceInfo` for each port), or none when it skips the Service (headless,
+/// ExternalName, no cluster IP of the family).
+pub fn service_ports_for(svc: &Service, family: IpFamily) -> Vec<ServicePortInfo> {
+    let Some(cluster_ip) = svc.cluster_ip_of(family) else {
         return Vec::new();
     };
+    let of_family = |ip: &IpAddr| family.contains(*ip);
     let external_policy_local = svc.external_policy_local();
     let internal_policy_local = svc.internal_policy_local();
     let external_ips: Vec<IpAddr> = svc
@@ -203,14 +231,14 @@ pub fn service_ports(svc: &Service) -> Vec<ServicePortInfo> {
         .external_ips
         .iter()
         .copied()
-        .filter(IpAddr::is_ipv4)
+        .filter(of_family)
         .collect();
     let source_ranges: Vec<Cidr> = svc
         .spec
         .load_balancer_source_ranges
         .iter()
         .copied()
-        .filter(|c| c.addr().is_ipv4())
+        .filter(|c| family.contains(c.addr()))
         .collect();
     let vips: Vec<IpAddr> = svc
         .status
@@ -219,7 +247,7 @@ pub fn service_ports(svc: &Service) -> Vec<ServicePortInfo> {
         .iter()
         .filter(|i| i.ip_mode != Some(LoadBalancerIpMode::Proxy))
         .filter_map(|i| i.ip)
-        .filter(IpAddr::is_ipv4)
+        .filter(of_family)
         .collect();
     // apiservice.NeedsHealthCheck: LoadBalancer with external policy Local.
     let needs_hc = svc.spec.type_ == ServiceType::LoadBalancer && external_policy_local;
@@ -265,9 +293,6 @@ fn add_slice(
     slice: &EndpointSlice,
     sets: &mut BTreeMap<ServicePortName, BTreeMap<String, EndpointInfo>>,
 ) {
-    if slice.address_type != AddressType::IPv4 {
-        return;
-    }
     let Some(svc_name) = slice.service_name() else {
         return;
     };
@@ -403,7 +428,9 @@ pub fn categorize_endpoints(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::k8s::{Endpoint, EndpointConditions, EndpointPort, ObjectMeta, LABEL_SERVICE_NAME};
+    use crate::k8s::{
+        AddressType, Endpoint, EndpointConditions, EndpointPort, ObjectMeta, LABEL_SERVICE_NAME,
+    };
 
     fn ep(ip: &str, node: &str, ready: bool, serving: bool, terminating: bool) -> Endpoint {
         Endpoint {

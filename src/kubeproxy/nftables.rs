@@ -21,18 +21,61 @@
 //! iterates a Go map); `nodeport-ips` holds [`ProxierConfig::node_port_addresses`] (`None`:
 //! every address, `fib daddr type local`); there is no `Drop traffic to unallocated
 //! ClusterIPs` rule unless [`ProxierConfig::service_cidrs`] is set (a scenario always sets
-//! its `serviceCIDR`); IPv4 only.
+//! its `serviceCIDR`).
+//!
+//! One proxier renders one family: the IPv6 one writes table `ip6 kube-proxy` with `ip6
+//! daddr` / `ip6 saddr` matches, `ipv6_addr` sets and maps, `dnat to [addr]:port`, and
+//! `ip6 daddr != ::1` where the IPv4 one excludes 127.0.0.0/8 (`setupNFTables`: `ipX`,
+//! `ipvX_addr`, `noLocalhost`); endpoint chain names write the address's colons as dots
+//! (`servicePortEndpointChainNameBase`).
 
 use super::model::{categorize_endpoints, EndpointInfo, ProxyState};
 use super::names::ServicePortName;
 use super::render::{LocalDetector, ProxierConfig};
+use crate::k8s::IpFamily;
 use sha2::{Digest, Sha256};
 use sim_core::{SimDuration, SimTime};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-/// The table kube-proxy owns.
+/// The table the IPv4 proxier owns.
 pub const TABLE: &str = "ip kube-proxy";
+/// The table the IPv6 proxier owns.
+pub const TABLE6: &str = "ip6 kube-proxy";
+
+/// What differs between the families' transactions (`setupNFTables`, `syncProxyRules`:
+/// `ipX`, `ipvX_addr`, `noLocalhost`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NftFamily {
+    /// `ip kube-proxy` / `ip6 kube-proxy`.
+    pub table: &'static str,
+    /// `ip` / `ip6`: the payload expression of addresses.
+    pub ip: &'static str,
+    /// `ipv4_addr` / `ipv6_addr`: the element type of address sets and maps.
+    pub addr_type: &'static str,
+    /// `noLocalhost`: the loopback range NodePorts are never served on.
+    pub no_localhost: &'static str,
+}
+
+impl NftFamily {
+    /// The family's names.
+    pub fn of(family: IpFamily) -> NftFamily {
+        match family {
+            IpFamily::IPv4 => NftFamily {
+                table: TABLE,
+                ip: "ip",
+                addr_type: "ipv4_addr",
+                no_localhost: "ip daddr != 127.0.0.0/8",
+            },
+            IpFamily::IPv6 => NftFamily {
+                table: TABLE6,
+                ip: "ip6",
+                addr_type: "ipv6_addr",
+                no_localhost: "ip6 daddr != ::1",
+            },
+        }
+    }
+}
 
 const FILTER_PREROUTING_PRE_DNAT: &str = "filter-prerouting-pre-dnat";
 const FILTER_OUTPUT_PRE_DNAT: &str = "filter-output-pre-dnat";
@@ -57,8 +100,6 @@ const FIREWALL_IPS: &str = "firewall-ips";
 const FIREWALL_CHECK: &str = "firewall-check";
 const MARK_MASQ: &str = "mark-for-masquerade";
 const MASQUERADING: &str = "masquerading";
-/// `noLocalhost`: NodePorts are never served on 127.0.0.0/8 in nftables mode.
-const NO_LOCALHOST: &str = "ip daddr != 127.0.0.0/8";
 
 /// `nftablesBaseChains`: name, type, hook, priority. The two `-pre-dnat` chains run at
 /// `dstnat-10`, before DNAT, so that `firewall-check` sees the LoadBalancer IP; the other
@@ -144,6 +185,7 @@ pub fn endpoint_chain_base(spn: &ServicePortName, ep: &EndpointInfo) -> String {
 /// (`nftElementStorage`): key → (value, comment).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Elements {
+    table: &'static str,
     kind: &'static str,
     name: &'static str,
     elements: BTreeMap<String, (String, Option<String>)>,
@@ -151,8 +193,9 @@ struct Elements {
 }
 
 impl Elements {
-    fn new(kind: &'static str, name: &'static str) -> Elements {
+    fn new(table: &'static str, kind: &'static str, name: &'static str) -> Elements {
         Elements {
+            table,
             kind,
             name,
             ..Default::default()
@@ -161,7 +204,7 @@ impl Elements {
 
     fn reset(&mut self, tx: &mut String) {
         self.elements.clear();
-        let _ = writeln!(tx, "flush {} {TABLE} {}", self.kind, self.name);
+        let _ = writeln!(tx, "flush {} {} {}", self.kind, self.table, self.name);
         self.leftover.clear();
     }
 
@@ -179,14 +222,19 @@ impl Elements {
 
     fn ensure(&mut self, tx: &mut String, key: String, value: String, comment: Option<String>) {
         let add = format!(
-            "add element {TABLE} {} {}\n",
+            "add element {} {} {}\n",
+            self.table,
             self.name,
             self.element_text(&key, &value, comment.as_deref())
         );
         match self.elements.get(&key) {
             Some((v, _)) if *v == value => {}
             Some(_) => {
-                let _ = writeln!(tx, "delete element {TABLE} {} {{ {key} }}", self.name);
+                let _ = writeln!(
+                    tx,
+                    "delete element {} {} {{ {key} }}",
+                    self.table, self.name
+                );
                 tx.push_str(&add);
                 self.elements.insert(key.clone(), (value, comment));
             }
@@ -200,7 +248,11 @@ impl Elements {
 
     fn cleanup_leftovers(&mut self, tx: &mut String) {
         for key in std::mem::take(&mut self.leftover) {
-            let _ = writeln!(tx, "delete element {TABLE} {} {{ {key} }}", self.name);
+            let _ = writeln!(
+                tx,
+                "delete element {} {} {{ {key} }}",
+                self.table, self.name
+            );
             self.elements.remove(&key);
         }
         self.leftover = self.elements.keys().cloned().collect();
@@ -220,18 +272,26 @@ pub struct NftProxierState {
 
 impl Default for NftProxierState {
     fn default() -> Self {
+        NftProxierState::new(IpFamily::IPv4)
+    }
+}
+
+impl NftProxierState {
+    /// The state of a fresh proxier of `family`.
+    pub fn new(family: IpFamily) -> NftProxierState {
+        let t = NftFamily::of(family).table;
         NftProxierState {
             flushed: false,
             stale_chains: BTreeMap::new(),
             chains: BTreeSet::new(),
             affinity_sets: BTreeSet::new(),
             storages: vec![
-                Elements::new("set", CLUSTER_IPS),
-                Elements::new("map", SERVICE_IPS),
-                Elements::new("map", FIREWALL_IPS),
-                Elements::new("map", NO_ENDPOINT_SERVICES),
-                Elements::new("map", NO_ENDPOINT_NODEPORTS),
-                Elements::new("map", SERVICE_NODEPORTS),
+                Elements::new(t, "set", CLUSTER_IPS),
+                Elements::new(t, "map", SERVICE_IPS),
+                Elements::new(t, "map", FIREWALL_IPS),
+                Elements::new(t, "map", NO_ENDPOINT_SERVICES),
+                Elements::new(t, "map", NO_ENDPOINT_NODEPORTS),
+                Elements::new(t, "map", SERVICE_NODEPORTS),
             ],
         }
     }
@@ -259,16 +319,23 @@ pub struct NftSync {
     pub failed: NftProxierState,
 }
 
-fn ensure_chain(tx: &mut String, active: &mut BTreeSet<String>, chain: &str, skip: bool) {
+fn ensure_chain(
+    f: &NftFamily,
+    tx: &mut String,
+    active: &mut BTreeSet<String>,
+    chain: &str,
+    skip: bool,
+) {
     if !active.insert(chain.to_string()) || skip {
         return;
     }
-    let _ = writeln!(tx, "add chain {TABLE} {chain}");
-    let _ = writeln!(tx, "flush chain {TABLE} {chain}");
+    let t = f.table;
+    let _ = writeln!(tx, "add chain {t} {chain}");
+    let _ = writeln!(tx, "flush chain {t} {chain}");
 }
 
-fn rule(tx: &mut String, chain: &str, text: &str) {
-    let _ = writeln!(tx, "add rule {TABLE} {chain} {text}");
+fn rule(f: &NftFamily, tx: &mut String, chain: &str, text: &str) {
+    let _ = writeln!(tx, "add rule {} {chain} {text}", f.table);
 }
 
 /// Renders one sync (`full`, or partial for the services in `changed`) at `now` from
@@ -281,6 +348,8 @@ pub fn render_nft_sync(
     changed: &BTreeSet<(String, String)>,
     now: SimTime,
 ) -> NftSync {
+    let f = &NftFamily::of(cfg.family);
+    let (t, ipx) = (f.table, f.ip);
     let mut st = prev.clone();
     // Stale chains flushed more than a second ago are deleted in a transaction of their own.
     let mut cleanup = String::new();
@@ -292,7 +361,7 @@ pub fn render_nft_sync(
         .map(|(c, _)| c.clone())
         .collect();
     for c in old {
-        let _ = writeln!(cleanup, "delete chain {TABLE} {c}");
+        let _ = writeln!(cleanup, "delete chain {t} {c}");
         st.stale_chains.remove(&c);
         st.chains.remove(&c);
     }
@@ -300,12 +369,12 @@ pub fn render_nft_sync(
     failed.stale_chains.clear();
     let mut tx = String::new();
     if full {
-        setup(cfg, &mut st, &mut tx);
+        setup(f, cfg, &mut st, &mut tx);
     }
     let (if_local, if_not_local) = match &cfg.local_detector {
         LocalDetector::ClusterCidr(c) => (
-            Some(format!("ip saddr {c}")),
-            Some(format!("ip saddr != {c}")),
+            Some(format!("{ipx} saddr {c}")),
+            Some(format!("{ipx} saddr != {c}")),
         ),
         // IfLocalNFT / IfNotLocalNFT (pkg/proxy/util/localdetector.go): `iifname`, the
         // name as a string (a prefix with `*`), in both interface modes.
@@ -322,7 +391,7 @@ pub fn render_nft_sync(
     let mut active = BTreeSet::new();
     let mut active_sets = BTreeSet::new();
     for (spn, svc) in &state.services {
-        if !svc.cluster_ip.is_ipv4() {
+        if !cfg.family.contains(svc.cluster_ip) {
             continue;
         }
         let proto = spn.protocol.lower();
@@ -338,18 +407,18 @@ pub fn render_nft_sync(
         let aff_set = |ep: &EndpointInfo| format!("affinity-{}", endpoint_chain_base(spn, ep));
         let affinity = svc.sticky_max_age_seconds;
         for ep in &cat.all_reachable {
-            ensure_chain(&mut tx, &mut active, &ep_chain(ep), skip);
+            ensure_chain(f, &mut tx, &mut active, &ep_chain(ep), skip);
             if affinity.is_some() {
                 active_sets.insert(aff_set(ep));
             }
         }
         let uses_cluster = !cat.cluster.is_empty() && svc.uses_cluster_endpoints();
         if uses_cluster {
-            ensure_chain(&mut tx, &mut active, &cluster_chain, skip);
+            ensure_chain(f, &mut tx, &mut active, &cluster_chain, skip);
         }
         let uses_local = !cat.local.is_empty() && svc.uses_local_endpoints();
         if uses_local {
-            ensure_chain(&mut tx, &mut active, &local_chain, skip);
+            ensure_chain(f, &mut tx, &mut active, &local_chain, skip);
         }
         let has_endpoints = cat.has_any;
         let (mut internal_chain, mut has_internal) = (&cluster_chain, has_endpoints);
@@ -368,7 +437,7 @@ pub fn render_nft_sync(
         }
         let uses_external = has_endpoints && svc.externally_accessible();
         if uses_external {
-            ensure_chain(&mut tx, &mut active, &external_chain, skip);
+            ensure_chain(f, &mut tx, &mut active, &external_chain, skip);
         }
         let reject = format!("goto {REJECT_CHAIN}");
         let (internal_verdict, external_verdict) = if !has_endpoints {
@@ -404,7 +473,7 @@ pub fn render_nft_sync(
                 Some(name_string.clone()),
             );
         }
-        for ip in svc.external_ips.iter().filter(|i| i.is_ipv4()) {
+        for ip in svc.external_ips.iter().filter(|i| cfg.family.contains(**i)) {
             if has_endpoints {
                 st.storages[S_SERVICE_IPS].ensure(
                     &mut tx,
@@ -425,11 +494,11 @@ pub fn render_nft_sync(
         let lb_vips: Vec<_> = svc
             .load_balancer_vips
             .iter()
-            .filter(|i| i.is_ipv4())
+            .filter(|i| cfg.family.contains(**i))
             .collect();
         let uses_fw = !lb_vips.is_empty() && !svc.load_balancer_source_ranges.is_empty();
         if uses_fw {
-            ensure_chain(&mut tx, &mut active, &fw_chain, skip);
+            ensure_chain(f, &mut tx, &mut active, &fw_chain, skip);
         }
         for ip in &lb_vips {
             if has_endpoints {
@@ -483,11 +552,17 @@ pub fn render_nft_sync(
         if has_internal {
             // No `tcp dport`: upstream matches the ClusterIP alone (the chain is only
             // reached through the service-ips element of this port).
-            let head = format!("ip daddr {}", svc.cluster_ip);
+            let head = format!("{ipx} daddr {}", svc.cluster_ip);
             if cfg.masquerade_all {
-                rule(&mut tx, internal_chain, &format!("{head} jump {MARK_MASQ}"));
+                rule(
+                    f,
+                    &mut tx,
+                    internal_chain,
+                    &format!("{head} jump {MARK_MASQ}"),
+                );
             } else if let Some(nl) = &if_not_local {
                 rule(
+                    f,
                     &mut tx,
                     internal_chain,
                     &format!("{head} {nl} jump {MARK_MASQ}"),
@@ -496,28 +571,28 @@ pub fn render_nft_sync(
         }
         if uses_external {
             if !svc.external_policy_local {
-                rule(&mut tx, &external_chain, &format!("jump {MARK_MASQ}"));
+                rule(f, &mut tx, &external_chain, &format!("jump {MARK_MASQ}"));
             } else {
                 if let Some(l) = &if_local {
                     rule(
+                        f,
                         &mut tx,
                         &external_chain,
                         &format!("{l} goto {cluster_chain} comment \"short-circuit pod traffic\""),
                     );
                 }
-                rule(
-                    &mut tx,
+                rule(f, &mut tx,
                     &external_chain,
                     &format!("fib saddr type local jump {MARK_MASQ} comment \"masquerade local traffic\""),
                 );
-                rule(
-                    &mut tx,
+                rule(f, &mut tx,
                     &external_chain,
                     &format!("fib saddr type local goto {cluster_chain} comment \"short-circuit local traffic\""),
                 );
             }
             if has_external {
                 rule(
+                    f,
                     &mut tx,
                     &external_chain,
                     &format!("goto {external_policy_chain}"),
@@ -537,22 +612,25 @@ pub fn render_nft_sync(
                 sources.extend(lb_vips.iter().map(|i| i.to_string()));
             }
             rule(
+                f,
                 &mut tx,
                 &fw_chain,
-                &format!("ip saddr != {{ {} }} drop", sources.join(" , ")),
+                &format!("{ipx} saddr != {{ {} }} drop", sources.join(" , ")),
             );
         }
         if let Some(secs) = affinity {
             for ep in &cat.all_reachable {
                 let _ = writeln!(
                     tx,
-                    "add set {TABLE} {} {{ type ipv4_addr ; flags dynamic,timeout ; timeout {secs}s ; }}",
-                    aff_set(ep)
+                    "add set {t} {} {{ type {} ; flags dynamic,timeout ; timeout {secs}s ; }}",
+                    aff_set(ep),
+                    f.addr_type
                 );
             }
         }
         if uses_cluster {
             endpoint_rules(
+                f,
                 &mut tx,
                 &cluster_chain,
                 &cat.cluster,
@@ -563,6 +641,7 @@ pub fn render_nft_sync(
         }
         if uses_local {
             endpoint_rules(
+                f,
                 &mut tx,
                 &local_chain,
                 &cat.local,
@@ -574,18 +653,21 @@ pub fn render_nft_sync(
         for ep in &cat.all_reachable {
             let chain = ep_chain(ep);
             rule(
+                f,
                 &mut tx,
                 &chain,
-                &format!("ip saddr {} jump {MARK_MASQ}", ep.ip),
+                &format!("{ipx} saddr {} jump {MARK_MASQ}", ep.ip),
             );
             if affinity.is_some() {
                 rule(
+                    f,
                     &mut tx,
                     &chain,
-                    &format!("update @{} {{ ip saddr }}", aff_set(ep)),
+                    &format!("update @{} {{ {ipx} saddr }}", aff_set(ep)),
                 );
             }
             rule(
+                f,
                 &mut tx,
                 &chain,
                 &format!("meta l4proto {proto} dnat to {}", ep.endpoint_string()),
@@ -598,7 +680,7 @@ pub fn render_nft_sync(
             continue;
         }
         if !active.contains(&c) {
-            let _ = writeln!(tx, "flush chain {TABLE} {c}");
+            let _ = writeln!(tx, "flush chain {t} {c}");
             st.stale_chains.entry(c).or_insert(now);
         } else {
             st.stale_chains.remove(&c);
@@ -606,7 +688,7 @@ pub fn render_nft_sync(
     }
     for s in st.affinity_sets.clone() {
         if !active_sets.contains(&s) {
-            let _ = writeln!(tx, "delete set {TABLE} {s}");
+            let _ = writeln!(tx, "delete set {t} {s}");
             st.affinity_sets.remove(&s);
         }
     }
@@ -624,6 +706,7 @@ pub fn render_nft_sync(
 }
 
 fn endpoint_rules(
+    f: &NftFamily,
     tx: &mut String,
     chain: &str,
     eps: &[EndpointInfo],
@@ -634,9 +717,10 @@ fn endpoint_rules(
     if affinity {
         for ep in eps {
             rule(
+                f,
                 tx,
                 chain,
-                &format!("ip saddr @{} goto {}", aff_set(ep), ep_chain(ep)),
+                &format!("{} saddr @{} goto {}", f.ip, aff_set(ep), ep_chain(ep)),
             );
         }
     }
@@ -646,6 +730,7 @@ fn endpoint_rules(
         .map(|(i, ep)| format!("{i} : goto {}", ep_chain(ep)))
         .collect();
     rule(
+        f,
         tx,
         chain,
         &format!(
@@ -658,59 +743,63 @@ fn endpoint_rules(
 
 /// `setupNFTables`: the table, base chains, fixed chains and their rules, sets and maps,
 /// and the flush of every map kube-proxy fills.
-fn setup(cfg: &ProxierConfig, st: &mut NftProxierState, tx: &mut String) {
-    let _ = writeln!(
-        tx,
-        "add table {TABLE} {{ comment \"rules for kube-proxy\" ; }}"
-    );
+fn setup(f: &NftFamily, cfg: &ProxierConfig, st: &mut NftProxierState, tx: &mut String) {
+    let (t, ipx, addr) = (f.table, f.ip, f.addr_type);
+    let _ = writeln!(tx, "add table {t} {{ comment \"rules for kube-proxy\" ; }}");
     if !st.flushed {
         for (name, ..) in BASE_CHAINS {
-            let _ = writeln!(tx, "add chain {TABLE} {name}");
-            let _ = writeln!(tx, "delete chain {TABLE} {name}");
+            let _ = writeln!(tx, "add chain {t} {name}");
+            let _ = writeln!(tx, "delete chain {t} {name}");
         }
         st.flushed = true;
     }
     for (name, ty, hook, prio) in BASE_CHAINS {
         let _ = writeln!(
             tx,
-            "add chain {TABLE} {name} {{ type {ty} hook {hook} priority {prio} ; }}"
+            "add chain {t} {name} {{ type {ty} hook {hook} priority {prio} ; }}"
         );
-        let _ = writeln!(tx, "flush chain {TABLE} {name}");
+        let _ = writeln!(tx, "flush chain {t} {name}");
     }
     let mut created = BTreeSet::new();
     for (dst, src, extra) in JUMP_CHAINS {
-        ensure_chain(tx, &mut created, dst, false);
+        ensure_chain(f, tx, &mut created, dst, false);
         let m = if extra.is_empty() {
             String::new()
         } else {
             format!("{extra} ")
         };
-        rule(tx, src, &format!("{m}jump {dst}"));
+        rule(f, tx, src, &format!("{m}jump {dst}"));
     }
     for c in [SERVICES, CLUSTER_IPS_CHECK, MASQUERADING, MARK_MASQ] {
-        ensure_chain(tx, &mut created, c, false);
+        ensure_chain(f, tx, &mut created, c, false);
     }
     let mark = cfg.masquerade_mark();
-    rule(tx, MARK_MASQ, &format!("mark set mark or {mark}"));
-    rule(tx, MASQUERADING, &format!("mark and {mark} == 0 return"));
-    rule(tx, MASQUERADING, &format!("mark set mark xor {mark}"));
-    rule(tx, MASQUERADING, "masquerade fully-random");
+    rule(f, tx, MARK_MASQ, &format!("mark set mark or {mark}"));
+    rule(f, tx, MASQUERADING, &format!("mark and {mark} == 0 return"));
+    rule(f, tx, MASQUERADING, &format!("mark set mark xor {mark}"));
+    rule(f, tx, MASQUERADING, "masquerade fully-random");
     let _ = writeln!(
         tx,
-        "add set {TABLE} {CLUSTER_IPS} {{ type ipv4_addr ; comment \"Active ClusterIPs\" ; }}"
+        "add set {t} {CLUSTER_IPS} {{ type {addr} ; comment \"Active ClusterIPs\" ; }}"
     );
-    rule(
-        tx,
+    rule(f, tx,
         CLUSTER_IPS_CHECK,
-        &format!("ip daddr @{CLUSTER_IPS} reject comment \"Reject traffic to invalid ports of ClusterIPs\""),
+        &format!("{ipx} daddr @{CLUSTER_IPS} reject comment \"Reject traffic to invalid ports of ClusterIPs\""),
     );
-    if !cfg.service_cidrs.is_empty() {
-        let cidrs: Vec<String> = cfg.service_cidrs.iter().map(|c| c.to_string()).collect();
+    // `OnServiceCIDRsChanged` keeps the CIDRs of the proxier's family.
+    let cidrs: Vec<String> = cfg
+        .service_cidrs
+        .iter()
+        .filter(|c| cfg.family.contains(c.addr()))
+        .map(|c| c.to_string())
+        .collect();
+    if !cidrs.is_empty() {
         rule(
+            f,
             tx,
             CLUSTER_IPS_CHECK,
             &format!(
-                "ip daddr {{ {} }} drop comment \"Drop traffic to unallocated ClusterIPs\"",
+                "{ipx} daddr {{ {} }} drop comment \"Drop traffic to unallocated ClusterIPs\"",
                 cidrs.join(",")
             ),
         );
@@ -721,81 +810,89 @@ fn setup(cfg: &ProxierConfig, st: &mut NftProxierState, tx: &mut String) {
     // the CIDRs (`GetNodeIPs`), loopback left out ("localhost NodePorts are not supported").
     let _ = writeln!(
         tx,
-        "add set {TABLE} {NODEPORT_IPS} {{ type ipv4_addr ; comment \"IPs that accept NodePort traffic\" ; }}"
+        "add set {t} {NODEPORT_IPS} {{ type {addr} ; comment \"IPs that accept NodePort traffic\" ; }}"
     );
     let match_all = cfg.node_port_addresses.is_none();
     match &cfg.node_port_addresses {
         None => {
-            let _ = writeln!(tx, "delete set {TABLE} {NODEPORT_IPS}");
+            let _ = writeln!(tx, "delete set {t} {NODEPORT_IPS}");
         }
         Some(ips) => {
-            let _ = writeln!(tx, "flush set {TABLE} {NODEPORT_IPS}");
+            let _ = writeln!(tx, "flush set {t} {NODEPORT_IPS}");
             let mut ips = ips.clone();
             ips.sort();
             ips.dedup();
-            for ip in ips.iter().filter(|i| i.is_ipv4() && !i.is_loopback()) {
-                let _ = writeln!(tx, "add element {TABLE} {NODEPORT_IPS} {{ {ip} }}");
+            for ip in ips
+                .iter()
+                .filter(|i| cfg.family.contains(**i) && !i.is_loopback())
+            {
+                let _ = writeln!(tx, "add element {t} {NODEPORT_IPS} {{ {ip} }}");
             }
         }
     }
     let _ = writeln!(
         tx,
-        "add map {TABLE} {NO_ENDPOINT_SERVICES} {{ type ipv4_addr . inet_proto . inet_service : verdict ; comment \"vmap to drop or reject packets to services with no endpoints\" ; }}"
+        "add map {t} {NO_ENDPOINT_SERVICES} {{ type {addr} . inet_proto . inet_service : verdict ; comment \"vmap to drop or reject packets to services with no endpoints\" ; }}"
     );
     let _ = writeln!(
         tx,
-        "add map {TABLE} {NO_ENDPOINT_NODEPORTS} {{ type inet_proto . inet_service : verdict ; comment \"vmap to drop or reject packets to service nodeports with no endpoints\" ; }}"
+        "add map {t} {NO_ENDPOINT_NODEPORTS} {{ type inet_proto . inet_service : verdict ; comment \"vmap to drop or reject packets to service nodeports with no endpoints\" ; }}"
     );
     let _ = writeln!(
         tx,
-        "add chain {TABLE} {REJECT_CHAIN} {{ comment \"helper for @no-endpoint-services / @no-endpoint-nodeports\" ; }}"
+        "add chain {t} {REJECT_CHAIN} {{ comment \"helper for @no-endpoint-services / @no-endpoint-nodeports\" ; }}"
     );
-    let _ = writeln!(tx, "flush chain {TABLE} {REJECT_CHAIN}");
-    rule(tx, REJECT_CHAIN, "reject");
+    let _ = writeln!(tx, "flush chain {t} {REJECT_CHAIN}");
+    rule(f, tx, REJECT_CHAIN, "reject");
     rule(
+        f,
         tx,
         SERVICE_ENDPOINTS_CHECK,
-        &format!("ip daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}"),
+        &format!("{ipx} daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}"),
     );
     let nodeport_dst = if match_all {
-        NO_LOCALHOST.to_string()
+        f.no_localhost.to_string()
     } else {
-        format!("ip daddr @{NODEPORT_IPS}")
+        format!("{ipx} daddr @{NODEPORT_IPS}")
     };
     rule(
+        f,
         tx,
         NODEPORT_ENDPOINTS_CHECK,
         &format!("{nodeport_dst} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}"),
     );
     let _ = writeln!(
         tx,
-        "add map {TABLE} {FIREWALL_IPS} {{ type ipv4_addr . inet_proto . inet_service : verdict ; comment \"destinations that are subject to LoadBalancerSourceRanges\" ; }}"
+        "add map {t} {FIREWALL_IPS} {{ type {addr} . inet_proto . inet_service : verdict ; comment \"destinations that are subject to LoadBalancerSourceRanges\" ; }}"
     );
-    ensure_chain(tx, &mut created, FIREWALL_CHECK, false);
+    ensure_chain(f, tx, &mut created, FIREWALL_CHECK, false);
     rule(
+        f,
         tx,
         FIREWALL_CHECK,
-        &format!("ip daddr . meta l4proto . th dport vmap @{FIREWALL_IPS}"),
+        &format!("{ipx} daddr . meta l4proto . th dport vmap @{FIREWALL_IPS}"),
     );
     let _ = writeln!(
         tx,
-        "add map {TABLE} {SERVICE_IPS} {{ type ipv4_addr . inet_proto . inet_service : verdict ; comment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\" ; }}"
+        "add map {t} {SERVICE_IPS} {{ type {addr} . inet_proto . inet_service : verdict ; comment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\" ; }}"
     );
     let _ = writeln!(
         tx,
-        "add map {TABLE} {SERVICE_NODEPORTS} {{ type inet_proto . inet_service : verdict ; comment \"NodePort traffic\" ; }}"
+        "add map {t} {SERVICE_NODEPORTS} {{ type inet_proto . inet_service : verdict ; comment \"NodePort traffic\" ; }}"
     );
     rule(
+        f,
         tx,
         SERVICES,
-        &format!("ip daddr . meta l4proto . th dport vmap @{SERVICE_IPS}"),
+        &format!("{ipx} daddr . meta l4proto . th dport vmap @{SERVICE_IPS}"),
     );
     let nodeport_dst = if match_all {
-        format!("fib daddr type local {NO_LOCALHOST}")
+        format!("fib daddr type local {}", f.no_localhost)
     } else {
-        format!("ip daddr @{NODEPORT_IPS}")
+        format!("{ipx} daddr @{NODEPORT_IPS}")
     };
     rule(
+        f,
         tx,
         SERVICES,
         &format!("{nodeport_dst} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}"),

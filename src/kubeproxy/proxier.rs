@@ -13,12 +13,16 @@
 //!    `iptables-restore --noflush` of `restore`), then report the outcome with
 //!    [`KubeProxy::complete_sync`], which runs the conntrack cleanup after a success.
 
-use super::cleanup::{CleanupInput, CleanupReport, ConntrackCleanup, ConntrackOps};
-use super::model::{service_ports, ProxyState};
+use super::cleanup::{
+    CleanupInput, CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry, CtFilter,
+};
+use super::model::{service_ports_for, ProxyState};
 use super::render::{
-    jump_rules, render_sync, JumpRule, ProxierConfig, SyncScope, LARGE_CLUSTER_ENDPOINTS_THRESHOLD,
+    jump_rules_for, render_sync, JumpRule, ProxierConfig, SyncScope,
+    LARGE_CLUSTER_ENDPOINTS_THRESHOLD,
 };
 use super::runner::{SyncKind, SyncRunner, SyncTiming};
+use crate::k8s::IpFamily;
 use crate::k8s::{EndpointSlice, K8sObject, Service};
 use sim_core::SimTime;
 use std::collections::{BTreeMap, BTreeSet};
@@ -76,6 +80,7 @@ impl KubeProxy {
         cleanup: Box<dyn ConntrackCleanup>,
         start: SimTime,
     ) -> KubeProxy {
+        let config_family = config.family;
         KubeProxy {
             config,
             runner: SyncRunner::new(timing, start),
@@ -86,7 +91,7 @@ impl KubeProxy {
             nat_chains: BTreeSet::new(),
             last_chain_cleanup: None,
             pending: None,
-            nft: Default::default(),
+            nft: super::nftables::NftProxierState::new(config_family),
         }
     }
 
@@ -112,8 +117,11 @@ impl KubeProxy {
     pub fn upsert_service(&mut self, now: SimTime, svc: Service) -> bool {
         let key = (svc.metadata.namespace.clone(), svc.metadata.name.clone());
         let changed = match self.services.get(&key) {
-            Some(old) => service_ports(old) != service_ports(&svc),
-            None => !service_ports(&svc).is_empty(),
+            Some(old) => {
+                service_ports_for(old, self.config.family)
+                    != service_ports_for(&svc, self.config.family)
+            }
+            None => !service_ports_for(&svc, self.config.family).is_empty(),
         };
         self.services.insert(key, svc);
         self.request_if(now, changed)
@@ -124,18 +132,22 @@ impl KubeProxy {
         let changed = self
             .services
             .remove(&(namespace.to_string(), name.to_string()))
-            .is_some_and(|old| !service_ports(&old).is_empty());
+            .is_some_and(|old| !service_ports_for(&old, self.config.family).is_empty());
         self.request_if(now, changed)
     }
 
     /// Adds or replaces an EndpointSlice. Returns whether a sync was requested (any change
-    /// of the slice object, as `esDataChanged` compares them).
+    /// of a slice of the proxier's family, as `esDataChanged` compares them; the tracker
+    /// ignores slices of the other `addressType`).
     pub fn upsert_endpoint_slice(&mut self, now: SimTime, slice: EndpointSlice) -> bool {
         let key = (
             slice.metadata.namespace.clone(),
             slice.metadata.name.clone(),
         );
-        let changed = self.slices.get(&key) != Some(&slice);
+        let mine = self.config.family.address_type();
+        let old = self.slices.get(&key);
+        let changed = (slice.address_type == mine || old.is_some_and(|o| o.address_type == mine))
+            && old != Some(&slice);
         self.slices.insert(key, slice);
         self.request_if(now, changed)
     }
@@ -145,7 +157,7 @@ impl KubeProxy {
         let changed = self
             .slices
             .remove(&(namespace.to_string(), name.to_string()))
-            .is_some();
+            .is_some_and(|old| old.address_type == self.config.family.address_type());
         self.request_if(now, changed)
     }
 
@@ -166,7 +178,8 @@ impl KubeProxy {
 
     /// The maps derived from the objects seen so far (what the next sync will write).
     pub fn current_state(&self) -> ProxyState {
-        ProxyState::build(
+        ProxyState::build_for(
+            self.config.family,
             &self.config.node_name,
             self.services.values(),
             self.slices.values(),
@@ -252,7 +265,7 @@ impl KubeProxy {
             at: now,
             kind,
             jump_rules: if kind == SyncKind::Full {
-                jump_rules()
+                jump_rules_for(self.config.family)
             } else {
                 Vec::new()
             },
@@ -292,7 +305,11 @@ impl KubeProxy {
                     before: &before,
                     after: &self.applied,
                 };
-                self.cleanup.after_sync(now, &input, ct)
+                let mut scoped = FamilyScoped {
+                    inner: ct,
+                    family: self.config.family,
+                };
+                self.cleanup.after_sync(now, &input, &mut scoped)
             }
             Err(_) => {
                 if let Some(f) = p.nft_failed {
@@ -302,5 +319,58 @@ impl KubeProxy {
                 CleanupReport::default()
             }
         }
+    }
+}
+
+/// The conntrack table as one family's proxier reaches it: entries of that family only.
+/// kube-proxy's cleanup of each release is per proxier (`CleanStaleEntries` in each
+/// family's `syncProxyRules`): the exec-based releases run `conntrack -D … -f ipv6` for IPv6
+/// (`conntrack.Exec` appends it when the address is IPv6), the netlink ones list and delete
+/// with the family (`ConntrackTableList(netlink.ConntrackTable, family)`), so neither ever
+/// touches an entry of the other family. A filter naming no address is applied entry by
+/// entry to the family's entries.
+struct FamilyScoped<'a> {
+    inner: &'a mut dyn ConntrackOps,
+    family: IpFamily,
+}
+
+impl FamilyScoped<'_> {
+    fn mine(&self, e: &CtEntry) -> bool {
+        self.family.contains(e.orig.src)
+    }
+}
+
+impl ConntrackOps for FamilyScoped<'_> {
+    fn list(&mut self, filter: &CtFilter) -> Vec<CtEntry> {
+        let family = self.family;
+        self.inner
+            .list(filter)
+            .into_iter()
+            .filter(|e| family.contains(e.orig.src))
+            .collect()
+    }
+    fn delete(&mut self, filter: &CtFilter) -> usize {
+        let addrs = [
+            filter.orig_src,
+            filter.orig_dst,
+            filter.reply_src,
+            filter.reply_dst,
+        ];
+        if addrs.iter().flatten().any(|a| !self.family.contains(*a)) {
+            // `conntrack -f ipv4 --orig-dst fd00::1` matches nothing.
+            return 0;
+        }
+        if addrs.iter().any(Option::is_some) {
+            return self.inner.delete(filter);
+        }
+        let mine: Vec<CtEntry> = self
+            .inner
+            .list(filter)
+            .into_iter()
+            .filter(|e| self.mine(e))
+            .collect();
+        mine.iter()
+            .map(|e| self.inner.delete(&CtFilter::exact(e)))
+            .sum()
     }
 }

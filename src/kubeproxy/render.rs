@@ -11,10 +11,19 @@
 //! Service order: kube-proxy iterates a Go map, so its order is random run to run. nfsim writes
 //! service ports sorted by [`ServicePortName`] (namespace, name, port name, protocol), and the
 //! stale chains it deletes sorted by name.
+//!
+//! One proxier renders one family ([`ProxierConfig::family`]): a dual-stack node runs two
+//! (`NewDualStackProxier`), the IPv6 one writing `ip6tables-restore` input of the same shape
+//! and chain names (`portProtoHash` hashes the port name and protocol only; `KUBE-SEP-`
+//! hashes `[ip]:port`). The IPv6 proxier differs in three places only (proxier.go
+//! `syncProxyRules`): no `KUBE-FIREWALL` anti-martian rule (localhost NodePorts are
+//! IPv4-only: `NewDualStackProxier` passes `localhostNodePorts=false`, and
+//! `ContainsIPv4Loopback` is false for an IPv6 `--nodeport-addresses`), the NodePort jump
+//! for every local address excludes `::1/128`, and loopback node addresses never get one.
 
 use super::model::{categorize_endpoints, EndpointInfo, ProxyState, ServicePortInfo};
 use super::names::*;
-use crate::k8s::Cidr;
+use crate::k8s::{Cidr, IpFamily};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
@@ -62,10 +71,13 @@ impl LocalDetector {
 /// The parts of kube-proxy's configuration that shape the rules.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxierConfig {
+    /// The IP family this proxier handles (`ipFamily`): IPv4 writes `iptables` / `ip
+    /// kube-proxy`, IPv6 `ip6tables` / `ip6 kube-proxy`.
+    pub family: IpFamily,
     /// `--hostname-override` / the node name: which endpoints are local.
     pub node_name: String,
-    /// The node's IPv4 address (used by `loadBalancerSourceRanges`: traffic from the node
-    /// itself is allowed when a range contains it).
+    /// The node's address of the family (used by `loadBalancerSourceRanges`: traffic from
+    /// the node itself is allowed when a range contains it).
     pub node_ip: IpAddr,
     /// `--detect-local-mode` and its CIDR.
     pub local_detector: LocalDetector,
@@ -120,9 +132,11 @@ impl ProxierConfig {
             hints_use: self.hints_use,
         }
     }
-    /// A node's configuration with kube-proxy's defaults, ClusterCIDR detection of `pod_cidr`.
+    /// A node's configuration with kube-proxy's defaults, ClusterCIDR detection of `pod_cidr`,
+    /// for the family of `node_ip`.
     pub fn new(node_name: &str, node_ip: IpAddr, pod_cidr: Cidr) -> ProxierConfig {
         ProxierConfig {
+            family: IpFamily::of(node_ip),
             node_name: node_name.to_string(),
             node_ip,
             local_detector: LocalDetector::ClusterCidr(pod_cidr),
@@ -138,6 +152,11 @@ impl ProxierConfig {
             zone: None,
             hints_use: super::topology::HintsUse::default(),
         }
+    }
+    /// Whether localhost NodePorts are served: `--iptables-localhost-nodeports` and the IPv4
+    /// proxier (`NewDualStackProxier` turns them off for IPv6).
+    pub fn serves_localhost_node_ports(&self) -> bool {
+        self.localhost_node_ports && self.family == IpFamily::IPv4
     }
     /// The mark as kube-proxy formats it: `fmt.Sprintf("%#08x", 1<<bit)` = `0x00004000`.
     pub fn masquerade_mark(&self) -> String {
@@ -171,6 +190,8 @@ impl Table {
 /// chain the last one listed ends up first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JumpRule {
+    /// The family: the rule goes to `iptables` or `ip6tables`.
+    pub family: IpFamily,
     /// The table.
     pub table: Table,
     /// The built-in chain the rule goes into (`INPUT`, `PREROUTING`, …).
@@ -186,14 +207,24 @@ impl JumpRule {
     pub fn rule_text(&self) -> String {
         join_args(&self.args)
     }
-    /// The command kube-proxy effectively runs: `iptables -t nat -I PREROUTING -m comment …`.
+    /// The command kube-proxy effectively runs: `iptables -t nat -I PREROUTING -m comment …`
+    /// (`ip6tables` for the IPv6 proxier).
     pub fn command(&self) -> String {
         format!(
-            "iptables -t {} -I {} {}",
+            "{} -t {} -I {} {}",
+            iptables_command(self.family),
             self.table.name(),
             self.chain,
             self.rule_text()
         )
+    }
+}
+
+/// `iptables` or `ip6tables`: the program of a family.
+pub fn iptables_command(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::IPv4 => "iptables",
+        IpFamily::IPv6 => "ip6tables",
     }
 }
 
@@ -212,9 +243,14 @@ fn join_args(args: &[String]) -> String {
         .join(" ")
 }
 
-/// The jump rules of a full sync, in the order kube-proxy ensures them (`iptablesJumpChains`
-/// followed by `iptablesKubeletJumpChains`).
+/// The jump rules of the IPv4 proxier's full sync (see [`jump_rules_for`]).
 pub fn jump_rules() -> Vec<JumpRule> {
+    jump_rules_for(IpFamily::IPv4)
+}
+
+/// The jump rules of a full sync, in the order kube-proxy ensures them (`iptablesJumpChains`
+/// followed by `iptablesKubeletJumpChains`): the same list for both families.
+pub fn jump_rules_for(family: IpFamily) -> Vec<JumpRule> {
     let new = || vec!["-m", "conntrack", "--ctstate", "NEW"];
     let list: Vec<(
         Table,
@@ -318,6 +354,7 @@ pub fn jump_rules() -> Vec<JumpRule> {
             }
             args.extend(["-j".to_string(), target.to_string()]);
             JumpRule {
+                family,
                 table,
                 chain,
                 target,
@@ -446,7 +483,7 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
     nat_rules.rule(&masq);
     nat_rules.rule(&["-A", KUBE_MARK_MASQ, "-j", "MARK", "--or-mark", &mark]);
 
-    if cfg.localhost_node_ports {
+    if cfg.serves_localhost_node_ports() {
         filter_chains.chain(KUBE_FIREWALL);
         filter_rules.rule(&[
             "-A",
@@ -691,7 +728,7 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
         if let Some(np) = svc.node_port {
             let np = np.to_string();
             if cat.has_any {
-                if cfg.localhost_node_ports && cfg.nfacct {
+                if cfg.serves_localhost_node_ports() && cfg.nfacct {
                     nat_rules.rule(&[
                         "-A",
                         KUBE_NODEPORTS,
@@ -1041,7 +1078,10 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
                 "--dst-type",
                 "LOCAL",
             ];
-            if !cfg.localhost_node_ports {
+            // Localhost NodePorts never work on IPv6, and on IPv4 only with route_localnet.
+            if cfg.family == IpFamily::IPv6 {
+                np.extend(["!", "-d", "::1/128"]);
+            } else if !cfg.localhost_node_ports {
                 np.extend(["!", "-d", "127.0.0.0/8"]);
             }
             np.extend(["-j", KUBE_NODEPORTS]);
@@ -1052,7 +1092,11 @@ pub fn render_sync(cfg: &ProxierConfig, state: &ProxyState, scope: &SyncScope<'_
             ips.sort();
             ips.dedup();
             for ip in ips {
-                // Loopback addresses only with localhostNodePorts (IPv4).
+                // Only addresses of the family (`NewNodePortAddresses` filters the CIDRs
+                // by family); loopback ones only with localhostNodePorts (IPv4).
+                if !cfg.family.contains(ip) {
+                    continue;
+                }
                 if ip.is_loopback() && (ip.is_ipv6() || !cfg.localhost_node_ports) {
                     continue;
                 }

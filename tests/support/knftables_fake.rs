@@ -45,12 +45,16 @@ fn element_key(rest: &str) -> String {
 }
 
 impl FakeTable {
-    /// Applies one transaction (`nft -f` text of table `ip kube-proxy`), as `Fake.Run`.
+    /// Applies one transaction (`nft -f` text of table `ip kube-proxy`, or `ip6 kube-proxy`:
+    /// one fake holds one table), as `Fake.Run`.
     pub fn run(&mut self, tx: &str) {
         for line in tx.lines().map(str::trim).filter(|l| !l.is_empty()) {
             let w: Vec<&str> = line.splitn(6, ' ').collect();
             assert!(w.len() >= 4, "short line {line:?}");
-            assert_eq!((w[2], w[3]), ("ip", "kube-proxy"), "{line}");
+            assert!(
+                matches!((w[2], w[3]), ("ip" | "ip6", "kube-proxy")),
+                "{line}"
+            );
             let name = w.get(4).copied().unwrap_or("").to_string();
             let rest = w.get(5).copied().unwrap_or("");
             match (w[0], w[1]) {

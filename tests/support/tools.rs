@@ -168,6 +168,11 @@ pub fn tshark_matching(file: &std::path::Path, filter: &str) -> String {
 /// one. Callers have checked for `nft` and `unshare`. Each call has its own directory (the
 /// tests of one file run in parallel threads of one process).
 pub fn real_nft_listing(txs: &[String]) -> Result<String, String> {
+    real_nft_table_listing(txs, "ip kube-proxy")
+}
+
+/// As [`real_nft_listing`], listing `table` (`ip6 kube-proxy`, …).
+pub fn real_nft_table_listing(txs: &[String], table: &str) -> Result<String, String> {
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("nfsim-nft-{}-{call}", std::process::id()));
@@ -178,7 +183,7 @@ pub fn real_nft_listing(txs: &[String]) -> Result<String, String> {
         std::fs::write(&f, t).unwrap();
         script.push_str(&format!("nft -f {}\n", f.display()));
     }
-    script.push_str("nft list table ip kube-proxy\n");
+    script.push_str(&format!("nft list table {table}\n"));
     let out = std::process::Command::new(find("unshare").expect("unshare was checked for"))
         .args(["-n", "sh", "-c", &script])
         .output()
@@ -189,4 +194,31 @@ pub fn real_nft_listing(txs: &[String]) -> Result<String, String> {
     } else {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
+}
+
+/// Runs `script` with `bash` in a private network namespace (`unshare -n`), `stdin` on its
+/// standard input; whether it succeeded, and its standard output then error. Callers have
+/// checked for `unshare`, `bash` and the programs the script calls.
+pub fn in_private_netns(script: &str, stdin: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(find("unshare").expect("unshare was checked for"))
+        .args(["-n", "bash", "-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
 }
