@@ -322,7 +322,7 @@ impl Ruleset {
     ) -> (WalkLeaf, Vec<WalkLeaf>) {
         let mut events = Trace::new();
         let td = match &self.tables[table.index()] {
-            Some(td) if td.builtin[hook as usize].is_some() && ctx.packet.is_ipv4() => td,
+            Some(td) if td.builtin[hook as usize].is_some() && self.sees(&ctx.packet) => td,
             _ => {
                 // Nothing to walk: what run_hook says, one leaf.
                 let v = self.run_hook(table, hook, ctx, state, Some(&mut events));

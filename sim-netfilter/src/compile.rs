@@ -13,7 +13,7 @@
 use crate::index::{ChainIndex, NO_JUMP};
 use crate::rule::*;
 use crate::ruleset::{Chain, TableData};
-use crate::types::{Counters, PortRange};
+use crate::types::{Counters, IpNet, PortRange};
 
 pub(crate) const SRC_INV: u8 = 1 << 0;
 pub(crate) const DST_INV: u8 = 1 << 1;
@@ -247,11 +247,14 @@ impl MemoSpec {
 /// (see [`MemoSpec`]).
 fn rule_features(r: &Rule, spec: &mut MemoSpec) -> bool {
     let ip = &r.ip;
-    if let Some(n) = ip.src {
-        spec.smask |= n.mask;
-    }
-    if let Some(n) = ip.dst {
-        spec.dmask |= n.mask;
+    // The memo key holds IPv4 addresses: a rule testing an IPv6 address makes the walk
+    // impure (ip6tables rulesets are walked in order, see `run_hook`).
+    for (n, m) in [(&ip.src, &mut spec.smask), (&ip.dst, &mut spec.dmask)] {
+        match n {
+            Some(IpNet::V4(n)) => *m |= n.mask,
+            Some(IpNet::V6(_)) => return false,
+            None => {}
+        }
     }
     spec.proto |= ip.proto != 0;
     spec.iif |= ip.iif.is_some();
@@ -276,7 +279,7 @@ fn rule_features(r: &Rule, spec: &mut MemoSpec) -> bool {
                 spec.sport = true;
                 spec.dport = true;
             }
-            Match::Icmp(_) => spec.icmp = true,
+            Match::Icmp(_) | Match::Icmp6(_) => spec.icmp = true,
             Match::Mark(mk) => spec.mark |= mk.mask,
             Match::Conntrack(_) => match compile_match(m, 0) {
                 Some(CMatch::State { .. }) => spec.ct = true,
@@ -540,13 +543,14 @@ fn compile_chain(
         if ip.proto_inv {
             flags |= PROTO_INV;
         }
-        if ip.iif.is_some() || ip.oif.is_some() || ip.frag.is_some() {
+        let v6 = |n: &Option<IpNet>| matches!(n, Some(IpNet::V6(_)));
+        if ip.iif.is_some() || ip.oif.is_some() || ip.frag.is_some() || v6(&ip.src) || v6(&ip.dst) {
             flags |= SLOW_IP;
         }
-        if ip.src.is_some() {
+        if matches!(ip.src, Some(IpNet::V4(_))) {
             flags |= HAS_SRC;
         }
-        if ip.dst.is_some() {
+        if matches!(ip.dst, Some(IpNet::V4(_))) {
             flags |= HAS_DST;
         }
         if ip.proto != 0 {
@@ -585,8 +589,16 @@ fn compile_chain(
                 CTarget::Other((p.others.len() - 1) as u32)
             }
         };
-        let (src, smask) = ip.src.map(|n| (n.addr, n.mask)).unwrap_or((0, 0));
-        let (dst, dmask) = ip.dst.map(|n| (n.addr, n.mask)).unwrap_or((0, 0));
+        let (src, smask) = ip
+            .src
+            .and_then(|n| n.v4())
+            .map(|n| (n.addr, n.mask))
+            .unwrap_or((0, 0));
+        let (dst, dmask) = ip
+            .dst
+            .and_then(|n| n.v4())
+            .map(|n| (n.addr, n.mask))
+            .unwrap_or((0, 0));
         p.rules.push(CRule {
             first,
             src,

@@ -80,7 +80,7 @@ fn addrtype_names(mask: u16) -> String {
     v.join(",")
 }
 
-fn ct_addr(n: &Ipv4Net) -> String {
+fn ct_addr(n: &IpNet) -> String {
     n.list_form()
 }
 
@@ -202,6 +202,14 @@ pub(crate) fn save_match(out: &mut String, m: &Match) {
                 }
             }
         }
+        Match::Icmp6(i) => {
+            // libip6t_icmp6 `icmp6_save`: always numeric, the code when not every code.
+            out.push_str(inv(i.inv));
+            let _ = write!(out, " --icmpv6-type {}", i.icmp_type);
+            if i.code_min != 0 || i.code_max != 0xff {
+                let _ = write!(out, "/{}", i.code_min);
+            }
+        }
         Match::Multiport(mp) => {
             let opt = match mp.kind {
                 MultiportKind::Source => "--sports",
@@ -269,7 +277,7 @@ pub(crate) fn save_match(out: &mut String, m: &Match) {
             if r.rttl {
                 out.push_str(" --rttl");
             }
-            let _ = write!(out, " --name {} --mask {}", r.name, r.mask);
+            let _ = write!(out, " --name {} --mask {}", r.name, ip_to_numeric(r.mask));
             out.push_str(if r.rdest { " --rdest" } else { " --rsource" });
         }
         Match::Nfacct(n) => {
@@ -536,6 +544,15 @@ fn list_match(out: &mut String, m: &Match) {
                 let _ = write!(out, " codes {}-{}", i.code_min, i.code_max);
             }
         }
+        Match::Icmp6(i) => {
+            // libip6t_icmp6 `print_icmpv6type`, numeric.
+            let _ = write!(out, " ipv6-icmp{}type {}", inv(i.inv), i.icmp_type);
+            if i.code_min == i.code_max {
+                let _ = write!(out, " code {}", i.code_min);
+            } else if i.code_min != 0 || i.code_max != 0xff {
+                let _ = write!(out, " codes {}-{}", i.code_min, i.code_max);
+            }
+        }
         Match::Multiport(mp) => {
             let kind = match mp.kind {
                 MultiportKind::Source => "sports ",
@@ -623,7 +640,7 @@ fn list_match(out: &mut String, m: &Match) {
                 " name: {} side: {} mask: {}",
                 r.name,
                 if r.rdest { "dest" } else { "source" },
-                r.mask
+                ip_to_numeric(r.mask)
             );
         }
         Match::Nfacct(n) => {
@@ -805,6 +822,7 @@ pub(crate) fn list_rule(
     out: &mut String,
     num: Option<usize>,
     rule: &Rule,
+    family: Family,
     c: Counters,
     exact: bool,
 ) {
@@ -832,7 +850,10 @@ pub(crate) fn list_rule(
     };
     let _ = write!(out, " {:<6} ", iface(&ip.iif, ip.iif_inv));
     let _ = write!(out, "{:<6} ", iface(&ip.oif, ip.oif_inv));
-    let addr = |n: &Option<Ipv4Net>| n.map(|n| n.list_form()).unwrap_or("0.0.0.0/0".into());
+    let addr = |n: &Option<IpNet>| {
+        n.map(|n| n.list_form())
+            .unwrap_or_else(|| family.any_net().into())
+    };
     out.push(if ip.src_inv { '!' } else { ' ' });
     let _ = write!(out, "{:<19} ", addr(&ip.src));
     out.push(if ip.dst_inv { '!' } else { ' ' });

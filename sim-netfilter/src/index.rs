@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::rule::{Match, Rule};
-use crate::types::PortRange;
+use crate::types::{IpNet, PortRange};
 
 /// Runs shorter than this are evaluated in order (the lookup would cost more).
 pub(crate) const MIN_INDEXED_RUN: usize = 16;
@@ -146,7 +146,7 @@ pub(crate) fn simple_key(rule: &Rule) -> Option<Key> {
     }
     let dst = match ip.dst {
         None => None,
-        Some(n) if !ip.dst_inv && n.mask == u32::MAX => Some(n.addr),
+        Some(IpNet::V4(n)) if !ip.dst_inv && n.mask == u32::MAX => Some(n.addr),
         Some(_) => return None,
     };
     let mut dport = None;

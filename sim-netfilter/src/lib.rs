@@ -102,4 +102,4 @@ pub use ruleset::{
 };
 pub use state::{RecentEntryView, RecentLoadError, RulesetState};
 pub use trace::{StatDraw, Trace, TraceEvent};
-pub use types::{Counters, Hook, Ipv4Net, Policy, PortRange, Table};
+pub use types::{Counters, Family, Hook, IpNet, Ipv4Net, Ipv6Net, Policy, PortRange, Table};

@@ -7,7 +7,7 @@
 //! src=10.244.2.9 ttl: 64 last_seen: 4297891173 oldest_pkt: 3 4297891168, 4297891171, 4297891173
 //! ```
 //!
-//! - `src=` the (masked) address (`%pI4`; IPv6 lists print `%pI6`, which nfsim does not model);
+//! - `src=` the (masked) address (`%pI4`; an ip6tables list's `%pI6c`, compressed);
 //! - `ttl:` the TTL recorded by the last `--set`/`--update` (0 for an address written to the
 //!   file by hand);
 //! - `last_seen:` the newest stamp, in jiffies;
@@ -25,7 +25,7 @@
 //! wrap bugs early) at `CONFIG_HZ` ticks per second. [`ProcRecentEntry::to_view`] maps them to
 //! simulated time given the jiffies value when the file was read and `HZ`.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use sim_core::{SimDuration, SimTime};
 
@@ -36,8 +36,9 @@ use crate::state::RecentEntryView;
 pub struct ProcRecentEntry {
     /// 1-based line number in the file.
     pub line: usize,
-    /// `src=`.
-    pub addr: Ipv4Addr,
+    /// `src=`: an IPv4 address in `/proc/net/xt_recent/`, IPv6 (`%pI6c`) in an
+    /// ip6tables list.
+    pub addr: IpAddr,
     /// `ttl:`.
     pub ttl: u8,
     /// `last_seen:` (jiffies).
@@ -145,16 +146,9 @@ pub fn parse_proc_recent(text: &str) -> Result<Vec<ProcRecentEntry>, ProcRecentE
         )?;
         let at = c.pos;
         let a = c.word();
-        let addr: Ipv4Addr = a.parse().map_err(|_| {
+        let addr: IpAddr = a.parse().map_err(|_| {
             c.pos = at;
-            if a.contains(':') {
-                c.err(format!(
-                    "{} is an IPv6 address: ip6tables recent lists are not modelled",
-                    q(a)
-                ))
-            } else {
-                c.err(format!("expected an IPv4 address, found {}", q(a)))
-            }
+            c.err(format!("expected an IPv4 or IPv6 address, found {}", q(a)))
         })?;
         c.lit(" ttl: ", "the TTL follows the address")?;
         let ttl: u8 = c.number("a TTL (0-255)")?;
@@ -272,7 +266,7 @@ src=127.0.0.2 ttl: 64 last_seen: 4297891176 oldest_pkt: 1 4297891176\n";
     fn parses_the_kernels_lines() {
         let v = parse_proc_recent(REAL).unwrap();
         assert_eq!(v.len(), 2);
-        assert_eq!(v[0].addr, Ipv4Addr::new(127, 0, 0, 1));
+        assert_eq!(v[0].addr, IpAddr::from([127, 0, 0, 1]));
         assert_eq!(v[0].ttl, 64);
         assert_eq!(v[0].index, 3);
         assert_eq!(v[0].stamps, vec![4297891168, 4297891171, 4297891173]);
@@ -324,9 +318,12 @@ src=127.0.0.2 ttl: 64 last_seen: 4297891176 oldest_pkt: 1 4297891176\n";
             parse_proc_recent("src=10.0.0.3 ttl: 64 last_seen: 1 oldest_pkt: 1 1,2\n").unwrap_err();
         assert!(e.message.contains("space before each stamp"), "{e}");
         assert_eq!(e.column, 51);
+        // An ip6tables list (`%pI6c`) parses; loading it checks the ruleset's family.
+        let v = parse_proc_recent("src=fd00::1 ttl: 64 last_seen: 1 oldest_pkt: 1 1\n").unwrap();
+        assert_eq!(v[0].addr, "fd00::1".parse::<IpAddr>().unwrap());
         let e =
-            parse_proc_recent("src=fd00::1 ttl: 64 last_seen: 1 oldest_pkt: 1 1\n").unwrap_err();
-        assert!(e.message.contains("IPv6"), "{e}");
+            parse_proc_recent("src=fd00::zz ttl: 64 last_seen: 1 oldest_pkt: 1 1\n").unwrap_err();
+        assert!(e.message.contains("IPv4 or IPv6"), "{e}");
         let e =
             parse_proc_recent("src=10.0.0.3 ttl: 64 last_seen: 1 oldest_pkt: 2 1\n").unwrap_err();
         assert!(e.message.contains("oldest_pkt 2"), "{e}");

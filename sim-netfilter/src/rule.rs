@@ -7,9 +7,9 @@
 //! does. Where iptables-save needs to know how a value was spelled (`-m state` vs
 //! `-m conntrack --ctstate`, `-j NOTRACK` vs `-j CT --notrack`), the rule keeps that too.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
-use crate::types::{Counters, IfacePattern, Ipv4Net, PortRange};
+use crate::types::{ip_to_numeric, Counters, Family, IfacePattern, IpNet, PortRange};
 
 /// A binding resolved by the ruleset when the rule is committed (a chain id, a `recent`
 /// table, a counter slot). It never takes part in comparing rules (`-D` by specification).
@@ -60,12 +60,12 @@ impl Rule {
 /// The IP-header part of a rule (`struct ipt_ip`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IpMatch {
-    /// `-s`, with host bits cleared.
-    pub src: Option<Ipv4Net>,
+    /// `-s`, with host bits cleared (of the ruleset's family).
+    pub src: Option<IpNet>,
     /// `! -s`.
     pub src_inv: bool,
     /// `-d`, with host bits cleared.
-    pub dst: Option<Ipv4Net>,
+    pub dst: Option<IpNet>,
     /// `! -d`.
     pub dst_inv: bool,
     /// `-i`.
@@ -80,7 +80,7 @@ pub struct IpMatch {
     pub proto: u8,
     /// `! -p`.
     pub proto_inv: bool,
-    /// `-f` (`Some(false)`) or `! -f` (`Some(true)`).
+    /// `-f` (`Some(false)`) or `! -f` (`Some(true)`); IPv4 only (ip6tables refuses it).
     pub frag: Option<bool>,
 }
 
@@ -93,8 +93,10 @@ pub enum Match {
     Udp(PortsMatch),
     /// `-m sctp` (ports only).
     Sctp(PortsMatch),
-    /// `-m icmp --icmp-type`.
+    /// `-m icmp --icmp-type` (iptables).
     Icmp(IcmpMatch),
+    /// `-m icmp6 --icmpv6-type` (ip6tables).
+    Icmp6(IcmpMatch),
     /// `-m multiport`.
     Multiport(MultiportMatch),
     /// `-m statistic`.
@@ -121,6 +123,7 @@ impl Match {
             Match::Udp(_) => "udp",
             Match::Sctp(_) => "sctp",
             Match::Icmp(_) => "icmp",
+            Match::Icmp6(_) => "icmp6",
             Match::Multiport(_) => "multiport",
             Match::Statistic(_) => "statistic",
             Match::Mark(_) => "mark",
@@ -162,7 +165,7 @@ pub struct PortsMatch {
     pub dport_inv: bool,
 }
 
-/// `-m icmp --icmp-type T[/C]`.
+/// `-m icmp --icmp-type T[/C]` or `-m icmp6 --icmpv6-type T[/C]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IcmpMatch {
     /// Type, 0xff meaning `any`.
@@ -306,13 +309,13 @@ pub struct ConntrackMatch {
     /// `--ctproto`.
     pub proto: Option<(u8, bool)>,
     /// `--ctorigsrc`.
-    pub orig_src: Option<(Ipv4Net, bool)>,
+    pub orig_src: Option<(IpNet, bool)>,
     /// `--ctorigdst`.
-    pub orig_dst: Option<(Ipv4Net, bool)>,
+    pub orig_dst: Option<(IpNet, bool)>,
     /// `--ctreplsrc`.
-    pub repl_src: Option<(Ipv4Net, bool)>,
+    pub repl_src: Option<(IpNet, bool)>,
     /// `--ctrepldst`.
-    pub repl_dst: Option<(Ipv4Net, bool)>,
+    pub repl_dst: Option<(IpNet, bool)>,
     /// `--ctorigsrcport`.
     pub orig_src_port: Option<(PortRange, bool)>,
     /// `--ctorigdstport`.
@@ -451,8 +454,9 @@ pub struct RecentMatch {
     pub rttl: bool,
     /// `--rdest` (else `--rsource`).
     pub rdest: bool,
-    /// `--mask` (default 255.255.255.255).
-    pub mask: Ipv4Addr,
+    /// `--mask` (default all ones of the ruleset's family: 255.255.255.255 or
+    /// ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff).
+    pub mask: IpAddr,
     /// The shared table this rule uses, resolved at commit.
     pub(crate) table: Bind,
 }
@@ -492,8 +496,20 @@ pub enum RejectWith {
     IcmpHostProhibited,
     /// `icmp-admin-prohibited` (3/13).
     IcmpAdminProhibited,
-    /// `tcp-reset`: a TCP RST.
+    /// `tcp-reset`: a TCP RST (both families).
     TcpReset,
+    /// ip6tables `icmp6-no-route` (ICMPv6 type 1 code 0).
+    Icmp6NoRoute,
+    /// ip6tables `icmp6-adm-prohibited` (1/1).
+    Icmp6AdmProhibited,
+    /// ip6tables `icmp6-addr-unreachable` (1/3).
+    Icmp6AddrUnreachable,
+    /// ip6tables `icmp6-port-unreachable` (1/4), its default.
+    Icmp6PortUnreachable,
+    /// ip6tables `icmp6-policy-fail` (1/5).
+    Icmp6PolicyFail,
+    /// ip6tables `icmp6-reject-route` (1/6).
+    Icmp6RejectRoute,
 }
 
 impl RejectWith {
@@ -508,10 +524,38 @@ impl RejectWith {
             RejectWith::IcmpHostProhibited => "icmp-host-prohibited",
             RejectWith::IcmpAdminProhibited => "icmp-admin-prohibited",
             RejectWith::TcpReset => "tcp-reset",
+            RejectWith::Icmp6NoRoute => "icmp6-no-route",
+            RejectWith::Icmp6AdmProhibited => "icmp6-adm-prohibited",
+            RejectWith::Icmp6AddrUnreachable => "icmp6-addr-unreachable",
+            RejectWith::Icmp6PortUnreachable => "icmp6-port-unreachable",
+            RejectWith::Icmp6PolicyFail => "icmp6-policy-fail",
+            RejectWith::Icmp6RejectRoute => "icmp6-reject-route",
         }
     }
 
-    /// The ICMP destination-unreachable code, or `None` for `tcp-reset`.
+    /// The default of `-j REJECT` without `--reject-with` in `family`.
+    pub fn default_for(family: Family) -> RejectWith {
+        match family {
+            Family::Ipv4 => RejectWith::IcmpPortUnreachable,
+            Family::Ipv6 => RejectWith::Icmp6PortUnreachable,
+        }
+    }
+
+    /// Whether the response is an ICMPv6 error (else ICMP, or a RST).
+    pub fn is_icmp6(self) -> bool {
+        matches!(
+            self,
+            RejectWith::Icmp6NoRoute
+                | RejectWith::Icmp6AdmProhibited
+                | RejectWith::Icmp6AddrUnreachable
+                | RejectWith::Icmp6PortUnreachable
+                | RejectWith::Icmp6PolicyFail
+                | RejectWith::Icmp6RejectRoute
+        )
+    }
+
+    /// The ICMP (type 3) or ICMPv6 (type 1, see [`RejectWith::is_icmp6`])
+    /// destination-unreachable code, or `None` for `tcp-reset`.
     pub fn icmp_code(self) -> Option<u8> {
         Some(match self {
             RejectWith::IcmpNetUnreachable => 0,
@@ -521,8 +565,32 @@ impl RejectWith {
             RejectWith::IcmpNetProhibited => 9,
             RejectWith::IcmpHostProhibited => 10,
             RejectWith::IcmpAdminProhibited => 13,
+            RejectWith::Icmp6NoRoute => 0,
+            RejectWith::Icmp6AdmProhibited => 1,
+            RejectWith::Icmp6AddrUnreachable => 3,
+            RejectWith::Icmp6PortUnreachable => 4,
+            RejectWith::Icmp6PolicyFail => 5,
+            RejectWith::Icmp6RejectRoute => 6,
             RejectWith::TcpReset => return None,
         })
+    }
+
+    /// Parses the names and short aliases libipt_REJECT (IPv4) or libip6t_REJECT (IPv6)
+    /// accepts.
+    pub fn parse_for(family: Family, s: &str) -> Option<RejectWith> {
+        if family == Family::Ipv6 {
+            return Some(match s {
+                "icmp6-no-route" | "no-route" => RejectWith::Icmp6NoRoute,
+                "icmp6-adm-prohibited" | "adm-prohibited" => RejectWith::Icmp6AdmProhibited,
+                "icmp6-addr-unreachable" | "addr-unreach" => RejectWith::Icmp6AddrUnreachable,
+                "icmp6-port-unreachable" | "port-unreach" => RejectWith::Icmp6PortUnreachable,
+                "icmp6-policy-fail" | "policy-fail" => RejectWith::Icmp6PolicyFail,
+                "icmp6-reject-route" | "reject-route" => RejectWith::Icmp6RejectRoute,
+                "tcp-reset" => RejectWith::TcpReset,
+                _ => return None,
+            });
+        }
+        RejectWith::parse(s)
     }
 
     /// Parses the names and short aliases libipt_REJECT accepts.
@@ -545,8 +613,8 @@ impl RejectWith {
 /// (`[ip[-ip]][:port[-port[/base]]]`) and its flags.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NatRange {
-    /// Address range (first, last), if given.
-    pub addrs: Option<(Ipv4Addr, Ipv4Addr)>,
+    /// Address range (first, last), if given; of the ruleset's family.
+    pub addrs: Option<(IpAddr, IpAddr)>,
     /// Port range (first, last), if given.
     pub ports: Option<(u16, u16)>,
     /// `/base` port offset (NAT revision 2), if given.
@@ -560,14 +628,22 @@ pub struct NatRange {
 }
 
 impl NatRange {
-    /// The range as iptables prints it after `--to-destination` / `to:`.
+    /// The range as iptables prints it after `--to-destination` / `to:`; an IPv6 range
+    /// with ports in brackets, `[fd00::1]:80` (libxt_NAT `print_range`).
     pub fn range_text(&self) -> String {
         let mut s = String::new();
         if let Some((a, b)) = self.addrs {
-            s.push_str(&a.to_string());
+            let brackets = a.is_ipv6() && self.ports.is_some();
+            if brackets {
+                s.push('[');
+            }
+            s.push_str(&ip_to_numeric(a));
             if a != b {
                 s.push('-');
-                s.push_str(&b.to_string());
+                s.push_str(&ip_to_numeric(b));
+            }
+            if brackets {
+                s.push(']');
             }
         }
         if let Some((p, q)) = self.ports {

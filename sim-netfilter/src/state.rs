@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use sim_core::{IfName, SimDuration, SimTime};
@@ -20,7 +20,7 @@ use crate::eval::{Action, NatRequest};
 use crate::index::FastMap;
 use crate::rule::Bind;
 use crate::ruleset::{Registry, Ruleset, TableData};
-use crate::types::{Counters, Hook, Table};
+use crate::types::{ip_from_num, ip_num, ip_to_numeric, Counters, Family, Hook, Table};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SlotState {
@@ -33,7 +33,8 @@ pub(crate) struct SlotState {
 /// One address of a `recent` table (kernel `struct recent_entry`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RecentEntry {
-    pub addr: u32,
+    /// The masked address, as [`crate::types::ip_num`] gives it.
+    pub addr: u128,
     pub ttl: u8,
     /// Time stamps, oldest first; at most the table's capacity.
     pub stamps: VecDeque<SimTime>,
@@ -49,8 +50,9 @@ pub(crate) struct RecentTable {
 /// An entry of a `recent` list as `/proc/net/xt_recent/NAME` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecentEntryView {
-    /// The (masked) address.
-    pub addr: Ipv4Addr,
+    /// The (masked) address; IPv6 in an ip6tables ruleset's lists (xt_recent keeps one
+    /// set of lists per family).
+    pub addr: IpAddr,
     /// The TTL recorded with the last update.
     pub ttl: u8,
     /// The time stamps kept, oldest first.
@@ -454,7 +456,7 @@ impl RulesetState {
                 .entries
                 .iter()
                 .map(|e| RecentEntryView {
-                    addr: Ipv4Addr::from(e.addr),
+                    addr: ip_from_num(rs.family(), e.addr),
                     ttl: e.ttl,
                     stamps: e.stamps.iter().copied().collect(),
                 })
@@ -503,12 +505,19 @@ impl RulesetState {
                 entry: Some(i),
                 message,
             };
-            let addr = u32::from(e.addr);
+            if Family::of(e.addr) != rs.family() {
+                return Err(fail(format!(
+                    "{} is not an address of this {} ruleset's lists",
+                    ip_to_numeric(e.addr),
+                    rs.family().command()
+                )));
+            }
+            let addr = ip_num(e.addr);
             if addr & mask != addr {
                 return Err(fail(format!(
                     "{} is not masked by the list's --mask {}",
-                    e.addr,
-                    Ipv4Addr::from(mask)
+                    ip_to_numeric(e.addr),
+                    ip_to_numeric(ip_from_num(rs.family(), mask))
                 )));
             }
             if e.stamps.is_empty() {
@@ -524,7 +533,7 @@ impl RulesetState {
                 return Err(fail("stamps are not in time order".into()));
             }
             if loaded.iter().any(|(_, x)| x.addr == addr) {
-                return Err(fail(format!("{} appears twice", e.addr)));
+                return Err(fail(format!("{} appears twice", ip_to_numeric(e.addr))));
             }
             loaded.push((
                 i,

@@ -3,7 +3,7 @@
 //! protocol and service names, and the `ctime()` timestamp of the iptables-save header.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// An iptables table.
 ///
@@ -245,6 +245,366 @@ impl Ipv4Net {
 impl fmt::Display for Ipv4Net {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.save_form())
+    }
+}
+
+/// The address family of a ruleset: `iptables` (IPv4) or `ip6tables` (IPv6). Each family has
+/// its own tables, chains and counters in the kernel (`NFPROTO_IPV4` / `NFPROTO_IPV6`), and
+/// its own text: the addresses a rule takes, `-m icmp` against `-m icmp6`, the
+/// `--reject-with` names, the `iptables-save` / `ip6tables-save` header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// `iptables`: IPv4 packets.
+    #[default]
+    Ipv4,
+    /// `ip6tables`: IPv6 packets.
+    Ipv6,
+}
+
+impl Family {
+    /// The command's name: `iptables` or `ip6tables`.
+    pub fn command(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "iptables",
+            Family::Ipv6 => "ip6tables",
+        }
+    }
+
+    /// The family of an address.
+    pub fn of(addr: IpAddr) -> Family {
+        match addr {
+            IpAddr::V4(_) => Family::Ipv4,
+            IpAddr::V6(_) => Family::Ipv6,
+        }
+    }
+
+    /// What a listing prints for a rule without `-s` / `-d`: `0.0.0.0/0` or `::/0`.
+    pub fn any_net(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "0.0.0.0/0",
+            Family::Ipv6 => "::/0",
+        }
+    }
+}
+
+/// An IPv6 address with a netmask, as ip6tables' `-s`/`-d` and `--ctorigdst` take it.
+///
+/// The mask need not be contiguous (`fd00::/ffff:0:ffff::` is legal and printed as an
+/// address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ipv6Net {
+    /// The address as a 128-bit number (network byte order, most significant first).
+    pub addr: u128,
+    /// The mask.
+    pub mask: u128,
+}
+
+impl Ipv6Net {
+    /// A prefix `addr/len` (the address is not masked).
+    pub fn new(addr: Ipv6Addr, len: u8) -> Ipv6Net {
+        Ipv6Net {
+            addr: u128::from(addr),
+            mask: prefix_mask6(len.min(128)),
+        }
+    }
+
+    /// Whether `ip` is inside: `(ip & mask) == (addr & mask)`.
+    #[inline]
+    pub fn contains(&self, ip: u128) -> bool {
+        (ip ^ self.addr) & self.mask == 0
+    }
+
+    /// The prefix length if the mask is contiguous (`xtables_ip6mask_to_cidr`).
+    pub fn prefix_len(&self) -> Option<u8> {
+        let m = self.mask;
+        if m.leading_ones() + m.trailing_zeros() == 128 {
+            Some(m.leading_ones() as u8)
+        } else {
+            None
+        }
+    }
+
+    /// The same network with host bits cleared (what `-s`/`-d` store).
+    pub fn masked(self) -> Ipv6Net {
+        Ipv6Net {
+            addr: self.addr & self.mask,
+            mask: self.mask,
+        }
+    }
+
+    /// The address as `Ipv6Addr`.
+    pub fn ip(&self) -> Ipv6Addr {
+        Ipv6Addr::from(self.addr)
+    }
+
+    /// How ip6tables-save prints it: `addr/len` (also `/128`), or `addr/mask` for an odd
+    /// mask (`save_ipv6_addr` in iptables' `nft-ipv6.c`).
+    pub fn save_form(&self) -> String {
+        match self.prefix_len() {
+            Some(l) => format!("{}/{}", ipv6_to_numeric(self.ip()), l),
+            None => format!(
+                "{}/{}",
+                ipv6_to_numeric(self.ip()),
+                ipv6_to_numeric(Ipv6Addr::from(self.mask))
+            ),
+        }
+    }
+
+    /// How listings print it: the bare address for /128, else with `/len` or `/mask`
+    /// (`xtables_ip6mask_to_numeric`).
+    pub fn list_form(&self) -> String {
+        match self.prefix_len() {
+            Some(128) => ipv6_to_numeric(self.ip()),
+            _ => self.save_form(),
+        }
+    }
+}
+
+/// An address with a netmask of either family: what a rule of an `iptables` ruleset
+/// ([`IpNet::V4`]) or an `ip6tables` ruleset ([`IpNet::V6`]) holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IpNet {
+    /// An IPv4 network.
+    V4(Ipv4Net),
+    /// An IPv6 network.
+    V6(Ipv6Net),
+}
+
+impl IpNet {
+    /// Whether `ip` is inside; an address of the other family never is.
+    #[inline]
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self, ip) {
+            (IpNet::V4(n), IpAddr::V4(a)) => n.contains(u32::from(a)),
+            (IpNet::V6(n), IpAddr::V6(a)) => n.contains(u128::from(a)),
+            _ => false,
+        }
+    }
+
+    /// Whether the mask is empty (`0.0.0.0/0`, `::/0`: every address).
+    pub fn is_any(&self) -> bool {
+        match self {
+            IpNet::V4(n) => n.mask == 0,
+            IpNet::V6(n) => n.mask == 0,
+        }
+    }
+
+    /// Whether the mask selects one address (`/32`, `/128`).
+    pub fn is_host(&self) -> bool {
+        match self {
+            IpNet::V4(n) => n.mask == u32::MAX,
+            IpNet::V6(n) => n.mask == u128::MAX,
+        }
+    }
+
+    /// The prefix length if the mask is contiguous.
+    pub fn prefix_len(&self) -> Option<u8> {
+        match self {
+            IpNet::V4(n) => n.prefix_len(),
+            IpNet::V6(n) => n.prefix_len(),
+        }
+    }
+
+    /// The same network with host bits cleared.
+    pub fn masked(self) -> IpNet {
+        match self {
+            IpNet::V4(n) => IpNet::V4(n.masked()),
+            IpNet::V6(n) => IpNet::V6(n.masked()),
+        }
+    }
+
+    /// The family of the network.
+    pub fn family(&self) -> Family {
+        match self {
+            IpNet::V4(_) => Family::Ipv4,
+            IpNet::V6(_) => Family::Ipv6,
+        }
+    }
+
+    /// The IPv4 network, if it is one.
+    pub fn v4(&self) -> Option<Ipv4Net> {
+        match self {
+            IpNet::V4(n) => Some(*n),
+            IpNet::V6(_) => None,
+        }
+    }
+
+    /// The save form of its family ([`Ipv4Net::save_form`], [`Ipv6Net::save_form`]).
+    pub fn save_form(&self) -> String {
+        match self {
+            IpNet::V4(n) => n.save_form(),
+            IpNet::V6(n) => n.save_form(),
+        }
+    }
+
+    /// The listing form of its family.
+    pub fn list_form(&self) -> String {
+        match self {
+            IpNet::V4(n) => n.list_form(),
+            IpNet::V6(n) => n.list_form(),
+        }
+    }
+}
+
+impl From<Ipv4Net> for IpNet {
+    fn from(n: Ipv4Net) -> IpNet {
+        IpNet::V4(n)
+    }
+}
+
+impl From<Ipv6Net> for IpNet {
+    fn from(n: Ipv6Net) -> IpNet {
+        IpNet::V6(n)
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.save_form())
+    }
+}
+
+/// The netmask of an IPv6 prefix length 0..=128.
+pub fn prefix_mask6(len: u8) -> u128 {
+    if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - u32::from(len.min(128)))
+    }
+}
+
+/// An IPv6 address as glibc's `inet_ntop(AF_INET6)` prints it, which is what every
+/// iptables, ip6tables-save and conntrack text uses: lower-case hex, the longest run of two
+/// or more zero groups (the first of equal runs) as `::`, and the last 32 bits dotted for
+/// IPv4-mapped (`::ffff:a.b.c.d`) and IPv4-compatible (`::a.b.c.d`) addresses
+/// (`inet_ntop6` in glibc's `resolv/inet_ntop.c`).
+pub fn ipv6_to_numeric(a: Ipv6Addr) -> String {
+    let w = a.segments();
+    // The longest run of zero words of length >= 2 (glibc: best.len < 2 means none).
+    let (mut best, mut cur): ((usize, usize), Option<(usize, usize)>) = ((0, 0), None);
+    for (i, &x) in w.iter().enumerate() {
+        if x == 0 {
+            cur = Some(match cur {
+                Some((b, l)) => (b, l + 1),
+                None => (i, 1),
+            });
+        } else {
+            cur = None;
+        }
+        if let Some((b, l)) = cur {
+            if l > best.1 {
+                best = (b, l);
+            }
+        }
+    }
+    let run = (best.1 >= 2).then_some(best);
+    let in_run = |i: usize| run.is_some_and(|(b, l)| i >= b && i < b + l);
+    let mut s = String::with_capacity(39);
+    for i in 0..8 {
+        if in_run(i) {
+            if run.is_some_and(|(b, _)| b == i) {
+                s.push(':');
+            }
+            continue;
+        }
+        if i != 0 {
+            s.push(':');
+        }
+        // An embedded IPv4 address: ::a.b.c.d or ::ffff:a.b.c.d.
+        if i == 6 && run.is_some_and(|(b, l)| b == 0 && (l == 6 || (l == 5 && w[5] == 0xffff))) {
+            let _ = fmt::Write::write_fmt(
+                &mut s,
+                format_args!(
+                    "{}.{}.{}.{}",
+                    w[6] >> 8,
+                    w[6] & 0xff,
+                    w[7] >> 8,
+                    w[7] & 0xff
+                ),
+            );
+            return s;
+        }
+        let _ = fmt::Write::write_fmt(&mut s, format_args!("{:x}", w[i]));
+    }
+    if run.is_some_and(|(b, l)| b + l == 8) {
+        s.push(':');
+    }
+    s
+}
+
+/// Parses an IPv6 address the way `inet_pton(AF_INET6)` does (hex groups, one `::`, a
+/// dotted IPv4 tail). Host names are not resolved.
+pub fn parse_ipv6(s: &str) -> Option<Ipv6Addr> {
+    s.parse().ok()
+}
+
+/// Parses `addr[/len|/mask]` for ip6tables (`xtables_ip6parse_any`: a mask is a prefix
+/// length 0-128 or an address). The address is returned as given.
+pub fn parse_ipv6_net(s: &str) -> Result<Ipv6Net, String> {
+    let (a, m) = match s.split_once('/') {
+        Some((a, m)) => (a, Some(m)),
+        None => (s, None),
+    };
+    let addr = parse_ipv6(a).ok_or_else(|| {
+        format!("{a:?} is not a numeric IPv6 address (host names are not resolved)")
+    })?;
+    let mask = match m {
+        None => u128::MAX,
+        Some(m) if m.contains(':') => {
+            u128::from(parse_ipv6(m).ok_or_else(|| format!("{m:?} is not a valid netmask"))?)
+        }
+        Some(m) => {
+            let len: u8 =
+                m.parse().ok().filter(|l| *l <= 128).ok_or_else(|| {
+                    format!("invalid mask `{m}' specified (a prefix length 0-128)")
+                })?;
+            prefix_mask6(len)
+        }
+    };
+    Ok(Ipv6Net {
+        addr: u128::from(addr),
+        mask,
+    })
+}
+
+/// Parses `addr[/mask]` of `family` ([`parse_ipv4_net`] or [`parse_ipv6_net`]).
+pub fn parse_ip_net(family: Family, s: &str) -> Result<IpNet, String> {
+    match family {
+        Family::Ipv4 => parse_ipv4_net(s).map(IpNet::V4),
+        Family::Ipv6 => parse_ipv6_net(s).map(IpNet::V6),
+    }
+}
+
+/// Parses a bare address of `family`.
+pub fn parse_ip(family: Family, s: &str) -> Option<IpAddr> {
+    match family {
+        Family::Ipv4 => parse_ipv4(s).map(IpAddr::V4),
+        Family::Ipv6 => parse_ipv6(s).map(IpAddr::V6),
+    }
+}
+
+/// An address as a number: an IPv4 address in the low 32 bits, an IPv6 address whole. A
+/// ruleset holds addresses of one family, so the two never meet.
+pub fn ip_num(a: IpAddr) -> u128 {
+    match a {
+        IpAddr::V4(v) => u128::from(u32::from(v)),
+        IpAddr::V6(v) => u128::from(v),
+    }
+}
+
+/// The address of `family` whose [`ip_num`] is `n`.
+pub fn ip_from_num(family: Family, n: u128) -> IpAddr {
+    match family {
+        Family::Ipv4 => IpAddr::V4(Ipv4Addr::from(n as u32)),
+        Family::Ipv6 => IpAddr::V6(Ipv6Addr::from(n)),
+    }
+}
+
+/// An address as iptables prints it (dotted IPv4, [`ipv6_to_numeric`] for IPv6).
+pub fn ip_to_numeric(a: IpAddr) -> String {
+    match a {
+        IpAddr::V4(v) => v.to_string(),
+        IpAddr::V6(v) => ipv6_to_numeric(v),
     }
 }
 

@@ -33,6 +33,18 @@ fn slow_ip_ok(ip: &IpMatch, ctx: &EvalCtx<'_>) -> bool {
             return false;
         }
     }
+    // The compiled form holds IPv4 addresses; an IPv6 rule's (never walked compiled, see
+    // `run_hook`) are tested here.
+    for (n, inv, a) in [
+        (&ip.src, ip.src_inv, ctx.packet.src),
+        (&ip.dst, ip.dst_inv, ctx.packet.dst),
+    ] {
+        if let Some(n @ IpNet::V6(_)) = n {
+            if n.contains(a) == inv {
+                return false;
+            }
+        }
+    }
     ip.frag != Some(false)
 }
 
@@ -270,13 +282,11 @@ impl Ruleset {
         ctx: &mut EvalCtx<'_>,
         state: &mut RulesetState,
     ) -> Verdict {
-        let ip4 = |a: IpAddr| match a {
-            IpAddr::V4(v) => u32::from(v),
-            IpAddr::V6(_) => 0,
-        };
         let mut pk = Pkt {
-            src: ip4(ctx.packet.src),
-            dst: ip4(ctx.packet.dst),
+            src: super::ip4(ctx.packet.src),
+            dst: super::ip4(ctx.packet.dst),
+            src6: super::ip6(ctx.packet.src),
+            dst6: super::ip6(ctx.packet.dst),
             proto: ctx.packet.protocol(),
             sport: ctx.packet.sport(),
             dport: ctx.packet.dport(),

@@ -1,7 +1,7 @@
 //! Whether a rule's matches pass a packet: the IP part, then each match in order (ports,
 //! TCP flags, ICMP, multiport, statistic, mark, conntrack, addrtype, recent, nfacct).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use sim_core::{SimTime, L4};
 
@@ -12,6 +12,16 @@ use crate::trace::StatDraw;
 use crate::types::*;
 
 use super::{CtState, EvalCtx, Pkt};
+
+/// Whether the packet address (`v4` of an IPv4 packet, `v6` of an IPv6 one) is in `n`.
+/// A ruleset holds nets of its own family only and sees packets of it only.
+#[inline]
+fn net_contains(n: &IpNet, v4: u32, v6: u128) -> bool {
+    match n {
+        IpNet::V4(n) => n.contains(v4),
+        IpNet::V6(n) => n.contains(v6),
+    }
+}
 
 #[inline]
 pub(crate) fn rule_matches(
@@ -25,13 +35,13 @@ pub(crate) fn rule_matches(
 ) -> bool {
     let ip = &rule.ip;
     // ip_packet_match.
-    if let Some(n) = ip.src {
-        if n.contains(pk.src) == ip.src_inv {
+    if let Some(n) = &ip.src {
+        if net_contains(n, pk.src, pk.src6) == ip.src_inv {
             return false;
         }
     }
-    if let Some(n) = ip.dst {
-        if n.contains(pk.dst) == ip.dst_inv {
+    if let Some(n) = &ip.dst {
+        if net_contains(n, pk.dst, pk.dst6) == ip.dst_inv {
             return false;
         }
     }
@@ -119,6 +129,17 @@ pub(super) fn match_one(
                 || (i.icmp_type == icmp_type && code >= i.code_min && code <= i.code_max);
             hit != i.inv
         }
+        Match::Icmp6(i) => {
+            let L4::Icmp {
+                icmp_type, code, ..
+            } = ctx.packet.l4
+            else {
+                return false;
+            };
+            // icmp6_type_code_match: no `any` type in IPv6.
+            let hit = i.icmp_type == icmp_type && code >= i.code_min && code <= i.code_max;
+            hit != i.inv
+        }
         Match::Multiport(mp) => {
             let (Some(s), Some(d)) = (pk.sport, pk.dport) else {
                 return false;
@@ -179,21 +200,19 @@ pub(super) fn match_one(
                 Some(LimitIface::Out) => ctx.packet.oif.as_ref().map(|i| i.as_str()),
                 None => None,
             };
-            if let Some((mask, inv)) = a.src {
-                let t = ctx.addr_types.addr_type(Ipv4Addr::from(pk.src), dev);
-                if (mask & t.bit() != 0) == inv {
-                    return false;
-                }
-            }
-            if let Some((mask, inv)) = a.dst {
-                let t = ctx.addr_types.addr_type(Ipv4Addr::from(pk.dst), dev);
-                if (mask & t.bit() != 0) == inv {
+            for (want, addr) in [(a.src, ctx.packet.src), (a.dst, ctx.packet.dst)] {
+                let Some((mask, inv)) = want else { continue };
+                let hit = match addr {
+                    IpAddr::V4(v) => mask & ctx.addr_types.addr_type(v, dev).bit() != 0,
+                    IpAddr::V6(v) => match_type6(ctx, v, dev, mask),
+                };
+                if hit == inv {
                     return false;
                 }
             }
             true
         }
-        Match::Recent(r) => recent_mt(rs, r, hook, ctx, pk, state),
+        Match::Recent(r) => recent_mt(rs, r, hook, ctx, state),
         Match::Nfacct(n) => {
             let e = &rs.nfacct.entries[n.obj.idx as usize];
             let s = state.nfacct_slot(Bind {
@@ -205,6 +224,29 @@ pub(super) fn match_one(
             true
         }
     }
+}
+
+/// xt_addrtype `match_type6`: for IPv6 every type named in `mask` must hold (unlike IPv4,
+/// where the address's one type must be among them). MULTICAST and UNICAST come from the
+/// address's class (`ipv6_addr_type`), UNSPEC is `::`, and LOCAL (the only one of LOCAL,
+/// ANYCAST, UNREACHABLE modelled) from the route lookup (`match_lookup_rt6`).
+fn match_type6(ctx: &EvalCtx<'_>, a: Ipv6Addr, dev: Option<&str>, mask: u16) -> bool {
+    let multicast = a.segments()[0] >> 8 == 0xff;
+    if mask & AddrType::Multicast.bit() != 0 && !multicast {
+        return false;
+    }
+    if mask & AddrType::Unicast.bit() != 0 && (multicast || a.is_unspecified()) {
+        return false;
+    }
+    if mask & AddrType::Unspec.bit() != 0 && !a.is_unspecified() {
+        return false;
+    }
+    let routed = AddrType::Local.bit() | AddrType::Anycast.bit() | AddrType::Unreachable.bit();
+    if mask & routed != 0 {
+        let local = ctx.addr_types.is_local6(a, dev);
+        return local && mask & AddrType::Local.bit() != 0;
+    }
+    true
 }
 
 /// xt_conntrack `conntrack_mt` (revision 3).
@@ -223,8 +265,8 @@ fn conntrack_mt(c: &ConntrackMatch, ct: &CtState) -> bool {
             return false;
         }
     }
-    let addr_ok = |v: &Option<(Ipv4Net, bool)>, a: Ipv4Addr| match v {
-        Some((n, inv)) => n.contains(u32::from(a)) != *inv,
+    let addr_ok = |v: &Option<(IpNet, bool)>, a: IpAddr| match v {
+        Some((n, inv)) => n.contains(a) != *inv,
         None => true,
     };
     if !addr_ok(&c.orig_src, ci.orig.src)
@@ -270,7 +312,6 @@ fn recent_mt(
     r: &RecentMatch,
     hook: Hook,
     ctx: &mut EvalCtx<'_>,
-    pk: &Pkt,
     state: &mut RulesetState,
 ) -> bool {
     let reg = &rs.recent.entries[r.table.idx as usize];
@@ -278,7 +319,11 @@ fn recent_mt(
         idx: r.table.idx,
         uid: reg.uid,
     });
-    let addr = if r.rdest { pk.dst } else { pk.src } & reg.mask;
+    let addr = if r.rdest {
+        ip_num(ctx.packet.dst)
+    } else {
+        ip_num(ctx.packet.src)
+    } & reg.mask;
     let mut ttl = ctx.packet.ttl;
     // "use TTL as seen before forwarding": an output device and no local socket.
     if matches!(hook, Hook::Forward | Hook::PostRouting) && !ctx.local_origin {

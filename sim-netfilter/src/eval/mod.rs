@@ -26,7 +26,7 @@ mod matches;
 mod target;
 mod walk;
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use sim_core::{Packet, SimRng, SimTime, L4};
 
@@ -42,6 +42,13 @@ pub trait AddrTypeLookup {
     /// The route type of `addr` in the host's local table; with `dev`, a local or broadcast
     /// address only counts if it belongs to that interface (else it is UNICAST).
     fn addr_type(&self, addr: Ipv4Addr, dev: Option<&str>) -> AddrType;
+
+    /// Whether IPv6 `addr` routes as local (`RTF_LOCAL` of the route `match_lookup_rt6`
+    /// finds; with `dev`, only an address of that interface). The default knows `::1` on
+    /// `lo` alone.
+    fn is_local6(&self, addr: Ipv6Addr, dev: Option<&str>) -> bool {
+        addr == Ipv6Addr::LOCALHOST && dev.is_none_or(|d| d == "lo")
+    }
 }
 
 /// A simple [`AddrTypeLookup`]: the host's addresses per interface. 127.0.0.0/8 is LOCAL on
@@ -108,9 +115,9 @@ impl AddrTypeLookup for LocalAddrs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CtTuple {
     /// Source address.
-    pub src: Ipv4Addr,
+    pub src: IpAddr,
     /// Destination address.
-    pub dst: Ipv4Addr,
+    pub dst: IpAddr,
     /// IP protocol.
     pub proto: u8,
     /// Source port (ICMP: id).
@@ -120,16 +127,11 @@ pub struct CtTuple {
 }
 
 impl CtTuple {
-    /// The tuple of an IPv4 packet (ports 0 where it has none; an IPv6 address reads
-    /// 0.0.0.0).
+    /// The tuple of a packet (ports 0 where it has none).
     pub fn of(p: &Packet) -> CtTuple {
-        let v4 = |a: IpAddr| match a {
-            IpAddr::V4(v) => v,
-            IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
-        };
         CtTuple {
-            src: v4(p.src),
-            dst: v4(p.dst),
+            src: p.src,
+            dst: p.dst,
             proto: p.protocol(),
             sport: p.sport().unwrap_or(0),
             dport: p.dport().unwrap_or(0),
@@ -390,12 +392,33 @@ impl Verdict {
     }
 }
 
+/// An IPv4 address as a number (0 for IPv6).
+#[inline]
+pub(crate) fn ip4(a: IpAddr) -> u32 {
+    match a {
+        IpAddr::V4(v) => u32::from(v),
+        IpAddr::V6(_) => 0,
+    }
+}
+
+/// An IPv6 address as a number (0 for IPv4).
+#[inline]
+pub(crate) fn ip6(a: IpAddr) -> u128 {
+    match a {
+        IpAddr::V4(_) => 0,
+        IpAddr::V6(v) => u128::from(v),
+    }
+}
+
 /// The jump stack: nf_tables' `NFT_JUMP_STACK_SIZE`; deeper rulesets are refused at commit.
 pub(crate) const MAX_DEPTH: usize = 16;
 
 pub(crate) struct Pkt {
     src: u32,
     dst: u32,
+    /// The IPv6 addresses (0 for an IPv4 packet, whose `src`/`dst` are then set).
+    src6: u128,
+    dst6: u128,
     proto: u8,
     sport: Option<u16>,
     dport: Option<u16>,
@@ -408,13 +431,11 @@ pub(crate) struct Pkt {
 impl Pkt {
     /// The packet in `ctx` as the walk tests it.
     pub(crate) fn of(ctx: &EvalCtx<'_>) -> Pkt {
-        let ip4 = |a: IpAddr| match a {
-            IpAddr::V4(v) => u32::from(v),
-            IpAddr::V6(_) => 0,
-        };
         Pkt {
             src: ip4(ctx.packet.src),
             dst: ip4(ctx.packet.dst),
+            src6: ip6(ctx.packet.src),
+            dst6: ip6(ctx.packet.dst),
             proto: ctx.packet.protocol(),
             sport: ctx.packet.sport(),
             dport: ctx.packet.dport(),

@@ -22,7 +22,13 @@ impl RejectWith {
                 if is_icmp_error(pkt) {
                     return None;
                 }
-                Some(Packet::icmp_error(icmp_src, pkt, icmp::DEST_UNREACH, code))
+                // nf_send_unreach / nf_send_unreach6: ICMP type 3 or ICMPv6 type 1.
+                let t = if self.is_icmp6() {
+                    icmp::V6_DEST_UNREACH
+                } else {
+                    icmp::DEST_UNREACH
+                };
+                Some(Packet::icmp_error(icmp_src, pkt, t, code))
             }
             None => {
                 let L4::Tcp {

@@ -22,9 +22,11 @@ impl Ruleset {
     /// Evaluates the packet in `ctx` through `table`'s built-in chain at `hook`.
     ///
     /// Returns ACCEPT without evaluating anything when the table does not exist, has no chain
-    /// at this hook, or the packet is IPv6 (iptables only sees IPv4). With a `trace`, every
-    /// rule evaluated is recorded and evaluation is plain in-order (the index is only a
-    /// shortcut to the same result).
+    /// at this hook, or the packet is not of the ruleset's family (`iptables` rules see IPv4
+    /// packets, `ip6tables` rules IPv6 ones). With a `trace`, every rule evaluated is
+    /// recorded and evaluation is plain in-order (the index is only a shortcut to the same
+    /// result). IPv6 packets are always walked in order: the index and the remembered walks
+    /// key on IPv4 addresses.
     pub fn run_hook(
         &self,
         table: Table,
@@ -34,11 +36,14 @@ impl Ruleset {
         mut trace: Option<&mut Trace>,
     ) -> Verdict {
         let td = match &self.tables[table.index()] {
-            Some(td) if td.builtin[hook as usize].is_some() && ctx.packet.is_ipv4() => td,
+            Some(td) if td.builtin[hook as usize].is_some() && self.sees(&ctx.packet) => td,
             _ => {
                 if let Some(t) = trace.as_deref_mut() {
-                    let reason = if !ctx.packet.is_ipv4() {
-                        "IPv6 packet: not seen by iptables"
+                    let reason = if !self.sees(&ctx.packet) {
+                        match self.family {
+                            Family::Ipv4 => "IPv6 packet: not seen by iptables",
+                            Family::Ipv6 => "IPv4 packet: not seen by ip6tables",
+                        }
                     } else if self.tables[table.index()].is_none() {
                         "table does not exist"
                     } else {
@@ -61,7 +66,7 @@ impl Ruleset {
                 ct: ctx.ct.describe(),
             });
         }
-        let v = if trace.is_none() && self.indexing {
+        let v = if trace.is_none() && self.indexing && ctx.packet.is_ipv4() {
             self.walk_fast(td, table, hook, ctx, state)
         } else {
             self.walk(td, table, hook, ctx, state, trace.as_deref_mut())
@@ -74,6 +79,12 @@ impl Ruleset {
             });
         }
         v
+    }
+
+    /// Whether the packet is of this ruleset's family.
+    #[inline]
+    pub(crate) fn sees(&self, p: &sim_core::Packet) -> bool {
+        p.is_ipv4() == (self.family == Family::Ipv4)
     }
 
     fn walk(

@@ -6,8 +6,8 @@ use super::*;
 
 fn ct_tuple(t: TupleV4) -> CtTuple {
     CtTuple {
-        src: t.src,
-        dst: t.dst,
+        src: t.src.into(),
+        dst: t.dst.into(),
         proto: t.proto,
         sport: t.sport,
         dport: t.dport,

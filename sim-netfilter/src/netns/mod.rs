@@ -28,9 +28,13 @@
 //! rewritten from the conntrack entry alone (`nf_nat_packet`), so changing rules never changes
 //! an existing flow.
 //!
+//! The namespace holds two rulesets, as the kernel does: the `iptables` tables see IPv4
+//! packets and the `ip6tables` tables ([`Netns::restore_family`] with [`Family::Ipv6`]) IPv6
+//! packets, at the same hooks and priorities; each has its own counters, nth counters and
+//! `recent` lists (xt_recent keeps one set of lists per family).
+//!
 //! Simplifications, each deliberate: one routing table (no policy routing, no `fwmark`
-//! routes); IPv6 packets are tracked and routed but iptables rules (IPv4 only) do not see
-//! them, as with an empty ip6tables; no fragmentation; the `security` table is not modelled.
+//! routes); no fragmentation; the `security` table is not modelled.
 //! The ICMP and ICMPv6 errors the namespace sends (REJECT's, time exceeded) pass its
 //! per-destination rate limits ([`IcmpRateLimit`]: `icmp_ratelimit`, `icmp_ratemask`,
 //! `net.ipv6.icmp.ratelimit`, `net.ipv6.icmp.ratemask`); the global `icmp_msgs_per_sec`
@@ -62,7 +66,7 @@ use crate::rule::{AddrType, CtDirection, PortNat};
 use crate::ruleset::{RestoreMemo, RestoreOptions, RestoreReport, Ruleset, SaveOptions};
 use crate::state::RulesetState;
 use crate::trace::{Trace, TraceEvent};
-use crate::types::{Hook, Table};
+use crate::types::{Family, Hook, Table};
 use crate::{Action, RestoreError};
 use sim_conntrack::{
     ConfirmError, Conntrack, CtEntry, CtEvent, CtHandle, CtVerdict, Dir, EntryId, Expiry, Manip,
@@ -363,6 +367,9 @@ pub struct Netns {
     routes: RoutingTable,
     ruleset: Ruleset,
     rules_state: RulesetState,
+    /// The `ip6tables` tables, which see IPv6 packets.
+    ruleset6: Ruleset,
+    rules_state6: RulesetState,
     conntrack: Conntrack,
     stat_rng: SimRng,
     icmp_limit: IcmpRateLimit,
@@ -378,6 +385,17 @@ pub struct Netns {
 struct AddrTypes<'a>(&'a RoutingTable);
 
 impl AddrTypeLookup for AddrTypes<'_> {
+    /// An address of one of the namespace's interfaces (`lo`'s `::1` included); with `dev`,
+    /// only of that interface (`match_lookup_rt6` with `XT_ADDRTYPE_LIMIT_IFACE_*`).
+    fn is_local6(&self, addr: std::net::Ipv6Addr, dev: Option<&str>) -> bool {
+        let a = IpAddr::V6(addr);
+        if addr.is_loopback() {
+            return dev.is_none_or(|d| d == lo().as_str());
+        }
+        self.0.is_local(a)
+            && dev.is_none_or(|d| self.0.interface_of(a).is_some_and(|o| o.as_str() == d))
+    }
+
     fn addr_type(&self, addr: Ipv4Addr, dev: Option<&str>) -> AddrType {
         let a = IpAddr::V4(addr);
         let on_dev = |owner: Option<IfName>| match dev {
@@ -477,6 +495,8 @@ impl Netns {
             routes,
             ruleset: Ruleset::new(),
             rules_state: RulesetState::new(),
+            ruleset6: Ruleset::new_family(Family::Ipv6),
+            rules_state6: RulesetState::new(),
             icmp_limit: IcmpRateLimit::default(),
             seed: cfg.seed,
             nft: crate::nft::NftRuleset::new(),
@@ -495,6 +515,8 @@ impl Netns {
         self.conntrack = Conntrack::new(self.seed, &label, sysctls);
         self.ruleset = Ruleset::new();
         self.rules_state = RulesetState::new();
+        self.ruleset6 = Ruleset::new_family(Family::Ipv6);
+        self.rules_state6 = RulesetState::new();
         self.nft = crate::nft::NftRuleset::new();
         self.nft_hooks = Default::default();
         self.icmp_limit = self.icmp_limit.reset();
@@ -598,6 +620,76 @@ impl Netns {
         )?)
     }
 
+    /// `iptables-restore` ([`Family::Ipv4`]) or `ip6tables-restore` ([`Family::Ipv6`])
+    /// input: `noflush` as `--noflush`, `counters` as `-c` (ip6tables 1.8.9 keeps only the
+    /// policy counters it is given). On error nothing changes.
+    pub fn restore_family(
+        &mut self,
+        family: Family,
+        text: &str,
+        noflush: bool,
+        counters: bool,
+    ) -> Result<RestoreReport, NetnsError> {
+        Ok(self
+            .ruleset_mut(family)
+            .restore(text, &RestoreOptions { noflush, counters })?)
+    }
+
+    /// Runs one `ip6tables -t TABLE ARGS` command (`-I INPUT …`).
+    pub fn ip6tables(&mut self, table: Table, args: &str) -> Result<(), NetnsError> {
+        Ok(self.ruleset6.command(table, args)?)
+    }
+
+    /// `iptables-save` or `ip6tables-save` output, without the dated comment lines
+    /// (`counters` as `-c`).
+    pub fn save_family(&self, family: Family, counters: bool) -> String {
+        self.ruleset_of(family).save(
+            self.rules_state_of(family),
+            &SaveOptions {
+                counters,
+                timestamp: None,
+                table: None,
+            },
+        )
+    }
+
+    /// The `iptables` or `ip6tables` rules.
+    pub fn ruleset_of(&self, family: Family) -> &Ruleset {
+        match family {
+            Family::Ipv4 => &self.ruleset,
+            Family::Ipv6 => &self.ruleset6,
+        }
+    }
+
+    fn ruleset_mut(&mut self, family: Family) -> &mut Ruleset {
+        match family {
+            Family::Ipv4 => &mut self.ruleset,
+            Family::Ipv6 => &mut self.ruleset6,
+        }
+    }
+
+    /// The counters and match state of the `iptables` or `ip6tables` rules.
+    pub fn rules_state_of(&self, family: Family) -> &RulesetState {
+        match family {
+            Family::Ipv4 => &self.rules_state,
+            Family::Ipv6 => &self.rules_state6,
+        }
+    }
+
+    /// Replaces the addresses of `recent` list `name` of the `family` rules (an ip6tables
+    /// list holds IPv6 addresses; see [`RulesetState::load_recent`]).
+    pub fn load_recent_family(
+        &mut self,
+        family: Family,
+        name: &str,
+        entries: &[crate::RecentEntryView],
+    ) -> Result<(), crate::RecentLoadError> {
+        match family {
+            Family::Ipv4 => self.rules_state.load_recent(&self.ruleset, name, entries),
+            Family::Ipv6 => self.rules_state6.load_recent(&self.ruleset6, name, entries),
+        }
+    }
+
     /// Runs one `iptables -t TABLE ARGS` command (`-I INPUT …`).
     pub fn iptables(&mut self, table: Table, args: &str) -> Result<(), NetnsError> {
         Ok(self.ruleset.command(table, args)?)
@@ -644,6 +736,7 @@ impl Netns {
     /// Sets whether long chains use the first-match index (on by default).
     pub fn set_rule_indexing(&mut self, on: bool) {
         self.ruleset.set_indexing(on);
+        self.ruleset6.set_indexing(on);
     }
 
     /// The conntrack table.

@@ -249,7 +249,7 @@ impl Netns {
 
 fn range_of(r: &crate::rule::NatRange) -> NatRange {
     NatRange {
-        addrs: r.addrs.map(|(a, b)| (IpAddr::V4(a), IpAddr::V4(b))),
+        addrs: r.addrs,
         ports: r.ports,
         random: r.random,
         random_fully: r.random_fully,

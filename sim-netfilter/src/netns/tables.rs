@@ -13,9 +13,8 @@ impl Netns {
         table: Table,
         hook: Hook,
     ) -> TableOutcome {
-        // A table without a chain at this hook (or an IPv6 packet, which iptables does not
-        // see) accepts at once; only a trace wants to say so.
-        if f.trace.is_none() && (!f.pkt.is_ipv4() || !self.ruleset.has_hook(table, hook)) {
+        // A table without a chain at this hook accepts at once; only a trace wants to say so.
+        if f.trace.is_none() && !self.rules_for(&f.pkt).0.has_hook(table, hook) {
             return TableOutcome::Continue;
         }
         match self.replay(f, table, hook) {
@@ -41,8 +40,28 @@ impl Netns {
             return None;
         }
         let bits = self.ct_bits(f);
-        self.ruleset
-            .replay_hook(table, hook, &mut f.pkt, bits, &mut self.rules_state)
+        let (rs, st) = self.rules_for_mut(&f.pkt);
+        rs.replay_hook(table, hook, &mut f.pkt, bits, st)
+    }
+
+    /// The rules that see this packet: `iptables`' for IPv4, `ip6tables`' for IPv6.
+    #[inline]
+    fn rules_for(&self, p: &Packet) -> (&Ruleset, &RulesetState) {
+        if p.is_ipv4() {
+            (&self.ruleset, &self.rules_state)
+        } else {
+            (&self.ruleset6, &self.rules_state6)
+        }
+    }
+
+    /// [`Netns::rules_for`], the state writable.
+    #[inline]
+    fn rules_for_mut(&mut self, p: &Packet) -> (&Ruleset, &mut RulesetState) {
+        if p.is_ipv4() {
+            (&self.ruleset, &mut self.rules_state)
+        } else {
+            (&self.ruleset6, &mut self.rules_state6)
+        }
     }
 
     /// [`Netns::run_table`] once there is something to evaluate.
@@ -109,6 +128,12 @@ impl Netns {
             }
         };
         let addr_types = AddrTypes(&self.routes);
+        // iptables' tables for an IPv4 packet, ip6tables' for an IPv6 one.
+        let (ruleset, rules_state) = if f.pkt.is_ipv4() {
+            (&self.ruleset, &mut self.rules_state)
+        } else {
+            (&self.ruleset6, &mut self.rules_state6)
+        };
         let mut rule_trace = f.trace.as_ref().map(|_| Trace::new());
         let mut ctx = EvalCtx {
             packet: f.pkt,
@@ -128,11 +153,11 @@ impl Netns {
                     Some(crate::branch::Taken::Leaf(l)) => (l, Vec::new()),
                     _ => {
                         let path = br.path().cloned();
-                        let (first, rest) = self.ruleset.walk_all(
+                        let (first, rest) = ruleset.walk_all(
                             table,
                             hook,
                             &mut ctx,
-                            &mut self.rules_state,
+                            &mut *rules_state,
                             path,
                             &mut br.budget,
                         );
@@ -146,17 +171,17 @@ impl Netns {
                 };
                 ctx.packet.mark = leaf.mark;
                 *ctx.rng = leaf.rng.clone();
-                leaf.state.apply(&mut self.rules_state);
+                leaf.state.apply(&mut *rules_state);
                 rt.events.extend(leaf.events.iter().cloned());
                 let v = leaf.verdict.clone();
                 br.took(j, crate::branch::Taken::Leaf(leaf), others);
                 v
             }
-            _ => self.ruleset.run_hook(
+            _ => ruleset.run_hook(
                 table,
                 hook,
                 &mut ctx,
-                &mut self.rules_state,
+                &mut *rules_state,
                 rule_trace.as_mut(),
             ),
         };

@@ -612,7 +612,7 @@ fn eval_rule(
             }
             Stmt::Nat { dnat, addr, port } => {
                 let range = NatRange {
-                    addrs: Some((*addr, *addr)),
+                    addrs: Some((std::net::IpAddr::V4(*addr), std::net::IpAddr::V4(*addr))),
                     ports: port.map(|p| (p, p)),
                     base_port: None,
                     random: false,

@@ -523,6 +523,12 @@ pub fn stmt_text(s: &Stmt) -> String {
             RejectWith::IcmpNetProhibited => "reject with icmp net-prohibited".into(),
             RejectWith::IcmpHostProhibited => "reject with icmp host-prohibited".into(),
             RejectWith::IcmpAdminProhibited => "reject with icmp admin-prohibited".into(),
+            RejectWith::Icmp6PortUnreachable => "reject".into(),
+            RejectWith::Icmp6NoRoute => "reject with icmpv6 no-route".into(),
+            RejectWith::Icmp6AdmProhibited => "reject with icmpv6 admin-prohibited".into(),
+            RejectWith::Icmp6AddrUnreachable => "reject with icmpv6 addr-unreachable".into(),
+            RejectWith::Icmp6PolicyFail => "reject with icmpv6 policy-fail".into(),
+            RejectWith::Icmp6RejectRoute => "reject with icmpv6 reject-route".into(),
         },
     }
 }

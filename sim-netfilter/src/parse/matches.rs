@@ -1,7 +1,7 @@
 //! The match extensions (`-m tcp`, `-m conntrack`, `-m recent`, …): each one's options, and
 //! building a [`Match`] from the options given.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::error::RuleErrorKind;
 use crate::rule::*;
@@ -27,6 +27,7 @@ const SCTP_OPTS: &[OptDef] = &[
     o("chunk-types", 5, 2, true),
 ];
 const ICMP_OPTS: &[OptDef] = &[o("icmp-type", 0, 1, true)];
+const ICMP6_OPTS: &[OptDef] = &[o("icmpv6-type", 0, 1, true)];
 const MULTIPORT_OPTS: &[OptDef] = &[
     o("source-ports", 0, 1, true),
     o("sports", 0, 1, true),
@@ -86,6 +87,7 @@ pub(super) enum MKind {
     Udp,
     Sctp,
     Icmp,
+    Icmp6,
     Multiport,
     Statistic,
     Mark,
@@ -98,12 +100,21 @@ pub(super) enum MKind {
 }
 
 impl MKind {
+    /// The match called `s` in `family` (`icmp` is iptables', `icmp6` ip6tables').
+    pub(super) fn from_name_for(family: Family, s: &str) -> Option<MKind> {
+        match (family, MKind::from_name(s)?) {
+            (Family::Ipv6, MKind::Icmp) | (Family::Ipv4, MKind::Icmp6) => None,
+            (_, k) => Some(k),
+        }
+    }
+
     pub(super) fn from_name(s: &str) -> Option<MKind> {
         Some(match s {
             "tcp" => MKind::Tcp,
             "udp" => MKind::Udp,
             "sctp" => MKind::Sctp,
             "icmp" => MKind::Icmp,
+            "icmp6" => MKind::Icmp6,
             "multiport" => MKind::Multiport,
             "statistic" => MKind::Statistic,
             "mark" => MKind::Mark,
@@ -129,6 +140,7 @@ impl MKind {
             MKind::Udp => PORTS,
             MKind::Sctp => SCTP_OPTS,
             MKind::Icmp => ICMP_OPTS,
+            MKind::Icmp6 => ICMP6_OPTS,
             MKind::Multiport => MULTIPORT_OPTS,
             MKind::Statistic => STATISTIC_OPTS,
             MKind::Mark => MARK_OPTS,
@@ -150,6 +162,8 @@ pub const RECENT_MAX_HITCOUNT: u32 = 65535;
 #[derive(Clone, Debug)]
 pub(super) struct MatchBuilder {
     pub(super) kind: MKind,
+    /// The ruleset's family: which addresses the options take.
+    family: Family,
     /// Options of this instance seen so far (bit per option id).
     seen: u32,
     /// A later `-m` of the same name completes this instance (`xtables_find_match`).
@@ -172,9 +186,10 @@ pub(super) struct MatchBuilder {
 }
 
 impl MatchBuilder {
-    pub(super) fn new(kind: MKind) -> MatchBuilder {
+    pub(super) fn new(kind: MKind, family: Family) -> MatchBuilder {
         MatchBuilder {
             kind,
+            family,
             seen: 0,
             completed: false,
             tcp: TcpMatch {
@@ -216,6 +231,10 @@ impl MatchBuilder {
     }
 
     fn recent_mut(&mut self) -> &mut RecentMatch {
+        let all_ones = match self.family {
+            Family::Ipv4 => IpAddr::V4(Ipv4Addr::BROADCAST),
+            Family::Ipv6 => IpAddr::V6(Ipv6Addr::from(u128::MAX)),
+        };
         self.recent.get_or_insert_with(|| {
             Box::new(RecentMatch {
                 name: String::new(),
@@ -226,7 +245,7 @@ impl MatchBuilder {
                 hitcount: 0,
                 rttl: false,
                 rdest: false,
-                mask: Ipv4Addr::BROADCAST,
+                mask: all_ones,
                 table: Bind::default(),
             })
         })
@@ -286,6 +305,10 @@ impl MatchBuilder {
             },
             MKind::Icmp => {
                 let (t, c0, c1) = parse_icmp_type(a)?;
+                self.icmp = Some((t, c0, c1, inv));
+            }
+            MKind::Icmp6 => {
+                let (t, c0, c1) = parse_icmpv6_type(a)?;
                 self.icmp = Some((t, c0, c1, inv));
             }
             MKind::Multiport => {
@@ -376,10 +399,10 @@ impl MatchBuilder {
                     }
                     self.ct_mut().proto = Some((p, inv));
                 }
-                2 => self.ct_mut().orig_src = Some((parse_ct_addr(opt, a)?, inv)),
-                3 => self.ct_mut().orig_dst = Some((parse_ct_addr(opt, a)?, inv)),
-                4 => self.ct_mut().repl_src = Some((parse_ct_addr(opt, a)?, inv)),
-                5 => self.ct_mut().repl_dst = Some((parse_ct_addr(opt, a)?, inv)),
+                2 => self.ct_mut().orig_src = Some((parse_ct_addr(self.family, opt, a)?, inv)),
+                3 => self.ct_mut().orig_dst = Some((parse_ct_addr(self.family, opt, a)?, inv)),
+                4 => self.ct_mut().repl_src = Some((parse_ct_addr(self.family, opt, a)?, inv)),
+                5 => self.ct_mut().repl_dst = Some((parse_ct_addr(self.family, opt, a)?, inv)),
                 6 => self.ct_mut().orig_src_port = Some((parse_ct_ports(opt, a)?, inv)),
                 7 => self.ct_mut().orig_dst_port = Some((parse_ct_ports(opt, a)?, inv)),
                 8 => self.ct_mut().repl_src_port = Some((parse_ct_ports(opt, a)?, inv)),
@@ -463,8 +486,12 @@ impl MatchBuilder {
                 9 => self.recent_mut().rdest = false,
                 10 => self.recent_mut().rdest = true,
                 _ => {
+                    let expected = match self.family {
+                        Family::Ipv4 => "a dotted netmask",
+                        Family::Ipv6 => "an IPv6 netmask (ffff:ffff:ffff:ffff::)",
+                    };
                     self.recent_mut().mask =
-                        parse_ipv4(a).ok_or_else(|| bad(opt, a, "a dotted netmask"))?;
+                        parse_ip(self.family, a).ok_or_else(|| bad(opt, a, expected))?;
                 }
             },
             MKind::Nfacct => {
@@ -545,6 +572,20 @@ impl MatchBuilder {
                     .icmp
                     .ok_or_else(|| invalid("icmp: option \"--icmp-type\" must be specified"))?;
                 Match::Icmp(IcmpMatch {
+                    icmp_type: t,
+                    code_min: a,
+                    code_max: b,
+                    inv,
+                })
+            }
+            MKind::Icmp6 => {
+                if !proto_is(58) {
+                    return Err(invalid("ICMPv6 match requires '-p ipv6-icmp'"));
+                }
+                let (t, a, b, inv) = self
+                    .icmp
+                    .ok_or_else(|| invalid("icmp6: option \"--icmpv6-type\" must be specified"))?;
+                Match::Icmp6(IcmpMatch {
                     icmp_type: t,
                     code_min: a,
                     code_max: b,

@@ -81,7 +81,7 @@ mod tests {
     use crate::error::{RuleError, RuleErrorKind};
 
     fn rule(s: &str) -> Result<Vec<Rule>, RuleError> {
-        match parse_command(&tokenize(s).unwrap(), Table::Filter)? {
+        match parse_command(&tokenize(s).unwrap(), Table::Filter, Family::Ipv4)? {
             Command::Append { rules, .. } => Ok(rules),
             other => panic!("{other:?}"),
         }

@@ -27,14 +27,15 @@ enum Resolved {
 struct Parser<'a> {
     toks: &'a [Token<'a>],
     table: Table,
+    family: Family,
     cmd: Option<(Core, usize)>,
     chain: Option<String>,
     rulenum: Option<u32>,
     chain_opt: Option<String>,
     policy: Option<String>,
     ip: IpMatch,
-    srcs: Vec<Ipv4Net>,
-    dsts: Vec<Ipv4Net>,
+    srcs: Vec<IpNet>,
+    dsts: Vec<IpNet>,
     rule_opts: bool,
     matches: Vec<MatchBuilder>,
     /// Option sets in first-load order. iptables merges each newly loaded extension's
@@ -108,7 +109,7 @@ impl<'a> Parser<'a> {
         for m in self.matches.iter_mut().filter(|m| m.kind == kind) {
             m.completed = true;
         }
-        self.matches.push(MatchBuilder::new(kind));
+        self.matches.push(MatchBuilder::new(kind, self.family));
         if !self.loaded.contains(&OptSet::Match(kind)) {
             self.loaded.push(OptSet::Match(kind));
         }
@@ -117,11 +118,12 @@ impl<'a> Parser<'a> {
     /// The protocol match `-p` implies (`load_proto`), if any; also for `! -p`.
     fn proto_match(&self) -> Option<MKind> {
         // should_load_proto does not look at an inverted -p.
-        match self.ip.proto {
-            6 => Some(MKind::Tcp),
-            17 => Some(MKind::Udp),
-            132 => Some(MKind::Sctp),
-            1 => Some(MKind::Icmp),
+        match (self.ip.proto, self.family) {
+            (6, _) => Some(MKind::Tcp),
+            (17, _) => Some(MKind::Udp),
+            (132, _) => Some(MKind::Sctp),
+            (1, Family::Ipv4) => Some(MKind::Icmp),
+            (58, Family::Ipv6) => Some(MKind::Icmp6),
             _ => None,
         }
     }
@@ -362,7 +364,7 @@ impl<'a> Parser<'a> {
                 self.rule_opts = true;
                 let mut list = Vec::new();
                 for part in a.split(',') {
-                    let n = parse_ipv4_net(part).map_err(|e| {
+                    let n = parse_ip_net(self.family, part).map_err(|e| {
                         err_at(
                             RuleErrorKind::BadValue {
                                 option: core_flag(c).into(),
@@ -374,11 +376,12 @@ impl<'a> Parser<'a> {
                     })?;
                     list.push(n.masked());
                 }
-                if inv && list[0].mask == 0 {
+                if inv && list[0].is_any() {
                     return Err(err_at(
                         RuleErrorKind::Invalid(format!(
-                            "! {} 0.0.0.0/0 would never match (the kernel refuses it)",
-                            core_flag(c)
+                            "! {} {} would never match (the kernel refuses it)",
+                            core_flag(c),
+                            self.family.any_net()
                         )),
                         tok_i,
                     ));
@@ -443,6 +446,14 @@ impl<'a> Parser<'a> {
                 }
             }
             Core::Fragment => {
+                if self.family == Family::Ipv6 {
+                    return Err(err_at(
+                        RuleErrorKind::Invalid(
+                            "`-f' is not supported in IPv6, use -m frag instead".into(),
+                        ),
+                        tok_i,
+                    ));
+                }
                 once(self.ip.frag.is_some(), "-f")?;
                 self.rule_opts = true;
                 self.ip.frag = Some(inv);
@@ -468,7 +479,7 @@ impl<'a> Parser<'a> {
                 let is_goto = c == Core::Goto;
                 if !is_goto {
                     if let Some(k) = TKind::from_name(a) {
-                        self.target = Some(TargetBuilder::new(k));
+                        self.target = Some(TargetBuilder::new(k, self.family));
                         self.loaded.push(OptSet::Target);
                     } else if UNSUPPORTED_TARGETS.contains(&a) {
                         return Err(err_at(
@@ -481,7 +492,7 @@ impl<'a> Parser<'a> {
             }
             Core::Match => {
                 self.rule_opts = true;
-                match MKind::from_name(a) {
+                match MKind::from_name_for(self.family, a) {
                     Some(k) => self.load_match(k),
                     None => {
                         return Err(err_at(
@@ -525,7 +536,8 @@ impl<'a> Parser<'a> {
                     tok_i,
                 ))
             }
-            Core::Ipv4 => {}
+            Core::Ipv4 if self.family == Family::Ipv4 => {}
+            Core::Ipv6 if self.family == Family::Ipv6 => {}
             other => {
                 return Err(err_at(
                     RuleErrorKind::Unsupported(core_flag(other).to_string()),
@@ -590,12 +602,12 @@ impl<'a> Parser<'a> {
                 }
             },
         };
-        let srcs: Vec<Option<Ipv4Net>> = if self.srcs.is_empty() {
+        let srcs: Vec<Option<IpNet>> = if self.srcs.is_empty() {
             vec![None]
         } else {
             self.srcs.iter().copied().map(Some).collect()
         };
-        let dsts: Vec<Option<Ipv4Net>> = if self.dsts.is_empty() {
+        let dsts: Vec<Option<IpNet>> = if self.dsts.is_empty() {
             vec![None]
         } else {
             self.dsts.iter().copied().map(Some).collect()
@@ -606,8 +618,8 @@ impl<'a> Parser<'a> {
         for s in &srcs {
             for d in &dsts {
                 let mut ip = self.ip.clone();
-                ip.src = s.filter(|n| n.mask != 0 || ip.src_inv);
-                ip.dst = d.filter(|n| n.mask != 0 || ip.dst_inv);
+                ip.src = s.filter(|n| !n.is_any() || ip.src_inv);
+                ip.dst = d.filter(|n| !n.is_any() || ip.dst_inv);
                 if ip.src.is_none() {
                     ip.src_inv = false;
                 }
@@ -624,7 +636,13 @@ impl<'a> Parser<'a> {
                     ip,
                     matches: m.unwrap_or_default(),
                     target: t.unwrap_or(Target::None),
-                    initial_counters: self.counters.unwrap_or_default(),
+                    initial_counters: match self.family {
+                        Family::Ipv4 => self.counters.unwrap_or_default(),
+                        // ip6tables 1.8.9 (nf_tables) drops the counters a rule is given
+                        // (`-c P B`, `[P:B]` with `ip6tables-restore -c`): they read back
+                        // 0 (measured; policy counters are kept).
+                        Family::Ipv6 => Counters::default(),
+                    },
                     slot: Bind::default(),
                 });
             }
@@ -637,11 +655,17 @@ fn name_in(k: MKind, name: &str) -> bool {
     k.opts().iter().any(|d| d.name.starts_with(name))
 }
 
-/// Parses the words of one command line (without the `[p:b]` prefix) for `table`.
-pub(crate) fn parse_command(toks: &[Token<'_>], table: Table) -> Result<Command, RuleError> {
+/// Parses the words of one command line (without the `[p:b]` prefix) for `table` of a
+/// `family` ruleset (`iptables` or `ip6tables` syntax).
+pub(crate) fn parse_command(
+    toks: &[Token<'_>],
+    table: Table,
+    family: Family,
+) -> Result<Command, RuleError> {
     let mut p = Parser {
         toks,
         table,
+        family,
         cmd: None,
         chain: None,
         rulenum: None,

@@ -158,6 +158,7 @@ pub(super) const UNSUPPORTED_TARGETS: &[&str] = &[
 #[derive(Clone, Debug)]
 pub(super) struct TargetBuilder {
     pub(super) kind: TKind,
+    family: Family,
     seen: u32,
     reject: RejectWith,
     nat: NatRange,
@@ -173,11 +174,12 @@ pub(super) struct TargetBuilder {
 }
 
 impl TargetBuilder {
-    pub(super) fn new(kind: TKind) -> TargetBuilder {
+    pub(super) fn new(kind: TKind, family: Family) -> TargetBuilder {
         TargetBuilder {
             kind,
+            family,
             seen: 0,
-            reject: RejectWith::IcmpPortUnreachable,
+            reject: RejectWith::default_for(family),
             nat: NatRange::default(),
             nat_to_given: false,
             portnat: PortNat::default(),
@@ -210,13 +212,16 @@ impl TargetBuilder {
         self.seen |= bit;
         match self.kind {
             TKind::Reject => {
-                self.reject = RejectWith::parse(a).ok_or_else(|| {
-                    bad(opt, a, "icmp-net-unreachable, icmp-host-unreachable, icmp-port-unreachable, icmp-proto-unreachable, icmp-net-prohibited, icmp-host-prohibited, icmp-admin-prohibited or tcp-reset")
-                })?;
+                let expected = match self.family {
+                    Family::Ipv4 => "icmp-net-unreachable, icmp-host-unreachable, icmp-port-unreachable, icmp-proto-unreachable, icmp-net-prohibited, icmp-host-prohibited, icmp-admin-prohibited or tcp-reset",
+                    Family::Ipv6 => "icmp6-no-route, icmp6-adm-prohibited, icmp6-addr-unreachable, icmp6-port-unreachable, icmp6-policy-fail, icmp6-reject-route or tcp-reset (ip6tables)",
+                };
+                self.reject =
+                    RejectWith::parse_for(self.family, a).ok_or_else(|| bad(opt, a, expected))?;
             }
             TKind::Dnat | TKind::Snat => match def.id {
                 0 => {
-                    let r = parse_nat_range(opt, a, ports_ok)?;
+                    let r = parse_nat_range(self.family, opt, a, ports_ok)?;
                     self.nat.addrs = r.addrs;
                     self.nat.ports = r.ports;
                     self.nat.base_port = r.base_port;

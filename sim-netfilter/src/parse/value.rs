@@ -130,14 +130,69 @@ const ICMP_NAMES: &[(&str, u8, u8, u8)] = &[
 ];
 
 pub(super) fn parse_icmp_type(s: &str) -> Result<(u8, u8, u8), RuleErrorKind> {
+    parse_icmp_like(
+        ICMP_NAMES,
+        "--icmp-type",
+        s,
+        "an ICMP type name (echo-request, port-unreachable, any, …) or TYPE[/CODE]",
+    )
+}
+
+/// libip6t_icmp6's `icmpv6_codes`: name, type, lowest and highest code.
+const ICMPV6_NAMES: &[(&str, u8, u8, u8)] = &[
+    ("destination-unreachable", 1, 0, 0xff),
+    ("no-route", 1, 0, 0),
+    ("communication-prohibited", 1, 1, 1),
+    ("beyond-scope", 1, 2, 2),
+    ("address-unreachable", 1, 3, 3),
+    ("port-unreachable", 1, 4, 4),
+    ("failed-policy", 1, 5, 5),
+    ("reject-route", 1, 6, 6),
+    ("packet-too-big", 2, 0, 0xff),
+    ("time-exceeded", 3, 0, 0xff),
+    ("ttl-exceeded", 3, 0, 0xff),
+    ("ttl-zero-during-transit", 3, 0, 0),
+    ("ttl-zero-during-reassembly", 3, 1, 1),
+    ("parameter-problem", 4, 0, 0xff),
+    ("bad-header", 4, 0, 0),
+    ("unknown-header-type", 4, 1, 1),
+    ("unknown-option", 4, 2, 2),
+    ("echo-request", 128, 0, 0xff),
+    ("ping", 128, 0, 0xff),
+    ("echo-reply", 129, 0, 0xff),
+    ("pong", 129, 0, 0xff),
+    ("router-solicitation", 133, 0, 0xff),
+    ("router-advertisement", 134, 0, 0xff),
+    ("neighbour-solicitation", 135, 0, 0xff),
+    ("neighbor-solicitation", 135, 0, 0xff),
+    ("neighbour-advertisement", 136, 0, 0xff),
+    ("neighbor-advertisement", 136, 0, 0xff),
+    ("redirect", 137, 0, 0xff),
+];
+
+/// `--icmpv6-type NAME|TYPE[/CODE]` (libip6t_icmp6 `parse_icmpv6`).
+pub(super) fn parse_icmpv6_type(s: &str) -> Result<(u8, u8, u8), RuleErrorKind> {
+    parse_icmp_like(
+        ICMPV6_NAMES,
+        "--icmpv6-type",
+        s,
+        "an ICMPv6 type name (echo-request, destination-unreachable, neighbour-solicitation, …) or TYPE[/CODE]",
+    )
+}
+
+/// A type name (exact, else a unique case-insensitive prefix) from `names`, or
+/// `TYPE[/CODE]`; a bare type takes every code.
+fn parse_icmp_like(
+    names: &[(&str, u8, u8, u8)],
+    option: &str,
+    s: &str,
+    expected: &str,
+) -> Result<(u8, u8, u8), RuleErrorKind> {
     let lower = s.to_ascii_lowercase();
-    if let Some(&(_, t, a, b)) = ICMP_NAMES
-        .iter()
-        .find(|(n, ..)| n.to_ascii_lowercase() == lower)
-    {
+    if let Some(&(_, t, a, b)) = names.iter().find(|(n, ..)| n.to_ascii_lowercase() == lower) {
         return Ok((t, a, b));
     }
-    let prefixed: Vec<_> = ICMP_NAMES
+    let prefixed: Vec<_> = names
         .iter()
         .filter(|(n, ..)| n.to_ascii_lowercase().starts_with(&lower))
         .collect();
@@ -149,11 +204,10 @@ pub(super) fn parse_icmp_type(s: &str) -> Result<(u8, u8, u8), RuleErrorKind> {
         Some((t, c)) => (t, Some(c)),
         None => (s, None),
     };
-    let expected = "an ICMP type name (echo-request, port-unreachable, any, …) or TYPE[/CODE]";
-    let t: u8 = t.parse().map_err(|_| bad("--icmp-type", s, expected))?;
+    let t: u8 = t.parse().map_err(|_| bad(option, s, expected))?;
     match c {
         Some(c) => {
-            let c: u8 = c.parse().map_err(|_| bad("--icmp-type", s, expected))?;
+            let c: u8 = c.parse().map_err(|_| bad(option, s, expected))?;
             Ok((t, c, c))
         }
         None => Ok((t, 0, 0xff)),
@@ -246,12 +300,14 @@ pub(super) fn parse_addrtype_list(
     Ok(mask)
 }
 
-/// A conntrack address (`--ctorigdst 10.0.0.0/8`): kept unmasked, as iptables prints it.
+/// A conntrack address (`--ctorigdst 10.0.0.0/8`, `fd00::/64` in ip6tables): kept unmasked,
+/// as iptables prints it.
 pub(super) fn parse_ct_addr(
+    family: Family,
     option: impl std::fmt::Display + Copy,
     s: &str,
-) -> Result<Ipv4Net, RuleErrorKind> {
-    let n = parse_ipv4_net(s).map_err(|e| bad(option, s, e))?;
+) -> Result<IpNet, RuleErrorKind> {
+    let n = parse_ip_net(family, s).map_err(|e| bad(option, s, e))?;
     if n.prefix_len().is_none() {
         return Err(bad(
             option,
@@ -278,24 +334,50 @@ pub(super) fn parse_ct_ports(
     }
 }
 
-/// `--to-destination`/`--to-source` (libxt_NAT `parse_to`).
+/// `--to-destination`/`--to-source` (libxt_NAT `parse_to`). In ip6tables an address with
+/// ports is written in brackets (`[fd00::1]:80`, `[fd00::1-fd00::3]:80-90`); without
+/// brackets a text with more than one colon is all address.
 pub(super) fn parse_nat_range(
+    family: Family,
     option: impl std::fmt::Display + Copy,
     s: &str,
     ports_ok: bool,
 ) -> Result<NatRange, RuleErrorKind> {
     let mut r = NatRange::default();
-    let (ip_part, port_part) = match s.split_once(':') {
-        Some((a, b)) => (a, Some(b)),
-        None => (s, None),
+    let form = match family {
+        Family::Ipv4 => "ADDR[-ADDR][:PORT[-PORT]]",
+        Family::Ipv6 => "ADDR[-ADDR] or [ADDR[-ADDR]][:PORT[-PORT]]",
+    };
+    let (ip_part, port_part) = match s.strip_prefix('[') {
+        Some(rest) => {
+            if family == Family::Ipv4 {
+                return Err(bad(
+                    option,
+                    s,
+                    "an IPv4 address without brackets (Invalid address format)",
+                ));
+            }
+            let (inside, after) = rest.split_once(']').ok_or_else(|| bad(option, s, form))?;
+            match after.strip_prefix(':') {
+                Some(p) => (inside, Some(p)),
+                None if after.is_empty() => (inside, None),
+                None => return Err(bad(option, s, form)),
+            }
+        }
+        None => match s.split_once(':') {
+            // One colon is the port; more is an IPv6 address.
+            Some((a, b)) if !b.contains(':') || family == Family::Ipv4 => (a, Some(b)),
+            Some(_) => (s, None),
+            None => (s, None),
+        },
     };
     if !ip_part.is_empty() {
         let (a, b) = match ip_part.split_once('-') {
             Some((a, b)) => (a, b),
             None => (ip_part, ip_part),
         };
-        let pa = parse_ipv4(a).ok_or_else(|| bad(option, s, "ADDR[-ADDR][:PORT[-PORT]]"))?;
-        let pb = parse_ipv4(b).ok_or_else(|| bad(option, s, "ADDR[-ADDR][:PORT[-PORT]]"))?;
+        let pa = parse_ip(family, a).ok_or_else(|| bad(option, s, form))?;
+        let pb = parse_ip(family, b).ok_or_else(|| bad(option, s, form))?;
         r.addrs = Some((pa, pb));
     }
     if let Some(pp) = port_part {
@@ -333,7 +415,7 @@ pub(super) fn parse_nat_range(
         }
     }
     if r.addrs.is_none() && r.ports.is_none() {
-        return Err(bad(option, s, "ADDR[-ADDR][:PORT[-PORT]]"));
+        return Err(bad(option, s, form));
     }
     Ok(r)
 }

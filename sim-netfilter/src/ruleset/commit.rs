@@ -107,7 +107,7 @@ impl Ruleset {
         }
         // Looked up only (`contains`), never iterated: its order cannot reach any output.
         let mut kept: HashSet<u32> = HashSet::new();
-        let mut recent_first: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+        let mut recent_first: BTreeMap<String, (u128, u32)> = BTreeMap::new();
         // Counter slots first, in the layout order of the compiled program
         // (`compile::layout_order`): a fresh table's slots then lie in the order a walk
         // meets its rules, one service's counters next to each other.
@@ -169,7 +169,7 @@ impl Ruleset {
                             let cap = recent_cap(rm.hitcount);
                             let e = recent_first
                                 .entry(rm.name.clone())
-                                .or_insert((u32::from(rm.mask), cap as u32));
+                                .or_insert((ip_num(rm.mask), cap as u32));
                             e.1 = e.1.max(cap as u32);
                         }
                         Match::Nfacct(n) => {

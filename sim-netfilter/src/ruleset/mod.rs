@@ -227,8 +227,8 @@ pub(crate) struct RegEntry {
     pub refs: i64,
     /// nfacct: the object exists.
     pub live: bool,
-    /// recent: the table's mask (from the rule that created it).
-    pub mask: u32,
+    /// recent: the table's mask (from the rule that created it), as [`ip_num`] gives it.
+    pub mask: u128,
     /// recent: time stamps kept per address.
     pub cap: usize,
 }
@@ -248,7 +248,7 @@ impl Registry {
             uid: 0,
             refs: 0,
             live: false,
-            mask: u32::MAX,
+            mask: u128::MAX,
             cap: 32,
         });
         let i = (self.entries.len() - 1) as u32;
@@ -326,6 +326,9 @@ pub struct Ruleset {
     pub(crate) recent: Registry,
     pub(crate) nfacct: Registry,
     pub(crate) indexing: bool,
+    /// `iptables` (IPv4) or `ip6tables` (IPv6): which rules parse, how they print, and
+    /// which packets the tables see.
+    pub(crate) family: Family,
     /// What this content was derived from: see [`Ruleset::lineage`].
     lineage: Lineage,
 }
@@ -348,8 +351,20 @@ struct Block {
 }
 
 impl Ruleset {
-    /// An empty ruleset: no table exists (as in a fresh network namespace with nf_tables).
+    /// An empty `iptables` ruleset: no table exists (as in a fresh network namespace with
+    /// nf_tables).
     pub fn new() -> Ruleset {
+        Ruleset::new_family(Family::Ipv4)
+    }
+
+    /// An empty ruleset of `family`: [`Family::Ipv6`] is the namespace's `ip6tables`
+    /// tables (`ip6tables-restore` syntax in, `ip6tables-save` text out, IPv6 packets
+    /// evaluated).
+    pub fn new_family(family: Family) -> Ruleset {
+        let lineage = match family {
+            Family::Ipv4 => Lineage::origin(),
+            Family::Ipv6 => Lineage::origin().then(b"family", b"ipv6"),
+        };
         Ruleset {
             tables: [None, None, None, None],
             alloc: Arc::default(),
@@ -357,8 +372,14 @@ impl Ruleset {
             recent: Registry::default(),
             nfacct: Registry::default(),
             indexing: true,
-            lineage: Lineage::origin(),
+            family,
+            lineage,
         }
+    }
+
+    /// `iptables` or `ip6tables`.
+    pub fn family(&self) -> Family {
+        self.family
     }
 
     /// What this content was derived from (see [`Lineage`]).
@@ -368,7 +389,13 @@ impl Ruleset {
 
     /// A ruleset from iptables-save text (a full restore with counters).
     pub fn from_save(text: &str) -> Result<Ruleset, RestoreError> {
-        let mut rs = Ruleset::new();
+        Ruleset::from_save_family(Family::Ipv4, text)
+    }
+
+    /// A ruleset of `family` from `iptables-save` / `ip6tables-save` text (a full restore
+    /// with counters).
+    pub fn from_save_family(family: Family, text: &str) -> Result<Ruleset, RestoreError> {
+        let mut rs = Ruleset::new_family(family);
         rs.restore(
             text,
             &RestoreOptions {
@@ -504,7 +531,7 @@ impl Ruleset {
     }
 
     /// A live `recent` list's address mask and stamps kept per address.
-    pub(crate) fn recent_shape(&self, b: Bind) -> (u32, usize) {
+    pub(crate) fn recent_shape(&self, b: Bind) -> (u128, usize) {
         let e = &self.recent.entries[b.idx as usize];
         (e.mask, e.cap)
     }

@@ -271,7 +271,7 @@ impl Ruleset {
         tokenize_into(body, toks)
             .map_err(|e| (RestoreErrorKind::Rule(RuleErrorKind::Invalid(e)), None))?;
         let toks = &*toks;
-        let cmd = parse_command(toks, b.table).map_err(|e| {
+        let cmd = parse_command(toks, b.table, self.family).map_err(|e| {
             let span = e
                 .token
                 .and_then(|i| toks.get(i))
@@ -281,7 +281,8 @@ impl Ruleset {
         let chain_span = toks.get(1).map(|t| (t.start + offset, t.end + offset));
         b.touched = true;
         let with_counters = |mut rules: Vec<Rule>| -> Vec<Rule> {
-            if let (true, Some(c)) = (opts.counters, prefix_counters) {
+            // ip6tables 1.8.9 keeps no rule counters given to it (see `parse_command`).
+            if let (true, Some(c), Family::Ipv4) = (opts.counters, prefix_counters, self.family) {
                 for r in &mut rules {
                     r.initial_counters = c;
                 }
