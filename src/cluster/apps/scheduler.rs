@@ -156,3 +156,65 @@ pub(crate) fn due_at(deadlines: &BTreeSet<(SimTime, u32)>, now: SimTime) -> Vec<
         .map(|(_, k)| *k)
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schedule(count: Option<u32>) -> ClientSchedule {
+        ClientSchedule {
+            start: SimTime::ZERO,
+            stop: SimTime::from_secs(100),
+            interval: SimDuration::from_secs(10),
+            jitter: SimDuration::ZERO,
+            count,
+        }
+    }
+
+    /// Every send, taken when due: (number, the second it was due).
+    fn drain(s: &mut Scheduler, sched: &ClientSchedule, pacing: Pacing) -> Vec<(u32, u64)> {
+        let mut out = Vec::new();
+        while let Some(t) = s.next() {
+            let k = s.take_due(t, sched, pacing).unwrap();
+            out.push((k, t.since_start().as_secs()));
+        }
+        out
+    }
+
+    #[test]
+    fn a_shift_moves_the_sends_from_its_start_and_keeps_the_stop() {
+        let sched = schedule(None);
+        let pacing = Pacing::Periodic(Some(Shift {
+            after: SimDuration::from_secs(25),
+            duration: SimDuration::from_secs(30),
+        }));
+        let mut s = Scheduler::new(1, "c");
+        s.schedule(&sched, pacing);
+        let secs: Vec<u64> = drain(&mut s, &sched, pacing).iter().map(|x| x.1).collect();
+        // 0, 10, 20 on time; from the nominal 30 s on, 30 s later, until the stop at 100 s.
+        assert_eq!(secs, [0, 10, 20, 60, 70, 80, 90]);
+    }
+
+    #[test]
+    fn a_sequential_client_sends_one_at_a_time_up_to_its_count() {
+        let sched = schedule(Some(2));
+        let mut s = Scheduler::new(1, "c");
+        s.schedule(&sched, Pacing::Sequential);
+        assert_eq!(
+            s.take_due(SimTime::ZERO, &sched, Pacing::Sequential),
+            Some(0)
+        );
+        assert_eq!(s.next(), None, "nothing while the first is under way");
+        s.follow(&sched, SimTime::from_secs(15));
+        assert_eq!(
+            s.take_due(SimTime::from_secs(14), &sched, Pacing::Sequential),
+            None
+        );
+        assert_eq!(
+            s.take_due(SimTime::from_secs(15), &sched, Pacing::Sequential),
+            Some(1)
+        );
+        s.follow(&sched, SimTime::from_secs(30));
+        assert_eq!(s.next(), None, "the count is made");
+    }
+}
