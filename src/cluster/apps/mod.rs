@@ -343,6 +343,19 @@ pub struct QueryRecord {
     pub outcome: QueryOutcome,
 }
 
+impl QueryRecord {
+    /// Query `seq`, failed at `now` before anything was sent: no local port was free.
+    pub(crate) fn no_port(seq: u32, now: SimTime) -> QueryRecord {
+        QueryRecord {
+            seq,
+            sent_at: now,
+            src_port: 0,
+            attempts: 0,
+            outcome: QueryOutcome::NoPort(now),
+        }
+    }
+}
+
 /// Draws a free ephemeral port from `rng`, as `inet_hash_connect`/`udp_lib_get_port` pick a
 /// random start in `ip_local_port_range` and walk to a free port.
 pub fn draw_ephemeral_port<P: PortsInUse + ?Sized>(rng: &mut SimRng, in_use: &P) -> Option<u16> {

@@ -228,13 +228,7 @@ impl TcpClient {
             let own = &self.by_port;
             let busy = |p: u16| in_use.in_use(p) || own.contains_key(&p);
             let Some(port) = connect.pick(self.cfg.local_ip, self.cfg.dst, &busy) else {
-                self.records.push(QueryRecord {
-                    seq,
-                    sent_at: now,
-                    src_port: 0,
-                    attempts: 0,
-                    outcome: QueryOutcome::NoPort(now),
-                });
+                self.records.push(QueryRecord::no_port(seq, now));
                 continue;
             };
             let isn = self.isn_rng.next_u32();

@@ -404,13 +404,7 @@ impl UdpClient {
             };
             let Some(port) = port else {
                 // No free port: the query fails at once, as EADDRINUSE would.
-                self.records.push(QueryRecord {
-                    seq,
-                    sent_at: now,
-                    src_port: 0,
-                    attempts: 0,
-                    outcome: QueryOutcome::NoPort(now),
-                });
+                self.records.push(QueryRecord::no_port(seq, now));
                 if self.cfg.socket.sequential {
                     self.sends
                         .follow(&self.cfg.schedule, now + self.cfg.schedule.interval);
