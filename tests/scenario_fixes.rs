@@ -1,16 +1,13 @@
 //! One test per bug found by comparing scenario runs with the kernel and the kubelet.
 
-use nfsim::cluster::sim::{RunOptions, RunResult, Simulation};
-use nfsim::scenario::load_str;
+#[path = "support/scenario.rs"]
+mod scenario_run;
+
+use nfsim::cluster::sim::RunResult;
+use scenario_run::run_text;
 
 fn run(yaml: &str) -> RunResult {
-    let sc = load_str("test.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
-    let opts = RunOptions {
-        record_timeline: true,
-        conntrack_events: true,
-        progress: None,
-    };
-    Simulation::new(sc, opts).unwrap().finish().unwrap()
+    run_text("test.yaml", yaml, true)
 }
 
 fn lines(r: &RunResult) -> Vec<String> {

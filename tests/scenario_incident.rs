@@ -1,17 +1,15 @@
 //! The shipped scenarios run and meet their expectations; the incident's expectations are
 //! sharp enough to fail when the release is changed; runs are deterministic.
 
-use nfsim::cluster::sim::{RunOptions, Simulation};
+#[path = "support/scenario.rs"]
+mod scenario_run;
+
 use nfsim::scenario::model::Release;
 use nfsim::scenario::{load_file, Scenario};
+use scenario_run::run_scenario;
 
 fn run(sc: Scenario) -> nfsim::cluster::sim::RunResult {
-    let opts = RunOptions {
-        record_timeline: true,
-        conntrack_events: true,
-        progress: None,
-    };
-    Simulation::new(sc, opts).unwrap().finish().unwrap()
+    run_scenario(sc, true)
 }
 
 fn scenario_files() -> Vec<String> {

@@ -2,21 +2,16 @@
 //! order), cluster IPs drawn from the service CIDR's upper band with the scenario's seed;
 //! shown in the timeline; exhausted ranges and conflicting fields are located errors.
 
-use nfsim::cluster::sim::{RunOptions, RunResult, Simulation};
+#[path = "support/scenario.rs"]
+mod scenario_run;
+
+use nfsim::cluster::sim::RunResult;
 use nfsim::scenario::{load_file, load_str, Scenario};
+use scenario_run::run_scenario;
 use std::net::IpAddr;
 
 fn run(sc: Scenario) -> RunResult {
-    Simulation::new(
-        sc,
-        RunOptions {
-            record_timeline: true,
-            ..RunOptions::default()
-        },
-    )
-    .unwrap()
-    .finish()
-    .unwrap()
+    run_scenario(sc, false)
 }
 
 fn lines(r: &RunResult) -> Vec<String> {

@@ -2,18 +2,16 @@
 //! v1.31 twin, timeline to the second, and the termination words (`preset`, `termination`)
 //! read and refused as documented.
 
-use nfsim::cluster::sim::{RunOptions, RunResult, Simulation};
+#[path = "support/scenario.rs"]
+mod scenario_run;
+
+use nfsim::cluster::sim::RunResult;
 use nfsim::scenario::{load_file, load_str};
+use scenario_run::run_scenario;
 
 fn run(file: &str) -> RunResult {
     let path = format!("{}/scenarios/{file}", env!("CARGO_MANIFEST_DIR"));
-    let sc = load_file(&path).unwrap();
-    let opts = RunOptions {
-        record_timeline: true,
-        conntrack_events: true,
-        progress: None,
-    };
-    Simulation::new(sc, opts).unwrap().finish().unwrap()
+    run_scenario(load_file(&path).unwrap(), true)
 }
 
 /// The timeline's pod, endpoint and cleanup lines and the dig outcomes from the deletion on

@@ -7,12 +7,16 @@
 #[path = "support/kernel.rs"]
 mod kernel;
 
+#[path = "support/scenario.rs"]
+mod scenario_run;
+
 use kernel::{parse_ct_line, CtEntry, Scenario};
 use nfsim::cluster::apps::{ClientSchedule, Outbox, TcpClientConfig, TcpServer};
 use nfsim::cluster::ports::ConnectPorts;
-use nfsim::cluster::sim::{RunOptions, RunResult, Simulation};
+use nfsim::cluster::sim::RunResult;
 use nfsim::cluster::tcp_session::{ConnectionPolicy, TcpSessionClient, TcpSessionConfig};
 use nfsim::scenario::load_str;
+use scenario_run::run_text;
 use sim_conntrack::Filter;
 use sim_core::{Packet, SimDuration, SimRng, SimTime, TcpFlags};
 use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig};
@@ -22,18 +26,7 @@ const ROLLOUT: &str = include_str!("../scenarios/tcp-keepalive-rollout.yaml");
 const IDLE_PAUSE: &str = include_str!("../scenarios/tcp-idle-pause.yaml");
 
 fn run(text: &str) -> RunResult {
-    let sc = load_str("t.yaml", text).unwrap_or_else(|e| panic!("{e}"));
-    Simulation::new(
-        sc,
-        RunOptions {
-            record_timeline: true,
-            conntrack_events: true,
-            ..RunOptions::default()
-        },
-    )
-    .unwrap()
-    .finish()
-    .unwrap()
+    run_text("t.yaml", text, true)
 }
 
 fn lines(r: &RunResult) -> Vec<String> {

@@ -2,8 +2,12 @@
 //! sleep between, the port bound only while a query runs), a client that pauses on its socket
 //! or closes and reopens it, and two clients binding one fixed source port in turn.
 
-use nfsim::cluster::sim::{RunOptions, RunResult, Simulation};
+#[path = "support/scenario.rs"]
+mod scenario_run;
+
+use nfsim::cluster::sim::RunResult;
 use nfsim::scenario::load_str;
+use scenario_run::run_text;
 
 const GOOD: &str = include_str!("fixtures/scenario/minimal.yaml");
 
@@ -16,17 +20,7 @@ fn with_clients(clients: &str) -> String {
 }
 
 fn run(text: &str) -> RunResult {
-    let sc = load_str("t.yaml", text).unwrap_or_else(|e| panic!("{e}"));
-    Simulation::new(
-        sc,
-        RunOptions {
-            record_timeline: true,
-            ..RunOptions::default()
-        },
-    )
-    .unwrap()
-    .finish()
-    .unwrap()
+    run_text("t.yaml", text, false)
 }
 
 /// `(time, source)` of each query `client` sent (first tries and retries).

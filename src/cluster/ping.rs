@@ -14,7 +14,9 @@
 //! due requests and ends those past their timeout, `handle_packet` takes replies and ICMP
 //! errors, `poll_timeout` names the next deadline.
 
-use crate::cluster::apps::{AppEvent, ClientSchedule, Outbox, QueryOutcome, QueryRecord, Tag};
+use crate::cluster::apps::{
+    due_at, AppEvent, ClientSchedule, Outbox, Pacing, QueryOutcome, QueryRecord, Scheduler, Tag,
+};
 use crate::cluster::querylog::QueryLog;
 use sim_core::packet::icmp;
 use sim_core::{IcmpBody, Packet, SimDuration, SimRng, SimTime, L4};
@@ -99,9 +101,7 @@ impl PingIdents {
 #[derive(Debug, Clone)]
 pub struct PingClient {
     cfg: PingClientConfig,
-    jitter_rng: SimRng,
-    next_k: u32,
-    next_send: Option<SimTime>,
+    sends: Scheduler,
     /// Requests waiting for a reply, by ICMP sequence number, with their deadline.
     inflight: BTreeMap<u16, (u32, SimTime)>,
     deadlines: BTreeSet<(SimTime, u32)>,
@@ -112,15 +112,13 @@ impl PingClient {
     /// A client; `seed` and `label` name its jitter stream (`{label}/jitter`).
     pub fn new(cfg: PingClientConfig, seed: u64, label: &str) -> PingClient {
         let mut c = PingClient {
-            jitter_rng: SimRng::child(seed, label, "jitter"),
-            next_k: 0,
-            next_send: None,
+            sends: Scheduler::new(seed, label),
             inflight: BTreeMap::new(),
             deadlines: BTreeSet::new(),
             records: QueryLog::new(),
             cfg,
         };
-        c.schedule_next();
+        c.sends.schedule(&c.cfg.schedule, Pacing::Periodic(None));
         c
     }
     /// The configuration.
@@ -141,16 +139,10 @@ impl PingClient {
     pub fn ident(&self) -> u16 {
         self.cfg.ident
     }
-    fn schedule_next(&mut self) {
-        self.next_send = self
-            .cfg
-            .schedule
-            .send_time(self.next_k, &mut self.jitter_rng);
-    }
     /// The next instant it needs [`PingClient::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<SimTime> {
         // The earlier of the next send and the nearest deadline, where either exists.
-        [self.next_send, self.deadlines.first().map(|(t, _)| *t)]
+        [self.sends.next(), self.deadlines.first().map(|(t, _)| *t)]
             .into_iter()
             .flatten()
             .min()
@@ -170,11 +162,7 @@ impl PingClient {
     }
     /// Sends due requests and ends those whose timeout passed.
     pub fn handle_timeout(&mut self, now: SimTime, out: &mut Outbox) {
-        let due: Vec<u32> = self
-            .deadlines
-            .range(..=(now, u32::MAX))
-            .map(|(_, k)| *k)
-            .collect();
+        let due = due_at(&self.deadlines, now);
         for k in due {
             self.end(now, k, QueryOutcome::TimedOut(now));
             out.events.push((
@@ -185,10 +173,10 @@ impl PingClient {
                 },
             ));
         }
-        while self.next_send.is_some_and(|t| t <= now) {
-            let k = self.next_k;
-            self.next_k += 1;
-            self.schedule_next();
+        while let Some(k) = self
+            .sends
+            .take_due(now, &self.cfg.schedule, Pacing::Periodic(None))
+        {
             let seq = Self::icmp_seq(k);
             // A request still waiting with the same sequence number (65,536 requests ago)
             // is given up: its reply could not be told apart.

@@ -40,8 +40,9 @@
 //! The client is sans-IO like the others in [`crate::cluster::apps`].
 
 use crate::cluster::apps::{
-    tcp_packet, tcp_seg_len, AppEvent, ClientSchedule, Outbox, PortsInUse, QueryOutcome,
-    QueryRecord, Tag, TcpClientConfig, TcpFailure, TCP_DELACK_MIN, TCP_TIMEWAIT_LEN,
+    due_at, tcp_packet, tcp_seg_len, AppEvent, Outbox, Pacing, PortsInUse, QueryOutcome,
+    QueryRecord, Scheduler, Shift, Tag, TcpClientConfig, TcpFailure, TCP_DELACK_MIN,
+    TCP_TIMEWAIT_LEN,
 };
 use crate::cluster::ports::ConnectPorts;
 use crate::cluster::querylog::QueryLog;
@@ -110,10 +111,8 @@ struct Slot {
 #[derive(Debug, Clone)]
 pub struct TcpSessionClient {
     cfg: TcpSessionConfig,
-    jitter_rng: SimRng,
+    sends: Scheduler,
     isn_rng: SimRng,
-    next_k: u32,
-    next_send: Option<SimTime>,
     next_conn: u32,
     slots: Vec<Slot>,
     conns: BTreeMap<u32, Conn>,
@@ -131,10 +130,8 @@ impl TcpSessionClient {
     pub fn new(cfg: TcpSessionConfig, seed: u64, label: &str) -> TcpSessionClient {
         let parallel = cfg.policy.parallel.max(1);
         let mut c = TcpSessionClient {
-            jitter_rng: SimRng::child(seed, label, "jitter"),
+            sends: Scheduler::new(seed, label),
             isn_rng: SimRng::child(seed, label, "isn"),
-            next_k: 0,
-            next_send: None,
             next_conn: 0,
             slots: vec![Slot::default(); parallel as usize],
             conns: BTreeMap::new(),
@@ -145,7 +142,8 @@ impl TcpSessionClient {
             records: QueryLog::new(),
             cfg,
         };
-        c.schedule_next();
+        let pacing = c.pacing();
+        c.sends.schedule(&c.cfg.client.schedule, pacing);
         c
     }
 
@@ -187,7 +185,7 @@ impl TcpSessionClient {
     /// The next instant it needs [`TcpSessionClient::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<SimTime> {
         [
-            self.next_send,
+            self.sends.next(),
             self.deadlines.first().map(|(t, _)| *t),
             self.pump_at,
         ]
@@ -196,21 +194,10 @@ impl TcpSessionClient {
         .min()
     }
 
-    /// When request `k` is due: the schedule's time, moved by the pause for requests whose
-    /// nominal time falls at or after the pause's start.
-    fn schedule_next(&mut self) {
-        let s = &self.cfg.client.schedule;
-        let k = self.next_k;
-        self.next_send = match self.cfg.policy.pause {
-            Some(p) if s.start + s.interval.saturating_mul(k as u64) >= s.start + p.after => {
-                let moved = ClientSchedule {
-                    start: s.start + p.duration,
-                    ..s.clone()
-                };
-                moved.send_time(k, &mut self.jitter_rng)
-            }
-            _ => s.send_time(k, &mut self.jitter_rng),
-        };
+    /// How its requests follow each other: the schedule's times, moved by the pause for
+    /// requests whose nominal time falls at or after the pause's start.
+    fn pacing(&self) -> Pacing {
+        Pacing::Periodic(self.cfg.policy.pause.map(Shift::from))
     }
 
     fn tag(&self, request: u32, attempt: u8) -> u64 {
@@ -424,7 +411,7 @@ impl TcpSessionClient {
 
     /// Whether the schedule has no request left.
     fn schedule_done(&self) -> bool {
-        self.next_send.is_none()
+        self.sends.next().is_none()
     }
 
     /// The application of `slot` acts: closes a connection that is done (its requests made,
@@ -502,11 +489,7 @@ impl TcpSessionClient {
         connect: &mut ConnectPorts,
         out: &mut Outbox,
     ) {
-        let due: Vec<u32> = self
-            .deadlines
-            .range(..=(now, u32::MAX))
-            .map(|(_, k)| *k)
-            .collect();
+        let due = due_at(&self.deadlines, now);
         for id in due {
             let Some(c) = self.conns.get_mut(&id) else {
                 continue;
@@ -565,10 +548,8 @@ impl TcpSessionClient {
                 State::TimeWait => self.drop_conn(now, id, out),
             }
         }
-        while self.next_send.is_some_and(|t| t <= now) {
-            let r = self.next_k;
-            self.next_k += 1;
-            self.schedule_next();
+        let pacing = self.pacing();
+        while let Some(r) = self.sends.take_due(now, &self.cfg.client.schedule, pacing) {
             self.records.push(QueryRecord {
                 seq: r,
                 sent_at: now,
@@ -741,7 +722,7 @@ impl TcpSessionClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::apps::TcpServer;
+    use crate::cluster::apps::{ClientSchedule, TcpServer};
 
     fn sa(s: &str) -> SocketAddr {
         s.parse().unwrap()

@@ -273,6 +273,43 @@ impl CleanupReport {
             reason,
         });
     }
+
+    /// A reconciler's start (v1.32 on): the node's UDP entries, and a report saying it ran
+    /// and how many it listed.
+    fn list_udp(ct: &mut dyn ConntrackOps) -> (Vec<CtEntry>, CleanupReport) {
+        let entries = ct.list(&CtFilter::udp());
+        let report = CleanupReport {
+            ran: true,
+            listed: entries.len(),
+            ..CleanupReport::default()
+        };
+        (entries, report)
+    }
+}
+
+/// The filters a filter-based reconciler (v1.32 to v1.34) collects from the listed entries,
+/// each once, in the order first found, with the reason of its first finding; deleted after
+/// the walk ([`Filters::delete`]).
+#[derive(Default)]
+struct Filters {
+    filters: Vec<(CtFilter, String)>,
+    seen: BTreeSet<CtFilter>,
+}
+
+impl Filters {
+    /// Adds `f` unless it is already there (`reason` is only made for a new one).
+    fn add(&mut self, f: CtFilter, reason: impl FnOnce() -> String) {
+        if self.seen.insert(f) {
+            self.filters.push((f, reason()));
+        }
+    }
+
+    /// Deletes by each filter in order, into `report`.
+    fn delete(self, ct: &mut dyn ConntrackOps, report: &mut CleanupReport) {
+        for (f, reason) in self.filters {
+            report.delete(ct, f, reason);
+        }
+    }
 }
 
 /// A stale-conntrack reconciler: kube-proxy runs it after each successful sync, with the
@@ -304,6 +341,14 @@ pub enum ReconcileTrigger {
     UdpEndpointChanges,
     /// After every sync.
     EverySync,
+}
+
+impl ReconcileTrigger {
+    /// Whether a reconciler with this trigger skips the sync `input` describes: it runs only
+    /// after UDP endpoint changes, and there were none.
+    fn skips(self, input: &CleanupInput<'_>) -> bool {
+        self == ReconcileTrigger::UdpEndpointChanges && !input.udp_endpoints_changed()
+    }
 }
 
 /// No cleanup at all.
@@ -491,7 +536,7 @@ impl Reconciler for V132 {
         input: &CleanupInput<'_>,
         ct: &mut dyn ConntrackOps,
     ) -> CleanupReport {
-        if self.trigger == ReconcileTrigger::UdpEndpointChanges && !input.udp_endpoints_changed() {
+        if self.trigger.skips(input) {
             return CleanupReport::default();
         }
         let after = input.after;
@@ -516,14 +561,8 @@ impl Reconciler for V132 {
                 by_node_port.insert(np, eps.clone());
             }
         }
-        let entries = ct.list(&CtFilter::udp());
-        let mut report = CleanupReport {
-            ran: true,
-            listed: entries.len(),
-            ..CleanupReport::default()
-        };
-        let mut filters: Vec<(CtFilter, String)> = Vec::new();
-        let mut seen: BTreeSet<CtFilter> = BTreeSet::new();
+        let (entries, mut report) = CleanupReport::list_udp(ct);
+        let mut filters = Filters::default();
         for e in &entries {
             if let Some(eps) = by_ip.get(&e.orig.dst) {
                 if !eps.contains(&e.reply.src) {
@@ -532,15 +571,12 @@ impl Reconciler for V132 {
                         reply_src: Some(e.reply.src),
                         ..CtFilter::udp()
                     };
-                    if seen.insert(f) {
-                        filters.push((
-                            f,
-                            format!(
-                                "{} is not a serving endpoint of {}",
-                                e.reply.src, e.orig.dst
-                            ),
-                        ));
-                    }
+                    filters.add(f, || {
+                        format!(
+                            "{} is not a serving endpoint of {}",
+                            e.reply.src, e.orig.dst
+                        )
+                    });
                 }
             }
             if let Some(eps) = by_node_port.get(&e.orig.dport) {
@@ -550,21 +586,16 @@ impl Reconciler for V132 {
                         reply_src: Some(e.reply.src),
                         ..CtFilter::udp()
                     };
-                    if seen.insert(f) {
-                        filters.push((
-                            f,
-                            format!(
-                                "{} is not a serving endpoint of nodePort {}",
-                                e.reply.src, e.orig.dport
-                            ),
-                        ));
-                    }
+                    filters.add(f, || {
+                        format!(
+                            "{} is not a serving endpoint of nodePort {}",
+                            e.reply.src, e.orig.dport
+                        )
+                    });
                 }
             }
         }
-        for (f, reason) in filters {
-            report.delete(ct, f, reason);
-        }
+        filters.delete(ct, &mut report);
         report
     }
 }
@@ -665,18 +696,12 @@ impl Reconciler for V133 {
         input: &CleanupInput<'_>,
         ct: &mut dyn ConntrackOps,
     ) -> CleanupReport {
-        if self.trigger == ReconcileTrigger::UdpEndpointChanges && !input.udp_endpoints_changed() {
+        if self.trigger.skips(input) {
             return CleanupReport::default();
         }
         let (by_ipport, by_node_port) = frontends(input, self.reply_port, false, false);
-        let entries = ct.list(&CtFilter::udp());
-        let mut report = CleanupReport {
-            ran: true,
-            listed: entries.len(),
-            ..CleanupReport::default()
-        };
-        let mut filters: Vec<(CtFilter, String)> = Vec::new();
-        let mut seen: BTreeSet<CtFilter> = BTreeSet::new();
+        let (entries, mut report) = CleanupReport::list_udp(ct);
+        let mut filters = Filters::default();
         let sport = |e: &CtEntry| {
             if self.reply_port {
                 Some(e.reply.sport)
@@ -696,15 +721,12 @@ impl Reconciler for V133 {
                         reply_sport: sport(e),
                         ..CtFilter::udp()
                     };
-                    if seen.insert(f) {
-                        filters.push((
-                            f,
-                            format!(
-                                "{key} is not a serving endpoint of {}:{}",
-                                e.orig.dst, e.orig.dport
-                            ),
-                        ));
-                    }
+                    filters.add(f, || {
+                        format!(
+                            "{key} is not a serving endpoint of {}:{}",
+                            e.orig.dst, e.orig.dport
+                        )
+                    });
                 }
             }
             if let Some(eps) = by_node_port.get(&e.orig.dport) {
@@ -716,21 +738,16 @@ impl Reconciler for V133 {
                         reply_sport: sport(e),
                         ..CtFilter::udp()
                     };
-                    if seen.insert(f) {
-                        filters.push((
-                            f,
-                            format!(
-                                "{key} is not a serving endpoint of nodePort {}",
-                                e.orig.dport
-                            ),
-                        ));
-                    }
+                    filters.add(f, || {
+                        format!(
+                            "{key} is not a serving endpoint of nodePort {}",
+                            e.orig.dport
+                        )
+                    });
                 }
             }
         }
-        for (f, reason) in filters {
-            report.delete(ct, f, reason);
-        }
+        filters.delete(ct, &mut report);
         report
     }
 }
@@ -770,19 +787,13 @@ impl Reconciler for Latest {
         input: &CleanupInput<'_>,
         ct: &mut dyn ConntrackOps,
     ) -> CleanupReport {
-        if self.trigger == ReconcileTrigger::UdpEndpointChanges
-            && !input.udp_endpoints_changed()
+        if self.trigger.skips(input)
             && (!self.deleted_services || input.deleted_udp_service_ports().is_empty())
         {
             return CleanupReport::default();
         }
         let (by_ipport, by_node_port) = frontends(input, true, true, self.deleted_services);
-        let entries = ct.list(&CtFilter::udp());
-        let mut report = CleanupReport {
-            ran: true,
-            listed: entries.len(),
-            ..CleanupReport::default()
-        };
+        let (entries, mut report) = CleanupReport::list_udp(ct);
         let mut stale: Vec<(CtEntry, String)> = Vec::new();
         for e in &entries {
             let key = ep_key(e.reply.src, e.reply.sport, true);

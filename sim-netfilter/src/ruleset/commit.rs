@@ -117,41 +117,29 @@ impl Ruleset {
         }
         let mut by_layout = modified.clone();
         by_layout.sort_by_key(|&id| rank[id as usize]);
+        // A counter slot not bound yet gets a fresh one (and a fresh uid); a bound one is kept.
+        let mut bind_slot = |slot: &mut Bind| {
+            if slot.uid == 0 {
+                *slot = Bind {
+                    idx: Arc::make_mut(&mut self.alloc).take(),
+                    uid: self.next_uid,
+                };
+                self.next_uid += 1;
+            } else {
+                kept.insert(slot.idx);
+            }
+        };
         for &id in &by_layout {
             let c = b.work.chain_mut(id);
             if c.hook.is_some() {
-                if c.policy_slot.uid == 0 {
-                    c.policy_slot = Bind {
-                        idx: Arc::make_mut(&mut self.alloc).take(),
-                        uid: self.next_uid,
-                    };
-                    self.next_uid += 1;
-                } else {
-                    kept.insert(c.policy_slot.idx);
-                }
+                bind_slot(&mut c.policy_slot);
             }
             for r in &mut c.rules {
-                if r.slot.uid == 0 {
-                    r.slot = Bind {
-                        idx: Arc::make_mut(&mut self.alloc).take(),
-                        uid: self.next_uid,
-                    };
-                    self.next_uid += 1;
-                } else {
-                    kept.insert(r.slot.idx);
-                }
+                bind_slot(&mut r.slot);
                 for m in &mut r.matches {
                     if let Match::Statistic(s) = m {
                         if matches!(s.mode, StatisticMode::Nth { .. }) {
-                            if s.slot.uid == 0 {
-                                s.slot = Bind {
-                                    idx: Arc::make_mut(&mut self.alloc).take(),
-                                    uid: self.next_uid,
-                                };
-                                self.next_uid += 1;
-                            } else {
-                                kept.insert(s.slot.idx);
-                            }
+                            bind_slot(&mut s.slot);
                         }
                     }
                 }

@@ -139,6 +139,13 @@ impl TableData {
         }
     }
 
+    /// Every chain id in use, in id order (`-F` and `-Z` without a chain name).
+    fn all_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.by_name.values().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
     fn chain_mut(&mut self, id: u32) -> &mut Chain {
         match self.chains.get_mut(id as usize) {
             Some(Some(c)) => Arc::make_mut(c),

@@ -383,13 +383,9 @@ impl Ruleset {
                 }
             }
             Command::Flush(name) => {
-                let ids: Vec<u32> = match name {
+                let ids = match name {
                     Some(n) => vec![need(b, &n)?],
-                    None => {
-                        let mut ids: Vec<u32> = b.work.by_name.values().copied().collect();
-                        ids.sort_unstable();
-                        ids
-                    }
+                    None => b.work.all_ids(),
                 };
                 for id in ids {
                     if b.work.chain(id).rules.is_empty() {
@@ -407,13 +403,9 @@ impl Ruleset {
                 b.work.chain_mut(id).policy = policy;
             }
             Command::Zero(name) => {
-                let ids: Vec<u32> = match name {
+                let ids = match name {
                     Some(n) => vec![need(b, &n)?],
-                    None => {
-                        let mut ids: Vec<u32> = b.work.by_name.values().copied().collect();
-                        ids.sort_unstable();
-                        ids
-                    }
+                    None => b.work.all_ids(),
                 };
                 for id in ids {
                     // Fresh ids give fresh (zero) counters; nth counters are kept.

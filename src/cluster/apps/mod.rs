@@ -16,8 +16,8 @@
 //! UDP, RST for TCP) is [`closed_port_response`].
 //!
 //! What the applications share is here: the [`Tag`] their packets carry, the [`AppEvent`]s they
-//! report, the [`Outbox`] they fill, the [`ClientSchedule`] of a client's sends, the
-//! [`QueryRecord`] of each query, and the ephemeral port range a client draws from. The
+//! report, the [`Outbox`] they fill, the [`ClientSchedule`] of a client's sends and the one
+//! scheduler every client kind runs it with (`scheduler.rs`), the [`QueryRecord`] of each query, and the ephemeral port range a client draws from. The
 //! applications have their own files: [`UdpServer`] and [`UdpClient`] (`udp.rs`), and
 //! [`TcpClient`], one connection per exchange (`tcp_client.rs`); beside them in
 //! [`crate::cluster`] are the TCP server ([`TcpServer`]), the keep-alive TCP client
@@ -25,11 +25,13 @@
 //! them: the socket layer that answers without an application and builds TCP segments
 //! (`socket.rs`), and the timers of one application (`timers.rs`).
 
+mod scheduler;
 mod socket;
 mod tcp_client;
 mod timers;
 mod udp;
 
+pub(crate) use scheduler::{due_at, Pacing, Scheduler, Shift};
 pub use socket::{closed_port_response, TCP_TIMEWAIT_LEN};
 pub(crate) use socket::{tcp_packet, tcp_seg_len};
 pub use tcp_client::{TcpClient, TcpClientConfig};
@@ -291,28 +293,6 @@ impl Outbox {
     }
 }
 
-impl ClientSchedule {
-    fn nominal(&self, k: u32) -> SimTime {
-        self.start + self.interval.saturating_mul(k as u64)
-    }
-
-    /// When send `k` (from 0) goes out: its nominal time plus a jitter drawn from `rng` (no
-    /// draw when there is no jitter), or `None` once `count` sends are made or the nominal
-    /// time reaches `stop`. The one schedule of UDP, TCP and ping clients.
-    pub(crate) fn send_time(&self, k: u32, rng: &mut SimRng) -> Option<SimTime> {
-        let nominal = self.nominal(k);
-        if self.count.is_some_and(|c| k >= c) || nominal >= self.stop {
-            return None;
-        }
-        let jitter = if self.jitter.is_zero() {
-            SimDuration::ZERO
-        } else {
-            SimDuration::from_nanos(rng.below(self.jitter.as_nanos().saturating_add(1)))
-        };
-        Some(nominal + jitter)
-    }
-}
-
 /// How one query ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueryOutcome {
@@ -361,6 +341,19 @@ pub struct QueryRecord {
     pub attempts: u8,
     /// How it ended.
     pub outcome: QueryOutcome,
+}
+
+impl QueryRecord {
+    /// Query `seq`, failed at `now` before anything was sent: no local port was free.
+    pub(crate) fn no_port(seq: u32, now: SimTime) -> QueryRecord {
+        QueryRecord {
+            seq,
+            sent_at: now,
+            src_port: 0,
+            attempts: 0,
+            outcome: QueryOutcome::NoPort(now),
+        }
+    }
 }
 
 /// Draws a free ephemeral port from `rng`, as `inet_hash_connect`/`udp_lib_get_port` pick a

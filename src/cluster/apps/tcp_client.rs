@@ -2,8 +2,8 @@
 //! read the response, close, and keep the port in TIME_WAIT afterwards.
 
 use super::{
-    tcp_packet, tcp_seg_len, AppEvent, ClientSchedule, Outbox, PortsInUse, QueryOutcome,
-    QueryRecord, Tag, TcpFailure, TCP_TIMEWAIT_LEN,
+    due_at, tcp_packet, tcp_seg_len, AppEvent, ClientSchedule, Outbox, Pacing, PortsInUse,
+    QueryOutcome, QueryRecord, Scheduler, Tag, TcpFailure, TCP_TIMEWAIT_LEN,
 };
 use crate::cluster::ports::ConnectPorts;
 use crate::cluster::querylog::QueryLog;
@@ -66,10 +66,8 @@ pub struct TcpClientConfig {
 #[derive(Debug, Clone)]
 pub struct TcpClient {
     cfg: TcpClientConfig,
-    jitter_rng: SimRng,
+    sends: Scheduler,
     isn_rng: SimRng,
-    next_k: u32,
-    next_send: Option<SimTime>,
     conns: BTreeMap<u32, CliConn>,
     /// The open connections by deadline and by local port: O(log n) per segment and timer.
     deadlines: BTreeSet<(SimTime, u32)>,
@@ -81,17 +79,15 @@ impl TcpClient {
     /// A client; `seed` and `label` name its seeded streams.
     pub fn new(cfg: TcpClientConfig, seed: u64, label: &str) -> TcpClient {
         let mut c = TcpClient {
-            jitter_rng: SimRng::child(seed, label, "jitter"),
+            sends: Scheduler::new(seed, label),
             isn_rng: SimRng::child(seed, label, "isn"),
-            next_k: 0,
-            next_send: None,
             conns: BTreeMap::new(),
             deadlines: BTreeSet::new(),
             by_port: BTreeMap::new(),
             records: QueryLog::new(),
             cfg,
         };
-        c.schedule_next();
+        c.sends.schedule(&c.cfg.schedule, Pacing::Periodic(None));
         c
     }
     /// The configuration.
@@ -141,16 +137,10 @@ impl TcpClient {
             }
         }
     }
-    fn schedule_next(&mut self) {
-        self.next_send = self
-            .cfg
-            .schedule
-            .send_time(self.next_k, &mut self.jitter_rng);
-    }
     /// The next instant it needs [`TcpClient::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<SimTime> {
         // The earlier of the next send and the nearest deadline, where either exists.
-        [self.next_send, self.deadlines.first().map(|(t, _)| *t)]
+        [self.sends.next(), self.deadlines.first().map(|(t, _)| *t)]
             .into_iter()
             .flatten()
             .min()
@@ -187,11 +177,7 @@ impl TcpClient {
         connect: &mut ConnectPorts,
         out: &mut Outbox,
     ) {
-        let mut due: Vec<u32> = self
-            .deadlines
-            .range(..=(now, u32::MAX))
-            .map(|(_, k)| *k)
-            .collect();
+        let mut due = due_at(&self.deadlines, now);
         due.sort_unstable();
         for seq in due {
             let Some(c) = self.conns.get_mut(&seq) else {
@@ -235,20 +221,14 @@ impl TcpClient {
                 }
             }
         }
-        while self.next_send.is_some_and(|t| t <= now) {
-            let seq = self.next_k;
-            self.next_k += 1;
-            self.schedule_next();
+        while let Some(seq) = self
+            .sends
+            .take_due(now, &self.cfg.schedule, Pacing::Periodic(None))
+        {
             let own = &self.by_port;
             let busy = |p: u16| in_use.in_use(p) || own.contains_key(&p);
             let Some(port) = connect.pick(self.cfg.local_ip, self.cfg.dst, &busy) else {
-                self.records.push(QueryRecord {
-                    seq,
-                    sent_at: now,
-                    src_port: 0,
-                    attempts: 0,
-                    outcome: QueryOutcome::NoPort(now),
-                });
+                self.records.push(QueryRecord::no_port(seq, now));
                 continue;
             };
             let isn = self.isn_rng.next_u32();

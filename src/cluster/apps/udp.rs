@@ -3,8 +3,8 @@
 //! ([`UdpClient`]).
 
 use super::{
-    draw_ephemeral_port, AppEvent, ClientSchedule, Outbox, PortsInUse, QueryOutcome, QueryRecord,
-    SourcePort, Tag, Timers, UdpReply,
+    draw_ephemeral_port, due_at, AppEvent, ClientSchedule, Outbox, Pacing, PortsInUse,
+    QueryOutcome, QueryRecord, Scheduler, Shift, SourcePort, Tag, Timers, UdpReply,
 };
 use crate::cluster::querylog::QueryLog;
 use crate::scenario::model::UdpSocketUse;
@@ -150,11 +150,9 @@ pub struct UdpClientConfig {
 #[derive(Debug, Clone)]
 pub struct UdpClient {
     cfg: UdpClientConfig,
-    jitter_rng: SimRng,
+    sends: Scheduler,
     port_rng: SimRng,
     fixed_port: Option<u16>,
-    next_k: u32,
-    next_send: Option<SimTime>,
     inflight: BTreeMap<u32, Inflight>,
     /// The queries in flight by deadline, and by port (oldest first): each send, timeout and
     /// answer costs O(log n) in the queries in flight.
@@ -172,7 +170,7 @@ impl UdpClient {
     /// A client; `seed` and `label` name its seeded streams (`{label}/jitter`, `{label}/ports`).
     pub fn new(cfg: UdpClientConfig, seed: u64, label: &str) -> UdpClient {
         let mut c = UdpClient {
-            jitter_rng: SimRng::child(seed, label, "jitter"),
+            sends: Scheduler::new(seed, label),
             port_rng: SimRng::child(seed, label, "ports"),
             fixed_port: match cfg.source_port {
                 SourcePort::Fixed(p) if !cfg.socket.sequential => Some(p),
@@ -184,8 +182,6 @@ impl UdpClient {
                 .gap
                 .filter(|g| g.closed)
                 .map(|g| cfg.schedule.start + g.after),
-            next_k: 0,
-            next_send: None,
             inflight: BTreeMap::new(),
             deadlines: BTreeSet::new(),
             by_port: BTreeSet::new(),
@@ -257,7 +253,7 @@ impl UdpClient {
             return;
         }
         let gap = self.close_at.is_some_and(|t| t <= now);
-        if gap || self.next_send.is_none() {
+        if gap || self.sends.next().is_none() {
             self.open = false;
             if gap {
                 self.close_at = None;
@@ -307,39 +303,27 @@ impl UdpClient {
         }
         if self.cfg.socket.sequential {
             // The loop's `sleep`, then the next `dig`.
-            self.next_send = self.sequential_send(now + self.cfg.schedule.interval);
+            self.sends
+                .follow(&self.cfg.schedule, now + self.cfg.schedule.interval);
         }
-    }
-
-    /// A `dig` loop's next run at `at`, unless its count is made or `at` reaches its stop.
-    fn sequential_send(&self, at: SimTime) -> Option<SimTime> {
-        let s = &self.cfg.schedule;
-        (s.count.is_none_or(|c| self.next_k < c) && at < s.stop).then_some(at)
     }
 
     /// When query `k` is due: the schedule's time, moved by the gap for queries whose
     /// nominal time falls at or after the gap's start. A `dig` loop's first run is at its
     /// start; each next one follows the end of the one before ([`UdpClient::untrack`]).
     fn schedule_next(&mut self) {
-        let s = &self.cfg.schedule;
-        let k = self.next_k;
+        let pacing = self.pacing();
+        self.sends.schedule(&self.cfg.schedule, pacing);
+    }
+
+    /// How its queries follow each other: a `dig` loop's one after the other, the others'
+    /// on the schedule, moved by the gap.
+    fn pacing(&self) -> Pacing {
         if self.cfg.socket.sequential {
-            self.next_send = match k {
-                0 => self.sequential_send(s.start),
-                _ => None,
-            };
-            return;
+            Pacing::Sequential
+        } else {
+            Pacing::Periodic(self.cfg.socket.gap.map(Shift::from))
         }
-        self.next_send = match self.cfg.socket.gap {
-            Some(g) if s.start + s.interval.saturating_mul(k as u64) >= s.start + g.after => {
-                let moved = ClientSchedule {
-                    start: s.start + g.duration,
-                    ..s.clone()
-                };
-                moved.send_time(k, &mut self.jitter_rng)
-            }
-            _ => s.send_time(k, &mut self.jitter_rng),
-        };
     }
 
     /// The next instant it needs [`UdpClient::handle_timeout`].
@@ -350,7 +334,7 @@ impl UdpClient {
             .close_at
             .filter(|_| self.open && self.inflight.is_empty());
         [
-            self.next_send,
+            self.sends.next(),
             self.deadlines.first().map(|(t, _)| *t),
             close,
         ]
@@ -389,26 +373,20 @@ impl UdpClient {
     ) {
         // Timeouts first: a retry scheduled at the same instant as a new query goes first
         // (in query order, as before).
-        let mut due: Vec<u32> = self
-            .deadlines
-            .range(..=(now, u32::MAX))
-            .map(|(_, k)| *k)
-            .collect();
+        let mut due = due_at(&self.deadlines, now);
         due.sort_unstable();
         for seq in due {
             self.try_failed(now, seq, None, out);
         }
         // A `reopen` gap's close, before a send at the same instant.
         self.settle(now, out);
-        while let Some(t) = self.next_send.filter(|t| *t <= now) {
-            let _ = t;
+        let pacing = self.pacing();
+        while let Some(seq) = self.sends.take_due(now, &self.cfg.schedule, pacing) {
             if self.close_at.is_some_and(|c| c <= now) {
                 // A `reopen` gap whose queries in flight outlasted it: the socket never
                 // closed, and keeps its port.
                 self.close_at = None;
             }
-            let seq = self.next_k;
-            self.next_k += 1;
             let port = match self.cfg.source_port {
                 SourcePort::Fixed(p) if self.cfg.socket.sequential => {
                     // `dig -b ADDR#PORT` binds its port for this run; another socket on it
@@ -424,18 +402,12 @@ impl UdpClient {
                     draw_ephemeral_port(&mut self.port_rng, &busy)
                 }
             };
-            self.schedule_next();
             let Some(port) = port else {
                 // No free port: the query fails at once, as EADDRINUSE would.
-                self.records.push(QueryRecord {
-                    seq,
-                    sent_at: now,
-                    src_port: 0,
-                    attempts: 0,
-                    outcome: QueryOutcome::NoPort(now),
-                });
+                self.records.push(QueryRecord::no_port(seq, now));
                 if self.cfg.socket.sequential {
-                    self.next_send = self.sequential_send(now + self.cfg.schedule.interval);
+                    self.sends
+                        .follow(&self.cfg.schedule, now + self.cfg.schedule.interval);
                 }
                 continue;
             };
