@@ -15,6 +15,7 @@
 //! - `expect_words`: the `conntrackStats` and `conntrackEvent` expectation kinds.
 //! - [`topology`]: nodes' zones and CPU, and the topology words of Services checked against
 //!   the release.
+//! - [`load_balancer`]: the cloud load balancer's health checks (`cloudLoadBalancer:`).
 //! - [`events`]: the events that change objects, kube-proxy, conntrack tables and nodes over
 //!   time, each checked against what exists at its instant.
 
@@ -24,6 +25,7 @@ mod expect_words;
 mod families;
 pub mod ipam;
 pub mod load;
+pub mod load_balancer;
 pub mod model;
 pub mod names;
 mod pcap_client;

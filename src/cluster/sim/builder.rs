@@ -275,6 +275,7 @@ impl Simulation {
             cleanup_tally_error: None,
             tap: capture.map(|sink| capture::Tap::new(sink, &sc)),
             pcap: pcap_client::PcapRt::default(),
+            lb: load_balancer::LbRt::new(Default::default()),
             sc,
         };
         sim.tap_nodes();
@@ -332,6 +333,7 @@ impl Simulation {
         for (i, e) in sim.sc.events.iter().enumerate() {
             sim.queue.push(e.at, Ev::Action(i));
         }
+        sim.lb_start(&all_services);
         // Initial objects, seen by every kube-proxy before its first sync at time 0.
         sim.slices = match &sim.sc.endpoint_slices {
             Some(s) => s.clone(),

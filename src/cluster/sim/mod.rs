@@ -69,6 +69,7 @@ mod expect;
 mod inject;
 mod inspect;
 mod kube_proxy;
+mod load_balancer;
 mod network;
 mod node_setup;
 mod pcap_client;
@@ -130,6 +131,10 @@ enum Ev {
     Recreate(usize),
     /// A pcap client's packet (client, index).
     PcapSend(usize, usize),
+    /// A round of the cloud load balancer's health checks reaches the nodes.
+    LbProbe,
+    /// The oldest round's answers reach the load balancer.
+    LbAnswers,
 }
 
 /// EndpointSlice changes delivered to every kube-proxy at once.
@@ -499,6 +504,8 @@ pub struct Simulation {
     tap: Option<capture::Tap>,
     /// The pcap clients' senders, ports and counts.
     pcap: pcap_client::PcapRt,
+    /// The cloud load balancer in front of `type: LoadBalancer` Services.
+    lb: load_balancer::LbRt,
 }
 
 impl Simulation {
@@ -729,6 +736,8 @@ impl Simulation {
             }
             Ev::Action(i) => self.action(i)?,
             Ev::PcapSend(i, k) => self.pcap_send(i, k),
+            Ev::LbProbe => self.lb_probe(),
+            Ev::LbAnswers => self.lb_answers(),
             Ev::Recreate(i) => {
                 let def = self.recreates[i].clone();
                 self.add_pod(def, true)?;

@@ -37,8 +37,13 @@ impl Simulation {
                 Machine::Node(n) => {
                     self.queue.push(self.now, Ev::Deliver(Dest::NodeOut(*n), p));
                 }
-                // A host's default route: the router.
-                Machine::Host(_) => self.router(p, None),
+                // A host's default route: the router, or the cloud load balancer for a
+                // load-balancer IP.
+                Machine::Host(_) => {
+                    if let Err(p) = self.lb_route(p) {
+                        self.router(p, None)
+                    }
+                }
             }
         }
     }
