@@ -212,3 +212,72 @@ fn a_terminating_endpoint_fails_the_check_while_it_serves_so_a_long_lameduck_dra
     let browser = &r.clients[0];
     assert_eq!((browser.sent, browser.failed), (90, 0));
 }
+
+#[test]
+fn a_faster_health_check_shortens_the_window() {
+    // Checks every 2 s, unhealthy after 2 failures: node-1 fails at 1:02 and 1:04 (its sync
+    // at 1:01.1 came first) and is steered away from at 1:04 instead of 1:20.
+    let yaml = std::fs::read_to_string(shipped()).unwrap().replace(
+        "healthCheck: {interval: 8s, timeout: 1s, healthyThreshold: 1, unhealthyThreshold: 3}",
+        "healthCheck: {interval: 2s, timeout: 1s, unhealthyThreshold: 2}",
+    );
+    assert!(yaml.contains("interval: 2s"));
+    let r = run_str(&yaml);
+    let from_1m: Vec<String> = lb_lines(&r)
+        .into_iter()
+        .filter(|l| l.as_str() >= "00:01")
+        .collect();
+    assert_eq!(
+        from_1m,
+        [
+            "00:01:02.000  load balancer default/web: node-1 :32000/healthz answers 503 (localEndpoints 0)",
+            "00:01:04.000  load balancer default/web: node-1 UNHEALTHY (2 checks failed in a row, unhealthyThreshold 2); new connections go to node-2",
+        ]
+    );
+    let slow = run_file(&shipped());
+    let fast = &r.clients[0];
+    assert!(
+        fast.failed < slow.clients[0].failed,
+        "{} failed with the fast check, {} with GCE's",
+        fast.failed,
+        slow.clients[0].failed
+    );
+}
+
+#[test]
+fn health_check_settings_out_of_range_are_refused_at_their_place() {
+    for (hc, line, col, want) in [
+        (
+            "{interval: 0s}",
+            2,
+            27,
+            "cloudLoadBalancer.healthCheck.interval 0s: expected a positive duration",
+        ),
+        (
+            "{interval: 5s, timeout: 6s}",
+            2,
+            40,
+            "cloudLoadBalancer.healthCheck.timeout 6s is longer than the interval 5s",
+        ),
+        (
+            "{unhealthyThreshold: 0}",
+            2,
+            37,
+            "cloudLoadBalancer.healthCheck.unhealthyThreshold 0 is out of range: expected 1 to 10",
+        ),
+        (
+            "{healthyThreshold: 11}",
+            2,
+            35,
+            "cloudLoadBalancer.healthCheck.healthyThreshold 11 is out of range",
+        ),
+        ("{intervall: 5s}", 2, 17, "unknown field `intervall`"),
+    ] {
+        let yaml = format!(
+            "name: t\ncloudLoadBalancer:\n  healthCheck: {hc}\nduration: 1m\nnodes:\n  - {{name: n1, address: 192.168.0.11, podCIDR: 10.244.1.0/24}}\n"
+        );
+        let e = load_str("t.yaml", &yaml).unwrap_err();
+        assert!(e.message.contains(want), "{hc}: {e}");
+        assert_eq!((e.line, e.column), (line + 1, col), "{hc}: {e}");
+    }
+}

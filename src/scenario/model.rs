@@ -38,6 +38,8 @@ pub struct Scenario {
     pub kube_proxy: KubeProxySettings,
     /// Control-plane delays.
     pub control_plane: ControlPlaneSettings,
+    /// The cloud load balancer (`cloudLoadBalancer:`; GCE's health check by default).
+    pub cloud_load_balancer: super::load_balancer::CloudLoadBalancer,
     /// Clients.
     pub clients: Vec<ClientDef>,
     /// Captures replayed as traffic (`clients[].pcap`).

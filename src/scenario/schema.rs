@@ -125,6 +125,9 @@ pub struct ScenarioDoc {
     /// Control-plane delays.
     #[serde(default)]
     pub control_plane: Option<ControlPlaneDoc>,
+    /// The cloud load balancer in front of `type: LoadBalancer` Services.
+    #[serde(default)]
+    pub cloud_load_balancer: Option<S<super::load_balancer::CloudLoadBalancerDoc>>,
     /// Clients.
     #[serde(default)]
     pub clients: Vec<S<ClientDoc>>,

@@ -275,7 +275,7 @@ impl Simulation {
             cleanup_tally_error: None,
             tap: capture.map(|sink| capture::Tap::new(sink, &sc)),
             pcap: pcap_client::PcapRt::default(),
-            lb: load_balancer::LbRt::new(Default::default()),
+            lb: load_balancer::LbRt::new(sc.cloud_load_balancer.clone()),
             sc,
         };
         sim.tap_nodes();

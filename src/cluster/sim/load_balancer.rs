@@ -217,14 +217,14 @@ impl Simulation {
         None
     }
 
-    /// Whether `p`, from a host, is for a load-balancer IP: then the load balancer sends it
-    /// on to a node and this returns true.
-    pub(super) fn lb_route(&mut self, p: Packet) -> Result<(), Packet> {
+    /// Takes `p`, from a host, when it is for a load-balancer IP (the load balancer sends it
+    /// on to a node); gives it back otherwise.
+    pub(super) fn lb_route(&mut self, p: Packet) -> Option<Packet> {
         if self.owners.contains_key(&p.dst) {
-            return Err(p);
+            return Some(p);
         }
         let Some(fe) = self.lb_frontend(&p) else {
-            return Err(p);
+            return Some(p);
         };
         let key = FlowKey {
             proto: p.protocol(),
@@ -260,7 +260,7 @@ impl Simulation {
                 };
                 if eligible.is_empty() {
                     self.network_drop(&p, "the load balancer has no backend".into());
-                    return Ok(());
+                    return None;
                 }
                 let h = flow_hash(self.sc.seed, &key);
                 eligible[(h % eligible.len() as u64) as usize]
@@ -271,7 +271,7 @@ impl Simulation {
             now + self.sc.latency,
             Ev::Deliver(Dest::NodeIn(node, eth0(), capture::Hop::Router), p),
         );
-        Ok(())
+        None
     }
 
     /// What node `n`'s kube-proxy health server answers for Service `service` on port `port`

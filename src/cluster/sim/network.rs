@@ -40,7 +40,7 @@ impl Simulation {
                 // A host's default route: the router, or the cloud load balancer for a
                 // load-balancer IP.
                 Machine::Host(_) => {
-                    if let Err(p) = self.lb_route(p) {
+                    if let Some(p) = self.lb_route(p) {
                         self.router(p, None)
                     }
                 }

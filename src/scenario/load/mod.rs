@@ -301,6 +301,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             .and_then(|c| c.watch_delay)
             .map_or(SimDuration::from_millis(100), Duration::get),
     };
+    let cloud_load_balancer = super::load_balancer::convert(ctx, doc.cloud_load_balancer.as_ref())?;
 
     let Clients {
         clients,
@@ -492,6 +493,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         endpoint_slices,
         kube_proxy,
         control_plane,
+        cloud_load_balancer,
         clients,
         pcap_clients,
         events,
