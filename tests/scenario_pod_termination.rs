@@ -60,11 +60,12 @@ fn deleting_coredns_on_v1_37_replaces_the_entry_after_the_lameduck_and_no_query_
         "00:01:00.000  endpoints kube-system/kube-dns: 10.244.0.2, 10.244.0.3 (not ready, serving, terminating)",
         "00:01:00.007  dig: query #6 answered by 10.96.0.10:53 in 1ms",
         "00:01:04.000  pod kube-system/coredns-b: container exited",
-        "00:01:04.000  pod kube-system/coredns-b: not Ready",
-        "00:01:05.000  endpoints kube-system/kube-dns: 10.244.0.2, 10.244.0.3 (not ready, not serving, terminating",
-        "00:01:05.000  pod kube-system/coredns-b: gone; IP 10.244.0.3 no longer routed",
-        "00:01:05.100  kube-proxy kind-control-plane: cleanup deleted udp      17 114 src=10.244.0.5 dst=10.96.0",
-        "00:01:06.000  endpoints kube-system/kube-dns: 10.244.0.2",
+        // controlPlane.podStopDelay: 4s (fitted to the measurement, not sourced).
+        "00:01:08.000  pod kube-system/coredns-b: not Ready",
+        "00:01:09.000  endpoints kube-system/kube-dns: 10.244.0.2, 10.244.0.3 (not ready, not serving, terminating",
+        "00:01:09.000  pod kube-system/coredns-b: gone; IP 10.244.0.3 no longer routed",
+        "00:01:09.100  kube-proxy kind-control-plane: cleanup deleted udp      17 110 src=10.244.0.5 dst=10.96.0",
+        "00:01:10.000  endpoints kube-system/kube-dns: 10.244.0.2",
         "00:01:10.007  ct kind-control-plane:     [NEW] udp      17 30 src=10.244.0.5 dst=10.96.0.10 sport=40000 d",
         "00:01:10.008  dig: query #7 answered by 10.96.0.10:53 in 1ms",
         "00:01:20.009  dig: query #8 answered by 10.96.0.10:53 in 1ms",
@@ -72,7 +73,7 @@ fn deleting_coredns_on_v1_37_replaces_the_entry_after_the_lameduck_and_no_query_
     assert_eq!(got, shorts(&want), "{got:#?}");
     let failed: Vec<_> = r.results.iter().filter(|x| !x.passed).collect();
     assert!(failed.is_empty(), "{failed:#?}");
-    assert_eq!(r.results.len(), 5);
+    assert_eq!(r.results.len(), 6);
 }
 
 #[test]
@@ -85,10 +86,11 @@ fn deleting_coredns_on_v1_31_0_leaves_the_entry_to_the_gone_pod_and_dig_times_ou
         "00:01:00.000  endpoints kube-system/kube-dns: 10.244.0.2, 10.244.0.3 (not ready, serving, terminating)",
         "00:01:00.007  dig: query #6 answered by 10.96.0.10:53 in 1ms",
         "00:01:04.000  pod kube-system/coredns-b: container exited",
-        "00:01:04.000  pod kube-system/coredns-b: not Ready",
-        "00:01:05.000  endpoints kube-system/kube-dns: 10.244.0.2, 10.244.0.3 (not ready, not serving, terminating",
-        "00:01:05.000  pod kube-system/coredns-b: gone; IP 10.244.0.3 no longer routed",
-        "00:01:06.000  endpoints kube-system/kube-dns: 10.244.0.2",
+        // controlPlane.podStopDelay: 4s (fitted to the measurement, not sourced).
+        "00:01:08.000  pod kube-system/coredns-b: not Ready",
+        "00:01:09.000  endpoints kube-system/kube-dns: 10.244.0.2, 10.244.0.3 (not ready, not serving, terminating",
+        "00:01:09.000  pod kube-system/coredns-b: gone; IP 10.244.0.3 no longer routed",
+        "00:01:10.000  endpoints kube-system/kube-dns: 10.244.0.2",
     ];
     assert_eq!(got, shorts(&want), "{got:#?}");
     let timed_out: Vec<String> = r
@@ -106,6 +108,52 @@ fn deleting_coredns_on_v1_31_0_leaves_the_entry_to_the_gone_pod_and_dig_times_ou
     );
     let failed: Vec<_> = r.results.iter().filter(|x| !x.passed).collect();
     assert!(failed.is_empty(), "{failed:#?}");
+}
+
+#[test]
+fn without_the_fitted_pod_stop_delay_the_reconciler_deletes_at_6_1_s_and_plus_10_s_fails() {
+    // What the sources alone give (controlPlane.podStopDelay 0 s, its default): not Ready at
+    // the exit (+5 s), the entry deleted at +6.1 s; the measurement's "+10 s: still there"
+    // then fails. That is the gap the scenario's fitted 4 s stands for.
+    let path = format!(
+        "{}/scenarios/kind-delete-coredns.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains("  podStopDelay: 4s\n"));
+    let sc = load_str("kind.yaml", &text.replace("  podStopDelay: 4s\n", "")).unwrap();
+    let opts = RunOptions {
+        record_timeline: true,
+        conntrack_events: true,
+        progress: None,
+    };
+    let r = Simulation::new(sc, opts).unwrap().finish().unwrap();
+    let deleted: Vec<String> = r
+        .timeline
+        .iter()
+        .map(|e| short(&e.line()))
+        .filter(|l| l.contains("cleanup deleted") || l.contains("coredns-b: not Ready"))
+        .collect();
+    assert_eq!(
+        deleted,
+        shorts(&[
+            "00:01:04.000  pod kube-system/coredns-b: not Ready",
+            "00:01:05.100  kube-proxy kind-control-plane: cleanup deleted udp      17 114 src=10.244.0.5 dst=10.96.0",
+        ])
+    );
+    let failed: Vec<&str> = r
+        .results
+        .iter()
+        .filter(|x| !x.passed)
+        .map(|x| x.name.as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            "+10 s: still there, to coredns-b (exited at +5 s; not Ready at +9 s, not serving at +10 s)",
+            "the reconciler deletes it at +10.1 s, before the next query (+11 s)",
+        ]
+    );
 }
 
 const WORLD: &str = "name: t\nduration: 1m\nnodes:\n  - {name: n1, address: 192.168.0.11, podCIDR: 10.244.1.0/24}\npods:\n";

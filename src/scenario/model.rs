@@ -334,6 +334,10 @@ pub struct ControlPlaneSettings {
     pub endpoint_slice_delay: SimDuration,
     /// EndpointSlice change → kube-proxy sees it.
     pub watch_delay: SimDuration,
+    /// A terminating pod's container exit → the kubelet's `killPod` returns and it reports the
+    /// pod not Ready (`controlPlane.podStopDelay`): no source read explains a delay here; kind
+    /// measurements fit about 4 s (docs/kube-proxy-model.md §10).
+    pub pod_stop_delay: SimDuration,
 }
 
 /// Where a client runs.

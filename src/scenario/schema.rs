@@ -407,6 +407,10 @@ pub struct ControlPlaneDoc {
     /// Time from an EndpointSlice update to kube-proxy seeing it (default 100ms).
     #[serde(default)]
     pub watch_delay: Option<Duration>,
+    /// Time from a terminating pod's container exit to the kubelet's `killPod` returning
+    /// (default 0s; docs/kube-proxy-model.md §10 on why it is a parameter).
+    #[serde(default)]
+    pub pod_stop_delay: Option<Duration>,
 }
 
 /// The source port choice of a UDP client: a number, `fixed` or `perQuery`.

@@ -24,6 +24,8 @@ pub(super) enum PodTimer {
     Sigterm,
     /// The process exits on its own after SIGTERM (at once, or at the end of its lameduck).
     Exit,
+    /// `controlPlane.podStopDelay` after the exit: the kubelet's `killPod` returns.
+    Stopped,
     Gone,
 }
 
@@ -289,11 +291,14 @@ impl Simulation {
     }
 
     /// The terminating pod's process exits by itself: the kubelet sees the container
-    /// terminated and reports the pod not ready at once (its status is regenerated when
-    /// `killContainer` returns, and a container not running is not ready: `prober_manager`'s
-    /// `UpdatePodStatus`), so its endpoint turns `ready: false, serving: false, terminating:
-    /// true` while the pod object still exists. The kubelet then stops the sandbox (the
-    /// pod's network goes) and the pod object is deleted, [`POD_REMOVAL_AFTER_EXIT`] later.
+    /// terminated and reports the pod not ready when `killPod` returns (`SyncTerminatingPod`
+    /// regenerates the status after it, and a container not running is not ready:
+    /// `prober_manager`'s `UpdatePodStatus`), so its endpoint turns `ready: false, serving:
+    /// false, terminating: true` while the pod object still exists. The kubelet then stops the
+    /// sandbox (the pod's network goes) and the pod object is deleted,
+    /// [`POD_REMOVAL_AFTER_EXIT`] later. `controlPlane.podStopDelay` (0 s unless set) puts
+    /// time between the exit and `killPod` returning: the sources read have none, a kind
+    /// measurement fits 4 s (docs/kube-proxy-model.md §10).
     fn container_exit(&mut self, id: usize) {
         if !self.pods[id].state.process_alive {
             return;
@@ -305,6 +310,17 @@ impl Simulation {
             pod: key,
             change: "container exited".into(),
         });
+        let stop = self.sc.control_plane.pod_stop_delay;
+        if stop.is_zero() {
+            self.pod_stopped(id);
+        } else {
+            self.pod_timer(id, stop, PodTimer::Stopped);
+        }
+    }
+
+    /// `killPod` has returned for a pod whose process exited: not Ready, then gone
+    /// [`POD_REMOVAL_AFTER_EXIT`] later.
+    fn pod_stopped(&mut self, id: usize) {
         self.set_ready(id, false);
         self.pod_timer(id, POD_REMOVAL_AFTER_EXIT, PodTimer::Gone);
     }
@@ -358,6 +374,7 @@ impl Simulation {
             }
             PodTimer::Sigterm => self.sigterm(pod),
             PodTimer::Exit => self.container_exit(pod),
+            PodTimer::Stopped => self.pod_stopped(pod),
             PodTimer::Gone => {
                 self.pod_gone(pod);
             }

@@ -300,6 +300,9 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         watch_delay: cp
             .and_then(|c| c.watch_delay)
             .map_or(SimDuration::from_millis(100), Duration::get),
+        pod_stop_delay: cp
+            .and_then(|c| c.pod_stop_delay)
+            .map_or(SimDuration::ZERO, Duration::get),
     };
     let cloud_load_balancer = super::load_balancer::convert(ctx, doc.cloud_load_balancer.as_ref())?;
 
