@@ -3,16 +3,12 @@
 //! ready local endpoints, and sends new connections only to the nodes that pass
 //! (docs/kube-proxy-model.md §13; `scenarios/etp-local-lb-health.yaml`).
 
-use nfsim::cluster::sim::{RunOptions, RunResult, Simulation};
-use nfsim::scenario::{load_file, load_str};
+#[path = "support/scenario.rs"]
+mod scenario_run;
 
-fn opts() -> RunOptions {
-    RunOptions {
-        record_timeline: true,
-        conntrack_events: false,
-        progress: None,
-    }
-}
+use nfsim::cluster::sim::RunResult;
+use nfsim::scenario::{load_file, load_str};
+use scenario_run::{run_scenario, run_text};
 
 fn shipped() -> String {
     format!(
@@ -22,17 +18,11 @@ fn shipped() -> String {
 }
 
 fn run_file(path: &str) -> RunResult {
-    Simulation::new(load_file(path).unwrap(), opts())
-        .unwrap()
-        .finish()
-        .unwrap()
+    run_scenario(load_file(path).unwrap(), false)
 }
 
 fn run_str(yaml: &str) -> RunResult {
-    Simulation::new(load_str("t.yaml", yaml).unwrap(), opts())
-        .unwrap()
-        .finish()
-        .unwrap()
+    run_text("t.yaml", yaml, false)
 }
 
 /// The timeline's load-balancer lines.

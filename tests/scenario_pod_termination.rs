@@ -121,13 +121,7 @@ fn without_the_fitted_pod_stop_delay_the_reconciler_deletes_at_6_1_s_and_plus_10
     );
     let text = std::fs::read_to_string(path).unwrap();
     assert!(text.contains("  podStopDelay: 4s\n"));
-    let sc = load_str("kind.yaml", &text.replace("  podStopDelay: 4s\n", "")).unwrap();
-    let opts = RunOptions {
-        record_timeline: true,
-        conntrack_events: true,
-        progress: None,
-    };
-    let r = Simulation::new(sc, opts).unwrap().finish().unwrap();
+    let r = scenario_run::run_text("kind.yaml", &text.replace("  podStopDelay: 4s\n", ""), true);
     let deleted: Vec<String> = r
         .timeline
         .iter()
