@@ -187,7 +187,8 @@ pub(super) fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) ->
     };
     // The ServiceCIDRs kube-proxy watches: the cluster's one range (`serviceCIDR`, or its
     // default), which nftables mode turns into `Drop traffic to unallocated ClusterIPs`.
-    cfg.service_cidrs = vec![sc.service_cidr];
+    // (Each family's proxier keeps the ranges of its family, `OnServiceCIDRsChanged`.)
+    cfg.service_cidrs = sc.service_cidrs.clone();
     // kube-proxy leaves out its INVALID drop rule when conntrack is liberal.
     cfg.conntrack_tcp_be_liberal =
         n.sysctls.get("net.netfilter.nf_conntrack_tcp_be_liberal") == Some(&1);

@@ -497,6 +497,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         events,
         expectations,
         service_cidr: ipam.service_cidr,
+        service_cidrs: ipam.service_cidrs,
         allocated: ipam.allocated,
         warnings,
     })
