@@ -324,3 +324,41 @@ fn ipv6_primary_requests_follow_ip_families_order() {
     assert!(spec.cluster_ip.unwrap().ip().unwrap().is_ipv6(), "{spec:?}");
     assert!(sc.services[0].ipv4_cluster_ip().is_some());
 }
+
+/// IPv6 addresses of the cluster's own machines and IPv6 client targets are refused at
+/// their place (failed before: a node at an IPv6 address got IPv4 rules and its packets
+/// passed untranslated; a client sent from its IPv4 address to an IPv6 target).
+#[test]
+fn ipv6_machine_addresses_and_targets_are_refused_at_their_place() {
+    for (from, to, at, words) in [
+        (
+            "    address: 192.168.0.1\n",
+            "    address: \"fd00:1::1\"\n",
+            (5, 14),
+            "node n1's address fd00:1::1 is IPv6",
+        ),
+        (
+            "    podCIDR: 10.244.1.0/24\n",
+            "    podCIDR: \"fd00:10:244:1::/64\"\n",
+            (6, 14),
+            "node n1's podCIDR fd00:10:244:1::/64 is IPv6",
+        ),
+        (
+            "    ip: 10.244.1.5\n",
+            "    ip: \"fd00:10:244:1::5\"\n",
+            (10, 9),
+            "pod dns's ip fd00:10:244:1::5 is IPv6",
+        ),
+        (
+            "udp: {target: default/dns:dns, interval: 10s}",
+            "udp: {target: \"[fd00:10:96::10]:53\", interval: 10s}",
+            (23, 19),
+            "client c's target [fd00:10:96::10]:53 is IPv6",
+        ),
+    ] {
+        let e = load_str("t.yaml", &with(from, to)).unwrap_err();
+        assert_eq!((e.line, e.column), at, "{e}");
+        assert!(e.message.starts_with(words), "{e}");
+        assert!(e.message.contains("nfsim's cluster is IPv4"), "{e}");
+    }
+}

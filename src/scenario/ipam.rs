@@ -746,7 +746,10 @@ mod tests {
         let IpAddr::V6(ip) = b.allocate().unwrap() else {
             panic!()
         };
-        assert!((257..=0xffff).contains(&(u128::from(ip) & 0xffff_ffff)), "{ip}");
+        assert!(
+            (257..=0xffff).contains(&(u128::from(ip) & 0xffff_ffff)),
+            "{ip}"
+        );
         // Its own draw: another stream than the IPv4 range's.
         assert_eq!(b.family(), IpFamily::IPv6);
         assert!(ServiceIpAllocator::new(cidr("fd00::/127"), 1).is_none());

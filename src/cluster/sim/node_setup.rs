@@ -158,6 +158,8 @@ fn node_port_ips(n: &NodeDef, list: &[NodePortAddress]) -> Option<Vec<IpAddr>> {
 pub(super) fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) -> ProxierConfig {
     let n = &sc.nodes[i];
     let mut cfg = ProxierConfig::new(&n.name, n.address, n.pod_cidr);
+    // The cluster runs each node's IPv4 proxier (the loader refuses IPv6 node addresses).
+    cfg.family = crate::k8s::IpFamily::IPv4;
     crate::cluster::topology::configure_kube_proxy(&mut cfg, n, kp.release);
     cfg.local_detector = match &kp.detect_local {
         None => LocalDetector::ClusterCidr(kp.cluster_cidr.unwrap_or(n.pod_cidr)),
