@@ -503,7 +503,8 @@ fn in_netns(test: &str, tools_needed: &[&str], script: &str, stdin: &str) -> Opt
 
 /// The IPv6 proxier's full sync (jump rules, then `ip6tables-restore --noflush`) in the real
 /// ip6tables; `ip6tables-save` shows the bracketed DNAT target and REJECT as ip6tables
-/// defaults it for IPv6 (`icmp6-port-unreachable`).
+/// defaults it for IPv6 (`icmp6-port-unreachable`). The same sync loaded into nfsim's
+/// namespace saves byte for byte as the real one.
 #[test]
 fn real_ip6tables_restore_accepts_the_ipv6_proxier() {
     // A Service without endpoints as well: its REJECT rule.
@@ -526,6 +527,19 @@ fn real_ip6tables_restore_accepts_the_ipv6_proxier() {
         ));
     }
     script.push_str("ip6tables-restore --noflush\nip6tables-save\n");
+    // The same sync into nfsim's namespace: EnsureChain, EnsureRule (prepend), then
+    // `ip6tables-restore --noflush`.
+    let mut ns =
+        sim_netfilter::netns::Netns::new(sim_netfilter::netns::NetnsConfig::new("test-node", 1));
+    for j in &out.jump_rules {
+        let t = sim_netfilter::Table::from_name(j.table.name()).unwrap();
+        let _ = ns.ip6tables(t, &format!("-N {}", j.target));
+        ns.ip6tables(t, &format!("-I {} {}", j.chain, j.rule_text()))
+            .unwrap_or_else(|e| panic!("{}: {e}", j.command()));
+    }
+    ns.restore_family(sim_netfilter::Family::Ipv6, &out.restore, true, false)
+        .unwrap_or_else(|e| panic!("nfsim's ip6tables-restore refused the payload: {e}"));
+    let ours = ns.save_family(sim_netfilter::Family::Ipv6, false);
     let Some(save) = in_netns(
         "real_ip6tables_restore_accepts_the_ipv6_proxier",
         &["ip6tables", "ip6tables-restore", "ip6tables-save"],
@@ -541,6 +555,19 @@ fn real_ip6tables_restore_accepts_the_ipv6_proxier() {
     ] {
         assert!(save.lines().any(|l| l == w), "ip6tables-save lacks {w}\n{save}");
     }
+    // nfsim's ip6tables-save of the namespace, line for line the real one's (less its
+    // dated comment lines).
+    let real: Vec<&str> = save.lines().filter(|l| !l.starts_with('#')).collect();
+    let mine: Vec<&str> = ours.lines().filter(|l| !l.starts_with('#')).collect();
+    for (i, (a, b)) in real.iter().zip(&mine).enumerate() {
+        assert_eq!(
+            a,
+            b,
+            "line {} differs\nreal:\n{save}\nnfsim:\n{ours}",
+            i + 1
+        );
+    }
+    assert_eq!(real.len(), mine.len(), "real:\n{save}\nnfsim:\n{ours}");
 }
 
 /// The stale-UDP cleanup of every release runs per proxier (`CleanStaleEntries` in each

@@ -185,3 +185,180 @@ fn ipv6_entries_of_a_saved_listing_are_warned_about() {
         "{err}"
     );
 }
+
+/// The dual-stack minimal scenario with the Service's address and families as `spec`
+/// (instead of `clusterIP: 10.96.0.10`) and `cidrs` as the scenario's service ranges.
+fn dual(cidrs: &str, spec: &str) -> String {
+    with("      clusterIP: 10.96.0.10\n", spec).replacen(
+        "duration: 1m\n",
+        &format!("duration: 1m\n{cidrs}"),
+        1,
+    )
+}
+
+const BOTH: &str = "serviceCIDRs: [10.96.0.0/12, \"fd00:10:96::/112\"]\n";
+
+fn spec_of(sc: &nfsim::scenario::Scenario) -> nfsim::k8s::ServiceSpec {
+    sc.services[0].spec.clone()
+}
+
+/// On a dual-stack cluster (`serviceCIDRs` of both families) a PreferDualStack Service
+/// without addresses gets one of each, primary family first, from the upper bands
+/// (kube-apiserver's `initIPFamilyFields` and allocator); its IPv6 half is then warned
+/// about, as a dual-stack Service's IPv6 addresses are, and its IPv4 half simulated.
+#[test]
+fn a_prefer_dual_stack_service_gets_an_address_of_each_family() {
+    use nfsim::k8s::{ClusterIp, IpFamily, IpFamilyPolicy};
+    let text = dual(BOTH, "      ipFamilyPolicy: PreferDualStack\n");
+    let sc = load_str("t.yaml", &text).unwrap_or_else(|e| panic!("{e}"));
+    let spec = spec_of(&sc);
+    assert_eq!(spec.ip_families, vec![IpFamily::IPv4, IpFamily::IPv6]);
+    assert_eq!(spec.ip_family_policy, Some(IpFamilyPolicy::PreferDualStack));
+    let ips: Vec<std::net::IpAddr> = spec.cluster_ips.iter().filter_map(|c| c.ip()).collect();
+    assert_eq!(ips.len(), 2, "{spec:?}");
+    assert_eq!(spec.cluster_ip, Some(ClusterIp::Ip(ips[0])));
+    let v4: nfsim::k8s::Cidr = "10.96.0.0/12".parse().unwrap();
+    let v6: nfsim::k8s::Cidr = "fd00:10:96::/112".parse().unwrap();
+    assert!(v4.contains(ips[0]) && v6.contains(ips[1]), "{ips:?}");
+    // The upper band of a /112: above the first 256 addresses.
+    let std::net::IpAddr::V6(a) = ips[1] else {
+        panic!()
+    };
+    assert!(u128::from(a) & 0xffff > 256, "{a}");
+    let w: Vec<String> = sc.warnings.iter().map(|w| w.to_string()).collect();
+    assert!(
+        w.iter()
+            .any(|w| w.contains("Service default/dns: its IPv6 addresses")
+                && w.contains(&ips[1].to_string())),
+        "{w:?}"
+    );
+    // Deterministic: the same file and seed, the same addresses.
+    assert_eq!(spec_of(&load_str("t.yaml", &text).unwrap()), spec);
+    // SingleStack (the default) on the same cluster: only the primary family.
+    let single = load_str("t.yaml", &dual(BOTH, "")).unwrap();
+    assert!(spec_of(&single).cluster_ips.is_empty());
+    assert!(spec_of(&single).cluster_ip.unwrap().ip().unwrap().is_ipv4());
+    assert!(single.warnings.is_empty(), "{:?}", single.warnings);
+}
+
+/// The apiserver's refusals, at the Service: RequireDualStack on a single-stack cluster, a
+/// family the cluster has no range for; and the scenario's own: two ranges of one family,
+/// `serviceCIDR` and `serviceCIDRs` both.
+#[test]
+fn dual_stack_requests_a_cluster_cannot_meet_are_located_errors() {
+    let e = load_str(
+        "t.yaml",
+        &dual("", "      ipFamilyPolicy: RequireDualStack\n"),
+    )
+    .unwrap_err();
+    assert_eq!((e.line, e.column), (15, 5), "{e}");
+    assert!(
+        e.message.contains("spec.ipFamilyPolicy: Invalid value: \"RequireDualStack\": this cluster is not configured for dual-stack services"),
+        "{e}"
+    );
+    let e = load_str("t.yaml", &dual("", "      ipFamilies: [IPv6]\n")).unwrap_err();
+    assert!(
+        e.message.contains(
+            "spec.ipFamilies[0]: Invalid value: \"IPv6\": not configured on this cluster"
+        ),
+        "{e}"
+    );
+    let e = load_str(
+        "t.yaml",
+        &dual("serviceCIDRs: [10.96.0.0/12, 10.100.0.0/16]\n", ""),
+    )
+    .unwrap_err();
+    assert_eq!(e.line, 3, "{e}");
+    assert!(
+        e.message
+            .contains("serviceCIDRs[1] 10.100.0.0/16 is of the same family"),
+        "{e}"
+    );
+    let e = load_str(
+        "t.yaml",
+        &dual(&format!("serviceCIDR: 10.96.0.0/12\n{BOTH}"), ""),
+    )
+    .unwrap_err();
+    assert!(
+        e.message
+            .contains("both serviceCIDR (10.96.0.0/12) and serviceCIDRs"),
+        "{e}"
+    );
+    // An explicit IPv6 address outside the given IPv6 range.
+    let e = load_str(
+        "t.yaml",
+        &dual(
+            BOTH,
+            "      clusterIP: 10.96.0.10\n      clusterIPs: [10.96.0.10, \"fd00:99::10\"]\n      ipFamilyPolicy: PreferDualStack\n",
+        ),
+    )
+    .unwrap_err();
+    assert!(
+        e.message
+            .contains("cluster IP fd00:99::10 is not in the serviceCIDR fd00:10:96::/112"),
+        "{e}"
+    );
+}
+
+/// An IPv6-primary request on a dual-stack cluster: `ipFamilies: [IPv6]` alone is an
+/// IPv6-only Service (refused until IPv6 is simulated end to end); `[IPv6, IPv4]` with
+/// RequireDualStack is dual-stack with `clusterIP` the IPv6 address, its IPv4 half simulated.
+#[test]
+fn ipv6_primary_requests_follow_ip_families_order() {
+    let e = load_str("t.yaml", &dual(BOTH, "      ipFamilies: [IPv6]\n")).unwrap_err();
+    assert!(e.message.contains("is IPv6-only"), "{e}");
+    assert!(
+        e.message
+            .contains("target Service default/dns is IPv6-only (fd00:10:96::"),
+        "{e}"
+    );
+    let sc = load_str(
+        "t.yaml",
+        &dual(
+            BOTH,
+            "      ipFamilies: [IPv6, IPv4]\n      ipFamilyPolicy: RequireDualStack\n",
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let spec = spec_of(&sc);
+    assert!(spec.cluster_ip.unwrap().ip().unwrap().is_ipv6(), "{spec:?}");
+    assert!(sc.services[0].ipv4_cluster_ip().is_some());
+}
+
+/// IPv6 addresses of the cluster's own machines and IPv6 client targets are refused at
+/// their place (failed before: a node at an IPv6 address got IPv4 rules and its packets
+/// passed untranslated; a client sent from its IPv4 address to an IPv6 target).
+#[test]
+fn ipv6_machine_addresses_and_targets_are_refused_at_their_place() {
+    for (from, to, at, words) in [
+        (
+            "    address: 192.168.0.1\n",
+            "    address: \"fd00:1::1\"\n",
+            (5, 14),
+            "node n1's address fd00:1::1 is IPv6",
+        ),
+        (
+            "    podCIDR: 10.244.1.0/24\n",
+            "    podCIDR: \"fd00:10:244:1::/64\"\n",
+            (6, 14),
+            "node n1's podCIDR fd00:10:244:1::/64 is IPv6",
+        ),
+        (
+            "    ip: 10.244.1.5\n",
+            "    ip: \"fd00:10:244:1::5\"\n",
+            (10, 9),
+            "pod dns's ip fd00:10:244:1::5 is IPv6",
+        ),
+        (
+            "udp: {target: default/dns:dns, interval: 10s}",
+            "udp: {target: \"[fd00:10:96::10]:53\", interval: 10s}",
+            (23, 19),
+            "client c's target [fd00:10:96::10]:53 is IPv6",
+        ),
+    ] {
+        let e = load_str("t.yaml", &with(from, to)).unwrap_err();
+        assert_eq!((e.line, e.column), at, "{e}");
+        assert!(e.message.starts_with(words), "{e}");
+        assert!(e.message.contains("nfsim's cluster is IPv4"), "{e}");
+    }
+}

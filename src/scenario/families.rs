@@ -14,7 +14,7 @@
 //!   address family).
 
 use super::load::Ctx;
-use super::schema::EventDoc;
+use super::schema::{EventDoc, ScenarioDoc};
 use super::warnings::ScenarioWarning;
 use super::ScenarioError;
 use crate::k8s::{self, AddressType};
@@ -109,4 +109,89 @@ fn warning<T>(ctx: &Ctx, at: &Spanned<T>, message: String) -> ScenarioWarning {
         column: at.referenced.column(),
         message,
     }
+}
+
+/// Why IPv6 addresses of the cluster's own machines are refused.
+const WHY_ADDR: &str = "nfsim's cluster is IPv4: its nodes, pods, hosts and clients run kube-proxy's IPv4 proxier and iptables only (IPv6 and dual-stack machines are issue #23)";
+
+/// Refuses an IPv6 address where the cluster would run it with IPv4 rules: a node's address,
+/// pod CIDR or extra address, a host's address, a pod's IP, a client's `IP:PORT` target.
+/// Before this check such a node got kube-proxy's IPv4 rules and its IPv6 packets passed
+/// untranslated, and an IPv4 client sent to an IPv6 target from an IPv4 source.
+pub(super) fn check_addresses(ctx: &Ctx, doc: &ScenarioDoc) -> Result<(), ScenarioError> {
+    for n in &doc.nodes {
+        let name = &n.value.name.value;
+        if n.value.address.value.is_ipv6() {
+            return Err(ctx.err(
+                &n.value.address,
+                format!(
+                    "node {name}'s address {} is IPv6: {WHY_ADDR}; expected an IPv4 address",
+                    n.value.address.value
+                ),
+            ));
+        }
+        if n.value.pod_cidr.value.addr().is_ipv6() {
+            return Err(ctx.err(
+                &n.value.pod_cidr,
+                format!(
+                    "node {name}'s podCIDR {} is IPv6: {WHY_ADDR}; expected an IPv4 range",
+                    n.value.pod_cidr.value
+                ),
+            ));
+        }
+        for x in &n.value.extra_addresses {
+            if x.value.address.is_ipv6() {
+                return Err(ctx.err(x, format!("node {name}'s extra address {} is IPv6: {WHY_ADDR}; expected an IPv4 address", x.value.address)));
+            }
+        }
+    }
+    for h in &doc.hosts {
+        let ips = std::iter::once(&h.value.address).chain(&h.value.extra_addresses);
+        for a in ips {
+            if a.value.is_ipv6() {
+                return Err(ctx.err(
+                    a,
+                    format!(
+                        "host {}'s address {} is IPv6: {WHY_ADDR}; expected an IPv4 address",
+                        h.value.name.value, a.value
+                    ),
+                ));
+            }
+        }
+    }
+    let pods = doc.pods.iter().map(|p| &p.value).chain(
+        doc.events
+            .iter()
+            .filter_map(|e| e.value.create_pod.as_ref()),
+    );
+    for p in pods {
+        if let Some(ip) = p.ip.as_ref().filter(|i| i.value.is_ipv6()) {
+            return Err(ctx.err(
+                ip,
+                format!(
+                    "pod {}'s ip {} is IPv6: {WHY_ADDR}; expected an IPv4 address",
+                    p.name.value, ip.value
+                ),
+            ));
+        }
+    }
+    for c in &doc.clients {
+        let c = &c.value;
+        let targets = [
+            c.udp.as_ref().map(|u| &u.value.target),
+            c.tcp.as_ref().map(|t| &t.value.target),
+            c.ping.as_ref().map(|p| &p.value.target),
+        ];
+        for t in targets.into_iter().flatten() {
+            let v6 = t
+                .value
+                .parse::<std::net::SocketAddr>()
+                .is_ok_and(|a| a.is_ipv6())
+                || t.value.parse::<IpAddr>().is_ok_and(|a| a.is_ipv6());
+            if v6 {
+                return Err(ctx.err(t, format!("client {}'s target {} is IPv6: {WHY_ADDR}, so it would send from an IPv4 address to an IPv6 one; expected an IPv4 address or a Service port NAMESPACE/NAME[:PORT]", c.name.value, t.value)));
+            }
+        }
+    }
+    Ok(())
 }

@@ -26,16 +26,26 @@
 //!   choose. A dynamic allocation draws a random start in the upper band and scans forward
 //!   (wrapping within the band) for a free offset; only when the upper band is full does it
 //!   draw and scan in the lower band. kube-apiserver seeds its draw from the clock; nfsim
-//!   draws from the scenario's seed (stream `ipam/service-cidr`).
+//!   draws from the scenario's seed (stream `ipam/service-cidr`). An IPv6 range has no
+//!   broadcast address and its bitmap is capped at 65,536 addresses (`New`: "Limit the max
+//!   size, since the allocator keeps a bitmap of that size"); the second family draws from
+//!   its own stream (`ipam/service-cidr/IPv6`).
+//! - Which families a Service gets (`pkg/registry/core/service/storage/alloc.go`:
+//!   `initIPFamilyFields`): the families of the `clusterIPs` it gives, else its
+//!   `ipFamilies`, else the cluster's primary family (the first of `serviceCIDRs`), and with
+//!   `PreferDualStack` or `RequireDualStack` on a dual-stack cluster the other family after
+//!   it; `RequireDualStack` on a single-stack cluster and a family the cluster has no range
+//!   for are errors at the Service, in the apiserver's words. `ipFamilyPolicy` defaults to
+//!   `SingleStack`, or `RequireDualStack` when two families are given.
 
 use super::load::{Ctx, ScenarioError};
 use super::model::NodeDef;
 use super::schema::{EventDoc, PodDoc, ScenarioDoc, S};
-use crate::k8s::{self, ClusterIp, ServiceType};
+use crate::k8s::{self, ClusterIp, IpFamily, IpFamilyPolicy, ServiceType};
 use serde_saphyr::Spanned;
 use sim_core::SimRng;
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// kube-apiserver's default `--service-cluster-ip-range`.
 pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
@@ -43,8 +53,11 @@ pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
 /// What the allocation decided.
 #[derive(Clone, Debug)]
 pub struct Ipam {
-    /// The service CIDR (`serviceCIDR`, default [`DEFAULT_SERVICE_CIDR`]).
+    /// The primary service CIDR (`serviceCIDR`, the first of `serviceCIDRs`, default
+    /// [`DEFAULT_SERVICE_CIDR`]).
     pub service_cidr: k8s::Cidr,
+    /// Every service CIDR, one per family, primary first.
+    pub service_cidrs: Vec<k8s::Cidr>,
     /// The allocated addresses: (`pod NS/NAME` or `service NS/NAME`, address) → where it came
     /// from (`node-1's pod CIDR 10.244.1.0/24`, `the service CIDR 10.96.0.0/12`).
     pub allocated: BTreeMap<(String, IpAddr), String>,
@@ -82,11 +95,11 @@ pub fn static_band(size: u64) -> u64 {
     (size / 16).clamp(16, 256)
 }
 
-/// kube-apiserver's ClusterIP allocator over one IPv4 range, with a seeded draw.
+/// kube-apiserver's ClusterIP allocator over one range, with a seeded draw.
 #[derive(Debug)]
 pub struct ServiceIpAllocator {
     cidr: k8s::Cidr,
-    base: u32,
+    base: u128,
     max: u64,
     offset: u64,
     used: BTreeSet<u64>,
@@ -94,28 +107,51 @@ pub struct ServiceIpAllocator {
 }
 
 impl ServiceIpAllocator {
-    /// An allocator over IPv4 `cidr` (at least a /30), drawing from `seed`.
+    /// An allocator over `cidr` (an IPv4 /30 or larger, an IPv6 /126 or larger), drawing
+    /// from `seed` (stream `ipam/service-cidr`, `ipam/service-cidr/IPv6` for IPv6).
     pub fn new(cidr: k8s::Cidr, seed: u64) -> Option<ServiceIpAllocator> {
-        let IpAddr::V4(net) = cidr.addr() else {
-            return None;
+        let (base, size, max, stream) = match cidr.addr() {
+            IpAddr::V4(net) => {
+                let size = 1u64 << (32 - u32::from(cidr.prefix_len()));
+                // Neither the network address nor the broadcast address.
+                (
+                    u128::from(u32::from(net)),
+                    size,
+                    size.checked_sub(2)?,
+                    "ipam/service-cidr",
+                )
+            }
+            IpAddr::V6(net) => {
+                let bits = 128 - u32::from(cidr.prefix_len());
+                // RangeSize, capped where it no longer matters (the bitmap and the static
+                // band both are).
+                let size = if bits >= 63 { 1u64 << 63 } else { 1u64 << bits };
+                // Not the network address; the bitmap holds at most 65,536.
+                let max = size.min(65536).checked_sub(1)?;
+                (u128::from(net), size, max, "ipam/service-cidr/IPv6")
+            }
         };
-        let size = 1u64 << (32 - u32::from(cidr.prefix_len()));
-        // Neither the network address nor the broadcast address.
-        let max = size.checked_sub(2).filter(|m| *m > 0)?;
+        if max < 2 {
+            return None;
+        }
         Some(ServiceIpAllocator {
             cidr,
-            base: u32::from(net) + 1,
+            base: base + 1,
             max,
             offset: static_band(size),
             used: BTreeSet::new(),
-            rng: SimRng::derive(seed, "ipam/service-cidr"),
+            rng: SimRng::derive(seed, stream),
         })
     }
 
     /// The offset of `ip`, if it is allocatable in the range.
     fn offset_of(&self, ip: IpAddr) -> Option<u64> {
-        let IpAddr::V4(a) = ip else { return None };
-        let off = u64::from(u32::from(a)).checked_sub(u64::from(self.base))?;
+        let v = match (ip, self.cidr.addr()) {
+            (IpAddr::V4(a), IpAddr::V4(_)) => u128::from(u32::from(a)),
+            (IpAddr::V6(a), IpAddr::V6(_)) => u128::from(a),
+            _ => return None,
+        };
+        let off = u64::try_from(v.checked_sub(self.base)?).ok()?;
         (off < self.max).then_some(off)
     }
 
@@ -153,12 +189,21 @@ impl ServiceIpAllocator {
         }
         let o = pick?;
         self.used.insert(o);
-        Some(IpAddr::V4(Ipv4Addr::from(self.base + o as u32)))
+        let v = self.base + u128::from(o);
+        Some(match self.cidr.addr() {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::from(v as u32)),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(v)),
+        })
     }
 
     /// The range, for messages.
     pub fn cidr(&self) -> k8s::Cidr {
         self.cidr
+    }
+
+    /// The family of the range.
+    pub fn family(&self) -> IpFamily {
+        IpFamily::of(self.cidr.addr())
     }
 }
 
@@ -244,35 +289,41 @@ pub(super) fn assign(
     doc: &mut ScenarioDoc,
     nodes: &[NodeDef],
 ) -> Result<Ipam, ScenarioError> {
-    let service_cidr = match &doc.service_cidr {
-        Some(c) => c.value,
-        None => DEFAULT_SERVICE_CIDR
-            .parse()
-            .unwrap_or_else(|_| unreachable!("a valid CIDR")),
-    };
-    let mut svc = match ServiceIpAllocator::new(service_cidr, doc.seed.unwrap_or(1)) {
-        Some(a) => a,
-        None => {
-            let c = doc.service_cidr.as_ref().map(|c| (c.referenced, c.defined));
-            let (r, d) = c.unwrap_or((doc.name.referenced, doc.name.defined));
+    let (cidrs, strict) = service_cidrs(ctx, doc)?;
+    let seed = doc.seed.unwrap_or(1);
+    let mut allocators = Vec::new();
+    for (c, at) in &cidrs {
+        let Some(a) = ServiceIpAllocator::new(*c, seed) else {
             return Err(ctx.err(
-                &Spanned::new((), r, d),
-                format!("serviceCIDR {service_cidr}: expected an IPv4 range of at least 4 addresses (a /30 or larger), such as {DEFAULT_SERVICE_CIDR}"),
+                at,
+                format!("serviceCIDR {c}: expected an IPv4 range of at least 4 addresses (a /30 or larger) or an IPv6 one of at least 4 (a /126 or larger), such as {DEFAULT_SERVICE_CIDR} or fd00:10:96::/112"),
             ));
-        }
-    };
+        };
+        allocators.push(a);
+    }
+    let mut svc = ServiceAllocators(allocators);
     let mut ipam = Ipam {
-        service_cidr,
+        service_cidr: cidrs[0].0,
+        service_cidrs: cidrs.iter().map(|(c, _)| *c).collect(),
         allocated: BTreeMap::new(),
     };
-    let strict = doc.service_cidr.is_some();
 
     // Every address the file gives is kept out of the draws.
     let mut pods = Pods {
         nodes,
         used: nodes.iter().map(|n| n.address).collect(),
     };
-    let explicit_svc = |s: &S<k8s::Service>| s.value.spec.cluster_ip.and_then(ClusterIp::ip);
+    let explicit_svc = |s: &S<k8s::Service>| -> Vec<IpAddr> {
+        let spec = &s.value.spec;
+        let mut v: Vec<IpAddr> = spec
+            .cluster_ip
+            .iter()
+            .chain(&spec.cluster_ips)
+            .filter_map(|c| c.ip())
+            .collect();
+        v.dedup();
+        v
+    };
     for p in &doc.pods {
         pods.used.extend(p.value.ip.as_ref().map(|i| i.value));
     }
@@ -292,15 +343,21 @@ pub(super) fn assign(
             .flatten(),
     );
     for s in all_services {
-        if let Some(ip) = explicit_svc(s) {
-            if !svc.reserve(ip) && strict && ip.is_ipv4() {
-                return Err(ctx.err(
-                    s,
-                    format!(
-                        "Service {}: cluster IP {ip} is not in the serviceCIDR {service_cidr}: kube-apiserver refuses it (\"provided IP is not in the valid range\"); expected an address in {service_cidr}, or leave `clusterIP` out to have one allocated",
-                        s.value.key()
-                    ),
-                ));
+        for ip in explicit_svc(s) {
+            let family = IpFamily::of(ip);
+            let reserved = svc.of(family).is_some_and(|a| a.reserve(ip));
+            // Only ranges the file gives are checked, and an IPv4 address only against an
+            // IPv4 range the file gives (without one, any IPv4 address is taken as it is).
+            let checked = strict && (family == IpFamily::IPv4 || svc.of(family).is_some());
+            if !reserved && checked {
+                let msg = match svc.of(family) {
+                    Some(a) => {
+                        let c = a.cidr();
+                        format!("cluster IP {ip} is not in the serviceCIDR {c}: kube-apiserver refuses it (\"provided IP is not in the valid range\"); expected an address in {c}, or leave `clusterIP` out to have one allocated")
+                    }
+                    None => format!("cluster IP {ip} is {family} and the scenario's serviceCIDRs have no {family} range: kube-apiserver refuses it (\"not configured on this cluster\"); add a {family} range to serviceCIDRs"),
+                };
+                return Err(ctx.err(s, format!("Service {}: {msg}", s.value.key())));
             }
         }
     }
@@ -315,10 +372,10 @@ pub(super) fn assign(
             }
         }
     }
-    let mut current: BTreeMap<String, Option<ClusterIp>> = BTreeMap::new();
+    let mut current: BTreeMap<String, k8s::ServiceSpec> = BTreeMap::new();
     for s in &mut doc.services {
         allocate_service(ctx, s, &mut svc, &mut ipam)?;
-        current.insert(s.value.key(), s.value.spec.cluster_ip);
+        current.insert(s.value.key(), s.value.spec.clone());
     }
 
     // The events, in the order the simulation runs them.
@@ -370,14 +427,23 @@ pub(super) fn assign(
         }
         if let Some(s) = &mut e.create_service {
             allocate_service(ctx, s, &mut svc, &mut ipam)?;
-            current.insert(s.value.key(), s.value.spec.cluster_ip);
+            current.insert(s.value.key(), s.value.spec.clone());
         }
         if let Some(s) = &mut e.update_service {
-            // An update that leaves `clusterIP` out keeps the Service's (the API server
-            // copies the allocated values of the old object, `PatchAllocatedValues`).
+            // An update that leaves `clusterIP` out keeps the Service's addresses and
+            // families (the API server copies the allocated values of the old object,
+            // `PatchAllocatedValues`).
             if s.value.spec.cluster_ip.is_none() && s.value.spec.cluster_ips.is_empty() {
-                if let Some(Some(old)) = current.get(&s.value.key()) {
-                    s.value.spec.cluster_ip = Some(*old);
+                if let Some(old) = current.get(&s.value.key()) {
+                    let spec = &mut s.value.spec;
+                    spec.cluster_ip = old.cluster_ip;
+                    spec.cluster_ips = old.cluster_ips.clone();
+                    if spec.ip_families.is_empty() {
+                        spec.ip_families = old.ip_families.clone();
+                    }
+                    if spec.ip_family_policy.is_none() {
+                        spec.ip_family_policy = old.ip_family_policy;
+                    }
                 }
             }
         }
@@ -388,35 +454,190 @@ pub(super) fn assign(
     Ok(ipam)
 }
 
-/// Allocates a cluster IP to a Service that has none (not headless, not ExternalName).
+/// Service CIDRs with where each was given, primary first.
+type GivenCidrs = Vec<(k8s::Cidr, Spanned<()>)>;
+
+/// The scenario's service CIDRs with where each was given (`serviceCIDR`, or
+/// `serviceCIDRs`: one per family, primary first), and whether the file gave any.
+fn service_cidrs(ctx: &Ctx, doc: &ScenarioDoc) -> Result<(GivenCidrs, bool), ScenarioError> {
+    let here = |r, d| Spanned::new((), r, d);
+    match (&doc.service_cidr, &doc.service_cidrs) {
+        (Some(one), Some(list)) => Err(ctx.err(
+            list,
+            format!(
+                "both serviceCIDR ({}) and serviceCIDRs: give one of them (serviceCIDRs for a dual-stack cluster, as --service-cluster-ip-range=IPV4,IPV6)",
+                one.value
+            ),
+        )),
+        (Some(one), None) => Ok((vec![(one.value, here(one.referenced, one.defined))], true)),
+        (None, Some(list)) => {
+            if list.value.is_empty() || list.value.len() > 2 {
+                return Err(ctx.err(
+                    list,
+                    format!(
+                        "serviceCIDRs has {} entries: expected one or two, at most one per family (such as [10.96.0.0/12, fd00:10:96::/112])",
+                        list.value.len()
+                    ),
+                ));
+            }
+            if let [a, b] = &list.value[..] {
+                if a.value.addr().is_ipv4() == b.value.addr().is_ipv4() {
+                    return Err(ctx.err(
+                        b,
+                        format!(
+                            "serviceCIDRs[1] {} is of the same family as serviceCIDRs[0] {}: kube-apiserver takes one range per family for a dual-stack cluster",
+                            b.value, a.value
+                        ),
+                    ));
+                }
+            }
+            Ok((
+                list.value
+                    .iter()
+                    .map(|c| (c.value, here(c.referenced, c.defined)))
+                    .collect(),
+                true,
+            ))
+        }
+        (None, None) => Ok((
+            vec![(
+                DEFAULT_SERVICE_CIDR
+                    .parse()
+                    .unwrap_or_else(|_| unreachable!("a valid CIDR")),
+                here(doc.name.referenced, doc.name.defined),
+            )],
+            false,
+        )),
+    }
+}
+
+/// One allocator per service CIDR, primary first.
+struct ServiceAllocators(Vec<ServiceIpAllocator>);
+
+impl ServiceAllocators {
+    fn of(&mut self, family: IpFamily) -> Option<&mut ServiceIpAllocator> {
+        self.0.iter_mut().find(|a| a.family() == family)
+    }
+    fn primary(&self) -> IpFamily {
+        self.0[0].family()
+    }
+    fn dual_stack(&self) -> bool {
+        self.0.len() == 2
+    }
+}
+
+/// `initIPFamilyFields`, then the allocation of the cluster IPs a Service leaves out (not
+/// headless, not ExternalName): its families in order, primary first, each address from its
+/// family's range; `clusterIP` is `clusterIPs[0]`. The families and the policy are written
+/// into the Service, as the apiserver stores them.
 fn allocate_service(
     ctx: &Ctx,
     s: &mut S<k8s::Service>,
-    svc: &mut ServiceIpAllocator,
+    svc: &mut ServiceAllocators,
     ipam: &mut Ipam,
 ) -> Result<(), ScenarioError> {
+    let key = s.value.key();
     let spec = &s.value.spec;
-    if spec.cluster_ip.is_some()
-        || !spec.cluster_ips.is_empty()
-        || spec.type_ == ServiceType::ExternalName
-    {
+    if spec.type_ == ServiceType::ExternalName {
         return Ok(());
     }
-    let key = s.value.key();
-    let cidr = svc.cidr();
-    let Some(ip) = svc.allocate() else {
+    let headless = spec.cluster_ip == Some(ClusterIp::None)
+        || spec.cluster_ips.first() == Some(&ClusterIp::None);
+    let given: Vec<IpAddr> = spec
+        .cluster_ip
+        .iter()
+        .chain(&spec.cluster_ips)
+        .filter_map(|c| c.ip())
+        .fold(Vec::new(), |mut v, ip| {
+            if !v.contains(&ip) {
+                v.push(ip);
+            }
+            v
+        });
+    // The policy: as given, else RequireDualStack when two families are given.
+    let two_given = given.len() == 2 || spec.ip_families.len() == 2;
+    let policy = spec.ip_family_policy.unwrap_or(if two_given {
+        IpFamilyPolicy::RequireDualStack
+    } else {
+        IpFamilyPolicy::SingleStack
+    });
+    if policy == IpFamilyPolicy::RequireDualStack && !svc.dual_stack() {
         return Err(ctx.err(
             s,
             format!(
-                "Service {key} has no `clusterIP` and the serviceCIDR {cidr} is exhausted (kube-apiserver: \"range is full\"): give it a `clusterIP`, fewer Services, or a larger serviceCIDR"
+                "Service {key}: spec.ipFamilyPolicy: Invalid value: \"RequireDualStack\": this cluster is not configured for dual-stack services (kube-apiserver); give the scenario serviceCIDRs of both families, or PreferDualStack / SingleStack"
             ),
         ));
-    };
-    s.value.spec.cluster_ip = Some(ClusterIp::Ip(ip));
-    ipam.allocated.insert(
-        (format!("service {key}"), ip),
-        format!("the service CIDR {cidr}"),
-    );
+    }
+    // The families: those of the given addresses, then `ipFamilies`, then the primary.
+    let mut families: Vec<IpFamily> = given.iter().map(|ip| IpFamily::of(*ip)).collect();
+    for f in &spec.ip_families {
+        if !families.contains(f) {
+            families.push(*f);
+        }
+    }
+    if families.is_empty() {
+        families.push(svc.primary());
+    }
+    if policy != IpFamilyPolicy::SingleStack && svc.dual_stack() && families.len() == 1 {
+        families.push(families[0].other());
+    }
+    for (i, f) in families.iter().enumerate() {
+        // A family whose address the file gives is checked with the address (against the
+        // ranges the file gives); one to allocate needs its range.
+        let to_allocate = !headless && !given.iter().any(|ip| f.contains(*ip));
+        if to_allocate && svc.of(*f).is_none() {
+            return Err(ctx.err(
+                s,
+                format!(
+                    "Service {key}: spec.ipFamilies[{i}]: Invalid value: \"{f}\": not configured on this cluster (kube-apiserver): the scenario has no {f} service CIDR; add one to serviceCIDRs"
+                ),
+            ));
+        }
+    }
+    if headless {
+        // A headless Service keeps `None` and gets its families (the apiserver sets them
+        // from the policy and the cluster for selector-backed headless Services).
+        let spec = &mut s.value.spec;
+        spec.ip_families = families;
+        spec.ip_family_policy = Some(policy);
+        return Ok(());
+    }
+    let mut ips = given.clone();
+    for f in &families {
+        if ips.iter().any(|ip| f.contains(*ip)) {
+            continue;
+        }
+        let a = svc
+            .of(*f)
+            .unwrap_or_else(|| unreachable!("checked just above"));
+        let cidr = a.cidr();
+        let Some(ip) = a.allocate() else {
+            let what = if given.is_empty() && families.len() == 1 {
+                "`clusterIP`".to_string()
+            } else {
+                format!("{f} cluster IP")
+            };
+            return Err(ctx.err(
+                s,
+                format!(
+                    "Service {key} has no {what} and the serviceCIDR {cidr} is exhausted (kube-apiserver: \"range is full\"): give it a `clusterIP`, fewer Services, or a larger serviceCIDR"
+                ),
+            ));
+        };
+        ipam.allocated.insert(
+            (format!("service {key}"), ip),
+            format!("the service CIDR {cidr}"),
+        );
+        ips.push(ip);
+    }
+    let spec = &mut s.value.spec;
+    spec.cluster_ip = ips.first().map(|ip| ClusterIp::Ip(*ip));
+    if ips.len() > 1 || !spec.cluster_ips.is_empty() || !spec.ip_families.is_empty() {
+        spec.cluster_ips = ips.iter().map(|ip| ClusterIp::Ip(*ip)).collect();
+        spec.ip_families = families;
+        spec.ip_family_policy = Some(policy);
+    }
     Ok(())
 }
 
@@ -504,5 +725,33 @@ mod tests {
         };
         assert_eq!(first(1), first(1));
         assert_ne!(first(1), first(2));
+    }
+
+    #[test]
+    fn ipv6_ranges_have_no_broadcast_address_and_a_capped_bitmap() {
+        // A /124: 16 addresses, the network address left out, the last one allocatable.
+        let mut a = ServiceIpAllocator::new(cidr("fd00:10:96::/124"), 3).unwrap();
+        assert!(a.contains("fd00:10:96::f".parse().unwrap()));
+        assert!(!a.contains("fd00:10:96::".parse().unwrap()));
+        assert!(!a.contains("10.96.0.1".parse().unwrap()));
+        let mut n = 0;
+        while a.allocate().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 15);
+        // A /64: the bitmap holds 65,536 addresses (::1 to ::ffff), the static band 256.
+        let mut b = ServiceIpAllocator::new(cidr("fd00:10:96::/64"), 3).unwrap();
+        assert!(b.contains("fd00:10:96::ffff".parse().unwrap()));
+        assert!(!b.contains("fd00:10:96::1:0".parse().unwrap()));
+        let IpAddr::V6(ip) = b.allocate().unwrap() else {
+            panic!()
+        };
+        assert!(
+            (257..=0xffff).contains(&(u128::from(ip) & 0xffff_ffff)),
+            "{ip}"
+        );
+        // Its own draw: another stream than the IPv4 range's.
+        assert_eq!(b.family(), IpFamily::IPv6);
+        assert!(ServiceIpAllocator::new(cidr("fd00::/127"), 1).is_none());
     }
 }

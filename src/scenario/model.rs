@@ -48,8 +48,11 @@ pub struct Scenario {
     pub events: Vec<TimedEvent>,
     /// Expectations, in file order.
     pub expectations: Vec<Expectation>,
-    /// The range cluster IPs left out were allocated from (`serviceCIDR`).
+    /// The range cluster IPs left out were allocated from (`serviceCIDR`, or the first of
+    /// `serviceCIDRs`).
     pub service_cidr: k8s::Cidr,
+    /// Every service CIDR, one per family, primary first (`serviceCIDRs`).
+    pub service_cidrs: Vec<k8s::Cidr>,
     /// The addresses allocated because the file left them out: (`pod NS/NAME` or
     /// `service NS/NAME`, address) → where from (`node-1's pod CIDR 10.244.1.0/24`). The
     /// timeline shows each when the pod or Service appears.

@@ -115,6 +115,11 @@ pub struct ScenarioDoc {
     /// kube-apiserver's `--service-cluster-ip-range`).
     #[serde(default, rename = "serviceCIDR")]
     pub service_cidr: Option<S<k8s::Cidr>>,
+    /// A dual-stack cluster's ranges, one per family, primary first
+    /// (`--service-cluster-ip-range=10.96.0.0/12,fd00:10:96::/112`); instead of
+    /// `serviceCIDR`.
+    #[serde(default, rename = "serviceCIDRs")]
+    pub service_cidrs: Option<S<Vec<S<k8s::Cidr>>>>,
     /// EndpointSlices, as Kubernetes YAML. When absent, they are derived from the pods and the
     /// Services' selectors, and follow the pods' lifecycle.
     #[serde(default)]

@@ -158,6 +158,8 @@ fn node_port_ips(n: &NodeDef, list: &[NodePortAddress]) -> Option<Vec<IpAddr>> {
 pub(super) fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) -> ProxierConfig {
     let n = &sc.nodes[i];
     let mut cfg = ProxierConfig::new(&n.name, n.address, n.pod_cidr);
+    // The cluster runs each node's IPv4 proxier (the loader refuses IPv6 node addresses).
+    cfg.family = crate::k8s::IpFamily::IPv4;
     crate::cluster::topology::configure_kube_proxy(&mut cfg, n, kp.release);
     cfg.local_detector = match &kp.detect_local {
         None => LocalDetector::ClusterCidr(kp.cluster_cidr.unwrap_or(n.pod_cidr)),
@@ -187,7 +189,8 @@ pub(super) fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) ->
     };
     // The ServiceCIDRs kube-proxy watches: the cluster's one range (`serviceCIDR`, or its
     // default), which nftables mode turns into `Drop traffic to unallocated ClusterIPs`.
-    cfg.service_cidrs = vec![sc.service_cidr];
+    // (Each family's proxier keeps the ranges of its family, `OnServiceCIDRsChanged`.)
+    cfg.service_cidrs = sc.service_cidrs.clone();
     // kube-proxy leaves out its INVALID drop rule when conntrack is liberal.
     cfg.conntrack_tcp_be_liberal =
         n.sysctls.get("net.netfilter.nf_conntrack_tcp_be_liberal") == Some(&1);

@@ -38,6 +38,9 @@ fn resolve_target(
         ));
     };
     let Some(ip) = s.ipv4_cluster_ip() else {
+        if s.ipv6_only() {
+            return Err(ctx.err(t, format!("target Service {svc} is IPv6-only ({}): nfsim's clients reach Services over IPv4 only (IPv6 packets are not simulated end to end yet); expected a Service with an IPv4 cluster IP", s.spec.cluster_ip.map(|c| c.to_string()).unwrap_or_default())));
+        }
         return Err(ctx.err(t, format!("target Service {svc} has no IPv4 cluster IP (headless or ExternalName): a client needs an address")));
     };
     let port = match port_name {

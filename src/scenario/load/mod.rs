@@ -235,6 +235,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         &mut sysctl_warnings,
     )?;
 
+    super::families::check_addresses(ctx, &doc)?;
     let Nodes {
         nodes,
         node_index,
@@ -502,6 +503,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         events,
         expectations,
         service_cidr: ipam.service_cidr,
+        service_cidrs: ipam.service_cidrs,
         allocated: ipam.allocated,
         warnings,
     })
