@@ -56,6 +56,10 @@ pub(crate) struct NodeArgs {
     /// the connected subnets are routed).
     #[arg(long, value_name = "FILE", requires = "interfaces")]
     pub(crate) routes: Option<String>,
+    /// The node's ip6tables rules (ip6tables-save or ip6tables-restore text, loaded as
+    /// `ip6tables-restore -c --noflush`), which IPv6 packets meet beside --rules' IPv4 ones.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) rules6: Option<String>,
     /// The seed of the node's random streams (statistic draws, NAT port offsets; default 1).
     /// With a scenario (`nfsim trace SCENARIO`): the run's seed, over the scenario's.
     #[arg(long)]
@@ -214,17 +218,28 @@ impl StateArgs {
     }
 }
 
-/// The node of `--node-addr` / `--pod-cidr` built with the rules of the file `rules_file`,
-/// with a warning on stderr for each rule naming an interface the node lacks.
+/// The node of `--node-addr` / `--pod-cidr` built with the rules of the file `rules_file`
+/// (and its ip6tables rules from `rules6_file`), with a warning on stderr for each rule
+/// naming an interface the node lacks.
 pub(crate) fn node_with_rules(
     node: &nfsim::explain::NodeSpec,
     rules_file: &str,
+    rules6_file: Option<&str>,
 ) -> Result<sim_netfilter::netns::Netns> {
     let rules = nfsim::explain::read_text(rules_file)?;
-    let base = node.build(&rules, rules_file)?;
+    if nfsim::explain::detect_family(&rules) == sim_netfilter::Family::Ipv6 {
+        return Err(anyhow!(
+            "--rules {rules_file}: the file is ip6tables-save output (its header says ip6tables-save); give it as --rules6 {rules_file}, and the node's iptables-save as --rules"
+        ));
+    }
+    let mut base = node.build(&rules, rules_file)?;
     warn_all(&nfsim::explain::interface_warnings(
         &rules, rules_file, &base,
     ));
+    if let Some(f6) = rules6_file {
+        let text = nfsim::explain::read_text(f6)?;
+        nfsim::explain::load_rules6(&mut base, &text, f6)?;
+    }
     Ok(base)
 }
 

@@ -101,6 +101,11 @@ fn on_scenario(
         ),
         None => {}
     }
+    if a.node_args.rules6.is_some() {
+        anyhow::bail!(
+            "--rules6 goes with --rules: a scenario's node has the ip6tables rules its own run wrote"
+        );
+    }
     if let Some(flag) = a.node_args.addressing() {
         anyhow::bail!(
             "{flag} goes with --rules: a scenario's node has the addresses the scenario gives it"
@@ -132,7 +137,11 @@ fn on_scenario(
 /// the conntrack table and recent lists of `--conntrack`, `--recent`).
 fn on_rules(a: &Args, packet: Packet, mut opts: TraceOptions) -> Result<TraceReport> {
     let node = a.node_args.spec()?;
-    let mut base = node_with_rules(&node, a.rules.as_deref().unwrap_or_default())?;
+    let mut base = node_with_rules(
+        &node,
+        a.rules.as_deref().unwrap_or_default(),
+        a.node_args.rules6.as_deref(),
+    )?;
     let loaded = a.state.load_into(&mut base)?;
     opts.at = loaded.at;
     let notes = loaded.notes;

@@ -33,7 +33,7 @@ pub use node::{
     interface_warnings, is_nft_text, rule_interface_warnings, NodeSpec, CNI0, DEFAULT_NODE_ADDR,
     DEFAULT_NODE_PREFIX, ETH0,
 };
-pub use normalize::normalize;
+pub use normalize::{detect_family, load_rules6, normalize, normalize_family};
 pub use replay::{
     replay, replay_inputs, replay_with, ReplayInput, ReplayOptions, ReplayOutput, ReplaySummary,
     Tap,
