@@ -97,6 +97,8 @@ pub struct NodeState {
     /// The `iptables-save` file (as the scenario names it, resolved against the scenario's
     /// directory) and its text.
     pub rules: Option<(String, String)>,
+    /// The `ip6tables-save` file and its text (`state.rules6`).
+    pub rules6: Option<(String, String)>,
     /// The `conntrack -L` file and its entries.
     pub conntrack: Option<(String, Vec<sim_conntrack::ListedEntry>)>,
     /// The modelled sysctls of its `sysctl -a` file (`state.sysctls`), by full name: merged

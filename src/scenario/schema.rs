@@ -200,6 +200,9 @@ pub struct NodeStateDoc {
     /// `iptables-save` output: the node's tables before kube-proxy's first sync.
     #[serde(default)]
     pub rules: Option<S<String>>,
+    /// `ip6tables-save` output: the node's ip6tables tables, which IPv6 packets meet.
+    #[serde(default)]
+    pub rules6: Option<S<String>>,
     /// `conntrack -L` output (with or without `-o extended`): the node's table at time 0.
     #[serde(default)]
     pub conntrack: Option<S<String>>,

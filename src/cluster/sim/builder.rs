@@ -208,7 +208,10 @@ impl Simulation {
             && sc.kube_proxy.cleanup.is_none()
             && !one_kube_proxy_per_node
             && !per_node_events
-            && sc.nodes.iter().all(|n| n.state.rules.is_none())
+            && sc
+                .nodes
+                .iter()
+                .all(|n| n.state.rules.is_none() && n.state.rules6.is_none())
             && rules_are_node_independent(&all_services)
             && !crate::cluster::topology::node_hints_possible(&sc, &all_services);
         let mut groups: Vec<ProxyGroup> = Vec::new();

@@ -132,13 +132,24 @@ impl Simulation {
                     node: node.clone(),
                     message: format!("state.rules {file}: {e}"),
                 })?;
-            let rules = text
-                .lines()
-                .filter(|l| l.starts_with("-A ") || l.starts_with("-I "))
-                .count();
+            let rules = rule_lines(text);
             self.log(What::Change {
                 subject: format!("node {node}"),
                 change: format!("saved state: iptables-restore of {file}: {rules} rule(s) loaded"),
+            });
+        }
+        if let Some((file, text)) = &state.rules6 {
+            self.nodes[n]
+                .netns
+                .restore_family(sim_netfilter::Family::Ipv6, text, false, true)
+                .map_err(|e| SimError::Netns {
+                    node: node.clone(),
+                    message: format!("state.rules6 {file}: {e}"),
+                })?;
+            let rules = rule_lines(text);
+            self.log(What::Change {
+                subject: format!("node {node}"),
+                change: format!("saved state: ip6tables-restore of {file}: {rules} rule(s) loaded"),
             });
         }
         if let Some((file, entries)) = &state.conntrack {
@@ -523,4 +534,18 @@ impl Simulation {
         }
         Ok(())
     }
+}
+
+/// The `-A` / `-I` lines of a saved ruleset, those with `[packets:bytes]` in front
+/// (`iptables-save -c`) included.
+fn rule_lines(text: &str) -> usize {
+    text.lines()
+        .map(
+            |l| match l.strip_prefix('[').and_then(|r| r.split_once("] ")) {
+                Some((_, rest)) => rest,
+                None => l,
+            },
+        )
+        .filter(|l| l.starts_with("-A ") || l.starts_with("-I "))
+        .count()
 }

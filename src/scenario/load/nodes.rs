@@ -11,10 +11,10 @@ fn node_state(
     warnings: &mut Vec<ScenarioWarning>,
 ) -> Result<NodeState, ScenarioError> {
     let d = &st.value;
-    if d.rules.is_none() && d.conntrack.is_none() && d.sysctls.is_none() {
+    if d.rules.is_none() && d.rules6.is_none() && d.conntrack.is_none() && d.sysctls.is_none() {
         return Err(ctx.err(
             st,
-            "state: expected `rules` (an iptables-save file), `conntrack` (a conntrack -L file), `sysctls` (a sysctl -a file), or several",
+            "state: expected `rules` (an iptables-save file), `rules6` (an ip6tables-save file), `conntrack` (a conntrack -L file), `sysctls` (a sysctl -a file), or several",
         ));
     }
     let base = std::path::Path::new(ctx.file)
@@ -46,6 +46,21 @@ fn node_state(
             return Err(ctx.err(f, format!("state.rules: {why}")));
         }
         out.rules = Some((path, text));
+    }
+    if let Some(f) = &d.rules6 {
+        let (path, text) = read(f)?;
+        let mut ns =
+            sim_netfilter::netns::Netns::new(sim_netfilter::netns::NetnsConfig::new("check", 1));
+        if let Err(e) = ns.restore_family(sim_netfilter::Family::Ipv6, &text, false, true) {
+            let why = match e {
+                sim_netfilter::netns::NetnsError::Restore(error) => {
+                    crate::rules_error::text(&path, &error, true)
+                }
+                other => format!("{path}: {other}"),
+            };
+            return Err(ctx.err(f, format!("state.rules6: {why}")));
+        }
+        out.rules6 = Some((path, text));
     }
     if let Some(f) = &d.conntrack {
         let (path, text) = read(f)?;
