@@ -23,6 +23,7 @@ use kernel::{parse_ct_line, CtEntry, LabRun, RawPacket, Scenario};
 use sim_conntrack::Filter;
 use sim_core::{IfName, Packet, SimTime};
 use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig};
+use sim_netfilter::Family;
 use std::net::IpAddr;
 
 /// How long each injection waits for what the kernel sends.
@@ -541,4 +542,120 @@ fn ipv6_on_lo_captures_parse_and_round_trip_through_pcap() {
             .any(|l| l.contains("sport=40010 dport=5353 src=::1")),
         "{list}"
     );
+}
+
+/// kube-proxy-shaped ip6tables rules for the router: a Service `[fd00:96::10]:53/udp`
+/// DNAT'd to the pod `[fd01::5]:5353`, ICMPv6 to it DNAT'd to `fd01::6`, the pods' traffic
+/// out of `eth0` masqueraded, and a REJECT with `icmp6-port-unreachable` for `fd01::7`.
+const IP6_RULES: &str = "\
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A PREROUTING -d fd00:96::10/128 -p udp -m udp --dport 53 -j DNAT --to-destination [fd01::5]:5353
+-A PREROUTING -d fd00:96::10/128 -p ipv6-icmp -j DNAT --to-destination fd01::6
+-A POSTROUTING -s fd01::/64 -o eth0 -j MASQUERADE
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -d fd01::7/128 -p udp -j REJECT --reject-with icmp6-port-unreachable
+COMMIT
+";
+
+fn ip6tables_steps() -> Vec<(String, &'static str, RawPacket, Option<&'static str>)> {
+    vec![
+        // A client's query to the Service: DNAT'd to the pod, the answer un-DNAT'd.
+        (
+            "svc".into(),
+            "eth0",
+            udp("fd00::2", 40000, "fd00:96::10", 53, 64),
+            None,
+        ),
+        (
+            "svc-answer".into(),
+            "cni0",
+            udp("fd01::5", 5353, "fd00::2", 40000, 64),
+            Some("svc"),
+        ),
+        // A ping to the Service: DNAT'd to fd01::6 (the echo id kept), the reply un-DNAT'd.
+        (
+            "svc-ping".into(),
+            "eth0",
+            echo("fd00::2", "fd00:96::10", 128, 11),
+            None,
+        ),
+        (
+            "svc-pong".into(),
+            "cni0",
+            echo("fd01::6", "fd00::2", 129, 11),
+            Some("svc-ping"),
+        ),
+        // The pod's port unreachable for the DNAT'd flow: RELATED, the quoted header's
+        // destination translated back to the Service (nf_nat_icmpv6_reply_translation).
+        (
+            "svc-2".into(),
+            "eth0",
+            udp("fd00::2", 40000, "fd00:96::10", 53, 64),
+            None,
+        ),
+        (
+            "svc-unreach".into(),
+            "cni0",
+            quoting("fd01::5", "fd00::2", 1, 4, "svc-2"),
+            None,
+        ),
+        // A pod's query out: MASQUERADE to eth0's fd00::1, the answer un-SNAT'd.
+        (
+            "masq".into(),
+            "cni0",
+            udp("fd01::5", 41000, "fd00::2", 53, 64),
+            None,
+        ),
+        (
+            "masq-answer".into(),
+            "eth0",
+            udp("fd00::2", 53, "fd00::1", 41000, 64),
+            Some("masq"),
+        ),
+        // REJECT: the router's own ICMPv6 port unreachable, from fd00::1.
+        (
+            "rejected".into(),
+            "eth0",
+            udp("fd00::2", 42000, "fd01::7", 53, 64),
+            None,
+        ),
+    ]
+}
+
+#[test]
+fn ip6tables_dnat_masquerade_and_reject_match_the_kernel() {
+    const TEST: &str = "ip6tables_dnat_masquerade_and_reject_match_the_kernel";
+    let Some(lab) =
+        kernel::lab_with_or_skip(TEST, &["sysctl", "ip6tables-restore"], &["/dev/net/tun"])
+    else {
+        return;
+    };
+    let steps = ip6tables_steps();
+    let mut sc = Scenario::new()
+        .sysctl("net.ipv6.conf.all.forwarding", "1")
+        .tun("eth0", &["fd00::1/64"])
+        .tun("cni0", &["fd01::1/64"])
+        .rules6(IP6_RULES);
+    for (label, dev, p, reply_to) in &steps {
+        sc = sc.inject(label, dev, p.clone(), *reply_to, WAIT_MS);
+    }
+    let sc = sc
+        .conntrack("list", &["-L", "-f", "ipv6"])
+        .conntrack("list-ext", &["-L", "-f", "ipv6", "-o", "extended"]);
+    let run = match lab.run(&sc) {
+        Ok(r) => r,
+        Err(e) => panic!("{TEST}: the lab run failed: {e}"),
+    };
+    let mut ns = nfsim_router();
+    ns.restore_family(Family::Ipv6, IP6_RULES, false, false)
+        .expect("nfsim takes the ip6tables rules");
+    compare(&run, &mut ns, &steps, &[]);
 }
