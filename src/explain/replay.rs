@@ -1366,7 +1366,9 @@ impl ReplaySummary {
                 "{} IPv6 packets not replayed (first: {}): {}, so their fate would be wrong",
                 self.ipv6,
                 self.ipv6_first.as_deref().unwrap_or(""),
-                self.ipv6_reason.as_deref().unwrap_or("IPv6 is not modelled on this node")
+                self.ipv6_reason
+                    .as_deref()
+                    .unwrap_or("IPv6 is not modelled on this node")
             ));
         }
         if self.ipv6_fragments > 0 {

@@ -785,7 +785,9 @@ pub fn ipv6_unmodelled(ns: &Netns) -> Option<&'static str> {
         .iter()
         .any(|n| n.starts_with("ip6 ") || n.starts_with("inet "));
     if !ip6tables && !nft6 {
-        return Some("the node was given no IPv6 rules (no ip6tables table, no ip6 or inet nft table)");
+        return Some(
+            "the node was given no IPv6 rules (no ip6tables table, no ip6 or inet nft table)",
+        );
     }
     let v6_addr = ns.routing().interfaces().iter().any(|i| {
         i.addrs
@@ -814,9 +816,7 @@ pub fn trace_in(
             return Err(ExplainError::BadFlag {
                 flag: "--packet",
                 value: pkt.to_string(),
-                expected: format!(
-                    "an IPv4 packet: {why}, so an IPv6 packet's path would be wrong"
-                ),
+                expected: format!("an IPv4 packet: {why}, so an IPv6 packet's path would be wrong"),
             });
         }
     }
