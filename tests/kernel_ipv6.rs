@@ -23,6 +23,7 @@ use kernel::{parse_ct_line, CtEntry, LabRun, RawPacket, Scenario};
 use sim_conntrack::Filter;
 use sim_core::{IfName, Packet, SimTime};
 use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig};
+use sim_netfilter::Family;
 use std::net::IpAddr;
 
 /// How long each injection waits for what the kernel sends.
@@ -472,5 +473,189 @@ fn masquerade_case(test: &'static str, link_local_only: bool) {
     };
     ns.nft_apply("nat.nft", MASQ_NFT, SimTime::ZERO)
         .expect("nfsim takes the nat table");
+    compare(&run, &mut ns, &steps, &[]);
+}
+
+/// IPv6 on `lo`: sockets on `::1`, the frames the kernel sends captured (Ethernet, ether
+/// type 0x86dd) parse with `sim_core::wire`, survive a pcap written and read back, and the
+/// kernel's ICMPv6 port unreachable for a closed port is the one nfsim builds
+/// (`Packet::icmp_error`: type 1 code 4, the whole datagram quoted, hop limit 64);
+/// `conntrack -L -f ipv6` reads back with the flows.
+#[test]
+fn ipv6_on_lo_captures_parse_and_round_trip_through_pcap() {
+    const TEST: &str = "ipv6_on_lo_captures_parse_and_round_trip_through_pcap";
+    let Some(lab) = kernel::lab_or_skip(TEST) else {
+        return;
+    };
+    let run = lab
+        .run(
+            &Scenario::new()
+                .capture(true)
+                .udp_listen("[::1]:5353", true)
+                .udp_send("dns", "[::1]:40010", "[::1]:5353")
+                .udp_send_wait("closed", Some("[::1]:40011"), "[::1]:9", 100)
+                .conntrack("list", &["-L", "-f", "ipv6"]),
+        )
+        .unwrap_or_else(|e| panic!("{TEST}: the lab run failed: {e}"));
+    let packets: Vec<Packet> = run
+        .frames
+        .iter()
+        .map(|f| sim_core::wire::parse_ethernet(&f.bytes))
+        .collect::<Result<_, _>>()
+        .expect("every frame the kernel sent parses");
+    let text: Vec<String> = packets.iter().map(|p| p.to_string()).collect();
+    let has = |s: &str| text.iter().any(|t| t == s);
+    assert!(has("udp [::1]:40010 -> [::1]:5353"), "{text:#?}");
+    assert!(has("udp [::1]:5353 -> [::1]:40010"), "{text:#?}");
+    let query = packets
+        .iter()
+        .find(|p| p.dport() == Some(9))
+        .expect("the datagram to the closed port");
+    let error = packets
+        .iter()
+        .find(|p| matches!(p.l4, sim_core::L4::Icmp { .. }))
+        .expect("the kernel's ICMPv6 error");
+    let ours = Packet::icmp_error(
+        ip("::1"),
+        query,
+        sim_core::packet::icmp::V6_DEST_UNREACH,
+        sim_core::packet::icmp::V6_CODE_PORT_UNREACH,
+    );
+    assert_eq!(
+        (error.to_string(), error.len, error.ttl),
+        (ours.to_string(), ours.len, ours.ttl),
+        "the kernel's port unreachable against nfsim's"
+    );
+    // A pcap of the frames reads back to the same packets.
+    let cap = sim_core::pcap::read(&run.frames_pcap(), &Default::default()).expect("pcap reads");
+    let back: Vec<String> = cap.records.iter().map(|r| r.packet.to_string()).collect();
+    assert_eq!(back, text);
+    // The listing: the answered flow, and the closed port's UNREPLIED one.
+    let list = &run.output("list").stdout;
+    assert!(
+        list.lines().any(|l| l.starts_with("udp      17 ")
+            && l.contains("src=::1 dst=::1 sport=40011 dport=9 [UNREPLIED]")),
+        "{list}"
+    );
+    assert!(
+        list.lines()
+            .any(|l| l.contains("sport=40010 dport=5353 src=::1")),
+        "{list}"
+    );
+}
+
+/// kube-proxy-shaped ip6tables rules for the router: a Service `[fd00:96::10]:53/udp`
+/// DNAT'd to the pod `[fd01::5]:5353`, ICMPv6 to it DNAT'd to `fd01::6`, the pods' traffic
+/// out of `eth0` masqueraded, and a REJECT with `icmp6-port-unreachable` for `fd01::7`.
+const IP6_RULES: &str = "\
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A PREROUTING -d fd00:96::10/128 -p udp -m udp --dport 53 -j DNAT --to-destination [fd01::5]:5353
+-A PREROUTING -d fd00:96::10/128 -p ipv6-icmp -j DNAT --to-destination fd01::6
+-A POSTROUTING -s fd01::/64 -o eth0 -j MASQUERADE
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -d fd01::7/128 -p udp -j REJECT --reject-with icmp6-port-unreachable
+COMMIT
+";
+
+fn ip6tables_steps() -> Vec<(String, &'static str, RawPacket, Option<&'static str>)> {
+    vec![
+        // A client's query to the Service: DNAT'd to the pod, the answer un-DNAT'd.
+        (
+            "svc".into(),
+            "eth0",
+            udp("fd00::2", 40000, "fd00:96::10", 53, 64),
+            None,
+        ),
+        (
+            "svc-answer".into(),
+            "cni0",
+            udp("fd01::5", 5353, "fd00::2", 40000, 64),
+            Some("svc"),
+        ),
+        // A ping to the Service: DNAT'd to fd01::6 (the echo id kept), the reply un-DNAT'd.
+        (
+            "svc-ping".into(),
+            "eth0",
+            echo("fd00::2", "fd00:96::10", 128, 11),
+            None,
+        ),
+        (
+            "svc-pong".into(),
+            "cni0",
+            echo("fd01::6", "fd00::2", 129, 11),
+            Some("svc-ping"),
+        ),
+        // The pod's port unreachable for the DNAT'd flow: RELATED, the quoted header's
+        // destination translated back to the Service (nf_nat_icmpv6_reply_translation).
+        (
+            "svc-2".into(),
+            "eth0",
+            udp("fd00::2", 40000, "fd00:96::10", 53, 64),
+            None,
+        ),
+        (
+            "svc-unreach".into(),
+            "cni0",
+            quoting("fd01::5", "fd00::2", 1, 4, "svc-2"),
+            None,
+        ),
+        // A pod's query out: MASQUERADE to eth0's fd00::1, the answer un-SNAT'd.
+        (
+            "masq".into(),
+            "cni0",
+            udp("fd01::5", 41000, "fd00::2", 53, 64),
+            None,
+        ),
+        (
+            "masq-answer".into(),
+            "eth0",
+            udp("fd00::2", 53, "fd00::1", 41000, 64),
+            Some("masq"),
+        ),
+        // REJECT: the router's own ICMPv6 port unreachable, from fd00::1.
+        (
+            "rejected".into(),
+            "eth0",
+            udp("fd00::2", 42000, "fd01::7", 53, 64),
+            None,
+        ),
+    ]
+}
+
+#[test]
+fn ip6tables_dnat_masquerade_and_reject_match_the_kernel() {
+    const TEST: &str = "ip6tables_dnat_masquerade_and_reject_match_the_kernel";
+    let Some(lab) =
+        kernel::lab_with_or_skip(TEST, &["sysctl", "ip6tables-restore"], &["/dev/net/tun"])
+    else {
+        return;
+    };
+    let steps = ip6tables_steps();
+    let mut sc = Scenario::new()
+        .sysctl("net.ipv6.conf.all.forwarding", "1")
+        .tun("eth0", &["fd00::1/64"])
+        .tun("cni0", &["fd01::1/64"])
+        .rules6(IP6_RULES);
+    for (label, dev, p, reply_to) in &steps {
+        sc = sc.inject(label, dev, p.clone(), *reply_to, WAIT_MS);
+    }
+    let sc = sc
+        .conntrack("list", &["-L", "-f", "ipv6"])
+        .conntrack("list-ext", &["-L", "-f", "ipv6", "-o", "extended"]);
+    let run = match lab.run(&sc) {
+        Ok(r) => r,
+        Err(e) => panic!("{TEST}: the lab run failed: {e}"),
+    };
+    let mut ns = nfsim_router();
+    ns.restore_family(Family::Ipv6, IP6_RULES, false, false)
+        .expect("nfsim takes the ip6tables rules");
     compare(&run, &mut ns, &steps, &[]);
 }

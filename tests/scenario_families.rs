@@ -117,7 +117,7 @@ fn trace_refuses_and_replay_skips_ipv6_packets() {
         "udp [fd00::9]:40000 -> [fd00::10]:53",
     ]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("IPv6 is not modelled yet"), "{err}");
+    assert!(err.contains("the node was given no IPv6 rules"), "{err}");
 
     let cap = std::env::temp_dir().join(format!("nfsim-v6-{}.pcap", std::process::id()));
     let mut w =

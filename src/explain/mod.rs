@@ -42,7 +42,7 @@ pub use state::{
     load_conntrack, load_recent, load_saved_state, Loaded, RecentClock, SavedState,
     DEFAULT_ASSUMED_AGE, LOAD_AT,
 };
-pub use trace::{trace, trace_in, Outcome, StepJson, TraceOptions, TraceReport};
+pub use trace::{ipv6_unmodelled, trace, trace_in, Outcome, StepJson, TraceOptions, TraceReport};
 
 use sim_core::packet::PacketParseError;
 use sim_core::pcap::{PcapReadError, PcapWriteError};

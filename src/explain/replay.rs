@@ -156,12 +156,18 @@ pub struct ReplaySummary {
     /// `DUPLICATE_WINDOW_NS` (1 ms) before: one packet seen on two interfaces (a bridge port and
     /// the bridge). Replayed once.
     pub duplicates: usize,
-    /// IPv6 packets, not replayed: the node's ip6tables / `ip6` nft rules, IPv6 addresses and
-    /// routes are not modelled (nfsim reads the IPv4 rules only), so their fate would be
-    /// silently wrong.
+    /// IPv6 packets, not replayed: the node was given no IPv6 rules or has no IPv6 address
+    /// ([`super::ipv6_unmodelled`]), so their fate would be silently wrong.
     pub ipv6: usize,
     /// The first of them, for the warning (`[FILE: ]frame N`).
     pub ipv6_first: Option<String>,
+    /// Why IPv6 packets were not replayed (with [`ReplaySummary::ipv6`]).
+    pub ipv6_reason: Option<String>,
+    /// IPv6 fragments, not replayed on a node that replays IPv6: the kernel reassembles them
+    /// (`nf_defrag_ipv6`) before conntrack, which nfsim does not model for IPv6.
+    pub ipv6_fragments: usize,
+    /// The first of them (`[FILE: ]frame N`).
+    pub ipv6_fragments_first: Option<String>,
 }
 
 /// How close in capture time two identical records of a cooked capture must be to count as
@@ -613,6 +619,8 @@ pub fn replay_inputs(
         pcap,
     } = output;
     let mut ns = base;
+    // IPv6 packets are replayed on a node given IPv6 rules and addresses, else skipped.
+    let ipv6_why = super::ipv6_unmodelled(&ns);
     let mut sum = ReplaySummary {
         skipped: inputs.iter().map(|i| i.capture.skipped.len()).sum(),
         ..ReplaySummary::default()
@@ -673,20 +681,33 @@ pub fn replay_inputs(
     };
     for (k, rec, epoch_ns) in merge {
         let input = &inputs[k];
+        let place = || {
+            format!(
+                "{}frame {}",
+                if multi {
+                    format!("{}: ", input.file)
+                } else {
+                    String::new()
+                },
+                rec.frame
+            )
+        };
         if !rec.packet.is_ipv4() {
-            sum.ipv6 += 1;
-            if sum.ipv6_first.is_none() {
-                sum.ipv6_first = Some(format!(
-                    "{}frame {}",
-                    if multi {
-                        format!("{}: ", input.file)
-                    } else {
-                        String::new()
-                    },
-                    rec.frame
-                ));
+            if let Some(why) = ipv6_why {
+                sum.ipv6 += 1;
+                if sum.ipv6_first.is_none() {
+                    sum.ipv6_first = Some(place());
+                    sum.ipv6_reason = Some(why.to_string());
+                }
+                continue;
             }
-            continue;
+            if sim_core::wire::is_ipv6_fragment(input.capture.ip_bytes(rec)) {
+                sum.ipv6_fragments += 1;
+                if sum.ipv6_fragments_first.is_none() {
+                    sum.ipv6_fragments_first = Some(place());
+                }
+                continue;
+            }
         }
         if let Some(pkttype) = rec.pkttype {
             if pkttype == PACKET_OUTGOING {
@@ -1342,9 +1363,19 @@ impl ReplaySummary {
         let mut v = Vec::new();
         if self.ipv6 > 0 {
             v.push(format!(
-                "{} IPv6 packets not replayed (first: {}): nfsim models the node's IPv4 rules only (IPv6 is not modelled yet: its ip6tables / ip6 nft rules, IPv6 addresses and routes are not read), so their fate would be wrong",
+                "{} IPv6 packets not replayed (first: {}): {}, so their fate would be wrong",
                 self.ipv6,
-                self.ipv6_first.as_deref().unwrap_or("")
+                self.ipv6_first.as_deref().unwrap_or(""),
+                self.ipv6_reason
+                    .as_deref()
+                    .unwrap_or("IPv6 is not modelled on this node")
+            ));
+        }
+        if self.ipv6_fragments > 0 {
+            v.push(format!(
+                "{} IPv6 fragments not replayed (first: {}): the kernel reassembles them before conntrack (nf_defrag_ipv6), which nfsim does not model for IPv6",
+                self.ipv6_fragments,
+                self.ipv6_fragments_first.as_deref().unwrap_or("")
             ));
         }
         if self.loopback > 0 {
@@ -1430,6 +1461,12 @@ impl ReplaySummary {
             s.push_str(&format!(
                 "  IPv6           {} (not modelled, skipped)\n",
                 self.ipv6
+            ));
+        }
+        if self.ipv6_fragments > 0 {
+            s.push_str(&format!(
+                "  IPv6 fragments {} (not reassembled, skipped)\n",
+                self.ipv6_fragments
             ));
         }
         if self.outgoing > 0 {

@@ -121,9 +121,14 @@ pub fn load_saved_state(ns: &mut Netns, state: &SavedState<'_>) -> Result<Loaded
         let (rep, v6) = load_listing_file(ns, ct, out.at, state.assumed_age)?;
         out.notes.push(format!("conntrack from {ct}: {rep}"));
         if let Some((n, first)) = v6 {
-            out.warnings.push(format!(
-                "{ct}: line {first}: {n} IPv6 entries loaded: they only age and count against nf_conntrack_max; IPv6 packets are not modelled yet (trace refuses them, replay skips them)"
-            ));
+            match super::ipv6_unmodelled(ns) {
+                Some(why) => out.warnings.push(format!(
+                    "{ct}: line {first}: {n} IPv6 entries loaded: they only age and count against nf_conntrack_max; {why}, so IPv6 packets are not modelled on it (trace refuses them, replay skips them)"
+                )),
+                None => out
+                    .notes
+                    .push(format!("{ct}: {n} IPv6 entries loaded (first: line {first})")),
+            }
         }
     }
     if !state.recent.is_empty() {

@@ -771,6 +771,35 @@ pub fn trace(
     trace_in(base, pkt, ingress, reason, node.seed, opts)
 }
 
+/// Why `ns` cannot tell an IPv6 packet's fate, or `None` when it can: the node must have
+/// been given IPv6 rules (an ip6tables table, or an nft `ip6` / `inet` table: with none,
+/// nfsim would run the packet through an empty ip6tables, which a real node is unlikely to
+/// have) and an IPv6 address besides `::1` (else it has no IPv6 addressing to route by).
+pub fn ipv6_unmodelled(ns: &Netns) -> Option<&'static str> {
+    let ip6tables = [Table::Raw, Table::Mangle, Table::Nat, Table::Filter]
+        .into_iter()
+        .any(|t| ns.ruleset_of(sim_netfilter::Family::Ipv6).has_table(t));
+    let nft6 = ns
+        .nft()
+        .table_names()
+        .iter()
+        .any(|n| n.starts_with("ip6 ") || n.starts_with("inet "));
+    if !ip6tables && !nft6 {
+        return Some(
+            "the node was given no IPv6 rules (no ip6tables table, no ip6 or inet nft table)",
+        );
+    }
+    let v6_addr = ns.routing().interfaces().iter().any(|i| {
+        i.addrs
+            .iter()
+            .any(|(a, _)| matches!(a, IpAddr::V6(v) if !v.is_loopback()))
+    });
+    if !v6_addr {
+        return Some("the node has no IPv6 address but ::1 (give its `ip -j addr` with --interfaces, its `ip -6 -j route` with --routes)");
+    }
+    None
+}
+
 /// Traces `pkt` entering `base` by `ingress` (`reason` says why there), read-only: the
 /// packet goes through a copy. For a namespace built elsewhere (a scenario's node at an
 /// instant).
@@ -783,11 +812,13 @@ pub fn trace_in(
     opts: &TraceOptions,
 ) -> Result<TraceReport, ExplainError> {
     if !pkt.is_ipv4() {
-        return Err(ExplainError::BadFlag {
-            flag: "--packet",
-            value: pkt.to_string(),
-            expected: "IPv6 is not modelled yet (nfsim reads the node's IPv4 rules only, not its ip6tables / ip6 nft rules, IPv6 addresses or routes), so its path would be wrong: expected an IPv4 packet".to_string(),
-        });
+        if let Some(why) = ipv6_unmodelled(base) {
+            return Err(ExplainError::BadFlag {
+                flag: "--packet",
+                value: pkt.to_string(),
+                expected: format!("an IPv4 packet: {why}, so an IPv6 packet's path would be wrong"),
+            });
+        }
     }
     let mut ns = base.clone();
     let before = entry_before(base, &pkt, opts.at);

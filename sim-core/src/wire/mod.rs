@@ -85,7 +85,7 @@ use crate::packet::{IcmpBody, Packet, TcpOpts, L4};
 pub use emit::{crc32c, emit_ethernet, emit_ip, emit_ip_with_payload, header_len};
 pub use link::{ip_offset, ip_total_len, parse_ethernet, parse_ethernet_with, parse_link};
 pub(crate) use parse::walk_ipv6_ext;
-pub use parse::{parse_ip, parse_ip_with};
+pub use parse::{is_ipv6_fragment, parse_ip, parse_ip_with};
 
 /// Ether type of IPv4.
 pub const ETH_P_IP: u16 = 0x0800;

@@ -24,6 +24,41 @@ pub fn parse_ip(bytes: &[u8]) -> Result<Packet, WireError> {
     parse_ip_at(bytes, 0, &ParseOptions::default(), None)
 }
 
+/// Whether `ip`, an IPv6 packet from its header on, is a fragment the kernel reassembles
+/// before conntrack sees it (`nf_defrag_ipv6`): it has a fragment header with a non-zero
+/// offset or the more-fragments flag set, behind any hop-by-hop, routing, destination
+/// options or AH headers. An atomic fragment (offset 0, no more fragments) is not one: the
+/// kernel processes it as a whole packet. `false` for IPv4 and for bytes that are not a
+/// whole enough IPv6 header chain.
+pub fn is_ipv6_fragment(ip: &[u8]) -> bool {
+    if ip.len() < 40 || ip[0] >> 4 != 6 {
+        return false;
+    }
+    let (mut off, mut nh) = (40usize, ip[6]);
+    loop {
+        match nh {
+            NEXTHDR_HOP | NEXTHDR_ROUTING | NEXTHDR_DEST | NEXTHDR_AUTH => {
+                let Some(h) = ip.get(off..off + 2) else {
+                    return false;
+                };
+                off += if nh == NEXTHDR_AUTH {
+                    (usize::from(h[1]) + 2) * 4
+                } else {
+                    (usize::from(h[1]) + 1) * 8
+                };
+                nh = h[0];
+            }
+            NEXTHDR_FRAGMENT => {
+                let Some(h) = ip.get(off..off + 8) else {
+                    return false;
+                };
+                return be16(h, 2) & 0xfff9 != 0;
+            }
+            _ => return false,
+        }
+    }
+}
+
 /// [`parse_ip`] with options.
 pub fn parse_ip_with(bytes: &[u8], opts: &ParseOptions) -> Result<Packet, WireError> {
     parse_ip_at(bytes, 0, opts, None)

@@ -352,6 +352,13 @@ fn fragments() {
     assert_eq!(first6.len, p6.len + 8);
     let later6 = parse_ip(&with_frag(0x0008)).unwrap();
     assert_eq!(later6.l4, L4::Other { proto: 17 });
+    // Which of them the kernel's nf_defrag_ipv6 holds for reassembly: the first and later
+    // fragments, not an atomic one (offset 0, no more fragments), not a whole packet.
+    assert!(crate::wire::is_ipv6_fragment(&with_frag(0x0001)));
+    assert!(crate::wire::is_ipv6_fragment(&with_frag(0x0008)));
+    assert!(!crate::wire::is_ipv6_fragment(&with_frag(0x0000)));
+    assert!(!crate::wire::is_ipv6_fragment(&b6));
+    assert!(!crate::wire::is_ipv6_fragment(&emit_ip(&p).unwrap()));
 }
 
 #[test]
