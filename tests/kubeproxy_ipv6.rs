@@ -701,3 +701,55 @@ ports: [{{name: dns, port: 53, protocol: UDP}}]
         }
     }
 }
+
+/// The first flows of upstream's iptables `TestNodePorts` "ipv6" cases
+/// (`runPacketFlowTests`) through nfsim's namespace holding the IPv6 proxier's rules: "pod to
+/// cluster IP" reaches one of the two endpoints unmasqueraded, "external to nodePort"
+/// reaches one of them masqueraded (source rewritten to the node's address on the way out).
+#[test]
+fn ipv6_node_port_flows_are_upstreams_through_nfsim() {
+    use sim_core::{IfName, Packet, TcpFlags};
+    use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig};
+    // (nfacct counters are a detail of the fake; a real node without them gets no -m nfacct.)
+    let mut cfg = iptables_fake(IpFamily::IPv6, true, None);
+    cfg.nfacct = false;
+    let out = first_sync(cfg, &node_port_objects(IpFamily::IPv6));
+    let ifn = |s: &str| IfName::new(s).unwrap();
+    let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+    let mut ns = Netns::new(NetnsConfig::new("test-node", 1));
+    ns.add_interface(
+        ifn("eth0"),
+        &[(ip("2001:db8::1"), 64), (ip("2001:db8:1::2"), 64)],
+    )
+    .unwrap();
+    ns.add_interface(
+        ifn("cni0"),
+        &[(ip("fd00:10::1"), 64), (ip("fd00:10:180::ff"), 64)],
+    )
+    .unwrap();
+    for j in &out.jump_rules {
+        let t = sim_netfilter::Table::from_name(j.table.name()).unwrap();
+        let _ = ns.ip6tables(t, &format!("-N {}", j.target));
+        ns.ip6tables(t, &format!("-I {} {}", j.chain, j.rule_text()))
+            .unwrap();
+    }
+    ns.restore_family(sim_netfilter::Family::Ipv6, &out.restore, true, false)
+        .unwrap();
+    let eps = [ip("fd00:10:180::1"), ip("fd00:10:180::2:1")];
+    let mut flow = |src: &str, dst: &str, from: &str| {
+        let p = Packet::tcp(src.parse().unwrap(), dst.parse().unwrap(), TcpFlags::SYN);
+        let r = ns.process(SimTime::ZERO, p, Ingress::Interface(ifn(from)));
+        match r.out.first() {
+            Some(Egress::Transmit { packet, .. }) => *packet,
+            other => panic!("{src} -> {dst}: {other:?} ({:?})", r.fate),
+        }
+    };
+    // pod to cluster IP: DNAT to an endpoint, source kept (masq: false).
+    let p = flow("[fd00:10::2]:40000", "[fd00:172:30::41]:80", "cni0");
+    assert!(eps.contains(&p.dst) && p.dport() == Some(80), "{p}");
+    assert_eq!(p.src, ip("fd00:10::2"), "{p}");
+    // external to nodePort: DNAT to an endpoint, masqueraded (masq: true).
+    let p = flow("[2600:5200::1]:40001", "[2001:db8::1]:3001", "eth0");
+    assert!(eps.contains(&p.dst) && p.dport() == Some(80), "{p}");
+    assert_ne!(p.src, ip("2600:5200::1"), "{p}");
+}
