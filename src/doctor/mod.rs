@@ -194,6 +194,8 @@ pub struct EndpointView {
     pub slices: Option<String>,
     /// The lines of the rules that send flows there.
     pub rule_lines: Vec<usize>,
+    /// The line of the rule that DNATs to it.
+    pub dnat_line: Option<usize>,
 }
 
 /// A frontend the entries were sent to, and what the rules do with it now.
@@ -342,8 +344,10 @@ type FrontKey = (u8, IpAddr, u16, bool);
 struct Probe {
     service: Option<String>,
     packet: String,
-    /// endpoint → (probability fraction, float, rule lines).
+    /// endpoint → (probability, rule lines).
     endpoints: BTreeMap<SocketAddr, (crate::explain::Dyadic, Vec<usize>)>,
+    /// endpoint → the line of the rule that DNATs to it.
+    dnat_lines: BTreeMap<SocketAddr, usize>,
     no_endpoint_p: f64,
     without_dnat: Option<String>,
     affinity: bool,
@@ -377,6 +381,8 @@ fn service_of(rules: &[String]) -> Option<String> {
                     " nodePort",
                     " external IP",
                     " loadbalancer IP",
+                    " has no endpoints",
+                    " has no local endpoints",
                 ] {
                     if let Some(name) = c.strip_suffix(suffix) {
                         if name.contains('/') && !name.contains(' ') {
@@ -469,6 +475,13 @@ fn probe(
                     .collect();
                 ls.sort_unstable();
                 ls.dedup();
+                if let Some(l) = rules
+                    .iter()
+                    .filter(|r| r.contains("-j DNAT") || r.contains(" dnat to "))
+                    .find_map(|r| lines.line_of(r))
+                {
+                    p.dnat_lines.insert(t, l);
+                }
                 let entry = p
                     .endpoints
                     .entry(t)
@@ -656,7 +669,11 @@ pub fn examine(input: &Input<'_>, ingress: &mut IngressFn<'_>) -> Result<Report,
         } else {
             match slices {
                 Some((state, false)) => (
-                    Some(format!("{ep} is {state} in the EndpointSlices")),
+                    Some(if state == "absent" {
+                        format!("{ep} is absent from the EndpointSlices")
+                    } else {
+                        format!("{ep} is {state} in the EndpointSlices")
+                    }),
                     false,
                 ),
                 Some((_, true)) => (None, false),
@@ -922,6 +939,7 @@ pub fn examine(input: &Input<'_>, ingress: &mut IngressFn<'_>) -> Result<Report,
                 live_entries: live,
                 slices: slice_state(key, *ep).map(|s| s.0),
                 rule_lines: ls.clone(),
+                dnat_line: p.dnat_lines.get(ep).copied(),
             });
         }
         let skew = if p.affinity {
@@ -1240,7 +1258,7 @@ pub fn examine(input: &Input<'_>, ingress: &mut IngressFn<'_>) -> Result<Report,
                         format!(
                             "{}{}: {} DNATs to {}, outside the pod CIDRs {cidr}: a host-network or external endpoint, or a rule written by something else",
                             input.rules_file,
-                            e.rule_lines.last().map(|l| format!(":{l}")).unwrap_or_default(),
+                            e.dnat_line.map(|l| format!(":{l}")).unwrap_or_default(),
                             f.frontend,
                             e.endpoint
                         ),
