@@ -511,6 +511,34 @@ fn bad_input_is_a_located_error_and_exit_2() {
 }
 
 #[test]
+fn ipv6_entries_are_not_audited_and_say_where() {
+    let dir = std::env::temp_dir().join(format!("nfsim-doctor-v6-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ct = dir.join("ct.txt");
+    let mut text = std::fs::read_to_string(PROD_CT).unwrap();
+    text.insert_str(0, "udp      17 25 src=fd00::9 dst=fd00::10 sport=40000 dport=53 src=fd00::10 dst=fd00::9 sport=53 dport=40000 mark=0 use=1\n");
+    std::fs::write(&ct, text).unwrap();
+    let (code, out, err) = nfsim(&[
+        "doctor",
+        "--rules",
+        PROD_RULES,
+        "--conntrack",
+        ct.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let v = json(&out);
+    assert_eq!(v["summary"]["ipv6_skipped"], 1);
+    assert_eq!(v["summary"]["stale"], 1);
+    let w = v["warnings"][0].as_str().unwrap();
+    assert!(
+        w.contains("ct.txt: line 1: 1 IPv6 entries not audited"),
+        "{w}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_dnat_target_outside_the_cluster_cidr_is_pointed_out() {
     let (_, out, _) = on_prod(PROD_RULES, &["--cluster-cidr", "10.244.1.0/24"]);
     assert!(

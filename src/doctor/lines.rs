@@ -28,6 +28,7 @@ impl RuleLines {
         let mut nft_table: Option<String> = None;
         let mut nft_chain: Option<String> = None;
         let mut in_chain_header = false;
+        let mut in_set = false;
         let mut ipt_unmappable = false;
         for (i, raw) in text.lines().enumerate() {
             let line = i + 1;
@@ -66,8 +67,14 @@ impl RuleLines {
                 in_chain_header = true;
                 continue;
             }
+            if words.len() == 3 && (words[0] == "set" || words[0] == "map") && words[2] == "{" {
+                in_set = true;
+                continue;
+            }
             if t == "}" {
-                if nft_chain.take().is_none() {
+                if in_set {
+                    in_set = false;
+                } else if nft_chain.take().is_none() {
                     nft_table = None;
                 }
                 continue;
@@ -122,15 +129,15 @@ mod tests {
         let cmds = "add table ip kube-proxy\nadd chain ip kube-proxy services\nadd rule ip kube-proxy services ip daddr 1.2.3.4 drop\nadd rule ip kube-proxy services accept\n";
         let m = RuleLines::of(cmds);
         assert_eq!(m.line_of("ip kube-proxy services #2: accept"), Some(4));
-        let listing = "table ip kube-proxy {\n\tchain nat-prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tjump services\n\t}\n\n\tchain services {\n\t\tip daddr 1.2.3.4 drop\n\t}\n}\n";
+        let listing = "table ip kube-proxy {\n\tmap m {\n\t\ttype ipv4_addr : verdict\n\t}\n\n\tchain nat-prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tjump services\n\t}\n\n\tchain services {\n\t\tip daddr 1.2.3.4 drop\n\t}\n}\n";
         let m = RuleLines::of(listing);
         assert_eq!(
             m.line_of("ip kube-proxy nat-prerouting #1: jump services"),
-            Some(4)
+            Some(8)
         );
         assert_eq!(
             m.line_of("ip kube-proxy services #1: ip daddr 1.2.3.4 drop"),
-            Some(8)
+            Some(12)
         );
     }
 }
