@@ -148,7 +148,7 @@ pub(super) fn text(r: &Report) -> String {
     let p = &r.pressure;
     let _ = writeln!(
         s,
-        "\ntable: {} of nf_conntrack_max {}; TIME_WAIT {}, unreplied UDP {}, without [ASSURED] {}",
+        "\ntable: {} of nf_conntrack_max {}; TIME_WAIT {}, unreplied UDP {}, without [ASSURED] {} (what early drop takes first)",
         p.entries,
         if p.max == 0 {
             "unlimited".to_string()
