@@ -434,7 +434,7 @@ fn probe(
         all_branches: true,
         at: input.now,
     };
-    let r = trace_in(clean, pkt.clone(), ing, why, input.seed, &opts)?;
+    let r = trace_in(clean, pkt, ing, why, input.seed, &opts)?;
     let mut p = Probe {
         packet: pkt.to_string(),
         ..Probe::default()
@@ -606,9 +606,8 @@ pub fn examine(input: &Input<'_>, ingress: &mut IngressFn<'_>) -> Result<Report,
         }
         let local = ns.routing().is_local(e.orig.src) || e.orig.src.is_loopback();
         let key = (e.proto(), e.orig.dst, e.orig.dport, local);
-        if !probes.contains_key(&key) {
-            let p = probe(&clean, e, local, input, &lines, ingress)?;
-            probes.insert(key, p);
+        if let std::collections::btree_map::Entry::Vacant(slot) = probes.entry(key) {
+            slot.insert(probe(&clean, e, local, input, &lines, ingress)?);
         }
         service_entries.push((*e, key));
     }
@@ -1280,8 +1279,7 @@ pub fn examine(input: &Input<'_>, ingress: &mut IngressFn<'_>) -> Result<Report,
         "collateral_cleanup" => 6,
         _ => 7,
     };
-    findings
-        .sort_by(|a, b| (a.severity, kind_rank(&a.kind)).cmp(&(b.severity, kind_rank(&b.kind))));
+    findings.sort_by_key(|f| (f.severity, kind_rank(&f.kind)));
 
     let stale_n = stale_keys.len() as u64;
     let kept_alive = findings
