@@ -551,3 +551,66 @@ fn a_dnat_target_outside_the_cluster_cidr_is_pointed_out() {
     let (_, out, _) = on_prod(PROD_RULES, &["--cluster-cidr", "10.244.0.0/16"]);
     assert!(!out.contains("outside the pod CIDRs"), "{out}");
 }
+
+#[test]
+fn rules_that_will_surprise_are_pointed_out_with_their_lines() {
+    let (_, out, err) = on_prod("tests/fixtures/doctor/surprises.rules", &[]);
+    let rules: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("info rules: "))
+        .collect();
+    assert_eq!(rules.len(), 3, "{out}\n{err}");
+    assert!(
+        rules
+            .iter()
+            .any(|l| l.contains("surprises.rules:23:") && l.contains("flannel.1")),
+        "{rules:?}"
+    );
+    assert!(
+        rules.iter().any(|l| l.contains(
+            "surprises.rules:38: chain KUBE-SEP-IT2ZTR26TO4XFPTO: reached by no Service"
+        )),
+        "{rules:?}"
+    );
+    assert!(rules.iter().any(|l| l.contains("surprises.rules:36: chain KUBE-SEP-PBFVJUGNX7I4VSY2: it is empty")), "{rules:?}");
+    // The Service's chain now leads nowhere: its entries are DNAT'd from a frontend no rule
+    // DNATs.
+    let (_, out, _) = on_prod("tests/fixtures/doctor/surprises.rules", &["--json"]);
+    let v = json(&out);
+    assert!(
+        findings(&v, "orphan")
+            .iter()
+            .any(|f| f["frontend"] == "udp 10.96.0.10:53"),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_stuck_spread_is_skew_with_its_chi_square() {
+    let (code, out, err) = nfsim(&[
+        "doctor",
+        "--rules",
+        "tests/fixtures/doctor/web.rules",
+        "--conntrack",
+        "tests/fixtures/doctor/web-stuck.txt",
+        "--node-addr",
+        "192.168.0.11",
+        "--pod-cidr",
+        "10.244.1.0/24",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "nothing stale: {err}");
+    let v = json(&out);
+    let s = findings(&v, "skew");
+    assert_eq!(s.len(), 1, "{out}");
+    let k = &v["frontends"][0]["skew"];
+    // 36, 0, 4 of 40 against 1/3 each (the kernel's 715827883/2^31 and its complements):
+    // Σ (o − e)²/e = 58.4, 2 degrees of freedom, p = e^(−58.4/2).
+    let chi = k["chi_square"].as_f64().unwrap();
+    assert!((chi - 58.4).abs() < 0.01, "{k}");
+    let p = k["p_value"].as_f64().unwrap();
+    assert!((p / (-chi / 2.0).exp() - 1.0).abs() < 1e-9, "{k}");
+    // The production node's one live entry is no skew.
+    let (_, out, _) = on_prod(PROD_RULES, &["--json"]);
+    assert!(findings(&json(&out), "skew").is_empty());
+}

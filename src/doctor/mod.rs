@@ -1228,11 +1228,11 @@ pub fn examine(input: &Input<'_>, ingress: &mut IngressFn<'_>) -> Result<Report,
     for w in &input.rule_warnings {
         findings.push(rules_finding(w.clone(), Vec::new()));
     }
-    for (chain, why) in unreached_endpoint_chains(ns, now) {
+    for (chain, why) in chain_surprises(ns, now) {
         let line = lines_of_chain(input.rules_text, &chain);
         findings.push(rules_finding(
             format!(
-                "{}{}chain {chain} is reached by no Service: {why}",
+                "{}{}chain {chain}: {why}",
                 input.rules_file,
                 line.map(|l| format!(":{l}: "))
                     .unwrap_or_else(|| ": ".into())
@@ -1482,9 +1482,10 @@ fn try_delete(
     Some(n)
 }
 
-/// Per-endpoint chains no rule jumps to: `KUBE-SEP-*` (iptables nat) and `endpoint-*`
-/// (kube-proxy's nftables table), each with why.
-fn unreached_endpoint_chains(ns: &Netns, now: SimTime) -> Vec<(String, String)> {
+/// Chains that will surprise, each with why: per-endpoint chains no rule jumps to
+/// (`KUBE-SEP-*` in the iptables nat table, `endpoint-*` in kube-proxy's nftables table), and
+/// per-Service or per-endpoint iptables chains that rules jump to but that are empty.
+fn chain_surprises(ns: &Netns, now: SimTime) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let rs = ns.ruleset();
     for c in rs.chains(sim_netfilter::Table::Nat) {
@@ -1493,7 +1494,21 @@ fn unreached_endpoint_chains(ns: &Netns, now: SimTime) -> Vec<(String, String)> 
         {
             out.push((
                 c.name().to_string(),
-                "no rule jumps to it (left over from an earlier sync, or written by hand)".into(),
+                "reached by no Service: no rule jumps to it (left over from an earlier sync, or written by hand)".into(),
+            ));
+        }
+    }
+    for c in rs.chains(sim_netfilter::Table::Nat) {
+        let n = c.name();
+        if ["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-SEP-"]
+            .iter()
+            .any(|p| n.starts_with(p))
+            && rs.references(sim_netfilter::Table::Nat, n) > 0
+            && c.rules().is_empty()
+        {
+            out.push((
+                n.to_string(),
+                "it is empty: a jump to it returns at once and the packet goes on untranslated (kube-proxy writes every such chain with its rules)".into(),
             ));
         }
     }
@@ -1507,7 +1522,7 @@ fn unreached_endpoint_chains(ns: &Netns, now: SimTime) -> Vec<(String, String)> 
             if !text.contains(&goto) && !text.contains(&jump) {
                 out.push((
                     name,
-                    "no verdict map or rule goes to it (kube-proxy deletes such chains a sync later)"
+                    "reached by no Service: no verdict map or rule goes to it (kube-proxy deletes such chains a sync later)"
                         .into(),
                 ));
             }
