@@ -614,3 +614,39 @@ fn a_stuck_spread_is_skew_with_its_chi_square() {
     let (_, out, _) = on_prod(PROD_RULES, &["--json"]);
     assert!(findings(&json(&out), "skew").is_empty());
 }
+
+#[test]
+fn one_way_udp_senders_are_seen_by_the_age_of_their_unreplied_entries() {
+    // delta-time= (nf_conntrack_timestamp=1): an [UNREPLIED] entry 600 s old with a 30 s
+    // timeout has been refreshed; one 2 s old has not.
+    let (code, out, err) = nfsim(&[
+        "doctor",
+        "--rules",
+        PROD_RULES,
+        "--conntrack",
+        "tests/fixtures/doctor/one-way.txt",
+        "--node-addr",
+        "192.168.0.12",
+        "--pod-cidr",
+        "10.244.2.0/24",
+        "--json",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let v = json(&out);
+    let f = findings(&v, "unreplied_refreshed");
+    assert_eq!(f.len(), 1, "{out}");
+    let lines: Vec<u64> = f[0]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [1, 3]);
+    let stale = &findings(&v, "stale")[0]["entries"][0];
+    assert_eq!(stale["age_s"], 600);
+    assert_eq!(stale["kept_alive"], true);
+    assert!(stale["pattern"][0]
+        .as_str()
+        .unwrap()
+        .contains("600 s old, more than its 30 s timeout"));
+}
