@@ -143,6 +143,19 @@ fn endpoint_slices_make_a_listed_but_not_serving_endpoint_stale() {
     // #139629 (v1.37) and latest process it with an empty set.
     assert_eq!(deleting(&v, 2), ["v1.32.0", "v1.37", "latest"]);
     assert_eq!(v["fix"].as_array().unwrap().len(), 2);
+    // The slice alone, without its Service: the same, by the rules' name for the port.
+    let (code, out, _) = on_prod(
+        PROD_RULES,
+        &[
+            "--endpointslices",
+            "tests/fixtures/doctor/kube-dns-slice-only.yaml",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 1);
+    let v = json(&out);
+    assert_eq!(v["summary"]["stale"], 2, "{out}");
+    assert_eq!(deleting(&v, 2), ["v1.32.0", "v1.37", "latest"]);
     // The slices agreeing with the rules change nothing.
     let (code, out, _) = on_prod(
         PROD_RULES,

@@ -628,11 +628,23 @@ pub fn examine(input: &Input<'_>, ingress: &mut IngressFn<'_>) -> Result<Report,
             17 => Protocol::UDP,
             _ => Protocol::SCTP,
         };
-        let (spn, _) = st.services.iter().find(|(_, s)| {
-            s.protocol == want
-                && ((s.port == port && s.frontend_ips().contains(&addr))
-                    || s.node_port == Some(port))
-        })?;
+        let by_frontend = st
+            .services
+            .iter()
+            .find(|(_, s)| {
+                s.protocol == want
+                    && ((s.port == port && s.frontend_ips().contains(&addr))
+                        || s.node_port == Some(port))
+            })
+            .map(|(spn, _)| spn);
+        // Slices without their Services: the service port the rules name.
+        let by_name = || {
+            let name = probes.get(key)?.service.as_deref()?;
+            st.endpoints
+                .keys()
+                .find(|spn| spn.protocol == want && spn.to_string() == name)
+        };
+        let spn = by_frontend.or_else(by_name)?;
         let eps = st.endpoints_of(spn);
         Some(
             match eps.iter().find(|x| x.ip == ep.ip() && x.port == ep.port()) {
@@ -708,6 +720,12 @@ pub fn examine(input: &Input<'_>, ingress: &mut IngressFn<'_>) -> Result<Report,
 
     // The cleanups, each on a copy of the table.
     let state = match cluster {
+        // Slices without their Services: the service ports as the rules show them, the
+        // endpoints as the slices say.
+        Some(s) if s.services.is_empty() => ProxyState {
+            services: state_from_probes(&probes).services,
+            endpoints: s.endpoints.clone(),
+        },
         Some(s) => s.clone(),
         None => state_from_probes(&probes),
     };
