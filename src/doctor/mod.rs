@@ -1005,8 +1005,9 @@ pub fn examine(input: &Input<'_>, ingress: &mut IngressFn<'_>) -> Result<Report,
                 let who = format!("{} -> {}", v.client, v.endpoint);
                 if v.kept_alive {
                     forecast.push(format!(
-                        "{who}: a client keeps it alive ({}); it will not expire on its own",
-                        v.pattern.join("; ")
+                        "{who}: a client keeps it alive ({}); it will not expire on its own (if the client stopped now, in {} s)",
+                        v.pattern.join("; "),
+                        v.timeout_s
                     ));
                 } else {
                     forecast.push(format!(
