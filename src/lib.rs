@@ -120,6 +120,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod doctor;
 pub mod explain;
 pub mod k8s;
 pub mod kubeproxy;

@@ -51,6 +51,11 @@ enum Cmd {
     /// in increasing order within each; the output is in run order, the same bytes whatever
     /// --jobs. `nfsim sweep merge` puts --shard outputs back together.
     Sweep(cli::sweep::Args),
+    /// Audit a node's conntrack table against its rules: stale entries and the exact
+    /// `conntrack -D` that deletes them, blackholes, table pressure, skew, surprising rules.
+    ///
+    /// Exit 0 when nothing is stale, 1 when something is, 2 on bad input.
+    Doctor(cli::doctor::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +67,7 @@ fn main() -> ExitCode {
         Cmd::Trace(a) => cli::trace::run(a),
         Cmd::Replay(a) => cli::replay::run(a),
         Cmd::Sweep(a) => cli::sweep::run(a),
+        Cmd::Doctor(a) => cli::doctor::run(a),
     };
     match r {
         Ok(c) => c,

@@ -32,6 +32,8 @@ const ROOMS: &[(&str, u8)] = &[
     ("cluster", 3),
     // Above the runs: packet explanation and replay, sweeps, reports.
     ("explain", 4),
+    // The doctor: a node's state audited, on top of explain.
+    ("doctor", 5),
     ("sweep", 5),
     ("report", 6),
     // The front door for code.

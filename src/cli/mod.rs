@@ -16,6 +16,7 @@
 //! the recognition of a closed pipe).
 
 pub(crate) mod conntrack;
+pub(crate) mod doctor;
 pub(crate) mod replay;
 pub(crate) mod rules;
 pub(crate) mod run;

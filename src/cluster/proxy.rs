@@ -28,7 +28,8 @@ use crate::kubeproxy::ct_adapter::{from_entry, to_filter};
 use crate::kubeproxy::model::service_ports;
 use crate::kubeproxy::{
     CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry, CtFilter, JumpRule, KubeProxy, Latest,
-    NoCleanup, ProxierConfig, SyncOutput, Table as KpTable, V128, V131, V132, V133,
+    NoCleanup, ProxierConfig, ReconcileTrigger, SyncOutput, Table as KpTable, V128, V131, V132,
+    V133,
 };
 use crate::scenario::model::{Cleanup, Release};
 use sim_conntrack::Conntrack;
@@ -43,22 +44,38 @@ pub type CleanupFactory = Box<dyn FnMut(&str) -> Box<dyn ConntrackCleanup>>;
 
 /// The cleanup strategy a scenario's `kubeProxy.release` selects (docs/kube-proxy-model.md §6).
 pub fn release_cleanup(release: Release) -> Box<dyn ConntrackCleanup> {
+    release_cleanup_on(release, ReconcileTrigger::default())
+}
+
+/// [`release_cleanup`] with the reconcilers run on `trigger` (the event-based cleanups have
+/// none: they act on what changed at each sync). `nfsim doctor` runs each release's cleanup
+/// with [`ReconcileTrigger::EverySync`] on a copy of a table: what its next reconcile does.
+pub fn release_cleanup_on(
+    release: Release,
+    trigger: ReconcileTrigger,
+) -> Box<dyn ConntrackCleanup> {
     match release.cleanup() {
         Cleanup::None => Box::new(NoCleanup),
         Cleanup::EventReady => Box::new(V128),
         Cleanup::EventPresence => Box::new(V131 { serving_fix: false }),
         Cleanup::EventServing => Box::new(V131 { serving_fix: true }),
-        Cleanup::Reconciler127318 => Box::new(V132::default()),
+        Cleanup::Reconciler127318 => Box::new(V132 { trigger }),
         Cleanup::Reconciler130484 => Box::new(V133 {
+            trigger,
             reply_port: false,
-            ..V133::default()
         }),
-        Cleanup::Reconciler130542 => Box::new(V133::default()),
+        Cleanup::Reconciler130542 => Box::new(V133 {
+            trigger,
+            reply_port: true,
+        }),
         Cleanup::Reconciler139629 => Box::new(Latest {
+            trigger,
             deleted_services: false,
-            ..Latest::default()
         }),
-        Cleanup::Latest => Box::new(Latest::default()),
+        Cleanup::Latest => Box::new(Latest {
+            trigger,
+            deleted_services: true,
+        }),
     }
 }
 

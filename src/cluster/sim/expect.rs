@@ -22,6 +22,16 @@ pub fn chi_square_uniform(counts: &[u64]) -> (f64, f64) {
     (chi2, gamma_q((k - 1) as f64 / 2.0, chi2 / 2.0))
 }
 
+/// The probability that a chi-square variable with `df` degrees of freedom is at least `x`:
+/// `Q(df/2, x/2)`, the regularized upper incomplete gamma function (below). `nfsim doctor`'s
+/// skew test uses it too (`src/doctor/stats.rs`, which tests it against known values).
+pub fn chi_square_sf(x: f64, df: u32) -> f64 {
+    if df == 0 {
+        return 1.0;
+    }
+    gamma_q(f64::from(df) / 2.0, x / 2.0)
+}
+
 /// ln Γ(x) for x > 0 (Lanczos, g = 7, nine coefficients).
 fn ln_gamma(x: f64) -> f64 {
     const G: [f64; 9] = [

@@ -54,6 +54,21 @@ impl Simulation {
         s
     }
 
+    /// The Service and endpoint maps the kube-proxy of `node` derives from the objects it has
+    /// seen so far (what its next sync writes): the cluster's truth as that node knows it
+    /// (`nfsim doctor SCENARIO`). `None` for a node without kube-proxy.
+    pub fn kube_proxy_view(&self, node: usize) -> Option<crate::kubeproxy::ProxyState> {
+        self.groups
+            .iter()
+            .find(|g| g.nodes.contains(&node))
+            .map(|g| g.proxy.current_state())
+    }
+
+    /// The pod CIDR of `node`.
+    pub fn pod_cidr(&self, node: usize) -> crate::k8s::Cidr {
+        self.nodes[node].def.pod_cidr
+    }
+
     /// A node's network namespace: its interfaces and routes, rules and conntrack table.
     pub fn netns(&self, node: usize) -> &Netns {
         &self.nodes[node].netns

@@ -82,7 +82,7 @@ mod timeline;
 pub use builder::{RunOptions, SimulationBuilder};
 
 pub use capture::{CapturePoint, CaptureSink, PcapDir};
-pub use expect::{chi_square_uniform, ClientFigures, UNIFORMITY_SIGNIFICANCE};
+pub use expect::{chi_square_sf, chi_square_uniform, ClientFigures, UNIFORMITY_SIGNIFICANCE};
 pub use inject::{CleanupTally, Origin, Sighting, INJECTED_TAG};
 pub use pcap_client::{pcap_tag, PCAP_TAG};
 pub use record::{CtRecord, DumpRecord, EndRecord, StartRecord, Summary, JSON_SCHEMA_VERSION};
