@@ -5,8 +5,10 @@
 //!
 //! Reading order: [`wire`] (names are interned in a [`DnsNames`] table; queries and answers
 //! travel as small `Copy` values and become bytes only for captures), [`zone`] (which names
-//! exist; NXDOMAIN, NODATA, truncation with TC), [`resolv_conf`], [`resolver`].
+//! exist; NXDOMAIN, NODATA, truncation with TC), [`resolv_conf`], [`resolver`]; [`drive`] runs a
+//! resolver against a zone alone (what the kernel-lab test compares with a real lookup).
 
+pub mod drive;
 pub mod resolv_conf;
 pub mod resolver;
 pub mod wire;

@@ -60,6 +60,9 @@ pub enum LookupResult {
     NoData,
     /// No answer within the timeouts (EAI_AGAIN).
     TimedOut,
+    /// glibc: every nameserver refused (ICMP port unreachable on its connected socket) and
+    /// none timed out: `res_nsend` fails with ECONNREFUSED and `res_nsearch` stops at once.
+    Refused,
 }
 
 impl LookupResult {
@@ -70,6 +73,7 @@ impl LookupResult {
             LookupResult::NxDomain => "nxdomain",
             LookupResult::NoData => "nodata",
             LookupResult::TimedOut => "timedOut",
+            LookupResult::Refused => "refused",
         }
     }
 }
@@ -147,6 +151,7 @@ fn candidate_plan(name: &str, conf: &ResolvConf, libc: Libc) -> (Vec<String>, bo
 enum SendResult {
     Answers([Option<Answer>; 2]),
     TimedOut,
+    Refused,
 }
 
 const TYPES: [QType; 2] = [QType::A, QType::Aaaa];
@@ -171,6 +176,8 @@ struct GlibcSend {
     /// Each nameserver's UDP socket, open until the end of `res_nsend` (`__res_iclose`).
     sockets: [Option<SocketId>; 3],
     vc: bool,
+    /// `gotsomewhere`: a nameserver timed out or answered (not only refusals).
+    got_somewhere: bool,
     dg: Option<GlibcDg>,
     tcp: Option<(SocketId, [Option<Answer>; 2])>,
 }
@@ -368,6 +375,7 @@ impl Resolver {
                     offset,
                     sockets: [None; 3],
                     vc: self.conf.use_vc,
+                    got_somewhere: false,
                     dg: None,
                     tcp: None,
                 };
@@ -554,6 +562,58 @@ impl Resolver {
         }
     }
 
+    /// The next nameserver of the round, then the next round; the end when the rounds are
+    /// used up (`res_nsend`'s two loops).
+    fn glibc_next_ns(
+        &mut self,
+        now: SimTime,
+        name: NameId,
+        g: &mut GlibcSend,
+    ) -> Option<SendResult> {
+        g.shift += 1;
+        if g.shift >= self.conf.nameservers.len() {
+            g.shift = 0;
+            g.try_ += 1;
+        }
+        if g.try_ < self.conf.attempts {
+            self.glibc_send_to(now, name, g);
+            None
+        } else if g.got_somewhere {
+            Some(SendResult::TimedOut)
+        } else {
+            Some(SendResult::Refused)
+        }
+    }
+
+    /// An ICMP destination unreachable about a query from UDP socket `socket`. glibc's socket
+    /// is connected, so `poll` reports POLLERR: `send_dg` closes every socket
+    /// (`__res_iclose`) and goes on with the next nameserver at once. musl's socket is not
+    /// connected (`sendto`): it never hears of it.
+    pub fn handle_unreachable(&mut self, now: SimTime, socket: SocketId) {
+        let Some(name) = self.current_name() else {
+            return;
+        };
+        let Some(mut l) = self.lookup.take() else {
+            return;
+        };
+        let mut result = None;
+        if let Send::Glibc(g) = &mut l.send {
+            if g.dg.as_ref().is_some_and(|d| d.socket == socket) {
+                g.dg = None;
+                for s in g.sockets.iter_mut() {
+                    if let Some(s) = s.take() {
+                        self.actions.push(Action::Close(s));
+                    }
+                }
+                result = self.glibc_next_ns(now, name, g);
+            }
+        }
+        self.lookup = Some(l);
+        if let Some(r) = result {
+            self.send_done(now, r);
+        }
+    }
+
     /// A TCP connection failed (refused, reset, timed out) before its answers were in.
     pub fn handle_tcp_failed(&mut self, now: SimTime, conn: SocketId) {
         let Some(mut l) = self.lookup.take() else {
@@ -573,7 +633,11 @@ impl Resolver {
                     if g.shift < self.conf.nameservers.len() {
                         self.glibc_send_to(now, name, g);
                     } else {
-                        result = Some(SendResult::TimedOut);
+                        result = Some(if g.got_somewhere {
+                            SendResult::TimedOut
+                        } else {
+                            SendResult::Refused
+                        });
                     }
                 }
             }
@@ -635,16 +699,8 @@ impl Resolver {
                         result = Some(SendResult::Answers(dg.got));
                     } else {
                         // No answer from this one: the next nameserver, then the next round.
-                        g.shift += 1;
-                        if g.shift >= self.conf.nameservers.len() {
-                            g.shift = 0;
-                            g.try_ += 1;
-                        }
-                        if g.try_ < self.conf.attempts {
-                            self.glibc_send_to(now, name, g);
-                        } else {
-                            result = Some(SendResult::TimedOut);
-                        }
+                        g.got_somewhere = true;
+                        result = self.glibc_next_ns(now, name, g);
                     }
                 }
             }
@@ -687,7 +743,8 @@ impl Resolver {
         let last = l.at + 1 >= l.candidates.len();
         // What to do next: Some(final) ends the lookup; None asks the next candidate.
         let end = match (self.libc, outcome) {
-            (_, LookupResult::Answered { .. }) => Some(outcome),
+            // res_nsearch: `if (errno == ECONNREFUSED) return -1` at once.
+            (_, LookupResult::Answered { .. } | LookupResult::Refused) => Some(outcome),
             (Libc::Musl { .. }, LookupResult::NxDomain) if !last => None,
             (Libc::Musl { .. }, o) => Some(o),
             (Libc::Glibc, o) => {
@@ -752,8 +809,10 @@ fn records(a: &Option<Answer>) -> u32 {
 /// AAAA answer's code when the A answer is NOERROR, the A answer's otherwise: NXDOMAIN →
 /// HOST_NOT_FOUND, NOERROR → NO_DATA.
 fn glibc_pair(r: SendResult) -> LookupResult {
-    let SendResult::Answers([a, aaaa]) = r else {
-        return LookupResult::TimedOut;
+    let [a, aaaa] = match r {
+        SendResult::Answers(x) => x,
+        SendResult::TimedOut => return LookupResult::TimedOut,
+        SendResult::Refused => return LookupResult::Refused,
     };
     let n = records(&a) + records(&aaaa);
     if n > 0 {

@@ -1,25 +1,24 @@
 //! The resolvers against a zone, through a tiny driver: every nameserver that is up answers
 //! after `rtt` (TCP after two), one that is down never does.
 
-use super::resolver::{asks_as_is_first, candidates};
+use super::resolver::candidates;
 use super::zone::{counted_a, counted_aaaa};
 use super::*;
-use sim_core::{SimDuration, SimTime};
 
 const KUBE: &str = "search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n";
 
-struct Driver {
-    names: DnsNames,
-    zone: Zone,
-    resolver: Resolver,
-    up: Vec<bool>,
-    rtt: SimDuration,
-    /// Answers on their way: (when, socket, ns, answer).
-    inflight: Vec<(SimTime, SocketId, usize, Answer)>,
-    /// What went out: (ms, "udp"/"tcp", socket, ns, name, type).
-    sent: Vec<(u64, &'static str, u32, usize, String, QType)>,
-    open: std::collections::BTreeSet<u32>,
-    libc: Libc,
+struct Driver(drive::ZoneDriver);
+
+impl std::ops::Deref for Driver {
+    type Target = drive::ZoneDriver;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+impl std::ops::DerefMut for Driver {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl Driver {
@@ -43,107 +42,13 @@ impl Driver {
             },
         );
         let v4only = names.intern("v4only.default.svc.cluster.local").unwrap();
-        zone.insert(
-            v4only,
-            ZoneEntry {
-                a: Vec::new(),
-                aaaa: Vec::new(),
-            },
-        );
+        zone.insert(v4only, ZoneEntry::default());
         let conf = ResolvConf::parse(conf, libc).unwrap();
-        let up = vec![true; conf.nameservers.len()];
-        Driver {
-            names,
-            zone,
-            resolver: Resolver::new(libc, conf),
-            up,
-            rtt: SimDuration::from_millis(1),
-            inflight: Vec::new(),
-            sent: Vec::new(),
-            open: Default::default(),
-            libc,
-        }
+        Driver(drive::ZoneDriver::new(libc, conf, names, zone))
     }
 
-    fn act(&mut self, now: SimTime) {
-        for a in self.resolver.take_actions() {
-            match a {
-                Action::Open(s) => assert!(self.open.insert(s.0), "socket opened twice"),
-                Action::Close(s) => assert!(self.open.remove(&s.0), "closed but not open"),
-                Action::SendUdp { socket, ns, query } => {
-                    assert!(self.open.contains(&socket.0), "sent on a closed socket");
-                    self.sent.push((
-                        now.as_nanos() / 1_000_000,
-                        "udp",
-                        socket.0,
-                        ns,
-                        self.names.name(query.name).to_string(),
-                        query.qtype,
-                    ));
-                    if self.up[ns] {
-                        let ans = self.zone.answer(&self.names, query, Transport::Udp);
-                        self.inflight.push((now + self.rtt, socket, ns, ans));
-                    }
-                }
-                Action::SendTcp { conn, ns, queries } => {
-                    for q in queries.into_iter().flatten() {
-                        self.sent.push((
-                            now.as_nanos() / 1_000_000,
-                            "tcp",
-                            conn.0,
-                            ns,
-                            self.names.name(q.name).to_string(),
-                            q.qtype,
-                        ));
-                        if self.up[ns] {
-                            let ans = self.zone.answer(&self.names, q, Transport::Tcp);
-                            self.inflight
-                                .push((now + self.rtt.saturating_mul(2), conn, ns, ans));
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Resolves `name` from time 0; the record.
     fn lookup(&mut self, name: &str) -> LookupRecord {
-        let conf = self.resolver.conf().clone();
-        let libc = self.libc;
-        let cands: Vec<NameId> = candidates(name, &conf, libc)
-            .iter()
-            .map(|n| self.names.intern(n).unwrap())
-            .collect();
-        let first = asks_as_is_first(name, &conf, libc);
-        let mut now = self
-            .sent
-            .last()
-            .map_or(SimTime::ZERO, |s| SimTime::from_millis(s.0 + 1000));
-        self.sent.clear();
-        assert!(self.resolver.start(now, 0, cands, first));
-        self.act(now);
-        for _ in 0..10_000 {
-            if let Some(r) = self.resolver.take_finished().pop() {
-                assert!(self.open.is_empty(), "sockets left open: {:?}", self.open);
-                return r;
-            }
-            let next_answer = self.inflight.iter().map(|x| x.0).min();
-            let next = [next_answer, self.resolver.poll_timeout()]
-                .into_iter()
-                .flatten()
-                .min()
-                .expect("a lookup in progress has a deadline");
-            now = next;
-            if next_answer == Some(now) {
-                let i = self.inflight.iter().position(|x| x.0 == now).unwrap();
-                let (_, s, ns, a) = self.inflight.remove(i);
-                self.resolver.handle_answer(now, s, ns, a);
-            } else {
-                self.resolver.handle_timeout(now);
-            }
-            self.act(now);
-        }
-        panic!("the lookup never ended");
+        self.0.lookup(name).unwrap()
     }
 }
 
@@ -179,7 +84,7 @@ fn ndots_5_walks_the_search_list_then_asks_the_name_with_both_libraries() {
             ]
         );
         // A then AAAA for each name, back to back from one socket, a new socket per name.
-        let per_name: Vec<(u32, QType)> = d.sent.iter().map(|s| (s.2, s.5)).collect();
+        let per_name: Vec<(u32, QType)> = d.sent.iter().map(|s| (s.socket, s.qtype)).collect();
         assert_eq!(
             per_name,
             [
@@ -194,7 +99,10 @@ fn ndots_5_walks_the_search_list_then_asks_the_name_with_both_libraries() {
             ],
             "{libc:?}"
         );
-        assert!(d.sent.chunks(2).all(|p| p[0].0 == p[1].0), "in parallel");
+        assert!(
+            d.sent.chunks(2).all(|p| p[0].at_ms == p[1].at_ms),
+            "in parallel"
+        );
         assert_eq!(ms(&r), 4, "four exchanges of 1 ms");
         assert_eq!(r.udp_queries, 8);
     }
@@ -230,8 +138,8 @@ fn a_truncated_answer_goes_to_tcp_on_glibc_and_new_musl_and_is_kept_by_old_musl(
     let tcp: Vec<_> = d
         .sent
         .iter()
-        .filter(|s| s.1 == "tcp")
-        .map(|s| (s.2, s.5))
+        .filter(|s| s.tcp)
+        .map(|s| (s.socket, s.qtype))
         .collect();
     assert_eq!(tcp.len(), 2);
     assert_eq!(tcp[0].0, tcp[1].0);
@@ -239,12 +147,7 @@ fn a_truncated_answer_goes_to_tcp_on_glibc_and_new_musl_and_is_kept_by_old_musl(
     let mut d = Driver::new(MUSL, KUBE);
     let r = d.lookup("big");
     assert_eq!(r.result, LookupResult::Answered { records: 40 });
-    let tcp: Vec<_> = d
-        .sent
-        .iter()
-        .filter(|s| s.1 == "tcp")
-        .map(|s| s.5)
-        .collect();
+    let tcp: Vec<_> = d.sent.iter().filter(|s| s.tcp).map(|s| s.qtype).collect();
     assert_eq!(
         tcp,
         [QType::A],
@@ -270,7 +173,7 @@ fn glibc_waits_retrans_shifted_by_the_nameserver_index_over_nscount() {
     let r = d.lookup("payment.shop");
     assert_eq!(r.result, LookupResult::TimedOut);
     // ns0 waits 2 s, ns1 (2 << 1) / 3 = 1 s, ns2 (2 << 2) / 3 = 2 s; two rounds.
-    let starts: Vec<(u64, usize)> = d.sent.iter().step_by(2).map(|s| (s.0, s.3)).collect();
+    let starts: Vec<(u64, usize)> = d.sent.iter().step_by(2).map(|s| (s.at_ms, s.ns)).collect();
     assert_eq!(
         starts,
         [
@@ -284,7 +187,7 @@ fn glibc_waits_retrans_shifted_by_the_nameserver_index_over_nscount() {
     );
     assert_eq!(ms(&r), 10_000);
     // A nameserver keeps its socket over the rounds of one res_send.
-    assert_eq!(d.sent[0].2, d.sent[6].2);
+    assert_eq!(d.sent[0].socket, d.sent[6].socket);
 }
 
 #[test]
@@ -312,7 +215,7 @@ fn musl_resends_to_all_nameservers_every_timeout_over_attempts_and_stops_the_sea
     assert_eq!(r.result, LookupResult::TimedOut);
     assert_eq!(names(&r, &d), ["payment.shop.default.svc.cluster.local"]);
     // A to both, AAAA to both, at 0 and at 2.5 s, one socket; the lookup ends at 5 s.
-    let sent: Vec<(u64, usize, QType)> = d.sent.iter().map(|s| (s.0, s.3, s.5)).collect();
+    let sent: Vec<(u64, usize, QType)> = d.sent.iter().map(|s| (s.at_ms, s.ns, s.qtype)).collect();
     assert_eq!(
         sent,
         [
@@ -326,7 +229,7 @@ fn musl_resends_to_all_nameservers_every_timeout_over_attempts_and_stops_the_sea
             (2500, 1, QType::Aaaa)
         ]
     );
-    assert!(d.sent.iter().all(|s| s.2 == d.sent[0].2));
+    assert!(d.sent.iter().all(|s| s.socket == d.sent[0].socket));
     assert_eq!(ms(&r), 5000);
 }
 
@@ -334,15 +237,19 @@ fn musl_resends_to_all_nameservers_every_timeout_over_attempts_and_stops_the_sea
 fn single_request_serialises_and_reopen_takes_a_new_port_for_the_second() {
     let mut d = Driver::new(Libc::Glibc, &format!("{KUBE}options single-request\n"));
     d.lookup("payment.shop.");
-    assert_eq!(d.sent[1].0, d.sent[0].0 + 1, "AAAA after A's answer");
-    assert_eq!(d.sent[0].2, d.sent[1].2, "same socket");
+    assert_eq!(
+        d.sent[1].at_ms,
+        d.sent[0].at_ms + 1,
+        "AAAA after A's answer"
+    );
+    assert_eq!(d.sent[0].socket, d.sent[1].socket, "same socket");
     let mut d = Driver::new(
         Libc::Glibc,
         &format!("{KUBE}options single-request-reopen\n"),
     );
     d.lookup("payment.shop.");
-    assert_eq!(d.sent[1].0, d.sent[0].0 + 1);
-    assert_ne!(d.sent[0].2, d.sent[1].2, "a new socket for AAAA");
+    assert_eq!(d.sent[1].at_ms, d.sent[0].at_ms + 1);
+    assert_ne!(d.sent[0].socket, d.sent[1].socket, "a new socket for AAAA");
 }
 
 #[test]
@@ -352,7 +259,7 @@ fn rotate_starts_each_res_send_at_the_next_nameserver_and_musl_ignores_it() {
     let first: Vec<usize> = (0..3)
         .map(|_| {
             d.lookup("x.example.");
-            d.sent[0].3
+            d.sent[0].ns
         })
         .collect();
     assert_eq!(first, [0, 1, 0]);
@@ -382,4 +289,25 @@ fn edns0_puts_glibcs_size_on_every_query_and_use_vc_goes_straight_to_tcp() {
     let r = d.lookup("payment.shop.");
     assert!(r.tcp);
     assert_eq!(r.udp_queries, 0);
+}
+
+#[test]
+fn glibc_goes_to_the_next_nameserver_at_once_on_port_unreachable_and_stops_when_all_refuse() {
+    let conf = format!("{KUBE}nameserver 10.96.0.11\noptions timeout:1\n");
+    let mut d = Driver::new(Libc::Glibc, &conf);
+    d.up = vec![false, true];
+    d.refuses = vec![true, false];
+    let r = d.lookup("payment.shop.");
+    assert_eq!(r.result, LookupResult::Answered { records: 2 });
+    assert_eq!(ms(&r), 2, "no wait: the refusal, then the second server");
+    d.up = vec![false, false];
+    d.refuses = vec![true, true];
+    let r = d.lookup("payment.shop");
+    assert_eq!(r.result, LookupResult::Refused);
+    assert_eq!(r.tried.len(), 1, "ECONNREFUSED ends res_nsearch");
+    assert_eq!(
+        r.udp_queries,
+        2 * 2 * 2,
+        "two rounds of two servers, A and AAAA each"
+    );
 }
