@@ -311,3 +311,38 @@ fn glibc_goes_to_the_next_nameserver_at_once_on_port_unreachable_and_stops_when_
         "two rounds of two servers, A and AAAA each"
     );
 }
+
+#[test]
+fn glibc_falls_back_to_single_request_for_good_after_one_of_two_answers() {
+    let mut d = Driver::new(Libc::Glibc, &format!("{KUBE}options timeout:1\n"));
+    d.lose_aaaa = 1;
+    let r = d.lookup("payment.shop.");
+    assert_eq!(r.result, LookupResult::Answered { records: 2 });
+    // A and AAAA at 0; A answered; at 1 s (the wait) A again, AAAA after its answer.
+    let sent: Vec<(u64, QType)> = d.sent.iter().map(|s| (s.at_ms, s.qtype)).collect();
+    assert_eq!(
+        sent,
+        [
+            (0, QType::A),
+            (0, QType::Aaaa),
+            (1000, QType::A),
+            (1001, QType::Aaaa)
+        ]
+    );
+    assert!(
+        d.sent.iter().all(|s| s.socket == d.sent[0].socket),
+        "same socket"
+    );
+    // The next lookup is single-request from the start.
+    d.lookup("payment.shop.");
+    assert_eq!(d.sent[1].at_ms, d.sent[0].at_ms + 1);
+    // musl just resends the unanswered AAAA at 2.5 s to every server.
+    let mut d = Driver::new(MUSL, KUBE);
+    d.lose_aaaa = 1;
+    let r = d.lookup("payment.shop.");
+    assert_eq!(ms(&r), 2501);
+    assert_eq!(
+        d.sent.last().map(|s| (s.at_ms, s.qtype)),
+        Some((2500, QType::Aaaa))
+    );
+}
