@@ -171,7 +171,7 @@ impl ZoneDriver {
             .collect::<Result<Vec<NameId>, _>>()?;
         let first = asks_as_is_first(name, &conf, self.libc);
         if self.seq > 0 {
-            self.now = self.now + SimDuration::from_secs(1);
+            self.now += SimDuration::from_secs(1);
         }
         let start = self.now;
         self.sent.clear();

@@ -209,7 +209,7 @@ impl ResolvConf {
 /// The whitespace-separated words of a line with their 0-based byte columns.
 fn words(line: &str) -> impl Iterator<Item = (usize, &str)> {
     let mut at = 0;
-    line.split(|c: char| c == ' ' || c == '\t')
+    line.split([' ', '\t'])
         .map(move |w| {
             let col = at;
             at += w.len() + 1;
