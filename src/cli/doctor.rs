@@ -126,7 +126,7 @@ fn on_files(a: &Args) -> Result<Report> {
     let rules = a.rules.as_deref().unwrap_or_default();
     let node = a.node_args.spec()?;
     let rules_text = nfsim::explain::read_text(rules)?;
-    let mut base = node_with_rules(&node, rules)?;
+    let mut base = node_with_rules(&node, rules, a.node_args.rules6.as_deref())?;
     let rule_warnings = nfsim::explain::interface_warnings(&rules_text, rules, &base);
     let loaded = a.state.load_into(&mut base)?;
     let listed = match &a.state.conntrack {
@@ -169,6 +169,11 @@ fn on_scenario(a: &Args, file: &str) -> Result<Report> {
     if let Some(flag) = a.state.given() {
         anyhow::bail!(
             "{flag} goes with --rules: a scenario's node has the state its own run built (use --at for another instant)"
+        );
+    }
+    if a.node_args.rules6.is_some() {
+        anyhow::bail!(
+            "--rules6 goes with --rules: a scenario's node has the ip6tables rules its own run wrote"
         );
     }
     if let Some(flag) = a.node_args.addressing() {
