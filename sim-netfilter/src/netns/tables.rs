@@ -119,14 +119,6 @@ impl Netns {
         table: Table,
         hook: Hook,
     ) -> crate::Verdict {
-        let ct = match f.view {
-            Some(ct) => ct,
-            None => {
-                let v = ct_state_of(&self.conntrack, f.handle, f.untracked, now);
-                f.view = Some(v);
-                v
-            }
-        };
         let addr_types = AddrTypes(&self.routes);
         // iptables' tables for an IPv4 packet, ip6tables' for an IPv6 one.
         let (ruleset, rules_state) = if f.pkt.is_ipv4() {
@@ -135,16 +127,7 @@ impl Netns {
             (&self.ruleset6, &mut self.rules_state6)
         };
         let mut rule_trace = f.trace.as_ref().map(|_| Trace::new());
-        let mut ctx = EvalCtx {
-            packet: f.pkt,
-            ct,
-            addr_types: &addr_types,
-            now,
-            rng: &mut self.stat_rng,
-            local_origin: f.local_origin,
-            force_random: None,
-            force_numgen: None,
-        };
+        let mut ctx = f.eval_ctx(&self.conntrack, &addr_types, now, &mut self.stat_rng);
         let verdict = match (self.branching.as_mut(), rule_trace.as_mut()) {
             (Some(br), Some(rt)) => {
                 let j = br.walks;
