@@ -273,17 +273,7 @@ impl Ruleset {
         ctx: &mut EvalCtx<'_>,
         state: &mut RulesetState,
     ) -> Verdict {
-        let mut pk = Pkt {
-            src: super::ip4(ctx.packet.src),
-            dst: super::ip4(ctx.packet.dst),
-            src6: super::ip6(ctx.packet.src),
-            dst6: super::ip6(ctx.packet.dst),
-            proto: ctx.packet.protocol(),
-            sport: ctx.packet.sport(),
-            dport: ctx.packet.dport(),
-            len: u64::from(ctx.packet.len),
-            ctbits: ctx.ct.state_bits(),
-        };
+        let mut pk = Pkt::of(ctx);
         let base = td.builtin[hook as usize].unwrap_or_default();
         let Some(spec) = &td.program.memo[hook as usize] else {
             return self.walk_compiled(td, base, hook, ctx, state, &mut pk, None);
