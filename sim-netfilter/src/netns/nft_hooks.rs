@@ -123,14 +123,7 @@ impl Netns {
                     }))
                 }
                 Action::Reject(with) => {
-                    let src = if self.routes.is_local(f.pkt.dst) {
-                        f.pkt.dst
-                    } else {
-                        self.routes.source_for(f.pkt.src).unwrap_or(f.pkt.dst)
-                    };
-                    if let Some(answer) = with.response(&f.pkt, src) {
-                        self.send_error(now, f, answer);
-                    }
+                    self.send_reject(now, f, with);
                     return TableOutcome::Stop(Fate::RejectedNft {
                         chain: self.nft_chain_name(at),
                         hook,

@@ -4,6 +4,20 @@
 use super::*;
 
 impl Netns {
+    /// Sends the answer a REJECT rule (xtables or nft) gives the packet in flight, if any.
+    /// icmp_send answers from the packet's destination when it is ours, else from the address
+    /// the route back to the sender would use.
+    pub(super) fn send_reject(&mut self, now: SimTime, f: &mut Flight, with: crate::RejectWith) {
+        let src = if self.routes.is_local(f.pkt.dst) {
+            f.pkt.dst
+        } else {
+            self.routes.source_for(f.pkt.src).unwrap_or(f.pkt.dst)
+        };
+        if let Some(answer) = with.response(&f.pkt, src) {
+            self.send_error(now, f, answer);
+        }
+    }
+
     /// Evaluates one table at one hook and applies what it says to the flight.
     #[inline]
     pub(super) fn run_table(
@@ -94,16 +108,7 @@ impl Netns {
             Action::Accept => TableOutcome::Continue,
             Action::Drop => TableOutcome::Stop(Fate::Dropped(DropCause::Rule { table, hook })),
             Action::Reject(with) => {
-                // icmp_send answers from the packet's destination when it is ours, else from
-                // the address the route back to the sender would use.
-                let src = if self.routes.is_local(f.pkt.dst) {
-                    f.pkt.dst
-                } else {
-                    self.routes.source_for(f.pkt.src).unwrap_or(f.pkt.dst)
-                };
-                if let Some(answer) = with.response(&f.pkt, src) {
-                    self.send_error(now, f, answer);
-                }
+                self.send_reject(now, f, with);
                 TableOutcome::Stop(Fate::Rejected { table, hook })
             }
         }
