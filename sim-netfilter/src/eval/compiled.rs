@@ -15,23 +15,14 @@ use crate::ruleset::{Ruleset, TableData};
 use crate::state::{MemoKey, MemoRef, RulesetState, MEMO_NFACCT, MEMO_POLICY};
 use crate::types::*;
 
-use super::matches::{match_one, ports_ok};
+use super::matches::{ifaces_ok, match_one, ports_ok};
 use super::{effect, Action, EvalCtx, Pkt, Verdict, MAX_DEPTH};
 
 /// The IP part checks the compiled form leaves to the original rule (interfaces, fragments).
 #[inline]
 fn slow_ip_ok(ip: &IpMatch, ctx: &EvalCtx<'_>) -> bool {
-    if let Some(p) = &ip.iif {
-        let name = ctx.packet.iif.as_ref().map(|i| i.as_str()).unwrap_or("");
-        if p.matches(name) == ip.iif_inv {
-            return false;
-        }
-    }
-    if let Some(p) = &ip.oif {
-        let name = ctx.packet.oif.as_ref().map(|i| i.as_str()).unwrap_or("");
-        if p.matches(name) == ip.oif_inv {
-            return false;
-        }
+    if !ifaces_ok(ip, &ctx.packet) {
+        return false;
     }
     // The compiled form holds IPv4 addresses; an IPv6 rule's (never walked compiled, see
     // `run_hook`) are tested here.
@@ -282,17 +273,7 @@ impl Ruleset {
         ctx: &mut EvalCtx<'_>,
         state: &mut RulesetState,
     ) -> Verdict {
-        let mut pk = Pkt {
-            src: super::ip4(ctx.packet.src),
-            dst: super::ip4(ctx.packet.dst),
-            src6: super::ip6(ctx.packet.src),
-            dst6: super::ip6(ctx.packet.dst),
-            proto: ctx.packet.protocol(),
-            sport: ctx.packet.sport(),
-            dport: ctx.packet.dport(),
-            len: u64::from(ctx.packet.len),
-            ctbits: ctx.ct.state_bits(),
-        };
+        let mut pk = Pkt::of(ctx);
         let base = td.builtin[hook as usize].unwrap_or_default();
         let Some(spec) = &td.program.memo[hook as usize] else {
             return self.walk_compiled(td, base, hook, ctx, state, &mut pk, None);

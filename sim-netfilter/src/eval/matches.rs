@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use sim_core::{SimTime, L4};
+use sim_core::{Packet, SimTime, L4};
 
 use crate::rule::*;
 use crate::ruleset::Ruleset;
@@ -21,6 +21,25 @@ fn net_contains(n: &IpNet, v4: u32, v6: u128) -> bool {
         IpNet::V4(n) => n.contains(v4),
         IpNet::V6(n) => n.contains(v6),
     }
+}
+
+/// Whether the packet's interfaces pass the rule's `-i`/`-o`, as `ip_packet_match` tests
+/// them (an interface the packet has not got is tested as the empty name).
+#[inline]
+pub(super) fn ifaces_ok(ip: &IpMatch, packet: &Packet) -> bool {
+    if let Some(p) = &ip.iif {
+        let name = packet.iif.as_ref().map(|i| i.as_str()).unwrap_or("");
+        if p.matches(name) == ip.iif_inv {
+            return false;
+        }
+    }
+    if let Some(p) = &ip.oif {
+        let name = packet.oif.as_ref().map(|i| i.as_str()).unwrap_or("");
+        if p.matches(name) == ip.oif_inv {
+            return false;
+        }
+    }
+    true
 }
 
 #[inline]
@@ -45,17 +64,8 @@ pub(crate) fn rule_matches(
             return false;
         }
     }
-    if let Some(p) = &ip.iif {
-        let name = ctx.packet.iif.as_ref().map(|i| i.as_str()).unwrap_or("");
-        if p.matches(name) == ip.iif_inv {
-            return false;
-        }
-    }
-    if let Some(p) = &ip.oif {
-        let name = ctx.packet.oif.as_ref().map(|i| i.as_str()).unwrap_or("");
-        if p.matches(name) == ip.oif_inv {
-            return false;
-        }
+    if !ifaces_ok(ip, &ctx.packet) {
+        return false;
     }
     if ip.proto != 0 && (pk.proto == ip.proto) == ip.proto_inv {
         return false;

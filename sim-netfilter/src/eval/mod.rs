@@ -429,7 +429,8 @@ pub(crate) struct Pkt {
 }
 
 impl Pkt {
-    /// The packet in `ctx` as the walk tests it.
+    /// The packet in `ctx` as the walks (reference and compiled) test it.
+    #[inline]
     pub(crate) fn of(ctx: &EvalCtx<'_>) -> Pkt {
         Pkt {
             src: ip4(ctx.packet.src),

@@ -112,6 +112,8 @@ impl Ruleset {
         let mut chain: &Chain = td.chain(base);
         let mut pos = 0usize;
         loop {
+            // The end of a chain, or a RETURN: back to the calling chain, or the policy at the
+            // end of the built-in one.
             if pos >= chain.rules.len() {
                 match sp.checked_sub(1) {
                     None => return self.policy(td, base, table, state, &pk, out, trace),
@@ -186,24 +188,8 @@ impl Ruleset {
                     out.action = Action::Drop;
                     return out;
                 }
-                Target::Return => match sp.checked_sub(1) {
-                    None => return self.policy(td, base, table, state, &pk, out, trace),
-                    Some(top) => {
-                        sp = top;
-                        let (cid, p) = stack[top];
-                        let p = p as usize;
-                        if let Some(t) = trace.as_deref_mut() {
-                            t.push(TraceEvent::Return {
-                                table,
-                                from: chain.name().to_string(),
-                                to: td.chain(cid).name().to_string(),
-                            });
-                        }
-                        chain_id = cid;
-                        chain = td.chain(cid);
-                        pos = p;
-                    }
-                },
+                // RETURN leaves the chain as its end does: the step at the top of the loop.
+                Target::Return => pos = chain.rules.len(),
                 Target::Jump(c) | Target::Goto(c) => {
                     if matches!(rule.target, Target::Jump(_)) {
                         if sp >= MAX_DEPTH {

@@ -457,6 +457,36 @@ impl Flight {
             view: None,
         }
     }
+
+    /// The rules' view of this packet: its conntrack state (read once and kept in `view`,
+    /// see there) and how it came, for one table or base chain walk.
+    #[inline]
+    fn eval_ctx<'a>(
+        &mut self,
+        conntrack: &Conntrack,
+        addr_types: &'a dyn AddrTypeLookup,
+        now: SimTime,
+        rng: &'a mut SimRng,
+    ) -> EvalCtx<'a> {
+        let ct = match self.view {
+            Some(ct) => ct,
+            None => {
+                let v = ct_state_of(conntrack, self.handle, self.untracked, now);
+                self.view = Some(v);
+                v
+            }
+        };
+        EvalCtx {
+            packet: self.pkt,
+            ct,
+            addr_types,
+            now,
+            rng,
+            local_origin: self.local_origin,
+            force_random: None,
+            force_numgen: None,
+        }
+    }
 }
 
 /// What [`Netns::process_into`] returns (what left the namespace went into the caller's

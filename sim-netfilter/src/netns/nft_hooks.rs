@@ -123,14 +123,7 @@ impl Netns {
                     }))
                 }
                 Action::Reject(with) => {
-                    let src = if self.routes.is_local(f.pkt.dst) {
-                        f.pkt.dst
-                    } else {
-                        self.routes.source_for(f.pkt.src).unwrap_or(f.pkt.dst)
-                    };
-                    if let Some(answer) = with.response(&f.pkt, src) {
-                        self.send_error(now, f, answer);
-                    }
+                    self.send_reject(now, f, with);
                     return TableOutcome::Stop(Fate::RejectedNft {
                         chain: self.nft_chain_name(at),
                         hook,
@@ -212,26 +205,9 @@ impl Netns {
     /// Walks one base chain for the packet in flight (its conntrack view, its mark), keeping
     /// the mark the rules set and appending the chain's trace.
     fn nft_eval(&mut self, now: SimTime, f: &mut Flight, at: BaseRef) -> crate::Verdict {
-        let ct = match f.view {
-            Some(ct) => ct,
-            None => {
-                let v = ct_state_of(&self.conntrack, f.handle, f.untracked, now);
-                f.view = Some(v);
-                v
-            }
-        };
         let addr_types = AddrTypes(&self.routes);
         let mut steps = f.trace.as_ref().map(|_| Vec::<NftStep>::new());
-        let mut ctx = EvalCtx {
-            packet: f.pkt,
-            ct,
-            addr_types: &addr_types,
-            now,
-            rng: &mut self.stat_rng,
-            local_origin: f.local_origin,
-            force_random: None,
-            force_numgen: None,
-        };
+        let mut ctx = f.eval_ctx(&self.conntrack, &addr_types, now, &mut self.stat_rng);
         let v = match (self.branching.as_mut(), steps.as_mut()) {
             (Some(br), Some(st)) => {
                 let j = br.walks;

@@ -4,6 +4,20 @@
 use super::*;
 
 impl Netns {
+    /// Sends the answer a REJECT rule (xtables or nft) gives the packet in flight, if any.
+    /// icmp_send answers from the packet's destination when it is ours, else from the address
+    /// the route back to the sender would use.
+    pub(super) fn send_reject(&mut self, now: SimTime, f: &mut Flight, with: crate::RejectWith) {
+        let src = if self.routes.is_local(f.pkt.dst) {
+            f.pkt.dst
+        } else {
+            self.routes.source_for(f.pkt.src).unwrap_or(f.pkt.dst)
+        };
+        if let Some(answer) = with.response(&f.pkt, src) {
+            self.send_error(now, f, answer);
+        }
+    }
+
     /// Evaluates one table at one hook and applies what it says to the flight.
     #[inline]
     pub(super) fn run_table(
@@ -94,16 +108,7 @@ impl Netns {
             Action::Accept => TableOutcome::Continue,
             Action::Drop => TableOutcome::Stop(Fate::Dropped(DropCause::Rule { table, hook })),
             Action::Reject(with) => {
-                // icmp_send answers from the packet's destination when it is ours, else from
-                // the address the route back to the sender would use.
-                let src = if self.routes.is_local(f.pkt.dst) {
-                    f.pkt.dst
-                } else {
-                    self.routes.source_for(f.pkt.src).unwrap_or(f.pkt.dst)
-                };
-                if let Some(answer) = with.response(&f.pkt, src) {
-                    self.send_error(now, f, answer);
-                }
+                self.send_reject(now, f, with);
                 TableOutcome::Stop(Fate::Rejected { table, hook })
             }
         }
@@ -119,14 +124,6 @@ impl Netns {
         table: Table,
         hook: Hook,
     ) -> crate::Verdict {
-        let ct = match f.view {
-            Some(ct) => ct,
-            None => {
-                let v = ct_state_of(&self.conntrack, f.handle, f.untracked, now);
-                f.view = Some(v);
-                v
-            }
-        };
         let addr_types = AddrTypes(&self.routes);
         // iptables' tables for an IPv4 packet, ip6tables' for an IPv6 one.
         let (ruleset, rules_state) = if f.pkt.is_ipv4() {
@@ -135,16 +132,7 @@ impl Netns {
             (&self.ruleset6, &mut self.rules_state6)
         };
         let mut rule_trace = f.trace.as_ref().map(|_| Trace::new());
-        let mut ctx = EvalCtx {
-            packet: f.pkt,
-            ct,
-            addr_types: &addr_types,
-            now,
-            rng: &mut self.stat_rng,
-            local_origin: f.local_origin,
-            force_random: None,
-            force_numgen: None,
-        };
+        let mut ctx = f.eval_ctx(&self.conntrack, &addr_types, now, &mut self.stat_rng);
         let verdict = match (self.branching.as_mut(), rule_trace.as_mut()) {
             (Some(br), Some(rt)) => {
                 let j = br.walks;

@@ -9,6 +9,7 @@ use crate::types::*;
 use super::core_opts::*;
 use super::matches::*;
 use super::target::*;
+use super::value::bad;
 use super::{Command, OptDef, Token};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,14 +316,7 @@ impl<'a> Parser<'a> {
                         .ok()
                         .filter(|v| *v >= 1 && *v <= i32::MAX as u32)
                         .ok_or_else(|| {
-                            err_at(
-                                RuleErrorKind::BadValue {
-                                    option: core_flag(c).into(),
-                                    value: n.into(),
-                                    expected: "a rule number starting at 1".into(),
-                                },
-                                next,
-                            )
+                            err_at(bad(core_flag(c), n, "a rule number starting at 1"), next)
                         })?;
                     self.rulenum = Some(num);
                     next += 1;
@@ -364,16 +358,8 @@ impl<'a> Parser<'a> {
                 self.rule_opts = true;
                 let mut list = Vec::new();
                 for part in a.split(',') {
-                    let n = parse_ip_net(self.family, part).map_err(|e| {
-                        err_at(
-                            RuleErrorKind::BadValue {
-                                option: core_flag(c).into(),
-                                value: a.into(),
-                                expected: e,
-                            },
-                            tok_i + 1,
-                        )
-                    })?;
+                    let n = parse_ip_net(self.family, part)
+                        .map_err(|e| err_at(bad(core_flag(c), a, e), tok_i + 1))?;
                     list.push(n.masked());
                 }
                 if inv && list[0].is_any() {
@@ -397,16 +383,7 @@ impl<'a> Parser<'a> {
             Core::Protocol => {
                 once(self.ip.proto != 0 || self.ip.proto_inv, "-p")?;
                 self.rule_opts = true;
-                let p = parse_protocol(a).map_err(|e| {
-                    err_at(
-                        RuleErrorKind::BadValue {
-                            option: "-p".into(),
-                            value: a.into(),
-                            expected: e,
-                        },
-                        tok_i + 1,
-                    )
-                })?;
+                let p = parse_protocol(a).map_err(|e| err_at(bad("-p", a, e), tok_i + 1))?;
                 if p == 0 && inv {
                     return Err(err_at(
                         RuleErrorKind::Invalid("rule would never match protocol".into()),
@@ -427,16 +404,8 @@ impl<'a> Parser<'a> {
                     if is_in { "-i" } else { "-o" },
                 )?;
                 self.rule_opts = true;
-                let p = IfacePattern::parse(a).map_err(|e| {
-                    err_at(
-                        RuleErrorKind::BadValue {
-                            option: core_flag(c).into(),
-                            value: a.into(),
-                            expected: e,
-                        },
-                        tok_i + 1,
-                    )
-                })?;
+                let p = IfacePattern::parse(a)
+                    .map_err(|e| err_at(bad(core_flag(c), a, e), tok_i + 1))?;
                 if is_in {
                     self.ip.iif = Some(p);
                     self.ip.iif_inv = inv;
@@ -468,11 +437,7 @@ impl<'a> Parser<'a> {
                 self.rule_opts = true;
                 if a.is_empty() || a.len() >= 29 || a.chars().any(char::is_whitespace) {
                     return Err(err_at(
-                        RuleErrorKind::BadValue {
-                            option: core_flag(c).into(),
-                            value: a.into(),
-                            expected: "a target or chain name of 1-28 characters".into(),
-                        },
+                        bad(core_flag(c), a, "a target or chain name of 1-28 characters"),
                         tok_i + 1,
                     ));
                 }
@@ -512,16 +477,8 @@ impl<'a> Parser<'a> {
                 })?;
                 next += 1;
                 let num = |s: &str, at: usize| -> Result<u64, RuleError> {
-                    s.parse::<u64>().map_err(|_| {
-                        err_at(
-                            RuleErrorKind::BadValue {
-                                option: "-c".into(),
-                                value: s.into(),
-                                expected: "packet and byte counts".into(),
-                            },
-                            at,
-                        )
-                    })
+                    s.parse::<u64>()
+                        .map_err(|_| err_at(bad("-c", s, "packet and byte counts"), at))
                 };
                 self.counters = Some(Counters {
                     packets: num(a, tok_i + 1)?,
