@@ -189,6 +189,55 @@ SO_TIMESTAMPNS = 35
 TIMESPEC = struct.Struct("@ll")
 
 
+# The socket that keeps the kernel's receive timestamps on for the driver's life.
+STAMPING = None
+
+
+def arm_rx_timestamps(seconds=2.0):
+    """Turns the kernel's receive timestamps on before the capture starts, and waits until they
+    are really on. SO_TIMESTAMPNS enables them through a static key that deferred work flips
+    (net_enable_timestamp() schedules netstamp_work); until that has run, frames reach a socket
+    unstamped and __sock_recv_timestamp() fills in the time they are *read* ("Race occurred
+    between timestamp enabling and packet receiving"). On a loaded machine the capture thread
+    reads the first frames after the next step has begun, so they were replayed one step late
+    (kernel_diff saw no entry where the kernel listed one). Here a socket with SO_TIMESTAMPNS is
+    held open (so the key stays on) and a datagram from SENTINEL to itself is read 30 ms after
+    it was sent, until its stamp is its arrival, not its reading. Its conntrack entry is
+    deleted (it has one only if the namespace already tracks), and it runs before the rules are
+    loaded, so no counter sees it."""
+    global STAMPING
+    keep = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    keep.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    keep.bind((SENTINEL, 6))
+    keep.settimeout(0.5)
+    STAMPING = keep
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.bind((SENTINEL, 5))
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            tx.sendto(b"stamp", (SENTINEL, 6))
+            time.sleep(0.03)
+            try:
+                _, anc, _, _ = keep.recvmsg(64, 64)
+            except socket.timeout:
+                return  # the run's rules drop it: nothing more to learn
+            read = time.time()
+            stamp = None
+            for level, kind, value in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC.size:
+                    sec, nsec = TIMESPEC.unpack_from(value)
+                    stamp = sec + nsec / 1e9
+            if stamp is not None and read - stamp >= 0.015:
+                return
+    finally:
+        tx.close()
+        try:
+            run(["conntrack", "-D", "-s", SENTINEL])
+        except OSError:
+            pass
+
+
 class Capture:
     def __init__(self):
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
@@ -791,6 +840,9 @@ def main():
     capture = None
     try:
         result["setup"].append(must(run(["ip", "link", "set", "lo", "up"]), "bringing lo up"))
+        if SETUP["capture"]:
+            # Before any rule or conntrack exists, so its datagram counts nowhere.
+            arm_rx_timestamps()
         for a in SETUP["addresses"]:
             cidr = a if "/" in a else a + ("/128" if ":" in a else "/32")
             result["setup"].append(must(run(["ip", "addr", "add", cidr, "dev", "lo"]), "adding an address"))
