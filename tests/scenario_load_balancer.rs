@@ -271,3 +271,25 @@ fn health_check_settings_out_of_range_are_refused_at_their_place() {
         assert_eq!((e.line, e.column), (line + 1, col), "{hc}: {e}");
     }
 }
+
+#[test]
+fn a_load_balancer_no_service_uses_is_warned_about_at_its_place() {
+    let yaml = "name: t\ncloudLoadBalancer:\n  healthCheck: {interval: 5s}\nduration: 1m\nnodes:\n  - {name: n1, address: 192.168.0.11, podCIDR: 10.244.1.0/24}\n";
+    let sc = load_str("t.yaml", yaml).unwrap();
+    let w: Vec<String> = sc.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("t.yaml:3:") && w[0].contains("no Service of the scenario"),
+        "{w:?}"
+    );
+    // The shipped scenario has its LoadBalancer Service: no such warning.
+    let shipped = load_file(&shipped()).unwrap();
+    assert!(
+        !shipped
+            .warnings
+            .iter()
+            .any(|w| w.to_string().contains("cloudLoadBalancer")),
+        "{:?}",
+        shipped.warnings
+    );
+}

@@ -178,3 +178,28 @@ pub(super) fn convert(
         },
     })
 }
+
+/// A `cloudLoadBalancer:` that no Service uses: none in `services:` or in a `createService` /
+/// `updateService` event is `type: LoadBalancer`, so the settings would take no part in the
+/// run; said at the field rather than ignored.
+pub(super) fn unused_warning(
+    ctx: &Ctx,
+    doc: &super::schema::ScenarioDoc,
+) -> Option<super::warnings::ScenarioWarning> {
+    let given = doc.cloud_load_balancer.as_ref()?;
+    let is_lb = |s: &crate::k8s::Service| s.spec.type_ == crate::k8s::ServiceType::LoadBalancer;
+    let any = doc.services.iter().any(|s| is_lb(&s.value))
+        || doc.events.iter().any(|e| {
+            let d = &e.value;
+            d.create_service
+                .iter()
+                .chain(d.update_service.iter())
+                .any(|s| is_lb(&s.value))
+        });
+    (!any).then(|| super::warnings::ScenarioWarning {
+        file: ctx.file().to_string(),
+        line: given.referenced.line(),
+        column: given.referenced.column(),
+        message: "cloudLoadBalancer: no Service of the scenario (nor one an event creates or updates) is `type: LoadBalancer`, so the load balancer and its health checks take no part in the run".to_string(),
+    })
+}

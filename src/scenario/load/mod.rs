@@ -356,6 +356,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         &doc.services,
         kube_proxy.release,
     ));
+    warnings.extend(super::load_balancer::unused_warning(ctx, &doc));
     warnings.extend(super::families::check(
         ctx,
         &doc.services,
