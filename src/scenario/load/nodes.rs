@@ -60,6 +60,16 @@ fn node_state(
             };
             return Err(ctx.err(f, format!("state.rules6: {why}")));
         }
+        // The cluster's machines are IPv4 (IPv6 addresses are refused), so no packet of the
+        // run meets these tables; say so rather than let them look as if they act.
+        warnings.push(ScenarioWarning {
+            file: ctx.file().to_string(),
+            line: f.referenced.line(),
+            column: f.referenced.column(),
+            message: format!(
+                "state.rules6: {path}: loaded into the node's ip6tables (`nfsim rules -6` prints them), but the scenario's machines are IPv4, so no packet of the run meets them (IPv6 clusters are issue #23)"
+            ),
+        });
         out.rules6 = Some((path, text));
     }
     if let Some(f) = &d.conntrack {
