@@ -26,6 +26,7 @@
 use crate::k8s::Service;
 use crate::kubeproxy::ct_adapter::{from_entry, to_filter};
 use crate::kubeproxy::model::service_ports;
+use crate::kubeproxy::sync_cost::{DeleteCost, PayloadShape, SyncCostModel};
 use crate::kubeproxy::{
     CleanupReport, ConntrackCleanup, ConntrackOps, CtEntry, CtFilter, JumpRule, KubeProxy, Latest,
     NoCleanup, ProxierConfig, ReconcileTrigger, SyncOutput, Table as KpTable, V128, V131, V132,
@@ -33,7 +34,7 @@ use crate::kubeproxy::{
 };
 use crate::scenario::model::{Cleanup, Release};
 use sim_conntrack::Conntrack;
-use sim_core::SimTime;
+use sim_core::{SimDuration, SimTime};
 use sim_netfilter::netns::Netns;
 use sim_netfilter::{rule_spec, RestoreMemo, Table};
 use std::sync::Arc;
@@ -220,6 +221,9 @@ pub struct NodesConntrack<'a> {
     requests: usize,
     /// `list` calls made so far (each one `conntrack -L` / a netlink dump).
     pub lists: usize,
+    /// Entries the `list` calls returned, counted on the largest table each time (every
+    /// node's kube-proxy dumps its own table, in parallel with the others).
+    pub listed: usize,
     /// The entries deleted so far.
     pub deleted: Vec<Deleted>,
 }
@@ -232,6 +236,7 @@ impl<'a> NodesConntrack<'a> {
             now,
             requests: 0,
             lists: 0,
+            listed: 0,
             deleted: Vec::new(),
         }
     }
@@ -242,9 +247,13 @@ impl ConntrackOps for NodesConntrack<'_> {
         let f = to_filter(filter);
         self.lists += 1;
         let mut out = Vec::new();
+        let mut most = 0;
         for (_, t) in &self.tables {
+            let before = out.len();
             out.extend(t.list(self.now, &f).iter().map(from_entry));
+            most = most.max(out.len() - before);
         }
+        self.listed += most;
         out
     }
 
@@ -281,6 +290,67 @@ pub struct ProxyGroup {
     /// Restores done for the group's nodes, reused by the other nodes (groups of more than
     /// one node).
     pub memo: RestoreMemo,
+    /// What a sync costs in simulated time (`None`: `kubeProxy.syncCost: instant`).
+    pub cost: Option<SyncCost>,
+    /// A sync started and not yet applied (its restore still running).
+    pub in_flight: Option<InFlight>,
+    /// When the last sync ends: the runner starts none before (kube-proxy's sync loop runs
+    /// one `syncProxyRules` at a time).
+    pub busy_until: SimTime,
+    /// Rules the last full sync loaded (the table iptables-nft / nft read back).
+    pub loaded_rules: usize,
+}
+
+/// `kubeProxy.syncCost: modelled`: the calibrated model and how the release's reconciler
+/// deletes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SyncCost {
+    /// The model.
+    pub model: SyncCostModel,
+    /// How deletes are charged.
+    pub deletes: DeleteCost,
+}
+
+impl SyncCost {
+    /// The cost of a kube-proxy run with `settings`, if they model it.
+    pub fn of(settings: &crate::scenario::model::KubeProxySettings) -> Option<SyncCost> {
+        if settings.sync_cost != crate::scenario::model::SyncCostMode::Modelled {
+            return None;
+        }
+        Some(SyncCost {
+            model: SyncCostModel::CALIBRATED,
+            deletes: if settings.cleanup.is_some() {
+                DeleteCost::NotCharged
+            } else {
+                release_delete_cost(settings.release)
+            },
+        })
+    }
+}
+
+/// How `release`'s conntrack cleanup sends its deletes: the reconcilers of v1.32 to v1.35 one
+/// netlink request per flow, v1.36 and later batched (kubernetes #135511); the event-based
+/// cleanups of v1.31 and earlier are not charged (docs/kube-proxy-model.md §5a).
+pub fn release_delete_cost(release: Release) -> DeleteCost {
+    match release.cleanup() {
+        Cleanup::None | Cleanup::EventReady | Cleanup::EventPresence | Cleanup::EventServing => {
+            DeleteCost::NotCharged
+        }
+        _ if matches!(release.name(), "v1.36" | "v1.37" | "latest") => DeleteCost::Batched,
+        _ => DeleteCost::PerEntry,
+    }
+}
+
+/// A sync whose restore is still running: what it writes, when it started, and its modelled
+/// restore time.
+#[derive(Clone, Debug)]
+pub struct InFlight {
+    /// kube-proxy's output, rendered when the sync started.
+    pub output: SyncOutput,
+    /// When the sync started.
+    pub started: SimTime,
+    /// The restore's modelled time.
+    pub restore: SimDuration,
 }
 
 /// What one sync did on one node, for the timeline.
@@ -305,9 +375,27 @@ pub struct SyncResult {
     pub deleted: Vec<Deleted>,
     /// The cleanup's `list` calls.
     pub list_calls: usize,
+    /// Entries those calls returned (on the largest table).
+    pub listed: usize,
+    /// `kubeProxy.syncCost: modelled`: the restore's and the cleanup's modelled times.
+    pub took: Option<(SimDuration, SimDuration)>,
 }
 
 impl ProxyGroup {
+    /// `proxy` writing to `nodes`, its syncs costing `cost` (`None`: instant).
+    pub fn new(proxy: KubeProxy, nodes: Vec<usize>, cost: Option<SyncCost>) -> ProxyGroup {
+        ProxyGroup {
+            proxy,
+            nodes,
+            wake: None,
+            memo: RestoreMemo::new(),
+            cost,
+            in_flight: None,
+            busy_until: SimTime::ZERO,
+            loaded_rules: 0,
+        }
+    }
+
     /// Runs the sync due at `now`, if any: applies it to every node of the group (`nodes`:
     /// each node's index and namespace), reports the outcome to kube-proxy, and runs the
     /// cleanup against the nodes' tables. `tick` is called after each node (a big ruleset
@@ -315,10 +403,88 @@ impl ProxyGroup {
     pub fn on_timeout(
         &mut self,
         now: SimTime,
-        mut nodes: Vec<(usize, &mut Netns)>,
+        nodes: Vec<(usize, &mut Netns)>,
         tick: &mut dyn FnMut(),
     ) -> Option<SyncResult> {
         let output = self.proxy.on_timeout(now)?;
+        Some(self.apply(now, output, nodes, tick))
+    }
+
+    /// Starts the sync due at `now`, if any, under `kubeProxy.syncCost: modelled`: renders
+    /// it (kube-proxy reads its maps when the sync starts), charges the restore's modelled
+    /// time and keeps it [`InFlight`]. Returns when the restore ends: then call
+    /// [`ProxyGroup::finish`]. Nothing starts while a sync is in flight or before the last
+    /// one ended.
+    pub fn start(&mut self, now: SimTime, cost: &SyncCost) -> Option<SimTime> {
+        if self.in_flight.is_some() || self.busy_until > now {
+            return None;
+        }
+        let output = self.proxy.on_timeout(now)?;
+        let nft = output.mode == crate::kubeproxy::ProxyMode::Nftables;
+        let shape = if nft {
+            PayloadShape::of_nft(&output.restore)
+        } else {
+            PayloadShape::of_iptables(&output.restore)
+        };
+        let full = output.kind == crate::kubeproxy::SyncKind::Full;
+        let restore =
+            SimDuration::from_nanos(cost.model.restore_ns(nft, full, &shape, self.loaded_rules));
+        if full {
+            self.loaded_rules = shape.rules;
+        }
+        let end = now + restore;
+        self.busy_until = end;
+        self.in_flight = Some(InFlight {
+            output,
+            started: now,
+            restore,
+        });
+        Some(end)
+    }
+
+    /// Ends the restore of the sync in flight at `now`: applies it to the nodes (the rules
+    /// take effect now), runs the cleanup, and charges the cleanup's modelled time; the
+    /// sync ends after it, and the runner's next run counts from then
+    /// (`BoundedFrequencyRunner.tryRun` sets `lastRun` after the sync function returns).
+    pub fn finish(
+        &mut self,
+        now: SimTime,
+        cost: &SyncCost,
+        nodes: Vec<(usize, &mut Netns)>,
+        tick: &mut dyn FnMut(),
+    ) -> Option<SyncResult> {
+        let f = self.in_flight.take()?;
+        let mut r = self.apply(now, f.output, nodes, tick);
+        // A delete request is one flow on the wire whatever filter chose it (netlink's
+        // ConntrackDeleteFilters dumps and deletes flow by flow); each node deletes its own.
+        let mut per_node: std::collections::BTreeMap<usize, usize> = Default::default();
+        for d in &r.deleted {
+            *per_node.entry(d.node).or_default() += 1;
+        }
+        let flows = per_node.values().copied().max().unwrap_or(0);
+        let cleanup = SimDuration::from_nanos(cost.model.cleanup_ns(
+            r.list_calls,
+            r.listed,
+            flows,
+            cost.deletes,
+        ));
+        self.busy_until = now + cleanup;
+        self.proxy.sync_ended(self.busy_until);
+        r.took = Some((f.restore, cleanup));
+        r.output.at = f.started;
+        Some(r)
+    }
+
+    /// Applies `output` at `now` (see [`ProxyGroup::on_timeout`]).
+    fn apply(
+        &mut self,
+        now: SimTime,
+        mut output: SyncOutput,
+        mut nodes: Vec<(usize, &mut Netns)>,
+        tick: &mut dyn FnMut(),
+    ) -> SyncResult {
+        // The rules go in now (nft's timeouts count from the transaction).
+        output.at = now;
         let mut per_node = Vec::with_capacity(nodes.len());
         let mut failed = None;
         let payload: Option<Arc<str>> = (nodes.len() > 1).then(|| Arc::from(&*output.restore));
@@ -346,13 +512,15 @@ impl ProxyGroup {
             Some(e) => Err(e),
         };
         let cleanup = self.proxy.complete_sync(now, outcome, &mut ct);
-        Some(SyncResult {
+        SyncResult {
             output,
             nodes: per_node,
             cleanup,
             list_calls: ct.lists,
+            listed: ct.listed,
             deleted: ct.deleted,
-        })
+            took: None,
+        }
     }
 }
 

@@ -78,6 +78,7 @@ pub mod proxier;
 pub mod releases;
 pub mod render;
 pub mod runner;
+pub mod sync_cost;
 pub mod topology;
 
 pub use cleanup::{

@@ -277,6 +277,12 @@ impl KubeProxy {
         })
     }
 
+    /// The last sync ended at `end` (it took simulated time; see
+    /// [`SyncRunner::on_sync_done`]).
+    pub fn sync_ended(&mut self, end: SimTime) {
+        self.runner.on_sync_done(end);
+    }
+
     /// Reports how applying the last [`SyncOutput`] went. On success the cleanup strategy
     /// runs against `ct`; on failure the next sync is a full one, `syncPeriod` later at the
     /// latest, and nothing is cleaned (the changes were consumed: kube-proxy loses them too).

@@ -167,6 +167,17 @@ impl SyncRunner {
         self.try_run(now)
     }
 
+    /// The sync the runner started last ended at `end` (`kubeProxy.syncCost: modelled`,
+    /// where a sync takes simulated time): `lastRun` and the `maxInterval` timer count from
+    /// then, as `tryRun` sets them after the sync function returns. The start-up sync,
+    /// outside the runner, leaves both alone.
+    pub fn on_sync_done(&mut self, end: SimTime) {
+        if self.last_run.is_some_and(|t| t < end) {
+            self.last_run = Some(end);
+            self.timer = end + self.timing.full_sync_period;
+        }
+    }
+
     /// The sync started at `now` failed (`RetryAfter(syncPeriod)`, `needFullSync = true`).
     pub fn on_sync_failed(&mut self, now: SimTime) {
         self.need_full_sync = true;
@@ -360,6 +371,33 @@ mod tests {
         assert_eq!(r.poll_timeout(), Some(ms(2000)));
         assert_eq!(r.on_timeout(ms(2002)), Some(SyncKind::Partial));
         assert_eq!(r.on_timeout(ms(2002)), None, "three changes, one sync");
+    }
+
+    #[test]
+    fn a_sync_that_takes_time_counts_min_sync_period_from_its_end() {
+        let mut r = SyncRunner::new(SyncTiming::default(), ms(0));
+        assert_eq!(r.on_timeout(ms(0)), Some(SyncKind::Full));
+        r.on_change(ms(10_000));
+        r.on_change(ms(10_000));
+        assert_eq!(r.on_timeout(ms(10_000)), Some(SyncKind::Partial));
+        // That sync took 2.5 s; a change during it waits for its end, then for the token
+        // (the burst of two: one left), and runs at once.
+        r.on_sync_done(ms(12_500));
+        r.on_change(ms(11_000));
+        assert_eq!(r.on_timeout(ms(12_500)), Some(SyncKind::Partial));
+        r.on_sync_done(ms(12_600));
+        r.on_change(ms(12_700));
+        assert_eq!(r.on_timeout(ms(12_700)), Some(SyncKind::Partial));
+        r.on_sync_done(ms(12_800));
+        // The bucket is short of a token now: the next change waits a full minSyncPeriod
+        // after the end of the last run (12.8 s), not after its start (12.7 s).
+        r.on_change(ms(12_900));
+        assert_eq!(r.on_timeout(ms(12_900)), None);
+        assert_eq!(r.poll_timeout(), Some(ms(13_800)));
+        assert_eq!(r.on_timeout(ms(13_800)), Some(SyncKind::Partial));
+        // The hourly timer counts from the end too.
+        r.on_sync_done(ms(14_000));
+        assert_eq!(r.poll_timeout(), Some(ms(3_614_000)));
     }
 
     #[test]

@@ -237,6 +237,18 @@ pub(super) fn kube_proxy_settings(
             }
         };
     }
+    if let Some(m) = &d.sync_cost {
+        s.sync_cost = match m.value.as_str() {
+            "modelled" => crate::scenario::model::SyncCostMode::Modelled,
+            "instant" => crate::scenario::model::SyncCostMode::Instant,
+            other => {
+                return Err(ctx.err(
+                    m,
+                    format!("unknown syncCost {other:?}: expected modelled or instant"),
+                ))
+            }
+        };
+    }
     if let Some(c) = &d.cleanup {
         if c.value.command.is_empty() || c.value.command[0].is_empty() {
             return Err(ctx.err(

@@ -276,6 +276,20 @@ pub struct KubeProxySettings {
     /// `cleanup.command`: an external reconciler process in place of the release's cleanup
     /// (`docs/reconciler-protocol.md`).
     pub cleanup: Option<ExternalCleanup>,
+    /// `syncCost`: whether a sync takes simulated time (docs/kube-proxy-model.md §5a).
+    pub sync_cost: SyncCostMode,
+}
+
+/// `kubeProxy.syncCost`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncCostMode {
+    /// Syncs take no simulated time: the rules are in place the instant the sync starts.
+    #[default]
+    Instant,
+    /// Each sync takes the time [`crate::kubeproxy::sync_cost::SyncCostModel::CALIBRATED`]
+    /// gives its payload and its conntrack cleanup; the rules take effect when the restore
+    /// ends, and the next sync starts no earlier than the end of this one.
+    Modelled,
 }
 
 impl KubeProxySettings {
@@ -295,6 +309,7 @@ impl KubeProxySettings {
             nfacct: false,
             mode: crate::kubeproxy::ProxyMode::Iptables,
             cleanup: None,
+            sync_cost: SyncCostMode::Instant,
         }
     }
 }

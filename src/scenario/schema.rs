@@ -392,6 +392,10 @@ pub struct KubeProxyDoc {
     /// An external reconciler process in place of the release's cleanup.
     #[serde(default)]
     pub cleanup: Option<S<CleanupDoc>>,
+    /// `syncCost`: `modelled` (each sync takes the calibrated time of its restore and its
+    /// conntrack cleanup) or `instant` (the default: syncs take no simulated time).
+    #[serde(default)]
+    pub sync_cost: Option<S<String>>,
 }
 
 /// `kubeProxy.cleanup:` (`docs/reconciler-protocol.md`).

@@ -13,7 +13,7 @@ use crate::scenario::model::Release;
 use sim_conntrack::{CtEntry, CtEvent, Filter};
 use sim_core::{Packet, SimTime};
 use sim_netfilter::netns::{Egress, Fate, Ingress, Netns};
-use sim_netfilter::{RestoreMemo, Table};
+use sim_netfilter::Table;
 use std::net::{IpAddr, SocketAddr};
 
 /// Builds a [`Node`]: its address, pod CIDR, seed, sysctls, and either iptables-save text or
@@ -176,12 +176,7 @@ impl NodeBuilder {
                     kp.upsert(SimTime::ZERO, o);
                 }
             }
-            node.proxy = Some(ProxyGroup {
-                proxy: kp,
-                nodes: vec![0],
-                wake: None,
-                memo: RestoreMemo::new(),
-            });
+            node.proxy = Some(ProxyGroup::new(kp, vec![0], None));
             node.sync_due(SimTime::ZERO)?;
         }
         Ok(node)

@@ -230,12 +230,11 @@ impl Simulation {
                 Some(make) => make(&sc.nodes[i].name),
                 None => crate::cluster::proxy::settings_cleanup(&sc.kube_proxy, &sc.nodes[i].name),
             };
-            groups.push(ProxyGroup {
-                proxy: KubeProxy::new(cfg, timing, strategy, SimTime::ZERO),
-                nodes: vec![i],
-                wake: None,
-                memo: RestoreMemo::new(),
-            });
+            groups.push(ProxyGroup::new(
+                KubeProxy::new(cfg, timing, strategy, SimTime::ZERO),
+                vec![i],
+                crate::cluster::proxy::SyncCost::of(&sc.kube_proxy),
+            ));
         }
         let mut sim = Simulation {
             now: SimTime::ZERO,

@@ -60,6 +60,11 @@ impl Simulation {
         grp.proxy = proxy;
         grp.wake = None;
         grp.memo = RestoreMemo::new();
+        // A restarted kube-proxy starts with nothing in flight (a restore the old process
+        // had running is lost with it) and reads the table its predecessor loaded.
+        grp.cost = crate::cluster::proxy::SyncCost::of(&kp);
+        grp.in_flight = None;
+        grp.busy_until = SimTime::ZERO;
         self.proxy_running[g] = true;
         self.arm_proxy(g);
     }

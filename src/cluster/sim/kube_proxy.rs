@@ -8,7 +8,11 @@ impl Simulation {
     pub(super) fn arm_proxy(&mut self, g: usize) {
         let now = self.now;
         let grp = &mut self.groups[g];
-        if let Some(t) = grp.proxy.poll_timeout() {
+        if grp.in_flight.is_some() {
+            // Its end re-arms the timer.
+            return;
+        }
+        if let Some(t) = grp.proxy.poll_timeout().map(|t| t.max(grp.busy_until)) {
             if grp.wake.is_none_or(|w| t < w || w < now) {
                 grp.wake = Some(t);
                 self.queue.push(t.max(now), Ev::ProxyTimer(g));
@@ -18,8 +22,40 @@ impl Simulation {
 }
 
 impl Simulation {
-    /// Runs kube-proxy instance `g`'s sync if one is due, on every node it serves.
+    /// Runs kube-proxy instance `g`'s sync if one is due, on every node it serves; under
+    /// `syncCost: modelled` starts it, and [`Simulation::proxy_apply`] applies it when its
+    /// restore ends.
     pub(super) fn proxy_timer(&mut self, g: usize) {
+        if let Some(cost) = self.groups[g].cost {
+            let now = self.now;
+            if let Some(at) = self.groups[g].start(now, &cost) {
+                self.queue.push(at, Ev::ProxyApply(g));
+            }
+            return;
+        }
+        self.run_sync(g, None);
+    }
+
+    /// The restore of instance `g`'s sync in flight ends now: the rules go in, the cleanup
+    /// runs.
+    pub(super) fn proxy_apply(&mut self, g: usize) {
+        let Some(cost) = self.groups[g].cost else {
+            return;
+        };
+        if self.groups[g]
+            .in_flight
+            .as_ref()
+            .is_none_or(|f| f.started + f.restore != self.now)
+        {
+            // The sync this wake-up was for was lost with its process.
+            return;
+        }
+        self.run_sync(g, Some(cost));
+    }
+
+    /// Applies instance `g`'s sync on every node it serves: the one due now (`cost: None`)
+    /// or the one in flight.
+    fn run_sync(&mut self, g: usize, cost: Option<crate::cluster::proxy::SyncCost>) {
         let (now, end) = (self.now, self.end);
         let Simulation {
             groups,
@@ -39,7 +75,11 @@ impl Simulation {
                 p(now, end);
             }
         };
-        let Some(result) = grp.on_timeout(now, members, &mut tick) else {
+        let result = match cost {
+            None => grp.on_timeout(now, members, &mut tick),
+            Some(c) => grp.finish(now, &c, members, &mut tick),
+        };
+        let Some(result) = result else {
             return;
         };
         let served = grp.nodes.clone();
@@ -67,6 +107,10 @@ impl Simulation {
                 full: r.output.kind == SyncKind::Full,
                 changed: changed.clone(),
                 nat_rules,
+                took: r.took.map(|(restore, cleanup)| SyncTook {
+                    restore_ns: restore.as_nanos(),
+                    cleanup_ns: cleanup.as_nanos(),
+                }),
             });
             if let Some(e) = &ns.error {
                 self.log(What::SyncFailed {

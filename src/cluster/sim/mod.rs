@@ -87,7 +87,7 @@ pub use inject::{CleanupTally, Origin, Sighting, INJECTED_TAG};
 pub use pcap_client::{pcap_tag, PCAP_TAG};
 pub use record::{CtRecord, DumpRecord, EndRecord, StartRecord, Summary, JSON_SCHEMA_VERSION};
 pub use sink::{Collect, EventSink, JsonLinesSink, TextSink};
-pub use timeline::{TimelineEvent, What};
+pub use timeline::{SyncTook, TimelineEvent, What};
 
 use node_setup::{eth0, node_netns, proxier_config};
 pub use node_setup::{node_network_len, router_address};
@@ -128,6 +128,8 @@ enum Ev {
     Watch(usize),
     /// A kube-proxy instance's timer.
     ProxyTimer(usize),
+    /// The restore of a kube-proxy instance's sync in flight ends (`syncCost: modelled`).
+    ProxyApply(usize),
     Recreate(usize),
     /// A pcap client's packet (client, index).
     PcapSend(usize, usize),
@@ -783,6 +785,15 @@ impl Simulation {
                     return Ok(());
                 }
                 self.proxy_timer(g);
+                self.arm_proxy(g);
+            }
+            Ev::ProxyApply(g) => {
+                if !self.proxy_running[g] {
+                    // Stopped mid-restore: the rules it was writing never go in.
+                    self.groups[g].in_flight = None;
+                    return Ok(());
+                }
+                self.proxy_apply(g);
                 self.arm_proxy(g);
             }
         }

@@ -230,6 +230,9 @@ pub enum What {
         changed: Vec<String>,
         /// nat rules written.
         nat_rules: usize,
+        /// `kubeProxy.syncCost: modelled`: how long the sync took.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        took: Option<SyncTook>,
     },
     /// Applying a kube-proxy sync to a node failed (kube-proxy retries with a full sync).
     SyncFailed {
@@ -416,14 +419,16 @@ impl TimelineEvent {
                 full,
                 changed,
                 nat_rules,
+                took,
             } => format!(
-                "kube-proxy {node}: {} sync, {nat_rules} nat rules{}",
+                "kube-proxy {node}: {} sync, {nat_rules} nat rules{}{}",
                 if *full { "full" } else { "partial" },
                 if changed.is_empty() {
                     String::new()
                 } else {
                     format!(", changed: {}", changed.join(" "))
-                }
+                },
+                took.as_ref().map_or(String::new(), SyncTook::describe),
             ),
             What::SyncFailed { node, error } => {
                 format!("kube-proxy {node}: sync FAILED: {error}")
@@ -466,5 +471,43 @@ impl TimelineEvent {
             }
         };
         format!("{}  {}", self.time, Escaped(&body))
+    }
+}
+
+/// How long a sync took under `kubeProxy.syncCost: modelled` (JSON: `took` of a `sync`
+/// event, in nanoseconds).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct SyncTook {
+    /// The restore (`iptables-restore` / `nft -f`): the rules went in at its end, the
+    /// instant of the event.
+    pub restore_ns: u64,
+    /// The conntrack cleanup after it; the next sync starts no earlier than its end.
+    pub cleanup_ns: u64,
+}
+
+impl SyncTook {
+    /// `, sync took 2.3 s (modelled: restore 2.1 s, conntrack cleanup 200 ms)`.
+    fn describe(&self) -> String {
+        let total = self.restore_ns + self.cleanup_ns;
+        if self.cleanup_ns == 0 {
+            return format!(", sync took {} (modelled)", human_ns(total));
+        }
+        format!(
+            ", sync took {} (modelled: restore {}, conntrack cleanup {})",
+            human_ns(total),
+            human_ns(self.restore_ns),
+            human_ns(self.cleanup_ns)
+        )
+    }
+}
+
+/// `2.3 s`, `27 ms`, `0.4 ms`.
+fn human_ns(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.1} s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{} ms", (ns + 500_000) / 1_000_000)
+    } else {
+        format!("{:.1} ms", ns as f64 / 1e6)
     }
 }
