@@ -59,7 +59,7 @@ use ct::{ct_info_kind, ct_state_of, tuple_text};
 
 pub use icmp::IcmpRateLimit;
 
-pub use route::{Interface, Prefix, Route, RouteDecision, RouteError, RoutingTable};
+pub use route::{Interface, Prefix, Route, RouteDecision, RouteError, RoutingTable, SharedRoutes};
 
 use crate::eval::{AddrTypeLookup, CtInfo, CtInfoKind, CtState, CtTuple, EvalCtx, NatRequest};
 use crate::rule::{AddrType, CtDirection, PortNat};
@@ -583,6 +583,17 @@ impl Netns {
         routes: &[(Prefix, Option<IpAddr>, IfName)],
     ) -> Result<(), NetnsError> {
         Ok(self.routes.add_routes(routes)?)
+    }
+
+    /// Adds every route of `shared` but its `skip`-th, without a copy
+    /// ([`RoutingTable::add_shared_routes`]): a cluster's nodes share the routes to each
+    /// other's pod CIDRs. On error none is added.
+    pub fn add_shared_routes(
+        &mut self,
+        shared: &std::sync::Arc<SharedRoutes>,
+        skip: Option<usize>,
+    ) -> Result<(), NetnsError> {
+        Ok(self.routes.add_shared_routes(shared, skip)?)
     }
 
     /// Makes room for `additional` more routes ([`RoutingTable::reserve`]).

@@ -11,10 +11,22 @@
 //! networks per prefix length present, searched from the longest length down (a binary search
 //! per length, so a node with a route per pod and per node stays cheap), and the local
 //! addresses sorted for `is_local`. IPv6 (rare here) scans the routes in order.
+//!
+//! **Shared routes.** In a cluster every node holds a route to every other node's pod CIDR:
+//! n² routes in all, 6 GB at 10,000 nodes. [`SharedRoutes`] holds such a list once, and
+//! [`RoutingTable::add_shared_routes`] gives a namespace all of them but one (its own) without
+//! a copy. The table behaves exactly as if the routes had been added with
+//! [`RoutingTable::add_routes`] at that moment: [`RoutingTable::routes`] lists them in that
+//! place, and lookups find the same route. While a shared list is attached, a namespace's
+//! own routes never have the network and length of one of the shared ones (where one would,
+//! the shared routes are first copied in and the table becomes an ordinary one), so a lookup
+//! is the longer of the two prefixes found.
 
 use sim_core::IfName;
+use std::borrow::Cow;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
 
 /// An address prefix `addr/len`, stored masked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -207,8 +219,124 @@ pub struct RoutingTable {
     ifaces: Vec<Interface>,
     /// Kept sorted by prefix length, longest first; stable for equal lengths.
     routes: Vec<Route>,
+    /// Beside each of `routes`: whether it was added after the shared routes were attached
+    /// (it lists after them among the routes of its length). All `false` without `shared`.
+    late: Vec<bool>,
     /// The IPv4 lookup index over `ifaces` and `routes`.
     v4: V4Fib,
+    /// Routes held in common with other namespaces (see the module documentation).
+    shared: Option<Attached>,
+}
+
+/// IPv4 routes that many namespaces hold alike (every node's route to each other node's pod
+/// CIDR), stored once: see [`RoutingTable::add_shared_routes`].
+#[derive(Debug)]
+pub struct SharedRoutes {
+    /// Sorted by prefix length, longest first; stable for equal lengths (as given).
+    routes: Vec<Route>,
+    /// For each route as given, its index in `routes`.
+    position: Vec<u32>,
+    /// The lookup index over `routes` (no network twice at one length).
+    levels: Vec<Level>,
+}
+
+impl SharedRoutes {
+    /// The routes (destination, gateway, device), in the order [`RoutingTable::add_routes`]
+    /// would be given them. `None` when they cannot be shared: a route is not IPv4 (or its
+    /// gateway is not), or two routes have the same destination.
+    pub fn new(routes: &[(Prefix, Option<IpAddr>, IfName)]) -> Option<Arc<SharedRoutes>> {
+        let v4 = |a: IpAddr| a.is_ipv4();
+        if routes
+            .iter()
+            .any(|(d, g, _)| !v4(d.addr()) || g.is_some_and(|g| !v4(g)))
+        {
+            return None;
+        }
+        let mut order: Vec<u32> = (0..routes.len() as u32).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(routes[i as usize].0.prefix_len()));
+        let mut position = vec![0u32; routes.len()];
+        for (at, &i) in order.iter().enumerate() {
+            position[i as usize] = at as u32;
+        }
+        let sorted: Vec<Route> = order
+            .iter()
+            .map(|&i| {
+                let (dst, gateway, dev) = routes[i as usize];
+                Route { dst, gateway, dev }
+            })
+            .collect();
+        let levels = V4Fib::build(&[], &sorted).levels;
+        // Deduplicated levels shorter than the routes: some destination came twice.
+        if levels.iter().map(|l| l.nets.len()).sum::<usize>() != sorted.len() {
+            return None;
+        }
+        Some(Arc::new(SharedRoutes {
+            routes: sorted,
+            position,
+            levels,
+        }))
+    }
+
+    /// How many routes it holds.
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+}
+
+/// A [`SharedRoutes`] attached to one table, less one of its routes.
+#[derive(Clone, Debug)]
+struct Attached {
+    table: Arc<SharedRoutes>,
+    /// The index (in the table's sorted routes) of the route this namespace does not hold.
+    skip: Option<u32>,
+}
+
+impl Attached {
+    /// The index of the shared route to exactly `dst`, if this namespace holds it.
+    fn find(&self, dst: Prefix) -> Option<usize> {
+        let IpAddr::V4(net) = dst.addr() else {
+            return None;
+        };
+        let len = dst.prefix_len();
+        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+        let l = self.table.levels.iter().find(|l| l.mask == mask)?;
+        let i = l
+            .nets
+            .binary_search_by_key(&u32::from(net), |&(n, _)| n)
+            .ok()?;
+        let at = l.nets[i].1;
+        (Some(at) != self.skip).then_some(at as usize)
+    }
+
+    /// The longest-prefix shared route to `a` this namespace holds.
+    #[inline]
+    fn route(&self, a: u32) -> Option<&Route> {
+        for l in &self.table.levels {
+            let key = a & l.mask;
+            if let Ok(i) = l.nets.binary_search_by_key(&key, |&(n, _)| n) {
+                let at = l.nets[i].1;
+                if Some(at) != self.skip {
+                    return Some(&self.table.routes[at as usize]);
+                }
+            }
+        }
+        None
+    }
+
+    /// The routes this namespace holds, in order.
+    fn routes(&self) -> impl Iterator<Item = (usize, &Route)> {
+        let skip = self.skip.map(|s| s as usize);
+        self.table
+            .routes
+            .iter()
+            .enumerate()
+            .filter(move |&(i, _)| Some(i) != skip)
+    }
 }
 
 /// The IPv4 routes of one prefix length.
@@ -438,28 +566,85 @@ impl RoutingTable {
                 }
             }
         }
+        if routes.iter().any(|(dst, _, _)| self.shared_has(*dst)) {
+            self.unshare();
+        }
+        let late = self.shared.is_some();
         // `insert_route` puts a route after every route at least as long: appending them
         // all and sorting stably by length, longest first, gives the same order.
-        self.routes.extend(
+        let mut all: Vec<(Route, bool)> = self.routes.drain(..).zip(self.late.drain(..)).collect();
+        all.extend(
             routes
                 .iter()
-                .map(|&(dst, gateway, dev)| Route { dst, gateway, dev }),
+                .map(|&(dst, gateway, dev)| (Route { dst, gateway, dev }, late)),
         );
-        self.routes
-            .sort_by_key(|r| std::cmp::Reverse(r.dst.prefix_len()));
+        all.sort_by_key(|(r, _)| std::cmp::Reverse(r.dst.prefix_len()));
+        (self.routes, self.late) = all.into_iter().unzip();
         self.reindex();
         Ok(())
+    }
+
+    /// Adds every route of `shared` but the one given as its `skip`-th (counting as they
+    /// were given to [`SharedRoutes::new`]), as [`RoutingTable::add_routes`] would, without
+    /// copying them: the namespaces of a cluster's nodes hold one list of the routes to each
+    /// node's pod CIDR, each less its own. Where this table already routes one of those
+    /// destinations itself, the routes are copied in instead. Errors as `add_routes`.
+    pub fn add_shared_routes(
+        &mut self,
+        shared: &Arc<SharedRoutes>,
+        skip: Option<usize>,
+    ) -> Result<(), RouteError> {
+        for r in &shared.routes {
+            if !self.ifaces.iter().any(|i| i.name == r.dev) {
+                return Err(RouteError::NoSuchInterface(r.dev));
+            }
+        }
+        let skip = skip.and_then(|k| shared.position.get(k).copied());
+        let attached = Attached {
+            table: Arc::clone(shared),
+            skip,
+        };
+        let clash = self.routes.iter().any(|r| attached.find(r.dst).is_some());
+        if self.shared.is_some() || clash {
+            let copy: Vec<_> = attached
+                .routes()
+                .map(|(_, r)| (r.dst, r.gateway, r.dev))
+                .collect();
+            return self.add_routes(&copy);
+        }
+        self.shared = Some(attached);
+        Ok(())
+    }
+
+    /// Whether one of the attached shared routes goes to exactly `dst`.
+    fn shared_has(&self, dst: Prefix) -> bool {
+        self.shared.as_ref().is_some_and(|s| s.find(dst).is_some())
+    }
+
+    /// Copies the shared routes in, in their place: an ordinary table that routes the same.
+    fn unshare(&mut self) {
+        let all = self.routes().into_owned();
+        self.shared = None;
+        self.late = vec![false; all.len()];
+        self.routes = all;
+        self.reindex();
     }
 
     /// Makes room for `additional` more routes at once (a node about to get a route per
     /// node and per pod), instead of doubling the table's memory as they come.
     pub fn reserve(&mut self, additional: usize) {
         self.routes.reserve_exact(additional);
+        self.late.reserve_exact(additional);
     }
 
     /// Removes every route to exactly `dst`; returns how many went.
     pub fn remove_route(&mut self, dst: Prefix) -> usize {
+        if self.shared_has(dst) {
+            self.unshare();
+        }
         let before = self.routes.len();
+        let mut keep = self.routes.iter().map(|r| r.dst != dst);
+        self.late.retain(|_| keep.next().unwrap_or(true));
         self.routes.retain(|r| r.dst != dst);
         let removed = before - self.routes.len();
         if removed > 0 {
@@ -474,10 +659,14 @@ impl RoutingTable {
 
     /// Inserts `r` after every route at least as long, and into the index.
     fn insert_route(&mut self, r: Route) {
+        if self.shared_has(r.dst) {
+            self.unshare();
+        }
         let pos = self
             .routes
             .partition_point(|x| x.dst.prefix_len() >= r.dst.prefix_len());
         self.routes.insert(pos, r);
+        self.late.insert(pos, self.shared.is_some());
         self.v4.route_inserted(pos, &r);
     }
 
@@ -486,9 +675,35 @@ impl RoutingTable {
         &self.ifaces
     }
 
-    /// The routes, longest prefix first.
-    pub fn routes(&self) -> &[Route] {
-        &self.routes
+    /// The routes, longest prefix first (among routes of one length, the one added first
+    /// first), shared ones included.
+    pub fn routes(&self) -> Cow<'_, [Route]> {
+        let Some(sh) = &self.shared else {
+            return Cow::Borrowed(&self.routes);
+        };
+        // Per length, longest first: this table's routes added before the shared ones, the
+        // shared ones, the routes added after.
+        let mut out = Vec::with_capacity(self.routes.len() + sh.table.routes.len());
+        let mut own = self.routes.iter().zip(&self.late).peekable();
+        let mut shared = sh.routes().map(|(_, r)| r).peekable();
+        loop {
+            let len = match (own.peek(), shared.peek()) {
+                (None, None) => break,
+                (Some((o, _)), None) => o.dst.prefix_len(),
+                (None, Some(s)) => s.dst.prefix_len(),
+                (Some((o, _)), Some(s)) => o.dst.prefix_len().max(s.dst.prefix_len()),
+            };
+            while let Some((o, _)) = own.next_if(|(o, late)| o.dst.prefix_len() == len && !**late) {
+                out.push(*o);
+            }
+            while let Some(s) = shared.next_if(|s| s.dst.prefix_len() == len) {
+                out.push(*s);
+            }
+            while let Some((o, _)) = own.next_if(|(o, _)| o.dst.prefix_len() == len) {
+                out.push(*o);
+            }
+        }
+        Cow::Owned(out)
     }
 
     /// Whether `a` is an address of this namespace. All of 127.0.0.0/8 and ::1 are local, as
@@ -555,7 +770,18 @@ impl RoutingTable {
     #[inline]
     pub(crate) fn route_for(&self, dst: IpAddr) -> Option<&Route> {
         match dst {
-            IpAddr::V4(v) => self.v4.route(u32::from(v)).map(|i| &self.routes[i]),
+            IpAddr::V4(v) => {
+                let a = u32::from(v);
+                let own = self.v4.route(a).map(|i| &self.routes[i]);
+                let Some(sh) = &self.shared else { return own };
+                // No own route has a shared route's network and length: the longer wins.
+                match (own, sh.route(a)) {
+                    (Some(o), Some(s)) if s.dst.prefix_len() > o.dst.prefix_len() => Some(s),
+                    (Some(o), _) => Some(o),
+                    (None, s) => s,
+                }
+            }
+            // Shared routes are IPv4 only.
             IpAddr::V6(_) => self.routes.iter().find(|r| r.dst.contains(dst)),
         }
     }
@@ -973,6 +1199,73 @@ mod tests {
                     prop_assert_eq!(t.interface_of(p), owner);
                     prop_assert_eq!(t.is_local(p), d == RouteDecision::Local);
                 }
+            }
+        }
+
+        /// A table given shared routes (less one) lists and routes exactly as one given the
+        /// same routes with `add_routes` at that moment, before and after any sequence of
+        /// interfaces, routes and removals, whichever collide with the shared ones.
+        #[test]
+        fn shared_routes_equal_their_copies(
+            before in prop::collection::vec(op(), 0..8),
+            shared in prop::collection::vec((small_v4(), prop_oneof![Just(16u8), Just(24), Just(32)], any::<bool>()), 1..12),
+            skip in prop::option::of(0usize..12),
+            after in prop::collection::vec(op(), 0..16),
+            probes in prop::collection::vec(small_v4(), 1..16),
+        ) {
+            let mut plain = RoutingTable::new();
+            let mut names = vec![ifn("lo")];
+            plain.add_interface(ifn("lo"), &[(ip("127.0.0.1"), 8)]).unwrap();
+            let apply = |t: &mut RoutingTable, names: &mut Vec<IfName>, o: &Op, grow: bool| match o {
+                Op::Iface(addrs) => {
+                    let name = ifn(&format!("if{}", names.len()));
+                    t.add_interface(name, addrs).unwrap();
+                    if grow {
+                        names.push(name);
+                    }
+                }
+                Op::Route(a, l, d, g) => {
+                    let dev = names[d % names.len()];
+                    let gw = g.then(|| ip("10.0.9.9"));
+                    t.add_route(Prefix::new(*a, *l).unwrap(), gw, dev).unwrap();
+                }
+                Op::Remove(a, l) => {
+                    t.remove_route(Prefix::new(*a, *l).unwrap());
+                }
+            };
+            for o in &before {
+                apply(&mut plain, &mut names, o, true);
+            }
+            let mut routes: Vec<(Prefix, Option<IpAddr>, IfName)> = Vec::new();
+            for (a, l, g) in shared {
+                let p = Prefix::new(a, l).unwrap();
+                if !routes.iter().any(|r| r.0 == p) {
+                    routes.push((p, g.then(|| ip("10.0.9.9")), ifn("lo")));
+                }
+            }
+            let table = SharedRoutes::new(&routes).unwrap();
+            let mut with = plain.clone();
+            let skip = skip.filter(|&k| k < routes.len());
+            let copy: Vec<_> = (routes.iter().enumerate())
+                .filter(|&(i, _)| Some(i) != skip)
+                .map(|(_, r)| *r)
+                .collect();
+            plain.add_routes(&copy).unwrap();
+            with.add_shared_routes(&table, skip).unwrap();
+            let check = |plain: &RoutingTable, with: &RoutingTable| -> Result<(), TestCaseError> {
+                prop_assert_eq!(plain.routes(), with.routes());
+                for &p in probes.iter().chain([ip("127.1.2.3"), ip("192.168.1.1")].iter()) {
+                    prop_assert_eq!(plain.lookup(p), with.lookup(p));
+                    prop_assert_eq!(plain.lookup(p), reference(with, p).0);
+                }
+                Ok(())
+            };
+            check(&plain, &with)?;
+            for o in &after {
+                let mut n2 = names.clone();
+                apply(&mut plain, &mut names, o, true);
+                apply(&mut with, &mut n2, o, false);
+                check(&plain, &with)?;
             }
         }
 

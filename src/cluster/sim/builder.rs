@@ -140,6 +140,7 @@ impl Simulation {
                 *c += 1;
             }
         }
+        let pod_routes = node_setup::PodRoutes::of(&sc);
         for (i, n) in sc.nodes.iter().enumerate() {
             owners.insert(n.address, Owner::Node(i));
             for (dev, a, _) in &n.extra_addresses {
@@ -150,7 +151,7 @@ impl Simulation {
             nodes.push(NodeRt {
                 stack: Stack::build(&n.apps, seed, &format!("node/{}", n.name)),
                 def: n.clone(),
-                netns: node_netns(&sc, i, pods_on[i])?,
+                netns: node_netns(&sc, i, pods_on[i], &pod_routes)?,
                 veths: VethMap::default(),
                 ct_wake: None,
             });
@@ -308,6 +309,9 @@ impl Simulation {
             sim.log_service_allocation(&s);
         }
         sim.pending_pod_routes = Some(vec![Vec::new(); sim.nodes.len()]);
+        // One allocation for every pod (a pod's runtime state is about 900 bytes: doubling
+        // the vector as pods come would hold up to twice that, and both copies at a move).
+        sim.pods.reserve_exact(sim.sc.pods.len());
         for p in sim.sc.pods.clone() {
             sim.add_pod(p, false)?;
         }
