@@ -177,6 +177,7 @@ fn match_set_rules_count_the_packets_the_kernel_counts() {
         -A OUTPUT -m set ! --match-set KUBE-CLUSTER-IP dst,dst\n\
         -A OUTPUT -m set --match-set KUBE-CLUSTER-IP dst\n\
         -A OUTPUT -m set --match-set KUBE-CLUSTER-IP src,dst\n\
+        -A OUTPUT -m set --match-set KUBE-CLUSTER-IP dst,dst,src\n\
         -A OUTPUT -m set --match-set KUBE-LOOP-BACK dst,dst,src\n\
         -A OUTPUT -m set --match-set KUBE-LOAD-BALANCER-SOURCE-CIDR dst,dst,src\n\
         -A OUTPUT -m set --match-set KUBE-LOAD-BALANCER-SOURCE-CIDR dst,dst,src --return-nomatch\n\
@@ -270,5 +271,5 @@ fn match_set_rules_count_the_packets_the_kernel_counts() {
     // The kernel counts each rule's reference to its set.
     let listed = rs.ipset_list(true);
     assert!(listed.contains("Name: KUBE-CLUSTER-IP\n"), "{listed}");
-    assert!(listed.contains("References: 4\n"), "{listed}");
+    assert!(listed.contains("References: 5\n"), "{listed}");
 }
