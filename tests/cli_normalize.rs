@@ -189,3 +189,31 @@ fn normalize_equals_the_real_iptables_save_when_it_can_run_here() {
         );
     }
 }
+
+/// `nfsim rules ipset` against the real `ipset save` and `ipset list` of the same input
+/// (tests/fixtures/ipset/kube-proxy.{save,list}, made with
+/// `unshare -n sh -c 'ipset restore < kube-proxy.ipset && ipset save'` and `… ipset list`).
+#[test]
+fn rules_ipset_prints_what_the_real_ipset_printed() {
+    let read =
+        |f: &str| std::fs::read_to_string(format!("{ROOT}/tests/fixtures/ipset/{f}")).unwrap();
+    let input = "tests/fixtures/ipset/kube-proxy.ipset";
+    for (flags, golden) in [
+        (&[][..], "kube-proxy.save"),
+        (&["--list"][..], "kube-proxy.list"),
+    ] {
+        let mut args = vec!["rules", "ipset", input];
+        args.extend_from_slice(flags);
+        let (code, out, err) = nfsim(&args);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(out, read(golden), "nfsim rules ipset {flags:?}");
+    }
+    let bad = std::env::temp_dir().join(format!("nfsim-bad-{}.ipset", std::process::id()));
+    std::fs::write(&bad, "create A bitmap:port range 0-100\nadd A 200\n").unwrap();
+    let (code, _, err) = nfsim(&["rules", "ipset", bad.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(":2: Element is out of the range of the set"),
+        "{err}"
+    );
+}

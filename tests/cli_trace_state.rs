@@ -712,3 +712,68 @@ fn a_real_nodes_interfaces_and_routes_are_the_node() {
     let _ = std::fs::remove_file(&rules);
     let _ = std::fs::remove_file(&bad);
 }
+
+/// IPVS mode's filter (tests/fixtures/cli/ipvs-mode.save): a packet to a Service IP in
+/// `KUBE-IPVS-IPS` on a port no Service serves is rejected, one on a served port
+/// (`KUBE-CLUSTER-IP`) returns; the sets come from `--ipsets` (real `ipset save` text).
+#[test]
+fn ipsets_decide_the_ipvs_mode_filter_for_a_service_ip() {
+    let sets = "tests/fixtures/cli/ipvs-mode.ipset";
+    let run = |pkt: &str| {
+        trace_on(
+            "tests/fixtures/cli/ipvs-mode.save",
+            &["--ipsets", sets, "--local", "--packet", pkt],
+        )
+    };
+    let (code, out, err) = run("udp 192.168.0.12:40000 -> 10.96.0.10:53");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("MATCH     -m set --match-set KUBE-CLUSTER-IP dst,dst -j RETURN"),
+        "{out}"
+    );
+    assert!(out.contains("verdict:      transmitted"), "{out}");
+    let (code, out, err) = run("tcp 192.168.0.12:40000 -> 10.96.0.10:80");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("=> rejected by filter OUTPUT"), "{out}");
+    // Without the sets the rules do not load: the kernel refuses a rule naming a set that
+    // does not exist.
+    assert_refused(
+        trace_on(
+            "tests/fixtures/cli/ipvs-mode.save",
+            &[
+                "--local",
+                "--packet",
+                "udp 192.168.0.12:40000 -> 10.96.0.10:53",
+            ],
+        ),
+        "Set KUBE-LOAD-BALANCER doesn't exist.",
+    );
+    // A bad line of the sets file names the file and the line.
+    let bad = temp_file("bad.ipset", "create A hash:ip\nadd A 10.0.0.300\n");
+    assert_refused(
+        trace_on(
+            "tests/fixtures/cli/ipvs-mode.save",
+            &[
+                "--ipsets",
+                bad.to_str().unwrap(),
+                "--local",
+                "--packet",
+                "udp 192.168.0.12:1 -> 10.96.0.10:53",
+            ],
+        ),
+        "bad.ipset",
+    );
+    assert_refused(
+        trace_on(
+            "tests/fixtures/cli/ipvs-mode.save",
+            &[
+                "--ipsets",
+                bad.to_str().unwrap(),
+                "--local",
+                "--packet",
+                "udp 192.168.0.12:1 -> 10.96.0.10:53",
+            ],
+        ),
+        ":2: expected an IPv4 address, got \"10.0.0.300\"",
+    );
+}

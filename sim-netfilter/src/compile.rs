@@ -288,7 +288,10 @@ fn rule_features(r: &Rule, spec: &mut MemoSpec) -> bool {
             // nfacct reads nothing of the packet; what it counts is remembered like a rule
             // counter.
             Match::Nfacct(_) => {}
-            Match::Statistic(_) | Match::Addrtype(_) | Match::Recent(_) => return false,
+            // A set test reads whole addresses and the set's content, which the key lacks.
+            Match::Statistic(_) | Match::Addrtype(_) | Match::Recent(_) | Match::Set(_) => {
+                return false
+            }
         }
     }
     match &r.target {

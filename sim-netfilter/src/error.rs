@@ -175,6 +175,9 @@ pub enum RestoreErrorKind {
     /// `-m nfacct` naming an object that does not exist (`nfacct add` it first).
     #[error("nfacct object {0:?} does not exist (create it with Ruleset::nfacct_add)")]
     NoSuchNfacct(String),
+    /// `-m set --match-set` naming a set that does not exist (`ipset restore` it first).
+    #[error("Set {0} doesn't exist.")]
+    NoSuchSet(String),
 }
 
 /// A failed restore: the line, its text, what was wrong, and which earlier tables had already

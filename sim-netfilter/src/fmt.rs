@@ -283,6 +283,31 @@ pub(crate) fn save_match(out: &mut String, m: &Match) {
         Match::Nfacct(n) => {
             let _ = write!(out, " --nfacct-name  {}", n.name);
         }
+        Match::Set(m) => set_match(out, m, "--"),
+    }
+}
+
+/// libxt_set `set_save_v4` (`prefix` `--`) and `set_print_v4` (`prefix` empty).
+fn set_match(out: &mut String, m: &SetMatch, prefix: &str) {
+    let inv = if m.inv { " !" } else { "" };
+    let _ = write!(out, "{inv} {prefix}match-set {} ", m.name);
+    for (i, f) in m.flags.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(match f {
+            crate::ipset::SetDir::Src => "src",
+            crate::ipset::SetDir::Dst => "dst",
+        });
+    }
+    if m.return_nomatch {
+        let _ = write!(out, " {prefix}return-nomatch");
+    }
+    if m.skip_counter_update {
+        let _ = write!(out, " ! {prefix}update-counters");
+    }
+    if m.skip_subcounter_update {
+        let _ = write!(out, " ! {prefix}update-subcounters");
     }
 }
 
@@ -646,6 +671,7 @@ fn list_match(out: &mut String, m: &Match) {
         Match::Nfacct(n) => {
             let _ = write!(out, " nfacct-name  {}", n.name);
         }
+        Match::Set(m) => set_match(out, m, ""),
     }
 }
 

@@ -15,6 +15,9 @@
 //!   stream) and returns a [`Verdict`] (accept/drop/reject, NAT request, notrack, ct mark).
 //! - [`state`]: [`RulesetState`], the counters, nth counters, `recent` lists and `nfacct`
 //!   counters evaluation updates.
+//! - [`ipset`]: the ipsets kube-proxy's IPVS mode keeps, `ipset restore` input, `ipset save`
+//!   / `ipset list` text, and the membership test of `-m set --match-set`; a [`Ruleset`] holds
+//!   its namespace's sets ([`Ruleset::ipset_restore`]).
 //! - [`recent`]: `/proc/net/xt_recent/NAME` text parsed back into `recent` list entries, with
 //!   jiffies mapped to simulated time, to start from a real node's session affinity state.
 //! - [`trace`]: the rule-by-rule [`Trace`] of a packet.
@@ -72,6 +75,7 @@ pub mod eval;
 mod fmt;
 mod hint;
 mod index;
+pub mod ipset;
 pub mod netns;
 pub mod nft;
 mod parse;

@@ -113,6 +113,8 @@ pub enum Match {
     Recent(Box<RecentMatch>),
     /// `-m nfacct --nfacct-name`.
     Nfacct(NfacctMatch),
+    /// `-m set --match-set NAME FLAGS` (xt_set): the packet's element is in an ipset.
+    Set(Box<SetMatch>),
 }
 
 impl Match {
@@ -133,6 +135,7 @@ impl Match {
             Match::Comment(_) => "comment",
             Match::Recent(_) => "recent",
             Match::Nfacct(_) => "nfacct",
+            Match::Set(_) => "set",
         }
     }
 }
@@ -779,4 +782,22 @@ impl Target {
             Target::Trace => "TRACE",
         }
     }
+}
+
+/// `-m set` (xt_set, revision 4 as iptables 1.8.9 loads it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetMatch {
+    /// The set's name.
+    pub name: String,
+    /// The `src`/`dst` flags, one per dimension tested (1-6).
+    pub flags: Vec<crate::ipset::SetDir>,
+    /// `! --match-set`.
+    pub inv: bool,
+    /// `--return-nomatch`: a hit on a `nomatch` element matches, a hit on a plain one does
+    /// not (ipset(8)).
+    pub return_nomatch: bool,
+    /// `! --update-counters`.
+    pub skip_counter_update: bool,
+    /// `! --update-subcounters`.
+    pub skip_subcounter_update: bool,
 }

@@ -126,7 +126,12 @@ fn on_files(a: &Args) -> Result<Report> {
     let rules = a.rules.as_deref().unwrap_or_default();
     let node = a.node_args.spec()?;
     let rules_text = nfsim::explain::read_text(rules)?;
-    let mut base = node_with_rules(&node, rules, a.node_args.rules6.as_deref())?;
+    let mut base = node_with_rules(
+        &node,
+        rules,
+        a.node_args.rules6.as_deref(),
+        a.node_args.ipsets.as_deref(),
+    )?;
     let rule_warnings = nfsim::explain::interface_warnings(&rules_text, rules, &base);
     let loaded = a.state.load_into(&mut base)?;
     let listed = match &a.state.conntrack {

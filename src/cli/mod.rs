@@ -61,6 +61,10 @@ pub(crate) struct NodeArgs {
     /// `ip6tables-restore -c --noflush`), which IPv6 packets meet beside --rules' IPv4 ones.
     #[arg(long, value_name = "FILE")]
     pub(crate) rules6: Option<String>,
+    /// The node's ipsets: `ipset save` (or `ipset restore`) text, loaded before --rules so
+    /// its `-m set --match-set` rules (kube-proxy's IPVS mode) find their sets.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) ipsets: Option<String>,
     /// The seed of the node's random streams (statistic draws, NAT port offsets; default 1).
     /// With a scenario (`nfsim trace SCENARIO`): the run's seed, over the scenario's.
     #[arg(long)]
@@ -220,12 +224,13 @@ impl StateArgs {
 }
 
 /// The node of `--node-addr` / `--pod-cidr` built with the rules of the file `rules_file`
-/// (and its ip6tables rules from `rules6_file`), with a warning on stderr for each rule
+/// (and its ip6tables rules from `rules6_file`, its ipsets from `ipsets_file`), with a warning on stderr for each rule
 /// naming an interface the node lacks.
 pub(crate) fn node_with_rules(
     node: &nfsim::explain::NodeSpec,
     rules_file: &str,
     rules6_file: Option<&str>,
+    ipsets_file: Option<&str>,
 ) -> Result<sim_netfilter::netns::Netns> {
     let rules = nfsim::explain::read_text(rules_file)?;
     if nfsim::explain::detect_family(&rules) == sim_netfilter::Family::Ipv6 {
@@ -233,7 +238,14 @@ pub(crate) fn node_with_rules(
             "--rules {rules_file}: the file is ip6tables-save output (its header says ip6tables-save); give it as --rules6 {rules_file}, and the node's iptables-save as --rules"
         ));
     }
-    let mut base = node.build(&rules, rules_file)?;
+    let sets = ipsets_file
+        .map(|f| nfsim::explain::read_text(f).map(|t| (f, t)))
+        .transpose()?;
+    let mut base = node.build_with_ipsets(
+        &rules,
+        rules_file,
+        sets.as_ref().map(|(f, t)| (*f, t.as_str())),
+    )?;
     warn_all(&nfsim::explain::interface_warnings(
         &rules, rules_file, &base,
     ));

@@ -68,7 +68,12 @@ struct Setup {
 /// Builds the node and reads the captures.
 fn resolve(a: &Args) -> Result<Setup> {
     let node = a.node.spec()?;
-    let mut base = node_with_rules(&node, &a.rules, a.node.rules6.as_deref())?;
+    let mut base = node_with_rules(
+        &node,
+        &a.rules,
+        a.node.rules6.as_deref(),
+        a.node.ipsets.as_deref(),
+    )?;
     let state = a.state.load_into(&mut base)?;
     // The captures in the order given: the positional one first, then each --ingress.
     let mut named: Vec<(Option<String>, String)> = Vec::new();

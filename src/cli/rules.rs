@@ -67,6 +67,18 @@ pub(crate) enum Sub {
         #[arg(short = '6', long = "ipv6")]
         ipv6: bool,
     },
+    /// Read `ipset restore` input (or `ipset save` output) and print what `ipset save`
+    /// would show after `ipset restore` loaded it (members in the kernel's order).
+    Ipset {
+        /// The sets file.
+        file: String,
+        /// Print `ipset list` instead (`References: 0`: no rules are loaded).
+        #[arg(long)]
+        list: bool,
+        /// With --list: `ipset list -t`, without the members.
+        #[arg(short, long, requires = "list")]
+        terse: bool,
+    },
 }
 
 /// A node's rules at an instant, as the flags ask for them.
@@ -127,6 +139,21 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         out(&nfsim::explain::normalize_family(
             family, &text, file, *counters, nfacct,
         )?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(Sub::Ipset { file, list, terse }) = &a.sub {
+        let text = nfsim::explain::read_text(file)?;
+        let mut sets = sim_netfilter::ipset::IpSets::new();
+        sets.restore(&text, &|_| false)
+            .map_err(|error| nfsim::explain::ExplainError::Ipset {
+                file: file.clone(),
+                error,
+            })?;
+        out(&if *list {
+            sets.list(*terse, &|_| 0)
+        } else {
+            sets.save()
+        })?;
         return Ok(ExitCode::SUCCESS);
     }
     let Query {

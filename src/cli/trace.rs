@@ -106,6 +106,11 @@ fn on_scenario(
             "--rules6 goes with --rules: a scenario's node has the ip6tables rules its own run wrote"
         );
     }
+    if a.node_args.ipsets.is_some() {
+        anyhow::bail!(
+            "--ipsets goes with --rules: a scenario's node has the ipsets its own run made"
+        );
+    }
     if let Some(flag) = a.node_args.addressing() {
         anyhow::bail!(
             "{flag} goes with --rules: a scenario's node has the addresses the scenario gives it"
@@ -141,6 +146,7 @@ fn on_rules(a: &Args, packet: Packet, mut opts: TraceOptions) -> Result<TraceRep
         &node,
         a.rules.as_deref().unwrap_or_default(),
         a.node_args.rules6.as_deref(),
+        a.node_args.ipsets.as_deref(),
     )?;
     let loaded = a.state.load_into(&mut base)?;
     opts.at = loaded.at;

@@ -92,6 +92,14 @@ pub enum ExplainError {
     /// The node's interfaces or routes could not be set up.
     #[error("setting up the node: {0}")]
     Netns(String),
+    /// An `ipset restore` / `ipset save` file (`--ipsets`) did not load: `FILE:LINE: what`.
+    #[error("{file}:{}: {}", .error.line, .error.message)]
+    Ipset {
+        /// The file as named on the command line.
+        file: String,
+        /// The line and what was wrong.
+        error: sim_netfilter::ipset::IpsetError,
+    },
     /// The capture could not be read (the error names the file, the frame and the offset).
     #[error(transparent)]
     PcapRead(#[from] PcapReadError),

@@ -224,7 +224,26 @@ impl NodeSpec {
 
     /// The namespace with interfaces and routes, and `rules` (from `file`) restored into it.
     pub fn build(&self, rules: &str, file: &str) -> Result<Netns, ExplainError> {
+        self.build_with_ipsets(rules, file, None)
+    }
+
+    /// [`NodeSpec::build`] with the ipsets of `ipsets` (`(file, text)`: `ipset save` or
+    /// `ipset restore` input) restored first, as a node has its sets before kube-proxy's
+    /// `-m set` rules can load.
+    pub fn build_with_ipsets(
+        &self,
+        rules: &str,
+        file: &str,
+        ipsets: Option<(&str, &str)>,
+    ) -> Result<Netns, ExplainError> {
         let mut ns = Netns::new(NetnsConfig::new(&self.name, self.seed));
+        if let Some((sets_file, text)) = ipsets {
+            ns.ipset_restore(text)
+                .map_err(|error| ExplainError::Ipset {
+                    file: sets_file.to_string(),
+                    error,
+                })?;
+        }
         let err = |e| ExplainError::netns(file, e);
         if let Some(real) = &self.real {
             for i in &real.interfaces {

@@ -223,6 +223,7 @@ pub(super) fn match_one(
             true
         }
         Match::Recent(r) => recent_mt(rs, r, hook, ctx, state),
+        Match::Set(m) => set_mt(rs, m, ctx, pk),
         Match::Nfacct(n) => {
             let e = &rs.nfacct.entries[n.obj.idx as usize];
             let s = state.nfacct_slot(Bind {
@@ -420,4 +421,40 @@ fn update_after(
         table.entries.push(e);
     }
     ret
+}
+
+/// xt_set `set_match_v4`: `ip_set_test` of the packet under the flags; a `nomatch` element
+/// is not in the set, except under `--return-nomatch`, which reverses the sense of a hit. Sets hold IPv4 elements only, so an IPv6
+/// packet is never in one.
+fn set_mt(rs: &Ruleset, m: &SetMatch, ctx: &EvalCtx<'_>, pk: &Pkt) -> bool {
+    use crate::ipset::{SetPacket, SetTest};
+    let found = if !ctx.packet.is_ipv4() {
+        false
+    } else {
+        // ip_set_get_ip4_port: an ICMP packet's "port" is type << 8 | code.
+        let (sport, dport) = match ctx.packet.l4 {
+            L4::Icmp {
+                icmp_type, code, ..
+            } => {
+                let p = u16::from(icmp_type) << 8 | u16::from(code);
+                (p, p)
+            }
+            _ => (pk.sport.unwrap_or(0), pk.dport.unwrap_or(0)),
+        };
+        let sp = SetPacket {
+            src: pk.src,
+            dst: pk.dst,
+            proto: pk.proto,
+            sport,
+            dport,
+        };
+        // --return-nomatch reverses the sense of a hit (ipset(8)): a `nomatch` element
+        // matches, a plain one does not.
+        match rs.ipsets().test(&m.name, &sp, &m.flags) {
+            SetTest::Found => !m.return_nomatch,
+            SetTest::Nomatch => m.return_nomatch,
+            SetTest::NotFound => false,
+        }
+    };
+    found != m.inv
 }

@@ -742,6 +742,22 @@ impl Netns {
         self.ruleset.nfacct_add(name)
     }
 
+    /// `ipset restore`: `text` applied to the namespace's ipsets, which `-m set` matches of
+    /// its iptables rules read (IPv4 sets only; see [`crate::ipset`]).
+    pub fn ipset_restore(&mut self, text: &str) -> Result<(), crate::ipset::IpsetError> {
+        self.ruleset.ipset_restore(text)
+    }
+
+    /// `ipset save` text of the namespace's sets.
+    pub fn ipset_save(&self) -> String {
+        self.ruleset.ipsets().save()
+    }
+
+    /// `ipset list` text of the namespace's sets (`terse`: `ipset list -t`).
+    pub fn ipset_list(&self, terse: bool) -> String {
+        self.ruleset.ipset_list(terse)
+    }
+
     /// `iptables-save` output, without the dated comment lines (`counters` as `-c`).
     pub fn save(&self, counters: bool) -> String {
         self.ruleset.save(

@@ -80,6 +80,12 @@ const RECENT_OPTS: &[OptDef] = &[
     o("mask", 11, 1, false),
 ];
 const NFACCT_OPTS: &[OptDef] = &[o("nfacct-name", 0, 1, false)];
+const SET_OPTS: &[OptDef] = &[
+    o("match-set", 0, 2, true),
+    o("return-nomatch", 1, 0, false),
+    o("update-counters", 2, 0, true),
+    o("update-subcounters", 3, 0, true),
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum MKind {
@@ -97,6 +103,7 @@ pub(super) enum MKind {
     Comment,
     Recent,
     Nfacct,
+    Set,
 }
 
 impl MKind {
@@ -124,6 +131,7 @@ impl MKind {
             "comment" => MKind::Comment,
             "recent" => MKind::Recent,
             "nfacct" => MKind::Nfacct,
+            "set" => MKind::Set,
             _ => return None,
         })
     }
@@ -150,6 +158,7 @@ impl MKind {
             MKind::Comment => COMMENT_OPTS,
             MKind::Recent => RECENT_OPTS,
             MKind::Nfacct => NFACCT_OPTS,
+            MKind::Set => SET_OPTS,
         }
     }
 }
@@ -183,6 +192,7 @@ pub(super) struct MatchBuilder {
     recent: Option<Box<RecentMatch>>,
     recent_cmd: Option<RecentCommand>,
     nfacct: Option<String>,
+    set: Option<Box<SetMatch>>,
 }
 
 impl MatchBuilder {
@@ -217,6 +227,7 @@ impl MatchBuilder {
             recent: None,
             recent_cmd: None,
             nfacct: None,
+            set: None,
         }
     }
 
@@ -500,6 +511,50 @@ impl MatchBuilder {
                 }
                 self.nfacct = Some(a.to_string());
             }
+            MKind::Set => {
+                let m = self.set.get_or_insert_with(|| {
+                    Box::new(SetMatch {
+                        name: String::new(),
+                        flags: Vec::new(),
+                        inv: false,
+                        return_nomatch: false,
+                        skip_counter_update: false,
+                        skip_subcounter_update: false,
+                    })
+                });
+                match def.id {
+                    0 => {
+                        // libxt_set parse_dirs: IPSET_DIM_MAX (6) flags, each src or dst.
+                        let flags_text = args.get(1).copied().unwrap_or("");
+                        if a.is_empty() || a.len() > crate::ipset::IPSET_MAX_NAME_LEN {
+                            return Err(bad(opt, a, "a set name of 1-31 bytes"));
+                        }
+                        let mut flags = Vec::new();
+                        for f in flags_text.split(',') {
+                            flags.push(match f {
+                                "src" => crate::ipset::SetDir::Src,
+                                "dst" => crate::ipset::SetDir::Dst,
+                                _ => {
+                                    return Err(bad(
+                                        opt,
+                                        flags_text,
+                                        "src/dst flags separated by ',' (dst,dst)",
+                                    ))
+                                }
+                            });
+                        }
+                        if flags.len() > 6 {
+                            return Err(bad(opt, flags_text, "at most 6 src/dst flags"));
+                        }
+                        m.name = a.to_string();
+                        m.flags = flags;
+                        m.inv = inv;
+                    }
+                    1 => m.return_nomatch = true,
+                    2 => m.skip_counter_update = inv,
+                    _ => m.skip_subcounter_update = inv,
+                }
+            }
         }
         Ok(())
     }
@@ -717,6 +772,12 @@ impl MatchBuilder {
                     .ok_or_else(|| invalid("nfacct: option \"--nfacct-name\" must be specified"))?,
                 obj: Bind::default(),
             }),
+            MKind::Set => {
+                let m = self.set.filter(|m| !m.name.is_empty()).ok_or_else(|| {
+                    invalid("set: You must specify \"--match-set\" with proper arguments")
+                })?;
+                Match::Set(m)
+            }
         })
     }
 }

@@ -89,6 +89,13 @@ impl Ruleset {
                             return Err((None, RestoreErrorKind::NoSuchNfacct(n.name.clone())));
                         }
                     }
+                    // xt_set checkentry: "Set NAME doesn't exist."
+                    if let Match::Set(m) = m {
+                        if !self.ipsets().contains(&m.name) {
+                            self.tables[ti] = old;
+                            return Err((None, RestoreErrorKind::NoSuchSet(m.name.clone())));
+                        }
+                    }
                 }
             }
         }

@@ -332,6 +332,8 @@ pub struct Ruleset {
     next_uid: u64,
     pub(crate) recent: Registry,
     pub(crate) nfacct: Registry,
+    /// The namespace's ipsets (`-m set` reads them), shared between clones until changed.
+    ipsets: Arc<crate::ipset::IpSets>,
     pub(crate) indexing: bool,
     /// `iptables` (IPv4) or `ip6tables` (IPv6): which rules parse, how they print, and
     /// which packets the tables see.
@@ -378,10 +380,54 @@ impl Ruleset {
             next_uid: 1,
             recent: Registry::default(),
             nfacct: Registry::default(),
+            ipsets: Arc::default(),
             indexing: true,
             family,
             lineage,
         }
+    }
+
+    /// The namespace's ipsets.
+    pub fn ipsets(&self) -> &crate::ipset::IpSets {
+        &self.ipsets
+    }
+
+    /// `ipset restore`: applies `text` to the namespace's sets (see
+    /// [`IpSets::restore`](crate::ipset::IpSets::restore)); a set a rule uses cannot be
+    /// destroyed. Lines before a bad one stay applied, as with `ipset restore`.
+    pub fn ipset_restore(&mut self, text: &str) -> Result<(), crate::ipset::IpsetError> {
+        self.lineage = self.lineage.then(b"ipset restore", text.as_bytes());
+        let mut sets = (*self.ipsets).clone();
+        let in_use: BTreeMap<String, u32> = self.set_references_all();
+        let r = sets.restore(text, &|n| in_use.get(n).copied().unwrap_or(0) > 0);
+        self.ipsets = Arc::new(sets);
+        r
+    }
+
+    /// How many rules use each set (`References:` of `ipset list`: each `-m set` match
+    /// holds its set, `ip_set_nfnl_get_byindex`).
+    pub fn set_references_all(&self) -> BTreeMap<String, u32> {
+        let mut refs = BTreeMap::new();
+        for t in self.tables.iter().flatten() {
+            for c in t.chains.iter().flatten() {
+                for r in &c.rules {
+                    for m in &r.matches {
+                        if let Match::Set(m) = m {
+                            *refs.entry(m.name.clone()).or_insert(0) += 1;
+                        }
+                    }
+                }
+            }
+        }
+        refs
+    }
+
+    /// `ipset list` text of the namespace's sets, `References:` counted from the rules
+    /// (`terse`: `ipset list -t`).
+    pub fn ipset_list(&self, terse: bool) -> String {
+        let refs = self.set_references_all();
+        self.ipsets
+            .list(terse, &|n| refs.get(n).copied().unwrap_or(0))
     }
 
     /// `iptables` or `ip6tables`.
