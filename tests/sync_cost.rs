@@ -150,3 +150,30 @@ fn print_rollout() {
         println!("{}", rollout::rollout_scenario(3, mode, "modelled"));
     }
 }
+
+/// `syncCost: modelled` with a cleanup whose deletes the model does not charge (v1.31's
+/// event-based cleanup, an external program) is warned about at its `syncCost` line; a reconciler
+/// release it charges is not.
+#[test]
+fn modelled_syncs_warn_where_the_cleanups_deletes_are_not_charged() {
+    let text = std::fs::read_to_string(STORM).unwrap();
+    let warned = |release: &str| {
+        let t = text.replace("release: v1.35", release);
+        let sc = load_str(STORM, &t).unwrap_or_else(|e| panic!("{e}"));
+        sc.warnings
+            .iter()
+            .filter(|w| w.message.contains("syncCost: modelled"))
+            .map(|w| (w.line, w.message.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert!(warned("release: v1.35").is_empty());
+    let w = warned("release: v1.31");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].1.contains("v1.31's event-based"), "{w:?}");
+    let kp_line = text
+        .lines()
+        .position(|l| l.trim_start().starts_with("syncCost:"))
+        .unwrap() as u64
+        + 1;
+    assert_eq!(w[0].0, kp_line, "{w:?}");
+}

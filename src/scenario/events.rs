@@ -712,3 +712,43 @@ impl<'de> Deserialize<'de> for ExtraAddressDoc {
         })
     }
 }
+
+/// A warning at `syncCost` (or the `kubeProxy:` settings) when `syncCost: modelled` meets a cleanup whose deletes the model
+/// does not charge (an external `cleanup:` program, or the event-based cleanup of v1.31 and
+/// earlier): the restore takes its modelled time but those deletes take none, so the run is
+/// not exact there (docs/kube-proxy-model.md §5a).
+pub(super) fn sync_cost_warning(
+    ctx: &Ctx,
+    s: &KubeProxySettings,
+    doc: &Spanned<KubeProxyDoc>,
+) -> Option<super::warnings::ScenarioWarning> {
+    if s.sync_cost != SyncCostMode::Modelled {
+        return None;
+    }
+    let what = if s.cleanup.is_some() {
+        "the external `cleanup:` program".to_string()
+    } else if matches!(
+        s.release.cleanup(),
+        Cleanup::EventReady | Cleanup::EventPresence | Cleanup::EventServing
+    ) {
+        format!(
+            "release {}'s event-based conntrack cleanup",
+            s.release.name()
+        )
+    } else {
+        return None;
+    };
+    // At the `syncCost` field where it is given here, else at the `kubeProxy:` settings.
+    let at = match &doc.value.sync_cost {
+        Some(f) => (f.referenced.line(), f.referenced.column()),
+        None => (doc.referenced.line(), doc.referenced.column()),
+    };
+    Some(super::warnings::ScenarioWarning {
+        file: ctx.file().to_string(),
+        line: at.0,
+        column: at.1,
+        message: format!(
+            "syncCost: modelled charges each sync's restore, but not the conntrack deletes of {what}: those take no simulated time in this run"
+        ),
+    })
+}

@@ -357,6 +357,9 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         kube_proxy.release,
     ));
     warnings.extend(super::load_balancer::unused_warning(ctx, &doc));
+    if let Some(k) = &doc.kube_proxy {
+        warnings.extend(super::events::sync_cost_warning(ctx, &kube_proxy, k));
+    }
     warnings.extend(super::families::check(
         ctx,
         &doc.services,
