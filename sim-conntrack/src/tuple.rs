@@ -521,8 +521,9 @@ impl fmt::Display for Tuple {
 }
 
 /// Bob Jenkins' lookup3 `jhash2` as the kernel has it (`include/linux/jhash.h`), used where
-/// the kernel's choice is deterministic and worth reproducing exactly (NAT address selection).
-pub(crate) fn jhash2(k: &[u32], initval: u32) -> u32 {
+/// the kernel's choice is deterministic and worth reproducing exactly (NAT address selection,
+/// and sim-netfilter's ipset buckets).
+pub fn jhash2(k: &[u32], initval: u32) -> u32 {
     #[inline]
     fn mix(a: &mut u32, b: &mut u32, c: &mut u32) {
         *a = a.wrapping_sub(*c);

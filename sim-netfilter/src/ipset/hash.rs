@@ -21,66 +21,8 @@ const REGION_BYTES: u64 = 24;
 /// padded), measured: a new bucket adds 32 bytes plus its slots.
 const HBUCKET_BYTES: u64 = 32;
 
-/// `lib/jhash.h` `jhash2`: Bob Jenkins' lookup3 over 32-bit words.
-pub(super) fn jhash2(k: &[u32], initval: u32) -> u32 {
-    let mut a = 0xdead_beef_u32
-        .wrapping_add((k.len() as u32) << 2)
-        .wrapping_add(initval);
-    let mut b = a;
-    let mut c = a;
-    let mut k = k;
-    while k.len() > 3 {
-        a = a.wrapping_add(k[0]);
-        b = b.wrapping_add(k[1]);
-        c = c.wrapping_add(k[2]);
-        // __jhash_mix
-        a = a.wrapping_sub(c);
-        a ^= c.rotate_left(4);
-        c = c.wrapping_add(b);
-        b = b.wrapping_sub(a);
-        b ^= a.rotate_left(6);
-        a = a.wrapping_add(c);
-        c = c.wrapping_sub(b);
-        c ^= b.rotate_left(8);
-        b = b.wrapping_add(a);
-        a = a.wrapping_sub(c);
-        a ^= c.rotate_left(16);
-        c = c.wrapping_add(b);
-        b = b.wrapping_sub(a);
-        b ^= a.rotate_left(19);
-        a = a.wrapping_add(c);
-        c = c.wrapping_sub(b);
-        c ^= b.rotate_left(4);
-        b = b.wrapping_add(a);
-        k = &k[3..];
-    }
-    if k.is_empty() {
-        return c;
-    }
-    if k.len() == 3 {
-        c = c.wrapping_add(k[2]);
-    }
-    if k.len() >= 2 {
-        b = b.wrapping_add(k[1]);
-    }
-    a = a.wrapping_add(k[0]);
-    // __jhash_final
-    c ^= b;
-    c = c.wrapping_sub(b.rotate_left(14));
-    a ^= c;
-    a = a.wrapping_sub(c.rotate_left(11));
-    b ^= a;
-    b = b.wrapping_sub(a.rotate_left(25));
-    c ^= b;
-    c = c.wrapping_sub(b.rotate_left(16));
-    a ^= c;
-    a = a.wrapping_sub(c.rotate_left(4));
-    b ^= a;
-    b = b.wrapping_sub(a.rotate_left(14));
-    c ^= b;
-    c = c.wrapping_sub(b.rotate_left(24));
-    c
-}
+/// `lib/jhash.h` `jhash2`: Bob Jenkins' lookup3 over 32-bit words (one copy, in sim-conntrack).
+pub(super) use sim_conntrack::tuple::jhash2;
 
 /// `htable_bits`: the table size for a `hashsize`, rounded up to a power of two (and at
 /// least `IPSET_MIMINAL_HASHSIZE`, 64).

@@ -148,6 +148,22 @@ struct Elem {
     comment: Option<String>,
 }
 
+impl Elem {
+    /// An element of `kind` with every field 0 (a /32 net, no comment).
+    fn zero(kind: SetType) -> Elem {
+        Elem {
+            kind,
+            ip: 0,
+            port: 0,
+            proto: 0,
+            ip2: 0,
+            cidr: 32,
+            nomatch: false,
+            comment: None,
+        }
+    }
+}
+
 fn le(x: u32) -> u32 {
     u32::from_le_bytes(x.to_be_bytes())
 }
@@ -347,14 +363,8 @@ impl IpSet {
             }
             Body::Hash { table, nets, .. } => {
                 let mut e = Elem {
-                    kind: self.kind,
                     ip: addr(flags[0]),
-                    port: 0,
-                    proto: 0,
-                    ip2: 0,
-                    cidr: 32,
-                    nomatch: false,
-                    comment: None,
+                    ..Elem::zero(self.kind)
                 };
                 match self.kind {
                     SetType::HashIp => {}
@@ -962,16 +972,7 @@ fn parse_elem(kind: SetType, s: &str) -> Result<Elem, String> {
             kind.name()
         ));
     }
-    let mut e = Elem {
-        kind,
-        ip: 0,
-        port: 0,
-        proto: 0,
-        ip2: 0,
-        cidr: 32,
-        nomatch: false,
-        comment: None,
-    };
+    let mut e = Elem::zero(kind);
     match kind {
         SetType::HashIp => e.ip = parse_ip(parts[0])?,
         SetType::HashIpPort => {
