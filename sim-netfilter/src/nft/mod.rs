@@ -200,7 +200,7 @@ impl DataType {
 }
 
 /// One value of a key field: an address, protocol, port, mark or integer.
-pub type Datum = u32;
+pub type Datum = u128;
 
 /// A set element's key: a single value, a prefix or range (interval sets), one per field.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
