@@ -412,9 +412,9 @@ fn v4(a: std::net::IpAddr) -> Option<u32> {
 
 /// The value of one field for the packet, or `None` where the kernel's load fails
 /// (`NFT_BREAK`: no transport header, no conntrack entry, an IPv6 packet for `ip saddr`).
-fn load(f: Field, ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<u32> {
+fn load(f: Field, ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<Datum> {
     let p: &Packet = &ctx.packet;
-    Some(match f {
+    Some(Datum::from(match f {
         Field::IpSaddr => v4(p.src)?,
         Field::IpDaddr => v4(p.dst)?,
         Field::IpProtocol => {
@@ -473,10 +473,10 @@ fn load(f: Field, ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<u32
             });
             value
         }
-    })
+    }))
 }
 
-fn load_key(lhs: &[Field], ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<Vec<u32>> {
+fn load_key(lhs: &[Field], ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<Vec<Datum>> {
     let mut v = Vec::with_capacity(lhs.len());
     for f in lhs {
         v.push(load(*f, ctx, draws)?);
@@ -484,14 +484,14 @@ fn load_key(lhs: &[Field], ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> O
     Some(v)
 }
 
-fn key_matches(k: &ElemKey, v: &[u32]) -> bool {
+fn key_matches(k: &ElemKey, v: &[Datum]) -> bool {
     match k {
         ElemKey::Exact(x) => x.as_slice() == v,
         ElemKey::Range(lo, hi) => v.len() == 1 && *lo <= v[0] && v[0] <= *hi,
     }
 }
 
-fn set_lookup<'s>(s: &'s NftSet, v: &[u32], now: sim_core::SimTime) -> Option<&'s Element> {
+fn set_lookup<'s>(s: &'s NftSet, v: &[Datum], now: sim_core::SimTime) -> Option<&'s Element> {
     let live = |e: &&Element| e.expires.is_none_or(|x| x > now);
     if !s.is_interval() {
         return s.elements.get(&ElemKey::Exact(v.to_vec())).filter(live);
@@ -528,7 +528,7 @@ fn eval_rule(
                 let hit = match rhs {
                     Rhs::Value(k) => {
                         if let (Some(m), ElemKey::Exact(x)) = (mask, &k) {
-                            (v[0] & *m) == x[0]
+                            (v[0] & Datum::from(*m)) == x[0]
                         } else if lhs.len() == 1 && is_flag_field(lhs[0]) {
                             match k {
                                 ElemKey::Exact(x) => v[0] & x[0] != 0,

@@ -199,8 +199,14 @@ impl DataType {
     }
 }
 
-/// One value of a key field: an address, protocol, port, mark or integer.
-pub type Datum = u32;
+/// One value of a key field: an IPv4 or IPv6 address, protocol, port, mark or integer, held
+/// as an unsigned number in host order (an IPv4 address is `u32::from(Ipv4Addr)`, an IPv6
+/// address `u128::from(Ipv6Addr)`, a port or protocol its number). 128 bits hold the widest
+/// field nft compares (`ipv6_addr`); a concatenation is one [`Datum`] per field
+/// ([`ElemKey::Exact`]), so `ipv6_addr . inet_proto . inet_service` is three of them. A
+/// field narrower than 128 bits never sets the bits above its width, so comparing two values
+/// of one field compares them as the kernel's set backends do (network-order bytes).
+pub type Datum = u128;
 
 /// A set element's key: a single value, a prefix or range (interval sets), one per field.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

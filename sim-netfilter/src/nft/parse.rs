@@ -855,7 +855,7 @@ fn flags_of(w: &str, table: &[(&str, u32)]) -> Option<u32> {
 /// One value as a field of type `dt` (or by its look when unknown): an address, prefix or
 /// range, a protocol, a port, a mark, a state.
 fn value(w: &str, dt: Option<DataType>) -> Option<ElemKey> {
-    let one = |v: u32| Some(ElemKey::Exact(vec![v]));
+    let one = |v: u32| Some(ElemKey::Exact(vec![Datum::from(v)]));
     match dt {
         Some(DataType::Ipv4Addr) | None if w.contains('.') || w.contains('/') => {
             if let Some((a, len)) = w.split_once('/') {
@@ -866,12 +866,12 @@ fn value(w: &str, dt: Option<DataType>) -> Option<ElemKey> {
                 }
                 let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
                 let lo = u32::from(a) & mask;
-                return Some(ElemKey::Range(lo, lo | !mask));
+                return Some(ElemKey::Range(lo.into(), (lo | !mask).into()));
             }
             if let Some((a, b)) = w.split_once('-') {
                 let a: Ipv4Addr = a.parse().ok()?;
                 let b: Ipv4Addr = b.parse().ok()?;
-                return Some(ElemKey::Range(u32::from(a), u32::from(b)));
+                return Some(ElemKey::Range(u32::from(a).into(), u32::from(b).into()));
             }
             one(u32::from(w.parse::<Ipv4Addr>().ok()?))
         }
@@ -1167,7 +1167,7 @@ fn stmt(p: &mut P) -> R<Stmt> {
                     }
                     break;
                 }
-                Rhs::Value(ElemKey::Exact(vec![v]))
+                Rhs::Value(ElemKey::Exact(vec![Datum::from(v)]))
             } else if lhs.len() == 1 && matches!(lhs[0], Field::FibSaddrType | Field::FibDaddrType)
             {
                 let w = p.word("an address type")?;
@@ -1175,7 +1175,7 @@ fn stmt(p: &mut P) -> R<Stmt> {
                     p.pos -= 1;
                     return p.err(format!("unsupported value '{w}' for fib type"));
                 };
-                Rhs::Value(ElemKey::Exact(vec![i as u32]))
+                Rhs::Value(ElemKey::Exact(vec![i as Datum]))
             } else {
                 Rhs::Value(key_value(p, Some(&lhs))?)
             }

@@ -179,7 +179,7 @@ fn sort_key(k: &ElemKey, key: &[DataType]) -> Vec<u8> {
                     DataType::Mark | DataType::Integer | DataType::CtState => {
                         bytes.extend_from_slice(&x.to_le_bytes()[..w])
                     }
-                    _ => bytes.extend_from_slice(&x.to_be_bytes()[4 - w..]),
+                    _ => bytes.extend_from_slice(&x.to_be_bytes()[16 - w..]),
                 }
             }
             bytes.reverse();
@@ -208,7 +208,14 @@ fn flags_text(v: u32, table: &[(&str, u32)]) -> String {
         .join(",")
 }
 
-fn datum_text(v: u32, d: DataType) -> String {
+/// The low 32 bits of a [`Datum`]: every field but an IPv6 address is at most 32 bits wide
+/// and never sets the bits above.
+fn low32(v: Datum) -> u32 {
+    v as u32
+}
+
+fn datum_text(v: Datum, d: DataType) -> String {
+    let v = low32(v);
     match d {
         DataType::Ipv4Addr => std::net::Ipv4Addr::from(v).to_string(),
         DataType::InetProto => proto_name(v),
@@ -218,18 +225,19 @@ fn datum_text(v: u32, d: DataType) -> String {
     }
 }
 
-fn field_datum_text(v: u32, f: Field) -> String {
+fn field_datum_text(v: Datum, f: Field) -> String {
     match f {
-        Field::CtStatus => flags_text(v, &CT_STATUS),
+        Field::CtStatus => flags_text(low32(v), &CT_STATUS),
         Field::FibSaddrType | Field::FibDaddrType => FIB_TYPES
-            .get(v as usize)
+            .get(low32(v) as usize)
             .map_or_else(|| v.to_string(), |s| s.to_string()),
         _ => datum_text(v, f.dtype()),
     }
 }
 
-fn range_text(lo: u32, hi: u32, d: DataType) -> String {
+fn range_text(lo: Datum, hi: Datum, d: DataType) -> String {
     if d == DataType::Ipv4Addr {
+        let (lo, hi) = (low32(lo), low32(hi));
         let span = hi.wrapping_sub(lo).wrapping_add(1);
         if span == 0 && lo == 0 {
             return "0.0.0.0/0".into();
@@ -322,7 +330,7 @@ pub(super) fn normalize_anon(elems: &[ElemKey], fields: &[Field]) -> Vec<ElemKey
         v.dedup();
         return v;
     }
-    let mut ranges: Vec<(u32, u32)> = elems
+    let mut ranges: Vec<(Datum, Datum)> = elems
         .iter()
         .map(|e| match e {
             ElemKey::Range(a, b) => (*a, *b),
@@ -330,10 +338,11 @@ pub(super) fn normalize_anon(elems: &[ElemKey], fields: &[Field]) -> Vec<ElemKey
         })
         .collect();
     ranges.sort();
-    let mut merged: Vec<(u32, u32)> = Vec::new();
+    let mut merged: Vec<(Datum, Datum)> = Vec::new();
     for (a, b) in ranges {
         match merged.last_mut() {
-            Some(last) if u64::from(a) <= u64::from(last.1) + 1 => last.1 = last.1.max(b),
+            // Overlapping or adjacent (`a` at most one past the last end).
+            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
             _ => merged.push((a, b)),
         }
     }
