@@ -61,7 +61,9 @@ pub use icmp::IcmpRateLimit;
 
 pub use route::{Interface, Prefix, Route, RouteDecision, RouteError, RoutingTable, SharedRoutes};
 
-use crate::eval::{AddrTypeLookup, CtInfo, CtInfoKind, CtState, CtTuple, EvalCtx, NatRequest};
+use crate::eval::{
+    AddrTypeLookup, CtInfo, CtInfoKind, CtState, CtTuple, EvalCtx, NatRequest, PhysDevs,
+};
 use crate::rule::{AddrType, CtDirection, PortNat};
 use crate::ruleset::{RestoreMemo, RestoreOptions, RestoreReport, Ruleset, SaveOptions};
 use crate::state::RulesetState;
@@ -442,6 +444,9 @@ struct Flight {
     /// handle, `untracked` or the entry (a NAT binding, a new ctmark): a packet's tables
     /// then share one view instead of reading the entry each.
     view: Option<CtState>,
+    /// The bridge ports of a bridged packet in `br_netfilter`'s passes (`nf_bridge_info`);
+    /// `None` for a routed or local packet.
+    phys: Option<PhysDevs>,
 }
 
 impl Flight {
@@ -455,6 +460,7 @@ impl Flight {
             out,
             generated: Vec::new(),
             view: None,
+            phys: None,
         }
     }
 
@@ -485,6 +491,7 @@ impl Flight {
             local_origin: self.local_origin,
             force_random: None,
             force_numgen: None,
+            phys: self.phys,
         }
     }
 }

@@ -447,6 +447,7 @@ impl Netns {
                     out: std::mem::take(&mut f.out),
                     generated: std::mem::take(&mut f.generated),
                     view: None,
+                    phys: None,
                 };
                 back.pkt.iif = Some(lo());
                 back.pkt.oif = None;
