@@ -294,9 +294,7 @@ fn rule_features(r: &Rule, spec: &mut MemoSpec) -> bool {
             | Match::Addrtype(_)
             | Match::Recent(_)
             | Match::Set(_)
-            | Match::Physdev(_) => {
-                return false
-            }
+            | Match::Physdev(_) => return false,
         }
     }
     match &r.target {
