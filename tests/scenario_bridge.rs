@@ -127,3 +127,87 @@ fn the_loader_refuses_what_the_bridge_datapath_does_not_model() {
     ));
     assert!(e.contains("network.bridge:"), "{e}");
 }
+
+/// `(src MAC, dst MAC, src IP, dst IP, TTL)` of each IPv4 frame of a pcap file.
+fn frames(path: &std::path::Path) -> Vec<(String, String, String, String, u8)> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= b.len() {
+        let incl = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
+        let f = &b[at + 16..at + 16 + incl];
+        let mac = |m: &[u8]| {
+            m.iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+        let ip = |o: usize| std::net::Ipv4Addr::new(f[o], f[o + 1], f[o + 2], f[o + 3]).to_string();
+        if f[12..14] == [8, 0] {
+            out.push((mac(&f[6..12]), mac(&f[0..6]), ip(26), ip(30), f[22]));
+        }
+        at += 16 + incl;
+    }
+    out
+}
+
+#[test]
+fn cni0_and_the_ports_are_capture_points_with_the_bridges_macs() {
+    let dir = std::env::temp_dir().join(format!("nfsim-bridge-pcap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (name, sub) in [
+        ("bridge-nf-call-iptables-off", "off"),
+        ("bridge-nf-call-iptables-on", "on"),
+    ] {
+        let d = dir.join(sub);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nfsim"))
+            .args([
+                "run",
+                &format!("scenarios/{name}.yaml"),
+                "--until",
+                "1s",
+                "--pcap",
+            ])
+            .arg(&d)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        assert!(out.status.code().is_some(), "{out:?}");
+    }
+    let (gw, dns, tool) = (
+        "0a:58:0a:f4:01:01",
+        "0a:58:0a:f4:01:05",
+        "0a:58:0a:f4:01:09",
+    );
+    let s = |x: &str| x.to_string();
+    // Off: the query passed up to cni0 (to the gateway's MAC), routed back out of it (TTL
+    // 63, the bridge's MAC as source); the answer bridged port to port, never on cni0.
+    let cni0 = frames(&dir.join("off/node-1-cni0.pcap"));
+    assert_eq!(
+        cni0,
+        vec![
+            (s(tool), s(gw), s("10.244.1.9"), s("10.96.0.10"), 64),
+            (s(gw), s(dns), s("10.244.1.9"), s("10.244.1.5"), 63),
+        ]
+    );
+    let coredns = frames(&dir.join("off/node-1-veth-coredns.pcap"));
+    assert_eq!(
+        coredns[0],
+        (s(gw), s(dns), s("10.244.1.9"), s("10.244.1.5"), 63)
+    );
+    assert_eq!(
+        coredns[1],
+        (s(dns), s(tool), s("10.244.1.5"), s("10.244.1.9"), 64)
+    );
+    // On: bridged both ways (TTL 64, the sender's MAC kept), nothing on cni0.
+    assert!(frames(&dir.join("on/node-1-cni0.pcap")).is_empty());
+    let toolbox = frames(&dir.join("on/node-1-veth-toolbox.pcap"));
+    assert_eq!(
+        toolbox,
+        vec![
+            (s(tool), s(gw), s("10.244.1.9"), s("10.96.0.10"), 64),
+            (s(dns), s(tool), s("10.96.0.10"), s("10.244.1.9"), 64),
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -92,6 +92,25 @@ pub struct Frame {
     pub dst_mac: Mac,
 }
 
+/// A frame on a bridge's device or one of its ports, where `tcpdump -i DEV` would record it:
+/// received on a port (before anything), passed up to the bridge device (after
+/// `br_nf_pre_routing`'s PREROUTING when it ran), transmitted by the bridge device
+/// (`br_dev_xmit`, after POSTROUTING), and out of a port (after `br_nf_post_routing`'s
+/// POSTROUTING when it ran). Port-to-port traffic never shows on the bridge device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct L2Seen {
+    /// The bridge device or port.
+    pub dev: IfName,
+    /// Received on `dev` (else transmitted).
+    pub rx: bool,
+    /// The frame's source MAC.
+    pub src_mac: Mac,
+    /// The frame's destination MAC.
+    pub dst_mac: Mac,
+    /// The packet as it is there.
+    pub packet: Packet,
+}
+
 /// Bridge settings of the namespace: the bridges, the neighbour table of their addresses and
 /// `net.bridge.bridge-nf-call-iptables`.
 #[derive(Clone, Debug)]
@@ -103,6 +122,8 @@ pub(super) struct Bridges {
     /// `net.bridge.bridge-nf-call-iptables` (the kernel's default, 1, once `br_netfilter`
     /// is loaded: `brnf_net_init`).
     pub(super) call_iptables: bool,
+    /// The frames seen on bridge devices and ports, while capture is on.
+    seen: Option<Vec<L2Seen>>,
 }
 
 impl Default for Bridges {
@@ -111,6 +132,21 @@ impl Default for Bridges {
             list: Vec::new(),
             neigh: BTreeMap::new(),
             call_iptables: true,
+            seen: None,
+        }
+    }
+}
+
+impl Bridges {
+    fn saw(&mut self, dev: IfName, rx: bool, src_mac: Mac, dst_mac: Mac, packet: &Packet) {
+        if let Some(v) = self.seen.as_mut() {
+            v.push(L2Seen {
+                dev,
+                rx,
+                src_mac,
+                dst_mac,
+                packet: *packet,
+            });
         }
     }
 }
@@ -183,6 +219,20 @@ impl Netns {
             }
         }
         self.bridges.neigh.get(&ip).copied()
+    }
+
+    /// Starts (or stops) recording the frames on bridge devices and ports ([`L2Seen`]),
+    /// for capture points.
+    pub fn bridge_capture(&mut self, on: bool) {
+        self.bridges.seen = on.then(Vec::new);
+    }
+
+    /// The frames seen on bridges since the last call, in order.
+    pub fn drain_bridge_seen(&mut self) -> Vec<L2Seen> {
+        match self.bridges.seen.as_mut() {
+            Some(v) => std::mem::take(v),
+            None => Vec::new(),
+        }
     }
 
     /// The bridges.
@@ -264,6 +314,7 @@ impl Netns {
         // br_handle_frame_finish: br_fdb_update learns the source on the port. (The kernel
         // learns after NF_BR_PRE_ROUTING; nothing here reads the table in between.)
         self.bridges.list[bi].fdb.insert(frame.src_mac, port);
+        (self.bridges).saw(port, true, frame.src_mac, frame.dst_mac, &f.pkt);
         let mut dst_mac = frame.dst_mac;
         Self::step(f, |_| {
             Step::Bridge(format!(
@@ -327,6 +378,7 @@ impl Netns {
         if dst_mac == br_mac {
             // br_pass_frame_up: received by the bridge device.
             f.pkt.iif = Some(br);
+            (self.bridges).saw(br, true, frame.src_mac, br_mac, &f.pkt);
             if nf {
                 // ip_sabotage_in: PREROUTING has run; nf_bridge_info is freed.
                 f.phys = None;
@@ -412,7 +464,7 @@ impl Netns {
                     phys: f.phys,
                 }
             };
-            fate = self.bridge_forward(now, &mut g, br, *d);
+            fate = self.bridge_forward(now, &mut g, br, *d, (frame.src_mac, dst_mac));
             if g.trace.is_some() {
                 f.trace = g.trace;
             }
@@ -425,7 +477,14 @@ impl Netns {
 
     /// `br_forward` to `port`: `br_nf_forward_ip` and `br_nf_post_routing` when the frame
     /// came through `br_nf_pre_routing`, then out of the port.
-    fn bridge_forward(&mut self, now: SimTime, f: &mut Flight, br: IfName, port: IfName) -> Fate {
+    fn bridge_forward(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        br: IfName,
+        port: IfName,
+        macs: (Mac, Mac),
+    ) -> Fate {
         let next_hop = f.pkt.dst;
         let Some(mut phys) = f.phys else {
             Self::step(f, |_| {
@@ -434,6 +493,7 @@ impl Netns {
                 ))
             });
             f.pkt.oif = Some(port);
+            (self.bridges).saw(port, false, macs.0, macs.1, &f.pkt);
             f.out.push(Egress::Transmit {
                 dev: port,
                 next_hop,
@@ -464,6 +524,8 @@ impl Netns {
             if *dev == br {
                 *dev = port;
                 packet.oif = Some(port);
+                let p = *packet;
+                (self.bridges).saw(port, false, macs.0, macs.1, &p);
             }
         }
         fate
@@ -513,6 +575,7 @@ impl Netns {
                 k += 1;
                 continue;
             };
+            let br_mac = b.mac;
             let mac = self.bridges.neigh.get(&next_hop).copied();
             let learned = mac.and_then(|m| b.fdb.get(&m).copied());
             let ports: Vec<IfName> = match (mac, learned) {
@@ -532,6 +595,14 @@ impl Netns {
             };
             if let Some(t) = trace.as_deref_mut() {
                 t.steps.push(Step::Bridge(what));
+            }
+            if let Some(m) = mac {
+                self.bridges.saw(dev, false, br_mac, m, &packet);
+                for &p in &ports {
+                    let mut q = packet;
+                    q.oif = Some(p);
+                    self.bridges.saw(p, false, br_mac, m, &q);
+                }
             }
             let repl: Vec<Egress> = ports
                 .iter()

@@ -60,7 +60,7 @@ mod tables;
 
 use ct::{ct_info_kind, ct_state_of, tuple_text};
 
-pub use bridge::{Bridge, BridgePort, Frame, Mac, BRIDGE_NF_CALL_IPTABLES};
+pub use bridge::{Bridge, BridgePort, Frame, L2Seen, Mac, BRIDGE_NF_CALL_IPTABLES};
 pub use icmp::IcmpRateLimit;
 
 pub use route::{Interface, Prefix, Route, RouteDecision, RouteError, RoutingTable, SharedRoutes};

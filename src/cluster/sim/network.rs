@@ -131,6 +131,7 @@ impl Simulation {
             }
         };
         self.after_kernel(n);
+        self.tap_bridge(n);
         if p.tag & INJECTED_TAG != 0 {
             if let Some(reason) = fate_reason(&r.fate) {
                 self.sighted(&Machine::Node(n), &p, Some(reason));
