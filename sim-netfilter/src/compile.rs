@@ -288,10 +288,13 @@ fn rule_features(r: &Rule, spec: &mut MemoSpec) -> bool {
             // nfacct reads nothing of the packet; what it counts is remembered like a rule
             // counter.
             Match::Nfacct(_) => {}
-            // A set test reads whole addresses and the set's content, which the key lacks.
-            Match::Statistic(_) | Match::Addrtype(_) | Match::Recent(_) | Match::Set(_) => {
-                return false
-            }
+            // A set test reads whole addresses and the set's content, which the key lacks;
+            // physdev reads the bridge ports, which it lacks too.
+            Match::Statistic(_)
+            | Match::Addrtype(_)
+            | Match::Recent(_)
+            | Match::Set(_)
+            | Match::Physdev(_) => return false,
         }
     }
     match &r.target {

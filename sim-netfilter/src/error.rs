@@ -15,7 +15,7 @@ pub enum RuleErrorKind {
     #[error("bad argument {0:?}: expected an option such as -s, -p, -m or -j")]
     BadArgument(String),
     /// `-m NAME` for a match nfsim does not model.
-    #[error("unknown or unsupported match {0:?} (supported: tcp, udp, sctp, icmp, multiport, statistic, mark, conntrack, state, addrtype, comment, recent, nfacct)")]
+    #[error("unknown or unsupported match {0:?} (supported: tcp, udp, sctp, icmp, multiport, statistic, mark, conntrack, state, addrtype, comment, recent, nfacct, physdev)")]
     UnknownMatch(String),
     /// `-j NAME` for an iptables target nfsim does not model.
     #[error("unsupported target {0:?} (supported: ACCEPT, DROP, RETURN, REJECT, DNAT, SNAT, MASQUERADE, REDIRECT, MARK, CONNMARK, CT --notrack, NOTRACK, LOG, TRACE, or a user chain)")]

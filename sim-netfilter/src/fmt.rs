@@ -284,6 +284,7 @@ pub(crate) fn save_match(out: &mut String, m: &Match) {
             let _ = write!(out, " --nfacct-name  {}", n.name);
         }
         Match::Set(m) => set_match(out, m, "--"),
+        Match::Physdev(p) => physdev_dump(out, p, "--"),
     }
 }
 
@@ -308,6 +309,27 @@ fn set_match(out: &mut String, m: &SetMatch, prefix: &str) {
     }
     if m.skip_subcounter_update {
         let _ = write!(out, " ! {prefix}update-subcounters");
+    }
+}
+
+/// libxt_physdev `physdev_save` (`prefix` `--`) and `physdev_print` (after `PHYSDEV match`,
+/// the same words): is-in, in, is-out, out, is-bridged, each with its `!` (iptables 1.8.9).
+fn physdev_dump(out: &mut String, p: &PhysdevMatch, prefix: &str) {
+    let inv = |b: bool| if b { " !" } else { "" };
+    if let Some(i) = p.is_in {
+        let _ = write!(out, "{} {prefix}physdev-is-in", inv(i));
+    }
+    if let Some((n, i)) = p.physdev_in {
+        let _ = write!(out, "{} {prefix}physdev-in {n}", inv(i));
+    }
+    if let Some(i) = p.is_out {
+        let _ = write!(out, "{} {prefix}physdev-is-out", inv(i));
+    }
+    if let Some((n, i)) = p.physdev_out {
+        let _ = write!(out, "{} {prefix}physdev-out {n}", inv(i));
+    }
+    if let Some(i) = p.is_bridged {
+        let _ = write!(out, "{} {prefix}physdev-is-bridged", inv(i));
     }
 }
 
@@ -672,6 +694,10 @@ fn list_match(out: &mut String, m: &Match) {
             let _ = write!(out, " nfacct-name  {}", n.name);
         }
         Match::Set(m) => set_match(out, m, ""),
+        Match::Physdev(p) => {
+            out.push_str(" PHYSDEV match");
+            physdev_dump(out, p, "--");
+        }
     }
 }
 

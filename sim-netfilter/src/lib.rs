@@ -92,13 +92,13 @@ pub mod types;
 pub use error::{RestoreError, RestoreErrorKind, RuleError, RuleErrorKind};
 pub use eval::{
     Action, AddrTypeLookup, CtInfo, CtInfoKind, CtState, CtTuple, EvalCtx, LocalAddrs, NatRequest,
-    Verdict,
+    PhysDevs, Verdict,
 };
 pub use fmt::{matches_summary, rule_spec, target_spec};
 pub use recent::{parse_proc_recent, Jiffies, ProcRecentEntry, ProcRecentError, DEFAULT_HZ};
 pub use rule::{
-    AddrType, ConnmarkOp, CtDirection, IpMatch, LogOptions, Match, NatRange, PortNat, RejectWith,
-    Rule, Target,
+    AddrType, ConnmarkOp, CtDirection, IpMatch, LogOptions, Match, NatRange, PhysdevMatch, PortNat,
+    RejectWith, Rule, Target,
 };
 pub use ruleset::{
     Chain, Lineage, ListOptions, NfacctError, RestoreMemo, RestoreOptions, RestoreReport, Ruleset,

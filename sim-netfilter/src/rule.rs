@@ -115,6 +115,8 @@ pub enum Match {
     Nfacct(NfacctMatch),
     /// `-m set --match-set NAME FLAGS` (xt_set): the packet's element is in an ipset.
     Set(Box<SetMatch>),
+    /// `-m physdev`: the bridge ports of a bridged packet (xt_physdev).
+    Physdev(PhysdevMatch),
 }
 
 impl Match {
@@ -136,8 +138,24 @@ impl Match {
             Match::Recent(_) => "recent",
             Match::Nfacct(_) => "nfacct",
             Match::Set(_) => "set",
+            Match::Physdev(_) => "physdev",
         }
     }
+}
+
+/// `-m physdev` (xt_physdev, `struct xt_physdev_info`): each option present with its `!`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PhysdevMatch {
+    /// `--physdev-in NAME` (`+` a wildcard suffix), inverted.
+    pub physdev_in: Option<(IfacePattern, bool)>,
+    /// `--physdev-out NAME`, inverted.
+    pub physdev_out: Option<(IfacePattern, bool)>,
+    /// `--physdev-is-in`, inverted.
+    pub is_in: Option<bool>,
+    /// `--physdev-is-out`, inverted.
+    pub is_out: Option<bool>,
+    /// `--physdev-is-bridged`, inverted.
+    pub is_bridged: Option<bool>,
 }
 
 /// `-m tcp` (xt_tcpudp).

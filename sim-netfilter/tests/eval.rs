@@ -901,3 +901,144 @@ fn a_loaded_recent_list_keeps_as_many_stamps_as_its_rules() {
     let e = st.load_recent(&rs, "OTHER", &[entry(1)]).unwrap_err();
     assert!(e.message.contains("the rules use HC"), "{e}");
 }
+
+/// `-m physdev` as iptables 1.8.9 prints it (`iptables-save` and `iptables -L -n -v`, taken
+/// in `unshare -rn` on this kernel), refused in OUTPUT without `--physdev-is-bridged` as
+/// `physdev_mt_check` refuses it (in a base chain only, as nf_tables' compat layer checks
+/// it), and matched as `physdev_mt` matches: with and without `nf_bridge_info`.
+#[test]
+fn physdev_prints_checks_and_matches_as_xt_physdev() {
+    let text = "*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:X - [0:0]
+-A FORWARD -m physdev --physdev-in veth+ ! --physdev-out eth0 --physdev-is-bridged -j ACCEPT
+-A FORWARD -m physdev ! --physdev-is-in --physdev-is-out ! --physdev-is-bridged -j ACCEPT
+-A OUTPUT -m physdev --physdev-out eth0 --physdev-is-bridged -j ACCEPT
+-A OUTPUT -j X
+-A X -m physdev --physdev-out eth0 -j ACCEPT
+COMMIT
+";
+    let rs = ruleset(text);
+    let state = RulesetState::new();
+    assert_eq!(rs.save(&state, &SaveOptions::default()), text);
+    let list = rs
+        .list(
+            &state,
+            Table::Filter,
+            Some("FORWARD"),
+            &ListOptions::default(),
+        )
+        .unwrap();
+    assert!(list.contains("0.0.0.0/0            0.0.0.0/0            PHYSDEV match --physdev-in veth+ ! --physdev-out eth0 --physdev-is-bridged\n"), "{list}");
+    assert!(
+        list.contains("PHYSDEV match ! --physdev-is-in --physdev-is-out ! --physdev-is-bridged\n"),
+        "{list}"
+    );
+
+    let mut rs2 = Ruleset::new();
+    for bad in [
+        "-A OUTPUT -m physdev --physdev-out eth0 -j ACCEPT",
+        "-A OUTPUT -m physdev --physdev-is-out ! --physdev-is-bridged -j ACCEPT",
+    ] {
+        let e = rs2.command(Table::Filter, bad).unwrap_err();
+        assert!(
+            matches!(e.kind, RestoreErrorKind::WrongHook { hook: "OUTPUT", .. }),
+            "{bad}: {e}"
+        );
+    }
+    let e = rs2
+        .command(Table::Filter, "-A FORWARD -m physdev -j ACCEPT")
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("PHYSDEV: no physdev option specified"),
+        "{e}"
+    );
+
+    // One rule a line, each LOGging its number, in FORWARD.
+    let rules = [
+        "--physdev-in veth+",
+        "! --physdev-in veth+",
+        "--physdev-out veth2",
+        "! --physdev-out veth2",
+        "--physdev-is-bridged",
+        "! --physdev-is-bridged",
+        "--physdev-is-in",
+        "! --physdev-is-out",
+    ];
+    let mut t = String::from("*filter\n:FORWARD ACCEPT [0:0]\n");
+    for (i, r) in rules.iter().enumerate() {
+        t.push_str(&format!(
+            "-A FORWARD -m physdev {r} -j LOG --log-prefix r{i}\n"
+        ));
+    }
+    t.push_str("COMMIT\n");
+    let rs = ruleset(&t);
+    let addrs = LocalAddrs::new();
+    let hits = |phys: Option<PhysDevs>| -> String {
+        let mut rng = SimRng::derive(1, "x");
+        let mut state = RulesetState::new();
+        let mut ctx = EvalCtx::new(
+            udp("10.244.0.2:1", "10.244.0.3:2"),
+            &addrs,
+            SimTime::ZERO,
+            &mut rng,
+        );
+        ctx.phys = phys;
+        let mut trace = Trace::new();
+        rs.run_hook(
+            Table::Filter,
+            Hook::Forward,
+            &mut ctx,
+            &mut state,
+            Some(&mut trace),
+        );
+        let mut fast = RulesetState::new();
+        let mut frng = SimRng::derive(1, "x");
+        let mut fctx = EvalCtx::new(
+            udp("10.244.0.2:1", "10.244.0.3:2"),
+            &addrs,
+            SimTime::ZERO,
+            &mut frng,
+        );
+        fctx.phys = phys;
+        rs.run_hook(Table::Filter, Hook::Forward, &mut fctx, &mut fast, None);
+        let c = SaveOptions {
+            counters: true,
+            ..SaveOptions::default()
+        };
+        assert_eq!(
+            rs.save(&fast, &c),
+            rs.save(&state, &c),
+            "fast walk disagrees"
+        );
+        rs.save(&state, &c)
+            .lines()
+            .filter(|l| l.starts_with("[1:"))
+            .map(|l| l.rsplit(' ').next().unwrap().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let dev = |s: &str| Some(IfName::new(s).unwrap());
+    // Not bridged (no nf_bridge_info): only the inverted options match.
+    assert_eq!(hits(None), "r1 r3 r5 r7");
+    // Bridged, in FORWARD: in veth1, out veth2.
+    assert_eq!(
+        hits(Some(PhysDevs {
+            indev: dev("veth1"),
+            outdev: dev("veth2")
+        })),
+        "r0 r2 r4 r6"
+    );
+    // Bridged, no out-port yet (PREROUTING): --physdev-out is not checked, so it and its
+    // inverse both match; is-bridged needs an out-port.
+    assert_eq!(
+        hits(Some(PhysDevs {
+            indev: dev("eth9"),
+            outdev: None
+        })),
+        "r1 r2 r3 r5 r6 r7"
+    );
+}

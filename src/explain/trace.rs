@@ -186,6 +186,11 @@ pub enum StepJson {
         /// What was decided.
         decision: String,
     },
+    /// A bridge's or `br_netfilter`'s decision.
+    Bridge {
+        /// What was decided, in the kernel's words.
+        text: String,
+    },
     /// The entry was confirmed.
     Confirm {
         /// The entry as `conntrack -L` prints it.
@@ -608,6 +613,7 @@ fn step_json(s: &Step) -> StepJson {
         Step::Route(r) => StepJson::Route {
             decision: r.clone(),
         },
+        Step::Bridge(t) => StepJson::Bridge { text: t.clone() },
         Step::Confirm(e) => StepJson::Confirm { entry: e.clone() },
         Step::Fate(f) => StepJson::Fate { text: f.clone() },
         Step::Nft(e) => StepJson::Nft {

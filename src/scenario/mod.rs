@@ -38,5 +38,5 @@ pub mod warnings;
 pub mod yaml;
 
 pub use load::{load_file, load_str, ScenarioError};
-pub use model::Scenario;
+pub use model::{BridgeCni, Cni, Scenario};
 pub use warnings::ScenarioWarning;

@@ -24,6 +24,8 @@ pub struct Scenario {
     pub duration: SimDuration,
     /// One-way latency of a link between two machines.
     pub latency: SimDuration,
+    /// The nodes' pod datapath (`network.cni`).
+    pub cni: Cni,
     /// Nodes.
     pub nodes: Vec<NodeDef>,
     /// Hosts outside the cluster.
@@ -60,6 +62,26 @@ pub struct Scenario {
     /// What loads but is probably a mistake, for the command line to print once (never part
     /// of the run's output).
     pub warnings: Vec<super::warnings::ScenarioWarning>,
+}
+
+/// How the nodes connect their pods (`network.cni`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cni {
+    /// kindnet's `ptp`: a veth per pod holding the pod CIDR's gateway /32, a /32 route per
+    /// pod.
+    Ptp,
+    /// The CNI `bridge` plugin: every pod's veth a port of one bridge that holds the pod
+    /// CIDR's gateway address.
+    Bridge(BridgeCni),
+}
+
+/// The `bridge` plugin's settings (its own option names: `bridge`, `hairpinMode`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BridgeCni {
+    /// The bridge device (`bridge`, default `cni0`).
+    pub name: String,
+    /// `hairpinMode`: each pod's port in hairpin mode.
+    pub hairpin: bool,
 }
 
 /// A node.

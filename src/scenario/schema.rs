@@ -154,6 +154,24 @@ pub struct NetworkDoc {
     /// One-way latency of every link between two machines (default 100us).
     #[serde(default)]
     pub latency: Option<Duration>,
+    /// The nodes' pod datapath: `ptp` (kindnet's, the default) or `bridge`.
+    #[serde(default)]
+    pub cni: Option<S<String>>,
+    /// The bridge plugin's `bridge`: the bridge device's name (default `cni0`).
+    #[serde(default)]
+    pub bridge: Option<S<String>>,
+    /// The bridge plugin's `isGateway`: the bridge holds the pod CIDR's gateway address.
+    #[serde(default)]
+    pub is_gateway: Option<S<bool>>,
+    /// The bridge plugin's `ipMasq`.
+    #[serde(default)]
+    pub ip_masq: Option<S<bool>>,
+    /// The bridge plugin's `hairpinMode`: every pod's port in hairpin mode.
+    #[serde(default)]
+    pub hairpin_mode: Option<S<bool>>,
+    /// The bridge plugin's `promiscMode`.
+    #[serde(default)]
+    pub promisc_mode: Option<S<bool>>,
 }
 
 /// One entry of `nodes:`.

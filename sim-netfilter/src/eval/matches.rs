@@ -1,5 +1,5 @@
 //! Whether a rule's matches pass a packet: the IP part, then each match in order (ports,
-//! TCP flags, ICMP, multiport, statistic, mark, conntrack, addrtype, recent, nfacct).
+//! TCP flags, ICMP, multiport, statistic, mark, conntrack, addrtype, recent, nfacct, physdev).
 
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -11,7 +11,7 @@ use crate::state::{RecentEntry, RulesetState, RECENT_MAX_ENTRIES};
 use crate::trace::StatDraw;
 use crate::types::*;
 
-use super::{CtState, EvalCtx, Pkt};
+use super::{CtState, EvalCtx, PhysDevs, Pkt};
 
 /// Whether the packet address (`v4` of an IPv4 packet, `v6` of an IPv6 one) is in `n`.
 /// A ruleset holds nets of its own family only and sees packets of it only.
@@ -234,6 +234,45 @@ pub(super) fn match_one(
             s.bytes += pk.len;
             true
         }
+        Match::Physdev(m) => physdev_mt(m, ctx.phys.as_ref()),
+    }
+}
+
+/// xt_physdev `physdev_mt`, its tests in its order. Without bridge information (a packet
+/// that did not come through `br_netfilter`) only options given with `!` match. With it,
+/// `--physdev-in` is not checked when there is no in-port, nor `--physdev-out` when there
+/// is no out-port yet (PREROUTING, INPUT): both then match, as the kernel's do.
+pub(crate) fn physdev_mt(m: &PhysdevMatch, phys: Option<&PhysDevs>) -> bool {
+    let Some(p) = phys else {
+        return [
+            m.is_bridged,
+            m.is_in,
+            m.is_out,
+            m.physdev_in.map(|x| x.1),
+            m.physdev_out.map(|x| x.1),
+        ]
+        .into_iter()
+        .all(|o| o.is_none_or(|inv| inv));
+    };
+    let (indev, outdev) = (p.indev.as_ref(), p.outdev.as_ref());
+    if let Some(inv) = m.is_bridged {
+        if outdev.is_some() == inv {
+            return false;
+        }
+    }
+    if m.is_in.is_some_and(|inv| indev.is_none() != inv)
+        || m.is_out.is_some_and(|inv| outdev.is_none() != inv)
+    {
+        return false;
+    }
+    if let (Some((pat, inv)), Some(d)) = (m.physdev_in, indev) {
+        if pat.matches(d.as_str()) == inv {
+            return false;
+        }
+    }
+    match (m.physdev_out, outdev) {
+        (Some((pat, inv)), Some(d)) => pat.matches(d.as_str()) != inv,
+        _ => true,
     }
 }
 

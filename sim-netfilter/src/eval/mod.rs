@@ -293,6 +293,20 @@ pub struct EvalCtx<'a> {
     /// (before its offset; below N) whatever the draw (which is still taken). `None` lets
     /// the draw decide.
     pub force_numgen: Option<u32>,
+    /// The bridge ports of a packet that came through a bridge with `br_netfilter` (the
+    /// skb's `nf_bridge_info`), for `-m physdev`; `None` for any other packet.
+    pub phys: Option<PhysDevs>,
+}
+
+/// What `br_netfilter` remembers of a bridged packet (`struct nf_bridge_info`): the port it
+/// came in by (`physindev`) and, once the bridge has chosen one, the port it goes out by
+/// (`physoutdev`, set by `br_nf_forward_ip`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PhysDevs {
+    /// The bridge port it was received on.
+    pub indev: Option<sim_core::IfName>,
+    /// The bridge port it leaves by (FORWARD and POSTROUTING of a bridged packet).
+    pub outdev: Option<sim_core::IfName>,
 }
 
 impl<'a> EvalCtx<'a> {
@@ -312,6 +326,7 @@ impl<'a> EvalCtx<'a> {
             local_origin: false,
             force_random: None,
             force_numgen: None,
+            phys: None,
         }
     }
 }

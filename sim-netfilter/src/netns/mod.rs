@@ -47,6 +47,9 @@
 //! conntrack side (conntrack in, confirm, and the entry as the rules see it); `nat` is the
 //! NAT core (the nat table lookup, the binding, the rewrite).
 
+mod bridge;
+#[cfg(test)]
+mod bridge_tests;
 mod ct;
 mod icmp;
 mod nat;
@@ -57,11 +60,14 @@ mod tables;
 
 use ct::{ct_info_kind, ct_state_of, tuple_text};
 
+pub use bridge::{Bridge, BridgePort, Frame, L2Seen, Mac, BRIDGE_NF_CALL_IPTABLES};
 pub use icmp::IcmpRateLimit;
 
 pub use route::{Interface, Prefix, Route, RouteDecision, RouteError, RoutingTable, SharedRoutes};
 
-use crate::eval::{AddrTypeLookup, CtInfo, CtInfoKind, CtState, CtTuple, EvalCtx, NatRequest};
+use crate::eval::{
+    AddrTypeLookup, CtInfo, CtInfoKind, CtState, CtTuple, EvalCtx, NatRequest, PhysDevs,
+};
 use crate::rule::{AddrType, CtDirection, PortNat};
 use crate::ruleset::{RestoreMemo, RestoreOptions, RestoreReport, Ruleset, SaveOptions};
 use crate::state::RulesetState;
@@ -205,6 +211,15 @@ pub enum DropCause {
     /// (or a 127.0.0.0/8 one): the routing decision refuses it as a martian source
     /// (`fib_validate_source` / `ip_route_input_slow`, counted in `in_martian_src`).
     MartianSource,
+    /// A frame for a station on the port it came in by, which is not in hairpin mode
+    /// (`should_deliver`, net/bridge/br_forward.c).
+    BridgeHairpinOff(IfName),
+    /// A flooded frame with no port to go to.
+    BridgeFlooded,
+    /// Received on an interface that is no bridge's port.
+    NotABridgePort(IfName),
+    /// The next hop on a bridge has no neighbour entry (ARP unanswered).
+    NeighbourUnresolved(IpAddr),
 }
 
 impl fmt::Display for DropCause {
@@ -224,6 +239,12 @@ impl fmt::Display for DropCause {
             DropCause::Loop => f.write_str("generated packets nested too deeply"),
             DropCause::TtlExceeded => f.write_str("TTL exceeded in transit"),
             DropCause::MartianSource => f.write_str("martian source"),
+            DropCause::BridgeHairpinOff(p) => {
+                write!(f, "bridge: back out of input port {p}, hairpin mode off")
+            }
+            DropCause::BridgeFlooded => f.write_str("bridge: flooded, no port to go to"),
+            DropCause::NotABridgePort(p) => write!(f, "{p} is not a bridge port"),
+            DropCause::NeighbourUnresolved(a) => write!(f, "neighbour {a} unresolved"),
         }
     }
 }
@@ -268,6 +289,8 @@ pub enum Step {
     Confirm(String),
     /// The rule-level trace of an nftables base chain.
     Nft(crate::nft::NftStep),
+    /// A decision of a bridge or of `br_netfilter`, in the kernel's words.
+    Bridge(String),
     /// How it ended.
     Fate(String),
 }
@@ -304,6 +327,7 @@ impl fmt::Display for Step {
             } => write!(f, "  rewrite at {hook}: {before}  =>  {after}"),
             Step::Route(r) => write!(f, "  route: {r}"),
             Step::Confirm(e) => write!(f, "  confirm: {e}"),
+            Step::Bridge(s) => write!(f, "  bridge: {s}"),
             Step::Fate(s) => write!(f, "=> {s}"),
         }
     }
@@ -379,6 +403,8 @@ pub struct Netns {
     nft_hooks: nft_hooks::NftHooks,
     /// Set only during [`Netns::process_branching`].
     branching: Option<Box<crate::branch::Branching>>,
+    /// Its bridges and `br_netfilter`'s setting.
+    bridges: bridge::Bridges,
 }
 
 /// `addrtype` classification from the routing table (`inet_dev_addr_type`).
@@ -442,6 +468,9 @@ struct Flight {
     /// handle, `untracked` or the entry (a NAT binding, a new ctmark): a packet's tables
     /// then share one view instead of reading the entry each.
     view: Option<CtState>,
+    /// The bridge ports of a bridged packet in `br_netfilter`'s passes (`nf_bridge_info`);
+    /// `None` for a routed or local packet.
+    phys: Option<PhysDevs>,
 }
 
 impl Flight {
@@ -455,6 +484,7 @@ impl Flight {
             out,
             generated: Vec::new(),
             view: None,
+            phys: None,
         }
     }
 
@@ -485,6 +515,7 @@ impl Flight {
             local_origin: self.local_origin,
             force_random: None,
             force_numgen: None,
+            phys: self.phys,
         }
     }
 }
@@ -532,6 +563,7 @@ impl Netns {
             nft: crate::nft::NftRuleset::new(),
             nft_hooks: Default::default(),
             branching: None,
+            bridges: Default::default(),
         }
     }
 
@@ -811,6 +843,16 @@ impl Netns {
     /// `net.ipv4.icmp_ratemask`).
     pub fn set_sysctl(&mut self, name: &str, value: &str) -> Result<(), NetnsError> {
         let short = name.trim();
+        if short == BRIDGE_NF_CALL_IPTABLES {
+            // brnf_sysctl_call_tables: any integer, stored as 0 or 1.
+            let n: i64 = value.trim().parse().map_err(|_| SysctlError::NotANumber {
+                name: short.to_string(),
+                value: value.to_string(),
+                expected: "0 or 1",
+            })?;
+            self.bridges.call_iptables = n != 0;
+            return Ok(());
+        }
         if short == "net.ipv6.icmp.ratelimit" || short == "net.ipv6.icmp.ratemask" {
             return self.set_icmpv6_sysctl(short, value);
         }

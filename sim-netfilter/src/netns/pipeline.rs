@@ -98,9 +98,31 @@ impl Netns {
                 self.output(now, &mut f)
             }
         };
+        self.finish_flight(now, f, fate, traced, out, entry, start, depth)
+    }
+
+    /// The end of a packet's run: its entry, the bridge's transmit of what the IP stack sent
+    /// on a bridge device, the fate in the trace, then the packets the kernel generated.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn finish_flight(
+        &mut self,
+        now: SimTime,
+        f: Flight,
+        mut fate: Fate,
+        traced: bool,
+        out: &mut Vec<Egress>,
+        entry: Option<&mut Option<CtEntry>>,
+        start: usize,
+        depth: u8,
+    ) -> (Fate, Option<EntryId>, Option<PacketTrace>) {
         let id = self.entry_after(&f, entry);
         *out = f.out;
         let mut trace = f.trace;
+        if let Some(cause) = self.bridge_xmit(out, start, trace.as_mut()) {
+            if fate == Fate::Transmitted && out.len() == start {
+                fate = Fate::Dropped(cause);
+            }
+        }
         if let Some(t) = trace.as_mut() {
             t.steps.push(Step::Fate(fate_text(&fate, &out[start..])));
         }
@@ -173,21 +195,34 @@ impl Netns {
     }
 
     /// A received packet: PREROUTING, routing, then INPUT or FORWARD + POSTROUTING.
-    fn receive(&mut self, now: SimTime, f: &mut Flight) -> Fate {
-        use nft_hooks::prio as P;
-        let h = Hook::PreRouting;
+    pub(super) fn receive(&mut self, now: SimTime, f: &mut Flight) -> Fate {
         if self.ipv6_rcv_refuses(f) {
             return Fate::Dropped(DropCause::MartianSource);
         }
-        if let Err(fate) = self.before_dnat(now, f, h) {
+        if let Err(fate) = self.prerouting(now, f) {
             return fate;
         }
+        self.route_received(now, f)
+    }
+
+    /// The PREROUTING hook of a received packet (raw, conntrack, mangle, nat and the nft
+    /// chains among them); `Err` is its fate when they end its way.
+    pub(super) fn prerouting(&mut self, now: SimTime, f: &mut Flight) -> Result<(), Fate> {
+        use nft_hooks::prio as P;
+        let h = Hook::PreRouting;
+        self.before_dnat(now, f, h)?;
         if let Err(fate) = self.nat_hook(now, f, h) {
-            return self.dropped(now, f, fate);
+            return Err(self.dropped(now, f, fate));
         }
         if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::NAT_DST, P::LAST) {
-            return self.dropped(now, f, fate);
+            return Err(self.dropped(now, f, fate));
         }
+        Ok(())
+    }
+
+    /// A received packet after PREROUTING: the routing decision, then INPUT or FORWARD +
+    /// POSTROUTING.
+    pub(super) fn route_received(&mut self, now: SimTime, f: &mut Flight) -> Fate {
         // Routing decision (ip_route_input_noref).
         if self.routes.is_local(f.pkt.dst) {
             if self.martian_source(f) {
@@ -218,6 +253,15 @@ impl Netns {
         }
         f.pkt.ttl -= 1;
         f.pkt.oif = Some(dev);
+        if let Err(fate) = self.forward_hooks(now, f) {
+            return fate;
+        }
+        self.postrouting(now, f, dev, next_hop)
+    }
+
+    /// The FORWARD hook (mangle, filter and the nft chains among them); `Err` is the
+    /// packet's fate when they end its way.
+    pub(super) fn forward_hooks(&mut self, now: SimTime, f: &mut Flight) -> Result<(), Fate> {
         Self::step(f, |_| Step::Hook(Hook::Forward));
         let (lo, hi) = (nft_hooks::prio::FIRST, nft_hooks::prio::LAST);
         let mut from = lo;
@@ -226,17 +270,17 @@ impl Netns {
             (Table::Filter, nft_hooks::prio::FILTER),
         ] {
             if let TableOutcome::Stop(fate) = self.nft_filter(now, f, Hook::Forward, from, at) {
-                return self.dropped(now, f, fate);
+                return Err(self.dropped(now, f, fate));
             }
             if let TableOutcome::Stop(fate) = self.run_table(now, f, table, Hook::Forward) {
-                return self.dropped(now, f, fate);
+                return Err(self.dropped(now, f, fate));
             }
             from = at;
         }
         if let TableOutcome::Stop(fate) = self.nft_filter(now, f, Hook::Forward, from, hi) {
-            return self.dropped(now, f, fate);
+            return Err(self.dropped(now, f, fate));
         }
-        self.postrouting(now, f, dev, next_hop)
+        Ok(())
     }
 
     /// Whether the routing decision refuses a received IPv4 packet as a martian source:
@@ -447,6 +491,7 @@ impl Netns {
                     out: std::mem::take(&mut f.out),
                     generated: std::mem::take(&mut f.generated),
                     view: None,
+                    phys: None,
                 };
                 back.pkt.iif = Some(lo());
                 back.pkt.oif = None;
@@ -471,7 +516,13 @@ impl Netns {
 
     /// POSTROUTING: mangle, nat (SNAT/MASQUERADE), confirm, transmit.
     #[inline]
-    fn postrouting(&mut self, now: SimTime, f: &mut Flight, dev: IfName, next_hop: IpAddr) -> Fate {
+    pub(super) fn postrouting(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        dev: IfName,
+        next_hop: IpAddr,
+    ) -> Fate {
         use nft_hooks::prio as P;
         let h = Hook::PostRouting;
         Self::step(f, |_| Step::Hook(h));

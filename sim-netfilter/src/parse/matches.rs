@@ -86,6 +86,13 @@ const SET_OPTS: &[OptDef] = &[
     o("update-counters", 2, 0, true),
     o("update-subcounters", 3, 0, true),
 ];
+const PHYSDEV_OPTS: &[OptDef] = &[
+    o("physdev-in", 0, 1, true),
+    o("physdev-out", 1, 1, true),
+    o("physdev-is-in", 2, 0, true),
+    o("physdev-is-out", 3, 0, true),
+    o("physdev-is-bridged", 4, 0, true),
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum MKind {
@@ -104,6 +111,7 @@ pub(super) enum MKind {
     Recent,
     Nfacct,
     Set,
+    Physdev,
 }
 
 impl MKind {
@@ -132,6 +140,7 @@ impl MKind {
             "recent" => MKind::Recent,
             "nfacct" => MKind::Nfacct,
             "set" => MKind::Set,
+            "physdev" => MKind::Physdev,
             _ => return None,
         })
     }
@@ -159,6 +168,7 @@ impl MKind {
             MKind::Recent => RECENT_OPTS,
             MKind::Nfacct => NFACCT_OPTS,
             MKind::Set => SET_OPTS,
+            MKind::Physdev => PHYSDEV_OPTS,
         }
     }
 }
@@ -193,6 +203,7 @@ pub(super) struct MatchBuilder {
     recent_cmd: Option<RecentCommand>,
     nfacct: Option<String>,
     set: Option<Box<SetMatch>>,
+    physdev: PhysdevMatch,
 }
 
 impl MatchBuilder {
@@ -228,6 +239,7 @@ impl MatchBuilder {
             recent_cmd: None,
             nfacct: None,
             set: None,
+            physdev: PhysdevMatch::default(),
         }
     }
 
@@ -555,6 +567,21 @@ impl MatchBuilder {
                     _ => m.skip_subcounter_update = inv,
                 }
             }
+            // libxt_physdev `physdev_parse`: names as `-i` takes them (`+` a wildcard).
+            MKind::Physdev => {
+                let name = || {
+                    crate::types::IfacePattern::parse(a)
+                        .map(|p| (p, inv))
+                        .map_err(|e| bad(opt, a, e))
+                };
+                match def.id {
+                    0 => self.physdev.physdev_in = Some(name()?),
+                    1 => self.physdev.physdev_out = Some(name()?),
+                    2 => self.physdev.is_in = Some(inv),
+                    3 => self.physdev.is_out = Some(inv),
+                    _ => self.physdev.is_bridged = Some(inv),
+                }
+            }
         }
         Ok(())
     }
@@ -777,6 +804,12 @@ impl MatchBuilder {
                     invalid("set: You must specify \"--match-set\" with proper arguments")
                 })?;
                 Match::Set(m)
+            }
+            MKind::Physdev => {
+                if self.seen == 0 {
+                    return Err(invalid("PHYSDEV: no physdev option specified"));
+                }
+                Match::Physdev(self.physdev)
             }
         })
     }

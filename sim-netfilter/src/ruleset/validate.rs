@@ -16,6 +16,7 @@ fn hook_names(mask: u8) -> &'static str {
         m if m == IN | FWD | OUT => "INPUT, FORWARD and OUTPUT",
         m if m == IN | FWD | PRE => "PREROUTING, INPUT and FORWARD",
         m if m == OUT | FWD | POST => "FORWARD, OUTPUT and POSTROUTING",
+        m if m == PRE | IN | FWD | POST => "PREROUTING, INPUT, FORWARD and POSTROUTING",
         _ => "other hooks",
     }
 }
@@ -47,6 +48,21 @@ pub(super) fn validate(td: &TableData, table: Table) -> Result<(), RestoreErrorK
             // hook mask for rules directly in a base chain.
             if c.hook.is_some() {
                 for m in &r.matches {
+                    // physdev_mt_check: an out-port test without `--physdev-is-bridged`
+                    // cannot be in OUTPUT ("--physdev-out and --physdev-is-out only
+                    // supported in the FORWARD and POSTROUTING chains with bridged traffic").
+                    if let Match::Physdev(p) = m {
+                        if (p.physdev_out.is_some() || p.is_out.is_some())
+                            && p.is_bridged != Some(false)
+                        {
+                            constraints.push((
+                                id as u32,
+                                "physdev --physdev-out",
+                                PRE | IN | FWD | POST,
+                                true,
+                            ));
+                        }
+                    }
                     if let Match::Addrtype(a) = m {
                         match a.limit {
                             Some(LimitIface::In) => constraints.push((

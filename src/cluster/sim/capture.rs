@@ -14,8 +14,14 @@
 //! - **a node's `eth0`** shows what left the node after POSTROUTING (the DNAT'd endpoint, a
 //!   masqueraded source) and what arrives before PREROUTING.
 //!
-//! The node model is kindnet's `ptp` layout (a /32 veth per pod, no bridge), so there is no
-//! `cni0` to capture on. Hosts outside the cluster are not captured.
+//! - **a bridge** (`network.cni: bridge`, `cni0`) shows what it passes up to the node (after
+//!   `br_netfilter`'s PREROUTING when that ran) and what the node routes out of it, never
+//!   what it forwards port to port; its ports (the pods' veths) show each frame as it
+//!   enters and leaves the bridge, with the MACs of its Ethernet header (the bridge's own as
+//!   the source of what the node routed).
+//!
+//! On kindnet's `ptp` layout (a /32 veth per pod) there is no bridge to capture on. Hosts
+//! outside the cluster are not captured.
 //!
 //! # What is written
 //!
@@ -778,6 +784,8 @@ pub(super) struct Tap {
     /// Capture point ids of each node's eth0, and its MAC and its router's.
     eth0: Vec<(usize, [u8; 6], [u8; 6])>,
     veths: BTreeMap<(usize, IfName), VethTap>,
+    /// Capture point ids of each bridged node's bridge device (`network.cni: bridge`).
+    bridges: BTreeMap<usize, usize>,
     /// File names given so far.
     names: BTreeSet<String>,
     points: usize,
@@ -803,6 +811,7 @@ impl Tap {
             frames: FrameBuilder::new(sc),
             eth0: Vec::new(),
             veths: BTreeMap::new(),
+            bridges: BTreeMap::new(),
             names: BTreeSet::new(),
             points: 0,
         }
@@ -849,6 +858,32 @@ impl Simulation {
                 Err(e) => {
                     self.output_error.get_or_insert(e);
                     return;
+                }
+            }
+        }
+        // The bridge device of each node of the bridge plugin; its frames (and its ports')
+        // come from the namespace's bridge log (Netns::drain_bridge_seen).
+        if let Cni::Bridge(b) = &self.sc.cni {
+            for (k, n) in self.nodes.iter_mut().enumerate() {
+                let point = CapturePoint {
+                    node: n.def.name.clone(),
+                    interface: b.name.clone(),
+                    pod: None,
+                    file: tap.fresh_name(&format!(
+                        "{}-{}",
+                        file_safe(&n.def.name),
+                        file_safe(&b.name)
+                    )),
+                };
+                match tap.add_point(point) {
+                    Ok(id) => {
+                        tap.bridges.insert(k, id);
+                        n.netns.bridge_capture(true);
+                    }
+                    Err(e) => {
+                        self.output_error.get_or_insert(e);
+                        return;
+                    }
                 }
             }
         }
@@ -941,9 +976,35 @@ impl Simulation {
             };
             let src = self.hop_mac(n, hop);
             self.tap_write(id, p, src, mac);
-        } else if let Some(v) = tap.veths.get(&(n, dev)) {
+        } else if let Some(v) = tap
+            .veths
+            .get(&(n, dev))
+            .filter(|_| !tap.bridges.contains_key(&n))
+        {
             let (id, src, dst) = (v.id, v.pod_mac, v.host_mac);
             self.tap_write(id, p, src, dst);
+        }
+    }
+
+    /// The frames node `n`'s bridge saw on its device and ports (`L2Seen`), each to its
+    /// capture point with the MACs of its Ethernet header.
+    pub(super) fn tap_bridge(&mut self, n: usize) {
+        let Some(tap) = self.tap.as_ref() else { return };
+        let Some(&br_id) = tap.bridges.get(&n) else {
+            return;
+        };
+        let seen = self.nodes[n].netns.drain_bridge_seen();
+        for s in seen {
+            let tap = self
+                .tap
+                .as_ref()
+                .unwrap_or_else(|| unreachable!("checked above"));
+            let id = match tap.veths.get(&(n, s.dev)) {
+                Some(v) => v.id,
+                None if self.nodes[n].netns.bridges().iter().any(|b| b.dev == s.dev) => br_id,
+                None => continue,
+            };
+            self.tap_write(id, &s.packet, s.src_mac.0, s.dst_mac.0);
         }
     }
 
@@ -959,6 +1020,10 @@ impl Simulation {
     /// A frame node `n` transmits on pod veth `dev`.
     pub(super) fn tap_veth_tx(&mut self, n: usize, dev: IfName, p: &Packet) {
         let Some(tap) = self.tap.as_ref() else { return };
+        if tap.bridges.contains_key(&n) {
+            // A bridge port: its frames come from the bridge log (tap_bridge).
+            return;
+        }
         if let Some(v) = tap.veths.get(&(n, dev)) {
             let (id, src, dst) = (v.id, v.host_mac, v.pod_mac);
             self.tap_write(id, p, src, dst);

@@ -118,10 +118,20 @@ impl Simulation {
         let sent = self.client_tag(&p, true).map(|t| (p, t));
         let mut out = std::mem::take(&mut self.egress);
         out.clear();
-        let r = self.nodes[n]
-            .netns
-            .process_into(self.now, p, from, &mut out);
+        let r = match self.bridge_frame(n, &p, from) {
+            Ok(Some((frame, port))) => self.nodes[n]
+                .netns
+                .process_frame_into(self.now, frame, port, &mut out),
+            Ok(None) => self.nodes[n]
+                .netns
+                .process_into(self.now, p, from, &mut out),
+            Err(reason) => {
+                self.egress = out;
+                return self.network_drop(&p, reason);
+            }
+        };
         self.after_kernel(n);
+        self.tap_bridge(n);
         if p.tag & INJECTED_TAG != 0 {
             if let Some(reason) = fate_reason(&r.fate) {
                 self.sighted(&Machine::Node(n), &p, Some(reason));
@@ -145,6 +155,48 @@ impl Simulation {
         if out.capacity() >= self.egress.capacity() {
             self.egress = out;
         }
+    }
+
+    /// The frame a pod on a bridged node sends for `p`, and the bridge port it enters by:
+    /// to the gateway's MAC (the bridge's) for a destination off the pod's subnet (the pod
+    /// CIDR), else to the MAC its neighbour table holds for the destination. `Ok(None)` for a
+    /// packet that does not come from a pod on a bridge; `Err` when the pod's ARP for an
+    /// on-link destination is unanswered (nothing is sent).
+    fn bridge_frame(
+        &self,
+        n: usize,
+        p: &Packet,
+        from: Ingress,
+    ) -> Result<Option<(sim_netfilter::netns::Frame, IfName)>, String> {
+        use sim_netfilter::netns::{Frame, Mac};
+        let (Ingress::Interface(port), crate::scenario::Cni::Bridge(_)) = (from, &self.sc.cni)
+        else {
+            return Ok(None);
+        };
+        let node = &self.nodes[n];
+        let IpAddr::V4(src) = p.src else {
+            return Ok(None);
+        };
+        if !node.veths.contains_key(&port) {
+            return Ok(None);
+        }
+        let gw = pod_gateway(&node.def.pod_cidr);
+        let to = if node.def.pod_cidr.contains(p.dst) {
+            p.dst
+        } else {
+            gw
+        };
+        let Some(dst_mac) = node.netns.bridge_neighbour(to) else {
+            return Err(format!(
+                "ARP: {to} unanswered on the pod's link, nothing sent"
+            ));
+        };
+        let frame = Frame {
+            packet: *p,
+            src_mac: Mac::from_ipv4(src),
+            dst_mac,
+        };
+        Ok(Some((frame, port)))
     }
 
     pub(super) fn node_egress(

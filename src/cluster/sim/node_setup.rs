@@ -108,7 +108,12 @@ pub(super) fn node_netns(
         message,
     };
     let mut sysctls = Sysctls::default();
-    let icmp = |k: &String| sim_netfilter::netns::ICMP_SYSCTLS.contains(&k.as_str());
+    // The namespace's own sysctls (the ICMP rate limits, br_netfilter's); the rest are
+    // conntrack's.
+    let icmp = |k: &String| {
+        sim_netfilter::netns::ICMP_SYSCTLS.contains(&k.as_str())
+            || k == sim_netfilter::netns::BRIDGE_NF_CALL_IPTABLES
+    };
     for (k, v) in n.sysctls.iter().filter(|(k, _)| !icmp(k)) {
         sysctls
             .set(k, &v.to_string())
@@ -135,6 +140,24 @@ pub(super) fn node_netns(
         let name = IfName::new(dev).map_err(|e| err(format!("interface {dev}: {e}")))?;
         ns.add_interface(name, addrs)
             .map_err(|e| err(e.to_string()))?;
+    }
+    // The bridge plugin's bridge, holding the gateway address with the pod CIDR's length
+    // (its connected route is the pods' route).
+    if let crate::scenario::Cni::Bridge(b) = &sc.cni {
+        let gw = pod_gateway(&n.pod_cidr);
+        let IpAddr::V4(gw4) = gw else {
+            return Err(err(format!(
+                "network.cni bridge: pod CIDR {} is IPv6; the bridge datapath is IPv4 only",
+                n.pod_cidr
+            )));
+        };
+        let name = IfName::new(&b.name).map_err(|e| err(format!("bridge {}: {e}", b.name)))?;
+        ns.add_bridge(
+            name,
+            sim_netfilter::netns::Mac::from_ipv4(gw4),
+            &[(gw, n.pod_cidr.prefix_len())],
+        )
+        .map_err(|e| err(e.to_string()))?;
     }
     // Every other node's pod CIDR via that node, added at once (one index rebuild, not one
     // per node), shared between the nodes where they can be.

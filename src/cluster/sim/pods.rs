@@ -51,17 +51,30 @@ impl Simulation {
             node: n.def.name.clone(),
             message: format!("pod {key}: {e}"),
         };
-        let gw = pod_gateway(&n.def.pod_cidr);
-        let host_len = if gw.is_ipv4() { 32 } else { 128 };
-        n.netns
-            .add_interface(veth, &[(gw, host_len)])
-            .map_err(err)?;
-        match &mut self.pending_pod_routes {
-            Some(pending) => pending[node].push((Prefix::host(def.ip), None, veth)),
-            None => n
-                .netns
-                .add_route(Prefix::host(def.ip), None, veth)
-                .map_err(err)?,
+        if let crate::scenario::Cni::Bridge(b) = &self.sc.cni {
+            // The bridge plugin: the veth a port of the bridge, no address, no route of its
+            // own; the pod's gratuitous ARP (the plugin sends one for each IPv4 address)
+            // teaches the node's neighbour table and the bridge's forwarding database.
+            let br = IfName::new(&b.name).unwrap_or_else(|_| unreachable!("checked at load"));
+            n.netns.bridge_add_port(br, veth, b.hairpin).map_err(err)?;
+            if let IpAddr::V4(a) = def.ip {
+                let mac = sim_netfilter::netns::Mac::from_ipv4(a);
+                n.netns.bridge_set_neighbour(def.ip, mac);
+                n.netns.bridge_learn(veth, mac);
+            }
+        } else {
+            let gw = pod_gateway(&n.def.pod_cidr);
+            let host_len = if gw.is_ipv4() { 32 } else { 128 };
+            n.netns
+                .add_interface(veth, &[(gw, host_len)])
+                .map_err(err)?;
+            match &mut self.pending_pod_routes {
+                Some(pending) => pending[node].push((Prefix::host(def.ip), None, veth)),
+                None => n
+                    .netns
+                    .add_route(Prefix::host(def.ip), None, veth)
+                    .map_err(err)?,
+            }
         }
         let id = match self.pod_ids.get(&key) {
             Some(&id) => id,
@@ -200,6 +213,8 @@ impl Simulation {
         let key = p.key.clone();
         let n = &mut self.nodes[def.node];
         n.netns.remove_route(Prefix::host(def.ip));
+        // A bridge forgets the MACs of a deleted port; the neighbour entries stay (stale).
+        n.netns.bridge_del_port(veth);
         n.veths.remove(&veth);
         self.log(What::Pod {
             pod: key,

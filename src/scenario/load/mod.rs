@@ -21,6 +21,7 @@ use std::net::{IpAddr, SocketAddr};
 
 mod clients;
 mod expectations;
+mod network;
 mod nodes;
 mod pods;
 mod services;
@@ -28,6 +29,7 @@ mod services;
 use super::{events, expect_words, pcap_client, presets, schema, tcp_apps, topology, udp_apps};
 use clients::{check_clients, ClientScope, Clients};
 use expectations::check_expectations;
+use network::network_cni;
 use nodes::{check_hosts, check_nodes, check_sysctls, Nodes};
 use pods::{app_defs, check_pod_ip, pod_def, resolve_pod};
 use services::check_services;
@@ -483,6 +485,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         &mut warnings,
     )?;
 
+    let cni = network_cni(ctx, doc.network.as_ref())?;
     Ok(Scenario {
         file: ctx.file.to_string(),
         name: doc.name.value,
@@ -490,6 +493,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         outcome: super::expect_words::outcome(ctx, doc.outcome.as_ref())?,
         seed: doc.seed.unwrap_or(1),
         duration,
+        cni,
         latency: doc
             .network
             .and_then(|n| n.latency)

@@ -120,6 +120,18 @@ pub(super) fn check_sysctls(
         } else {
             at
         };
+        if k == sim_netfilter::netns::BRIDGE_NF_CALL_IPTABLES {
+            // br_netfilter's switch (Netns::set_sysctl); the kernel stores any non-zero
+            // value as 1, a scenario says 0 or 1.
+            if v.value > 1 {
+                return Err(ctx.at(
+                    loc,
+                    format!("sysctl {k}: {} is out of range: expected 0 or 1", v.value),
+                ));
+            }
+            into.insert(k.clone(), v.value);
+            continue;
+        }
         if ICMP_SYSCTLS.contains(&k.as_str()) {
             // The node kernel's ICMP error rate limit (Netns::set_sysctl).
             if v.value > i32::MAX as u64 {

@@ -1,0 +1,81 @@
+//! `network.cni` and the bridge plugin's options (`bridge`, `isGateway`, `ipMasq`,
+//! `hairpinMode`, `promiscMode`).
+
+use super::*;
+
+/// The nodes' datapath from `network:`: `ptp` unless `cni: bridge`. Bridge options are
+/// refused on a `ptp` cluster, and options nfsim does not model yet are refused at their
+/// place.
+pub(super) fn network_cni(ctx: &Ctx, net: Option<&NetworkDoc>) -> Result<Cni, ScenarioError> {
+    let Some(net) = net else { return Ok(Cni::Ptp) };
+    let bridge_opts: [(&str, Option<Location>); 5] = [
+        ("bridge", net.bridge.as_ref().map(|s| s.referenced)),
+        ("isGateway", net.is_gateway.as_ref().map(|s| s.referenced)),
+        ("ipMasq", net.ip_masq.as_ref().map(|s| s.referenced)),
+        (
+            "hairpinMode",
+            net.hairpin_mode.as_ref().map(|s| s.referenced),
+        ),
+        (
+            "promiscMode",
+            net.promisc_mode.as_ref().map(|s| s.referenced),
+        ),
+    ];
+    let kind = net.cni.as_ref().map(|c| c.value.as_str()).unwrap_or("ptp");
+    match kind {
+        "ptp" => {
+            if let Some((name, Some(loc))) = bridge_opts.iter().find(|(_, l)| l.is_some()) {
+                return Err(ctx.at(
+                    *loc,
+                    format!("network.{name}: a bridge plugin option, but network.cni is ptp: expected `cni: bridge` with it"),
+                ));
+            }
+            Ok(Cni::Ptp)
+        }
+        "bridge" => {
+            let name = match &net.bridge {
+                None => "cni0".to_string(),
+                Some(b) => {
+                    sim_core::IfName::new(&b.value)
+                        .map_err(|e| ctx.err(b, format!("network.bridge: {:?}: {e}", b.value)))?;
+                    b.value.clone()
+                }
+            };
+            if let Some(g) = net.is_gateway.as_ref().filter(|g| !g.value) {
+                return Err(ctx.err(
+                    g,
+                    "network.isGateway: false is not modelled (the bridge would hold no address and the pods no default route): expected true",
+                ));
+            }
+            if let Some(m) = net.ip_masq.as_ref().filter(|m| m.value) {
+                return Err(ctx.err(
+                    m,
+                    "network.ipMasq: true is not modelled yet (the plugin's per-pod CNI-* nat chains): expected false, or the masquerade as a node rule (iptablesRestore)",
+                ));
+            }
+            if let Some(p) = net.promisc_mode.as_ref().filter(|p| p.value) {
+                return Err(ctx.err(
+                    p,
+                    "network.promiscMode: true is not modelled yet (the bridge passing up frames for other stations): expected false",
+                ));
+            }
+            Ok(Cni::Bridge(BridgeCni {
+                name,
+                hairpin: net.hairpin_mode.as_ref().is_some_and(|h| h.value),
+            }))
+        }
+        other => {
+            let c = net
+                .cni
+                .as_ref()
+                .unwrap_or_else(|| unreachable!("a value was given"));
+            let later = ["calico", "flannel-vxlan", "aws-vpc"];
+            let why = if later.contains(&other) {
+                format!("network.cni: {other} is not modelled yet: expected ptp or bridge")
+            } else {
+                format!("network.cni: unknown datapath {other:?}: expected ptp or bridge")
+            };
+            Err(ctx.err(c, why))
+        }
+    }
+}
