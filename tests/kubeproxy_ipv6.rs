@@ -394,6 +394,39 @@ fn nftables_ipv6_node_port_table_is_upstreams() {
     }
 }
 
+/// The transactions through nfsim's nftables: `nft list table ip6 kube-proxy`.
+fn nfsim_ip6_listing(txs: &[String]) -> String {
+    let mut rs = sim_netfilter::nft::NftRuleset::new();
+    for (i, t) in txs.iter().enumerate() {
+        rs.apply(&format!("{i}.nft"), t, SimTime::ZERO)
+            .unwrap_or_else(|e| panic!("nfsim refused the IPv6 transaction: {e}\n{t}"));
+    }
+    rs.list_table(sim_netfilter::nft::Family::Ip6, "kube-proxy", SimTime::ZERO)
+        .expect("the table exists")
+}
+
+/// nfsim loads the IPv6 proxier's transaction (`ip6` family, `ipv6_addr` sets and maps,
+/// `ip6 saddr|daddr`, bracketed DNAT targets) and lists what upstream's table holds.
+#[test]
+fn nftables_ipv6_transaction_loads_into_nfsim() {
+    let out = first_sync(
+        nftables_fake(IpFamily::IPv6),
+        &node_port_objects(IpFamily::IPv6),
+    );
+    let txs: Vec<String> = out.nft_cleanup.into_iter().chain([out.restore]).collect();
+    let ours = nfsim_ip6_listing(&txs);
+    for w in [
+        "table ip6 kube-proxy {",
+        "\t\ttype ipv6_addr . inet_proto . inet_service : verdict",
+        "fd00:172:30::41 . tcp . 80 : goto service-ULMVA6XW-ns1/svc1/tcp/p80",
+        "meta l4proto tcp dnat to [fd00:10:180::1]:80",
+        "ip6 saddr != fd00:10::/64 jump mark-for-masquerade",
+        "ip6 daddr fd00:10:96::/112 drop comment \"Drop traffic to unallocated ClusterIPs\"",
+    ] {
+        assert!(ours.contains(w), "nfsim's listing lacks {w:?}:\n{ours}");
+    }
+}
+
 /// The same transaction through the real nft: accepted, and listed as table `ip6
 /// kube-proxy` with the IPv6 ClusterIP element and the bracketed DNAT target.
 #[test]
@@ -411,6 +444,8 @@ fn nftables_ipv6_transaction_loads_into_the_real_nft() {
     let txs: Vec<String> = out.nft_cleanup.into_iter().chain([out.restore]).collect();
     let real = tools::real_nft_table_listing(&txs, "ip6 kube-proxy")
         .unwrap_or_else(|e| panic!("real nft refused the IPv6 transaction: {e}"));
+    // nfsim's own listing of the same transactions, byte for byte.
+    assert_eq!(nfsim_ip6_listing(&txs), real);
     for w in [
         "table ip6 kube-proxy {",
         "type ipv6_addr",
