@@ -176,6 +176,19 @@ fn an_inet_table_sees_both_families_and_each_statement_keeps_to_its_own() {
 }
 
 #[test]
+fn fib_daddr_type_local_knows_the_hosts_ipv6_addresses() {
+    let mut rs = apply(
+        "add table ip6 t\nadd chain ip6 t c { type filter hook input priority 0 ; }\nadd rule ip6 t c fib daddr type local ip6 daddr != ::1 drop\nadd rule ip6 t c fib daddr type local accept\nadd rule ip6 t c drop\n",
+    );
+    let input = |rs: &mut NftRuleset, to: &str| {
+        run(rs, Hook::Input, ChainType::Filter, udp("[fd00::2]:1", to)).action
+    };
+    // `LocalAddrs` (the test's host) holds `::1` only.
+    assert_eq!(input(&mut rs, "[::1]:80"), Action::Accept);
+    assert_eq!(input(&mut rs, "[fd00::1]:80"), Action::Drop);
+}
+
+#[test]
 fn oifname_matches_the_output_interface() {
     let mut rs = apply(
         "add table ip6 t\nadd chain ip6 t post { type filter hook postrouting priority 0 ; }\nadd rule ip6 t post oifname \"eth*\" drop\n",
@@ -227,6 +240,7 @@ fn what_nft_refuses_across_families_is_refused_at_its_place() {
         ("add table ip6 t\nadd chain ip6 t c\nadd rule ip6 t c ip6 hoplimit 1 drop\n", 3, 22, "ip6 hoplimit"),
         ("add table inet t\nadd chain inet t c\nadd rule inet t c reject with icmpv6 admin-prohibited\n", 3, 31, "in an inet table"),
         ("add table ip6 t\nadd chain ip6 t c\nadd rule ip6 t c icmpv6 code 4 drop\n", 3, 25, "icmpv6 code"),
+        ("add table ip6 t\nadd chain ip6 t c\nadd rule ip6 t c fib daddr type broadcast drop\n", 3, 33, "only 'local'"),
     ];
     for (text, line, col, word) in cases {
         let mut rs = NftRuleset::new();

@@ -482,14 +482,8 @@ fn load(f: Field, ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<Dat
             CtState::Tracked(i) => i.status,
             _ => return None,
         },
-        Field::FibSaddrType => {
-            ctx.addr_types
-                .addr_type(std::net::Ipv4Addr::from(v4(p.src)?), None) as u32
-        }
-        Field::FibDaddrType => {
-            ctx.addr_types
-                .addr_type(std::net::Ipv4Addr::from(v4(p.dst)?), None) as u32
-        }
+        Field::FibSaddrType => fib_type(ctx, p.src),
+        Field::FibDaddrType => fib_type(ctx, p.dst),
         Field::Numgen { modulus, offset } => {
             let draw = ctx.rng.next_u32();
             // nft_ng_random_eval: reciprocal_scale(get_random_u32(), priv->modulus) + offset.
@@ -506,6 +500,25 @@ fn load(f: Field, ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<Dat
             value
         }
     }))
+}
+
+/// `fib saddr|daddr type`: the route type of the address (nft_fib4_eval_type /
+/// nft_fib6_eval_type). For IPv6 nfsim tells `local` (an address of the namespace, `::1`
+/// included), `multicast` and otherwise `unicast`; the parser admits only `local` in `ip6`
+/// and `inet` tables, so the types it does not tell apart never decide a match.
+fn fib_type(ctx: &EvalCtx<'_>, a: std::net::IpAddr) -> u32 {
+    match a {
+        std::net::IpAddr::V4(a) => ctx.addr_types.addr_type(a, None) as u32,
+        std::net::IpAddr::V6(a) => {
+            if ctx.addr_types.is_local6(a, None) {
+                2
+            } else if a.is_multicast() {
+                5
+            } else {
+                1
+            }
+        }
+    }
 }
 
 fn load_key(lhs: &[Field], ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<Vec<Datum>> {

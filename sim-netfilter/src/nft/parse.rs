@@ -1385,6 +1385,13 @@ fn stmt(p: &mut P, prev: &[Stmt]) -> R<Stmt> {
                     p.pos -= 1;
                     return p.err(format!("unsupported value '{w}' for fib type"));
                 };
+                if p.family != Family::Ip && w != "local" {
+                    p.pos -= 1;
+                    return p.err(format!(
+                        "unsupported: fib type '{w}' in an {} table (for IPv6 nfsim tells only 'local')",
+                        p.family
+                    ));
+                }
                 Rhs::Value(ElemKey::Exact(vec![i as Datum]))
             } else {
                 Rhs::Value(key_value(p, Some(&dts))?)
