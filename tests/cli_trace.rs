@@ -424,3 +424,39 @@ fn all_branches_past_the_run_limit_says_it_stopped() {
         .unwrap()
         .starts_with("stopped at the limit of 4096 runs"));
 }
+
+/// `nfsim trace --rules` with kube-proxy's `ip6` table (tests/fixtures/cli/kube-proxy6.nft)
+/// on a node whose `ip -j addr` has IPv6 addresses: the Service's datagram DNAT'd to the pod
+/// through the `ipv6_addr . inet_proto . inet_service` map, and one to a Service without
+/// endpoints rejected with ICMPv6 port unreachable from the node's address.
+#[test]
+fn an_ipv6_packet_meets_the_ip6_kube_proxy_table() {
+    let trace = |packet: &str| {
+        let (code, out, err) = nfsim(&[
+            "trace",
+            "--rules",
+            "tests/fixtures/cli/kube-proxy6.nft",
+            "--interfaces",
+            "tests/fixtures/cli/ip-addr6.json",
+            "--packet",
+            packet,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let out = trace("udp [fd00::2]:40000 -> [fd00:96::10]:53");
+    for w in [
+        "services #1 MATCH    ip6 daddr . meta l4proto . th dport vmap @service-ips [@service-ips: goto service-AAAAAAAA-ns/dns/udp/dns]",
+        "DNAT:         [fd00:96::10]:53 -> [fd01::5]:5353",
+        "fate:         transmitted on cni0 to fd01::5: udp [fd00::2]:40000 -> [fd01::5]:5353",
+    ] {
+        assert!(out.contains(w), "{w:?} not in\n{out}");
+    }
+    let out = trace("udp [fd00::2]:42000 -> [fd01::7]:53");
+    for w in [
+        "fate:         rejected by nft chain ip6 kube-proxy filter-forward (FORWARD)",
+        "transmitted on eth0 to fd00::2: icmpv6 fd00::1 -> fd00::2 unreachable code=4",
+    ] {
+        assert!(out.contains(w), "{w:?} not in\n{out}");
+    }
+}

@@ -659,3 +659,110 @@ fn ip6tables_dnat_masquerade_and_reject_match_the_kernel() {
         .expect("nfsim takes the ip6tables rules");
     compare(&run, &mut ns, &steps, &[]);
 }
+
+/// The same router and packets as [`IP6_RULES`], through kube-proxy's nftables shape in an
+/// `ip6` table instead: the Service in a `ipv6_addr . inet_proto . inet_service` verdict map,
+/// `numgen` to the endpoint chain, `dnat to [fd01::5]:5353`, ICMPv6 echo to the Service
+/// (`icmpv6 type echo-request`) DNAT'd to `fd01::6`, the pods' traffic out of `eth0`
+/// masqueraded, `fd01::7` rejected through `@no-endpoint-services` (ICMPv6 port unreachable,
+/// as nft_reject_ipv6 sends it), and an unallocated ClusterIP dropped by a prefix set.
+const KP6_NFT: &str = "\
+add table ip6 kube-proxy { comment \"rules for kube-proxy\" ; }
+add set ip6 kube-proxy cluster-ips { type ipv6_addr ; comment \"Active ClusterIPs\" ; }
+add map ip6 kube-proxy service-ips { type ipv6_addr . inet_proto . inet_service : verdict ; comment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\" ; }
+add map ip6 kube-proxy no-endpoint-services { type ipv6_addr . inet_proto . inet_service : verdict ; comment \"vmap to drop or reject packets to services with no endpoints\" ; }
+add chain ip6 kube-proxy cluster-ips-check
+add chain ip6 kube-proxy filter-forward { type filter hook forward priority 0 ; }
+add chain ip6 kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }
+add chain ip6 kube-proxy nat-postrouting { type nat hook postrouting priority 100 ; }
+add chain ip6 kube-proxy reject-chain { comment \"helper for @no-endpoint-services / @no-endpoint-nodeports\" ; }
+add chain ip6 kube-proxy services
+add chain ip6 kube-proxy service-endpoints-check
+add chain ip6 kube-proxy service-AAAAAAAA-ns/dns/udp/dns
+add chain ip6 kube-proxy endpoint-BBBBBBBB-ns/dns/udp/dns__fd01..5/5353
+add rule ip6 kube-proxy cluster-ips-check ip6 daddr @cluster-ips counter reject comment \"Reject traffic to invalid ports of ClusterIPs\"
+add rule ip6 kube-proxy cluster-ips-check ip6 daddr { fd00:96::/112 } counter drop comment \"Drop traffic to unallocated ClusterIPs\"
+add rule ip6 kube-proxy filter-forward ct state new jump service-endpoints-check
+add rule ip6 kube-proxy filter-forward ct state new jump cluster-ips-check
+add rule ip6 kube-proxy nat-prerouting jump services
+add rule ip6 kube-proxy nat-postrouting ip6 saddr fd01::/64 oifname \"eth0\" counter masquerade
+add rule ip6 kube-proxy reject-chain counter reject
+add rule ip6 kube-proxy services ip6 daddr . meta l4proto . th dport vmap @service-ips
+add rule ip6 kube-proxy services ip6 daddr fd00:96::10 icmpv6 type echo-request counter dnat to fd01::6
+add rule ip6 kube-proxy service-endpoints-check ip6 daddr . meta l4proto . th dport vmap @no-endpoint-services
+add rule ip6 kube-proxy service-AAAAAAAA-ns/dns/udp/dns counter numgen random mod 1 vmap { 0 : goto endpoint-BBBBBBBB-ns/dns/udp/dns__fd01..5/5353 }
+add rule ip6 kube-proxy endpoint-BBBBBBBB-ns/dns/udp/dns__fd01..5/5353 meta l4proto udp counter dnat to [fd01::5]:5353
+add element ip6 kube-proxy cluster-ips { fd00:96::10 }
+add element ip6 kube-proxy service-ips { fd00:96::10 . udp . 53 : goto service-AAAAAAAA-ns/dns/udp/dns }
+add element ip6 kube-proxy no-endpoint-services { fd01::7 . udp . 53 comment \"ns/down:dns\" : goto reject-chain }
+";
+
+/// IPv6 through an `ip6` nftables table of kube-proxy's shape in the real kernel and in
+/// nfsim: every packet that leaves, `conntrack -L -f ipv6` (plain, extended), `-E`, and
+/// `nft list table ip6 kube-proxy` with its counters, byte for byte.
+#[test]
+fn nftables_ip6_dnat_masquerade_and_reject_match_the_kernel() {
+    const TEST: &str = "nftables_ip6_dnat_masquerade_and_reject_match_the_kernel";
+    let Some(lab) = kernel::lab_with_or_skip(TEST, &["sysctl", "nft"], &["/dev/net/tun"]) else {
+        return;
+    };
+    let mut steps = ip6tables_steps();
+    // A ClusterIP inside the service CIDR that no Service has: dropped, nothing sent.
+    steps.push((
+        "unallocated".into(),
+        "eth0",
+        udp("fd00::2", 43000, "fd00:96::99", 53, 64),
+        None,
+    ));
+    // A ClusterIP's port no Service serves: rejected by `@cluster-ips`, the router's ICMPv6
+    // port unreachable.
+    steps.push((
+        "wrong-port".into(),
+        "eth0",
+        udp("fd00::2", 44000, "fd00:96::10", 54, 64),
+        None,
+    ));
+    let mut sc = Scenario::new()
+        .sysctl("net.ipv6.conf.all.forwarding", "1")
+        .tun("eth0", &["fd00::1/64"])
+        .tun("cni0", &["fd01::1/64"])
+        // The service CIDR routed (to the pods' link), so that an unallocated ClusterIP
+        // reaches the forward hook instead of failing its route lookup.
+        .route("fd00:96::/112 dev cni0")
+        .command("load", &["nft", "-f", "-"], Some(KP6_NFT));
+    for (label, dev, p, reply_to) in &steps {
+        sc = sc.inject(label, dev, p.clone(), *reply_to, WAIT_MS);
+    }
+    let sc = sc
+        .conntrack("list", &["-L", "-f", "ipv6"])
+        .conntrack("list-ext", &["-L", "-f", "ipv6", "-o", "extended"])
+        .command(
+            "nft-list",
+            &["nft", "list", "table", "ip6", "kube-proxy"],
+            None,
+        );
+    let run = match lab.run(&sc) {
+        Ok(r) => r,
+        Err(e) => panic!("{TEST}: the lab run failed: {e}"),
+    };
+    let load = run.output("load");
+    assert!(load.rc == 0, "{TEST}: nft -f failed: {}", load.stderr);
+    let mut ns = nfsim_router();
+    ns.add_route("fd00:96::/112".parse().unwrap(), None, ifn("cni0"))
+        .unwrap();
+    ns.nft_apply("kp6.nft", KP6_NFT, SimTime::ZERO)
+        .expect("nfsim takes the ip6 table");
+    compare(&run, &mut ns, &steps, &["unallocated"]);
+    let listed_at = at(run.step("nft-list").at_ms);
+    let ours = ns
+        .nft()
+        .list_table(sim_netfilter::nft::Family::Ip6, "kube-proxy", listed_at)
+        .expect("the table");
+    assert_eq!(
+        run.output("nft-list").stdout,
+        ours,
+        "nft list table ip6 kube-proxy"
+    );
+    // Every counter met its packets: nothing agrees by being untouched.
+    assert!(!ours.contains("counter packets 0 "), "{ours}");
+}

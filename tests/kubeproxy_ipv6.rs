@@ -8,7 +8,8 @@
 //!
 //! Upstream checks most IPv6 behaviour by packet flows (`runPacketFlowTests`); where it does,
 //! this file checks the rules those flows go through (the NodePort jump, the family's
-//! addresses); the flows themselves need IPv6 tables and packets in sim-netfilter.
+//! addresses), and runs IPv6 packets through the nftables proxier's `ip6 kube-proxy` table
+//! in a node's namespace.
 
 use nfsim::k8s::{parse_objects, Cidr, IpFamily};
 use nfsim::kubeproxy::{
@@ -394,6 +395,39 @@ fn nftables_ipv6_node_port_table_is_upstreams() {
     }
 }
 
+/// The transactions through nfsim's nftables: `nft list table ip6 kube-proxy`.
+fn nfsim_ip6_listing(txs: &[String]) -> String {
+    let mut rs = sim_netfilter::nft::NftRuleset::new();
+    for (i, t) in txs.iter().enumerate() {
+        rs.apply(&format!("{i}.nft"), t, SimTime::ZERO)
+            .unwrap_or_else(|e| panic!("nfsim refused the IPv6 transaction: {e}\n{t}"));
+    }
+    rs.list_table(sim_netfilter::nft::Family::Ip6, "kube-proxy", SimTime::ZERO)
+        .expect("the table exists")
+}
+
+/// nfsim loads the IPv6 proxier's transaction (`ip6` family, `ipv6_addr` sets and maps,
+/// `ip6 saddr|daddr`, bracketed DNAT targets) and lists what upstream's table holds.
+#[test]
+fn nftables_ipv6_transaction_loads_into_nfsim() {
+    let out = first_sync(
+        nftables_fake(IpFamily::IPv6),
+        &node_port_objects(IpFamily::IPv6),
+    );
+    let txs: Vec<String> = out.nft_cleanup.into_iter().chain([out.restore]).collect();
+    let ours = nfsim_ip6_listing(&txs);
+    for w in [
+        "table ip6 kube-proxy {",
+        "\t\ttype ipv6_addr . inet_proto . inet_service : verdict",
+        "fd00:172:30::41 . tcp . 80 : goto service-ULMVA6XW-ns1/svc1/tcp/p80",
+        "meta l4proto tcp dnat to [fd00:10:180::1]:80",
+        "ip6 saddr != fd00:10::/64 jump mark-for-masquerade",
+        "ip6 daddr fd00:10:96::/112 drop comment \"Drop traffic to unallocated ClusterIPs\"",
+    ] {
+        assert!(ours.contains(w), "nfsim's listing lacks {w:?}:\n{ours}");
+    }
+}
+
 /// The same transaction through the real nft: accepted, and listed as table `ip6
 /// kube-proxy` with the IPv6 ClusterIP element and the bracketed DNAT target.
 #[test]
@@ -411,6 +445,8 @@ fn nftables_ipv6_transaction_loads_into_the_real_nft() {
     let txs: Vec<String> = out.nft_cleanup.into_iter().chain([out.restore]).collect();
     let real = tools::real_nft_table_listing(&txs, "ip6 kube-proxy")
         .unwrap_or_else(|e| panic!("real nft refused the IPv6 transaction: {e}"));
+    // nfsim's own listing of the same transactions, byte for byte.
+    assert_eq!(nfsim_ip6_listing(&txs), real);
     for w in [
         "table ip6 kube-proxy {",
         "type ipv6_addr",
@@ -752,4 +788,92 @@ fn ipv6_node_port_flows_are_upstreams_through_nfsim() {
     let p = flow("[2600:5200::1]:40001", "[2001:db8::1]:3001", "eth0");
     assert!(eps.contains(&p.dst) && p.dport() == Some(80), "{p}");
     assert_ne!(p.src, ip("2600:5200::1"), "{p}");
+}
+
+/// The IPv6 proxier's `ip6 kube-proxy` table acting in a node's namespace: a client outside
+/// the cluster reaches the ClusterIP `[fd00:172:30::41]:80`, DNAT'd by the service's
+/// `numgen` to one of its two endpoints and masqueraded (`ip6 saddr != fd00:10::/64`) to the
+/// pods' link's address; a Service without endpoints is rejected with ICMPv6 port
+/// unreachable (`@no-endpoint-services` to `reject-chain`, nft_reject_ipv6).
+#[test]
+fn the_ipv6_proxiers_table_dnats_masquerades_and_rejects_ipv6_packets() {
+    use sim_core::{IfName, Packet, TcpFlags, L4};
+    use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig};
+    let objects = format!(
+        "{}\n---\nkind: Service\nmetadata: {{name: svc2, namespace: ns1}}\n\
+         spec: {{clusterIP: \"fd00:172:30::42\", ports: [{{name: p80, port: 80, protocol: TCP}}]}}\n",
+        node_port_objects(IpFamily::IPv6)
+    );
+    let out = first_sync(nftables_fake(IpFamily::IPv6), &objects);
+    let ifn = |s: &str| IfName::new(s).unwrap();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let mut ns = Netns::new(NetnsConfig::new("test-node", 1));
+    ns.add_interface(ifn("eth0"), &[(ip("2001:db8::1"), 64)])
+        .unwrap();
+    ns.add_interface(ifn("cni0"), &[(ip("fd00:10:180::fe"), 64)])
+        .unwrap();
+    ns.add_route(
+        "::/0".parse().unwrap(),
+        Some(ip("2001:db8::fe")),
+        ifn("eth0"),
+    )
+    .unwrap();
+    for (i, t) in out.nft_cleanup.iter().chain([&out.restore]).enumerate() {
+        ns.nft_apply(&format!("sync-{i}.nft"), t, SimTime::ZERO)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let syn = |to: &str| {
+        Packet::tcp(
+            "[2001:db8::99]:40000".parse().unwrap(),
+            to.parse().unwrap(),
+            TcpFlags::SYN,
+        )
+    };
+    let r = ns.process(
+        SimTime::ZERO,
+        syn("[fd00:172:30::41]:80"),
+        Ingress::Interface(ifn("eth0")),
+    );
+    let Some(Egress::Transmit { dev, packet, .. }) = r.out.first() else {
+        panic!("not forwarded: {:?}", r.fate)
+    };
+    assert_eq!(dev.as_str(), "cni0");
+    assert!(
+        [ip("fd00:10:180::1"), ip("fd00:10:180::2:1")].contains(&packet.dst),
+        "{packet}"
+    );
+    assert_eq!(packet.dport(), Some(80));
+    assert_eq!(packet.src, ip("fd00:10:180::fe"), "masqueraded: {packet}");
+    let ct = ns
+        .conntrack()
+        .dump(SimTime::ZERO, &sim_conntrack::Filter::all());
+    assert!(
+        ct.contains("src=2001:db8::99 dst=fd00:172:30::41 sport=40000 dport=80")
+            && ct.contains("dst=fd00:10:180::fe"),
+        "{ct}"
+    );
+    let r = ns.process(
+        SimTime::ZERO,
+        syn("[fd00:172:30::42]:80"),
+        Ingress::Interface(ifn("eth0")),
+    );
+    let Some(Egress::Transmit { dev, packet, .. }) = r.out.first() else {
+        panic!("no answer: {:?}", r.fate)
+    };
+    assert_eq!(dev.as_str(), "eth0");
+    assert_eq!(
+        (packet.src, packet.dst),
+        (ip("2001:db8::1"), ip("2001:db8::99"))
+    );
+    assert!(
+        matches!(
+            packet.l4,
+            L4::Icmp {
+                icmp_type: 1,
+                code: 4,
+                ..
+            }
+        ),
+        "ICMPv6 port unreachable: {packet}"
+    );
 }

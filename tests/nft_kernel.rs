@@ -94,6 +94,18 @@ fn normalized_expressions_list_as_nft_does() {
     diff(&real, &sim(&[&text]).list_ruleset(SimTime::ZERO));
 }
 
+/// IPv6 in `ip6` and `inet` tables: addresses, prefixes, intervals, concatenated elements,
+/// `icmpv6 type`, `meta nfproto`, NAT targets in brackets, `reject` per family.
+#[test]
+fn ipv6_expressions_list_as_nft_does() {
+    if !tools::have_or_skip("ipv6_expressions_list_as_nft_does", &["nft", "unshare"]) {
+        return;
+    }
+    let text = fixture("formats6.nft");
+    let real = real_nft(&[&text], "list ruleset").unwrap();
+    diff(&real, &sim(&[&text]).list_ruleset(SimTime::ZERO));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Packets: the same `nft -f` ruleset and the same datagrams through the kernel lab and nfsim
 // ---------------------------------------------------------------------------------------------

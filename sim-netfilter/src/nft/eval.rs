@@ -410,11 +410,43 @@ fn v4(a: std::net::IpAddr) -> Option<u32> {
     }
 }
 
+fn v6(a: std::net::IpAddr) -> Option<Datum> {
+    match a {
+        std::net::IpAddr::V4(_) => None,
+        std::net::IpAddr::V6(v) => Some(u128::from(v)),
+    }
+}
+
 /// The value of one field for the packet, or `None` where the kernel's load fails
-/// (`NFT_BREAK`: no transport header, no conntrack entry, an IPv6 packet for `ip saddr`).
+/// (`NFT_BREAK`: no transport header, no conntrack entry; in an `inet` table, an IPv6 packet
+/// for `ip saddr` or an IPv4 one for `ip6 saddr`, whose implied `meta nfproto` dependency
+/// fails).
 fn load(f: Field, ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<Datum> {
     let p: &Packet = &ctx.packet;
     Some(Datum::from(match f {
+        // nft_payload on the IPv6 header's addresses: a full 128-bit value.
+        Field::Ip6Saddr => return v6(p.src),
+        Field::Ip6Daddr => return v6(p.dst),
+        // The fixed header's next header; nfsim's packets carry no extension headers, so it
+        // is the transport protocol.
+        Field::Ip6Nexthdr => {
+            v6(p.src)?;
+            u32::from(p.protocol())
+        }
+        // nft_meta_get_eval NFT_META_NFPROTO: nft_pf(pkt), NFPROTO_IPV4 (2) or NFPROTO_IPV6 (10).
+        Field::MetaNfproto => {
+            if p.is_ipv4() {
+                2
+            } else {
+                10
+            }
+        }
+        // `icmpv6 type`: the first byte of the ICMPv6 header, behind the implied
+        // `meta l4proto ipv6-icmp`.
+        Field::Icmpv6Type => match p.l4 {
+            sim_core::L4::Icmp { icmp_type, .. } if !p.is_ipv4() => u32::from(icmp_type),
+            _ => return None,
+        },
         Field::IpSaddr => v4(p.src)?,
         Field::IpDaddr => v4(p.dst)?,
         Field::IpProtocol => {
@@ -450,14 +482,8 @@ fn load(f: Field, ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<Dat
             CtState::Tracked(i) => i.status,
             _ => return None,
         },
-        Field::FibSaddrType => {
-            ctx.addr_types
-                .addr_type(std::net::Ipv4Addr::from(v4(p.src)?), None) as u32
-        }
-        Field::FibDaddrType => {
-            ctx.addr_types
-                .addr_type(std::net::Ipv4Addr::from(v4(p.dst)?), None) as u32
-        }
+        Field::FibSaddrType => fib_type(ctx, p.src),
+        Field::FibDaddrType => fib_type(ctx, p.dst),
         Field::Numgen { modulus, offset } => {
             let draw = ctx.rng.next_u32();
             // nft_ng_random_eval: reciprocal_scale(get_random_u32(), priv->modulus) + offset.
@@ -474,6 +500,25 @@ fn load(f: Field, ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<Dat
             value
         }
     }))
+}
+
+/// `fib saddr|daddr type`: the route type of the address (nft_fib4_eval_type /
+/// nft_fib6_eval_type). For IPv6 nfsim tells `local` (an address of the namespace, `::1`
+/// included), `multicast` and otherwise `unicast`; the parser admits only `local` in `ip6`
+/// and `inet` tables, so the types it does not tell apart never decide a match.
+fn fib_type(ctx: &EvalCtx<'_>, a: std::net::IpAddr) -> u32 {
+    match a {
+        std::net::IpAddr::V4(a) => ctx.addr_types.addr_type(a, None) as u32,
+        std::net::IpAddr::V6(a) => {
+            if ctx.addr_types.is_local6(a, None) {
+                2
+            } else if a.is_multicast() {
+                5
+            } else {
+                1
+            }
+        }
+    }
 }
 
 fn load_key(lhs: &[Field], ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<Vec<Datum>> {
@@ -610,9 +655,17 @@ fn eval_rule(
                     e.expires = expires;
                 }
             }
-            Stmt::Nat { dnat, addr, port } => {
+            Stmt::Nat {
+                dnat, addr, port, ..
+            } => {
+                // nft_nat_inet_eval: in an `inet` table a `dnat ip to` acts on IPv4 packets
+                // only (and `ip6` on IPv6 ones); for the other family the statement does
+                // nothing and the rule goes on.
+                if addr.is_ipv4() != ctx.packet.is_ipv4() {
+                    continue;
+                }
                 let range = NatRange {
-                    addrs: Some((std::net::IpAddr::V4(*addr), std::net::IpAddr::V4(*addr))),
+                    addrs: Some((*addr, *addr)),
                     ports: port.map(|p| (p, p)),
                     base_port: None,
                     random: false,
@@ -632,20 +685,39 @@ fn eval_rule(
                     random_fully: *fully_random,
                 }))
             }
-            Stmt::Reject(w) => return RuleOutcome::Reject(*w),
-            Stmt::Iifname { negated, name } => {
-                // meta iifname: the interface name, compared as a string; `prefix*` is a
-                // prefix match (nft turns it into a shorter comparison).
-                let dev = ctx.packet.iif.as_ref().map(|i| i.as_str()).unwrap_or("");
-                let hit = match name.strip_suffix('*') {
-                    Some(prefix) => dev.starts_with(prefix),
-                    None => dev == name,
+            Stmt::Reject(w) => {
+                // Only an `inet` table's `reject` (nft_reject_inet: ICMPX port-unreachable)
+                // meets an IPv6 packet with the IPv4 code: nf_send_unreach6 sends ICMPv6
+                // port-unreachable.
+                let w = match *w {
+                    crate::rule::RejectWith::IcmpPortUnreachable if !ctx.packet.is_ipv4() => {
+                        crate::rule::RejectWith::Icmp6PortUnreachable
+                    }
+                    w => w,
                 };
-                if hit == *negated {
+                return RuleOutcome::Reject(w);
+            }
+            Stmt::Iifname { negated, name } => {
+                if ifname_hit(ctx.packet.iif.as_ref(), name) == *negated {
+                    return RuleOutcome::NoMatch;
+                }
+            }
+            Stmt::Oifname { negated, name } => {
+                if ifname_hit(ctx.packet.oif.as_ref(), name) == *negated {
                     return RuleOutcome::NoMatch;
                 }
             }
         }
     }
     RuleOutcome::Next
+}
+
+/// meta iifname / oifname: the interface name compared as a string (no interface is the
+/// empty name); `prefix*` is a prefix match (nft turns it into a shorter comparison).
+fn ifname_hit(dev: Option<&sim_core::IfName>, name: &str) -> bool {
+    let dev = dev.map(|i| i.as_str()).unwrap_or("");
+    match name.strip_suffix('*') {
+        Some(prefix) => dev.starts_with(prefix),
+        None => dev == name,
+    }
 }

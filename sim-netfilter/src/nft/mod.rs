@@ -24,8 +24,10 @@
 //! verdict maps, and the statements `counter`, `meta mark set`, `update @set { … }`, `dnat to`,
 //! `snat to`, `masquerade [fully-random]`, `reject [with …]`, `accept`, `drop`, `return`,
 //! `continue`, `jump`, `goto`, `comment`. Anything else is refused with an error naming the
-//! line, column and word. IPv6 (`ip6`) tables parse, list and are walked, but IPv6 payload
-//! matches are not supported.
+//! line, column and word. For IPv6 (`ip6` and `inet` tables) the same subset with
+//! `ip6 saddr|daddr|nexthdr`, `ipv6_addr` sets and maps (prefixes, ranges, concatenations),
+//! `meta nfproto` (inet), `icmpv6 type`, `dnat|snat to [ADDR]:PORT` and `reject` as
+//! ICMPv6 port-unreachable; `oifname` and `iifname` in every family.
 
 mod eval;
 mod parse;
@@ -154,6 +156,8 @@ impl NftVerdict {
 pub enum DataType {
     /// `ipv4_addr`.
     Ipv4Addr,
+    /// `ipv6_addr` (a full 128-bit [`Datum`]).
+    Ipv6Addr,
     /// `inet_proto`.
     InetProto,
     /// `inet_service`.
@@ -164,23 +168,31 @@ pub enum DataType {
     Integer,
     /// `ct_state` (anonymous sets only).
     CtState,
+    /// `nf_proto` (`meta nfproto`: `ipv4` is 2, `ipv6` is 10, the `NFPROTO_*` numbers).
+    NfProto,
+    /// `icmpv6_type` (`icmpv6 type`).
+    Icmpv6Type,
 }
 
 impl DataType {
     fn name(self) -> &'static str {
         match self {
             DataType::Ipv4Addr => "ipv4_addr",
+            DataType::Ipv6Addr => "ipv6_addr",
             DataType::InetProto => "inet_proto",
             DataType::InetService => "inet_service",
             DataType::Mark => "mark",
             DataType::Integer => "integer",
             DataType::CtState => "ct_state",
+            DataType::NfProto => "nf_proto",
+            DataType::Icmpv6Type => "icmpv6_type",
         }
     }
 
     fn from_name(s: &str) -> Option<DataType> {
         Some(match s {
             "ipv4_addr" => DataType::Ipv4Addr,
+            "ipv6_addr" => DataType::Ipv6Addr,
             "inet_proto" => DataType::InetProto,
             "inet_service" => DataType::InetService,
             "mark" => DataType::Mark,
@@ -192,7 +204,8 @@ impl DataType {
     fn width(self) -> usize {
         match self {
             DataType::Ipv4Addr | DataType::Mark | DataType::Integer => 4,
-            DataType::InetProto => 1,
+            DataType::Ipv6Addr => 16,
+            DataType::InetProto | DataType::NfProto | DataType::Icmpv6Type => 1,
             DataType::InetService => 2,
             DataType::CtState => 4,
         }
@@ -294,6 +307,16 @@ pub enum Field {
     IpDaddr,
     /// `ip protocol`.
     IpProtocol,
+    /// `ip6 saddr`.
+    Ip6Saddr,
+    /// `ip6 daddr`.
+    Ip6Daddr,
+    /// `ip6 nexthdr`.
+    Ip6Nexthdr,
+    /// `meta nfproto` (the packet's family; `inet` tables only).
+    MetaNfproto,
+    /// `icmpv6 type`.
+    Icmpv6Type,
     /// `meta l4proto`.
     MetaL4proto,
     /// `meta mark`.
@@ -327,7 +350,10 @@ impl Field {
     fn dtype(self) -> DataType {
         match self {
             Field::IpSaddr | Field::IpDaddr => DataType::Ipv4Addr,
-            Field::IpProtocol | Field::MetaL4proto => DataType::InetProto,
+            Field::Ip6Saddr | Field::Ip6Daddr => DataType::Ipv6Addr,
+            Field::IpProtocol | Field::MetaL4proto | Field::Ip6Nexthdr => DataType::InetProto,
+            Field::MetaNfproto => DataType::NfProto,
+            Field::Icmpv6Type => DataType::Icmpv6Type,
             Field::MetaMark => DataType::Mark,
             Field::ThSport | Field::ThDport | Field::Sport(_) | Field::Dport(_) => {
                 DataType::InetService
@@ -391,14 +417,18 @@ pub enum Stmt {
         /// The key.
         key: Vec<Field>,
     },
-    /// `dnat to A[:P]` / `snat to A[:P]`.
+    /// `dnat to A[:P]` / `snat to A[:P]` (`[A6]:P` for IPv6).
     Nat {
         /// `dnat` (true) or `snat`.
         dnat: bool,
-        /// The address.
-        addr: std::net::Ipv4Addr,
+        /// The address: IPv4 in `ip` tables, IPv6 in `ip6` tables, either in `inet` tables
+        /// (where the statement acts on packets of the address's family only).
+        addr: std::net::IpAddr,
         /// The port.
         port: Option<u16>,
+        /// The rule is in an `inet` table, where nft prints the address family
+        /// (`dnat ip6 to [fd00::1]:80`).
+        inet: bool,
     },
     /// `masquerade [fully-random]`.
     Masquerade {
@@ -411,6 +441,14 @@ pub enum Stmt {
     /// with that prefix (kube-proxy's LocalDetector in `BridgeInterface` and
     /// `InterfaceNamePrefix` modes).
     Iifname {
+        /// `!=`.
+        negated: bool,
+        /// The name or `prefix*`.
+        name: String,
+    },
+    /// `oifname [!=] "NAME"`: the output interface's name, as [`Stmt::Iifname`] (no output
+    /// interface, before routing, compares as the empty name).
+    Oifname {
         /// `!=`.
         negated: bool,
         /// The name or `prefix*`.
@@ -577,7 +615,7 @@ impl NftRuleset {
     /// transaction: either all apply or, on the first error, none does. `now` is when, for
     /// the expiry of elements added to sets with timeouts.
     pub fn apply(&mut self, file: &str, text: &str, now: SimTime) -> Result<usize, NftError> {
-        let cmds = parse::parse(file, text)?;
+        let cmds = parse::parse(file, text, self)?;
         let mut next = self.clone();
         for c in &cmds {
             next.run(c, now).map_err(|msg| NftError {

@@ -2,7 +2,8 @@
 //! command per line (or `;`-separated), `#` comments. The block syntax (`table ip t { … }`)
 //! and everything outside the supported subset is refused with the word's line and column.
 
-use std::net::Ipv4Addr;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::*;
 use crate::rule::RejectWith;
@@ -110,6 +111,11 @@ struct P<'a> {
     file: &'a str,
     toks: Vec<Token>,
     pos: usize,
+    /// The family of the table the rule being parsed belongs to.
+    family: Family,
+    /// The key types of the sets known so far (the ruleset's, then those this file adds),
+    /// so that `add element` reads its values as the set's types, as nft does.
+    types: BTreeMap<(Family, String, String), Vec<DataType>>,
 }
 
 type R<T> = Result<T, NftError>;
@@ -244,10 +250,23 @@ impl<'a> P<'a> {
     }
 }
 
-/// Parses a whole `nft -f` file.
-pub(super) fn parse(file: &str, text: &str) -> R<Vec<Command>> {
+/// Parses a whole `nft -f` file; `known` is the ruleset it will apply to (for the types of
+/// the sets its `add element` commands fill).
+pub(super) fn parse(file: &str, text: &str, known: &NftRuleset) -> R<Vec<Command>> {
     let toks = lex(file, text)?;
-    let mut p = P { file, toks, pos: 0 };
+    let mut types = BTreeMap::new();
+    for ((f, t), table) in &known.tables {
+        for (n, set) in &table.sets {
+            types.insert((*f, t.clone(), n.clone()), set.key.clone());
+        }
+    }
+    let mut p = P {
+        file,
+        toks,
+        pos: 0,
+        family: Family::Ip,
+        types,
+    };
     let mut out = Vec::new();
     while p.pos < p.toks.len() {
         if p.at_end() {
@@ -320,6 +339,8 @@ fn command(p: &mut P) -> R<Op> {
                     let table = p.word("a table name")?;
                     let name = p.word("a set name")?;
                     let set = set_spec(p, name, obj == "map")?;
+                    p.types
+                        .insert((family, table.clone(), set.name.clone()), set.key.clone());
                     Ok(Op::AddSet {
                         family,
                         table,
@@ -331,7 +352,8 @@ fn command(p: &mut P) -> R<Op> {
                     let family = p.family()?;
                     let table = p.word("a table name")?;
                     let set = p.word("a set name")?;
-                    let elems = elements(p, None, true)?;
+                    let ty = p.types.get(&(family, table.clone(), set.clone())).cloned();
+                    let elems = elements(p, ty.as_deref(), true)?;
                     Ok(Op::AddElements {
                         family,
                         table,
@@ -367,7 +389,8 @@ fn command(p: &mut P) -> R<Op> {
                     let family = p.family()?;
                     let table = p.word("a table name")?;
                     let set = p.word("a set name")?;
-                    let keys = elements(p, None, false)?
+                    let ty = p.types.get(&(family, table.clone(), set.clone())).cloned();
+                    let keys = elements(p, ty.as_deref(), false)?
                         .into_iter()
                         .map(|(k, _)| k)
                         .collect();
@@ -602,7 +625,7 @@ fn set_spec(p: &mut P, name: String, is_map: bool) -> R<NftSet> {
                 pending_elems = Some(p.pos);
                 // Parsed once the type is known (it comes first in knftables' output).
                 let types = set.key.clone();
-                let elems = elements(p, Some((&types, is_map)), true)?;
+                let elems = elements(p, Some(&types), true)?;
                 for (k, e) in elems {
                     set.elements.insert(k, e);
                 }
@@ -623,6 +646,57 @@ fn set_spec(p: &mut P, name: String, is_map: bool) -> R<NftSet> {
     set.flags
         .sort_by_key(|f| order.iter().position(|o| o == f).unwrap_or(9));
     Ok(set)
+}
+
+/// The rule's network protocol so far, as nft's protocol context has it for a NAT
+/// statement in an `inet` table: an `ip`/`ip6` payload match, `icmpv6 type`, or
+/// `meta nfproto ipv4|ipv6`.
+fn network_context(prev: &[Stmt]) -> Option<Family> {
+    let mut fam = None;
+    for s in prev {
+        let Stmt::Match { lhs, rhs, .. } = s else {
+            continue;
+        };
+        for f in lhs {
+            match f {
+                Field::IpSaddr | Field::IpDaddr | Field::IpProtocol => fam = Some(Family::Ip),
+                Field::Ip6Saddr | Field::Ip6Daddr | Field::Ip6Nexthdr | Field::Icmpv6Type => {
+                    fam = Some(Family::Ip6)
+                }
+                Field::MetaNfproto => {
+                    if let Rhs::Value(ElemKey::Exact(v)) = rhs {
+                        match v.first() {
+                            Some(2) => fam = Some(Family::Ip),
+                            Some(10) => fam = Some(Family::Ip6),
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    fam
+}
+
+/// A NAT target: `A`, `A:P`, `A6` or `[A6]:P` (`[A6]` alone too).
+fn nat_target(a: &str) -> Option<(IpAddr, Option<u16>)> {
+    if let Some(rest) = a.strip_prefix('[') {
+        let (ad, tail) = rest.split_once(']')?;
+        let addr: Ipv6Addr = ad.parse().ok()?;
+        let port = match tail {
+            "" => None,
+            t => Some(t.strip_prefix(':')?.parse::<u16>().ok()?),
+        };
+        return Some((IpAddr::V6(addr), port));
+    }
+    if let Ok(v6) = a.parse::<Ipv6Addr>() {
+        return Some((IpAddr::V6(v6), None));
+    }
+    match a.rsplit_once(':') {
+        Some((ad, pt)) => Some((IpAddr::V4(ad.parse().ok()?), Some(pt.parse::<u16>().ok()?))),
+        None => Some((IpAddr::V4(a.parse().ok()?), None)),
+    }
 }
 
 /// A time: `10800s`, `3h`, `1m30s`, `250ms`; milliseconds.
@@ -677,13 +751,10 @@ fn parse_time(w: &str) -> Option<u64> {
     Some(total)
 }
 
-/// The elements of `{ … }`. Without a known type (`add element`), values are read by their
-/// look and checked against the set when the command runs.
-fn elements(
-    p: &mut P,
-    _ty: Option<(&[DataType], bool)>,
-    with_data: bool,
-) -> R<Vec<(ElemKey, Element)>> {
+/// The elements of `{ … }`, read as the set's key types `ty`. Without a known type (an
+/// `add element` to a set nfsim has not seen, which then fails when it runs), values are read
+/// by their look.
+fn elements(p: &mut P, ty: Option<&[DataType]>, with_data: bool) -> R<Vec<(ElemKey, Element)>> {
     p.expect(Tok::LBrace, "'{'")?;
     let mut out = Vec::new();
     loop {
@@ -691,7 +762,7 @@ fn elements(
             p.bump();
             break;
         }
-        let key = key_value(p, None)?;
+        let key = key_value(p, ty)?;
         let mut e = Element {
             verdict: None,
             comment: None,
@@ -754,12 +825,12 @@ fn verdict(p: &mut P) -> R<NftVerdict> {
     })
 }
 
-/// A (possibly concatenated) value `a . b . c`, each field typed by `fields` when known.
-fn key_value(p: &mut P, fields: Option<&[Field]>) -> R<ElemKey> {
+/// A (possibly concatenated) value `a . b . c`, each field typed by `types` when known.
+fn key_value(p: &mut P, types: Option<&[DataType]>) -> R<ElemKey> {
     let mut parts = Vec::new();
     loop {
         let i = parts.len();
-        let dt = fields.and_then(|f| f.get(i)).map(|f| f.dtype());
+        let dt = types.and_then(|t| t.get(i)).copied();
         let w = p.word("a value")?;
         let v = match value(&w, dt) {
             Some(v) => v,
@@ -798,7 +869,7 @@ fn proto_num(w: &str) -> Option<u32> {
         "udp" => 17,
         "sctp" => 132,
         "icmp" => 1,
-        "icmpv6" => 58,
+        "icmpv6" | "ipv6-icmp" => 58,
         _ => return w.parse::<u8>().ok().map(u32::from),
     })
 }
@@ -820,6 +891,67 @@ pub(super) const CT_STATUS: [(&str, u32); 7] = [
     ("dnat", 32),
     ("dying", 512),
 ];
+
+/// `meta nfproto` values (`nfproto_tbl` in nftables' `src/meta.c`: the `NFPROTO_*` numbers).
+pub(super) const NFPROTOS: [(&str, u32); 2] = [("ipv4", 2), ("ipv6", 10)];
+
+/// `icmpv6 type` names and numbers (`icmp6_type_tbl` in nftables' `src/proto.c`, as
+/// `nft describe icmpv6 type` lists them; 132 has two names, nft prints the first).
+pub(super) const ICMPV6_TYPES: [(&str, u32); 19] = [
+    ("destination-unreachable", 1),
+    ("packet-too-big", 2),
+    ("time-exceeded", 3),
+    ("parameter-problem", 4),
+    ("echo-request", 128),
+    ("echo-reply", 129),
+    ("mld-listener-query", 130),
+    ("mld-listener-report", 131),
+    ("mld-listener-done", 132),
+    ("mld-listener-reduction", 132),
+    ("nd-router-solicit", 133),
+    ("nd-router-advert", 134),
+    ("nd-neighbor-solicit", 135),
+    ("nd-neighbor-advert", 136),
+    ("nd-redirect", 137),
+    ("router-renumbering", 138),
+    ("ind-neighbor-solicit", 141),
+    ("ind-neighbor-advert", 142),
+    ("mld2-listener-report", 143),
+];
+
+fn named(w: &str, table: &[(&str, u32)]) -> Option<u32> {
+    table
+        .iter()
+        .find(|(n, _)| *n == w)
+        .map(|(_, v)| *v)
+        .or_else(|| w.parse::<u8>().ok().map(u32::from))
+}
+
+/// An IPv6 address, prefix (`fd00::/64`) or range (`a-b`), as `ipv6_addr` values.
+fn value6(w: &str) -> Option<ElemKey> {
+    if let Some((a, len)) = w.split_once('/') {
+        let a: Ipv6Addr = a.parse().ok()?;
+        let len: u32 = len.parse().ok()?;
+        if len > 128 {
+            return None;
+        }
+        let mask = if len == 0 {
+            0
+        } else {
+            u128::MAX << (128 - len)
+        };
+        let lo = u128::from(a) & mask;
+        return Some(ElemKey::Range(lo, lo | !mask));
+    }
+    if let Some((a, b)) = w.split_once('-') {
+        let a: Ipv6Addr = a.parse().ok()?;
+        let b: Ipv6Addr = b.parse().ok()?;
+        return Some(ElemKey::Range(u128::from(a), u128::from(b)));
+    }
+    Some(ElemKey::Exact(vec![u128::from(
+        w.parse::<Ipv6Addr>().ok()?,
+    )]))
+}
 
 pub(super) const FIB_TYPES: [&str; 12] = [
     "unspec",
@@ -857,6 +989,8 @@ fn flags_of(w: &str, table: &[(&str, u32)]) -> Option<u32> {
 fn value(w: &str, dt: Option<DataType>) -> Option<ElemKey> {
     let one = |v: u32| Some(ElemKey::Exact(vec![Datum::from(v)]));
     match dt {
+        Some(DataType::Ipv6Addr) => value6(w),
+        None if w.contains(':') => value6(w),
         Some(DataType::Ipv4Addr) | None if w.contains('.') || w.contains('/') => {
             if let Some((a, len)) = w.split_once('/') {
                 let a: Ipv4Addr = a.parse().ok()?;
@@ -888,6 +1022,8 @@ fn value(w: &str, dt: Option<DataType>) -> Option<ElemKey> {
         }
         Some(DataType::Mark) | Some(DataType::Integer) => one(num(w)?),
         Some(DataType::CtState) => one(flags_of(w, &CT_STATES)?),
+        Some(DataType::NfProto) => one(named(w, &NFPROTOS)?),
+        Some(DataType::Icmpv6Type) => one(named(w, &ICMPV6_TYPES)?),
         None => {
             if let Some(n) = num(w) {
                 return one(n);
@@ -904,6 +1040,7 @@ fn rule_cmd(p: &mut P, insert: bool) -> R<Op> {
     if matches!(p.peek_word(), Some("position" | "handle" | "index")) {
         return p.err("unsupported: rule positions (position/handle/index)");
     }
+    p.family = family;
     let rule = rule(p)?;
     Ok(Op::AddRule {
         family,
@@ -923,12 +1060,44 @@ fn rule(p: &mut P) -> R<NftRule> {
             comment = Some(p.string()?);
             continue;
         }
-        stmts.push(stmt(p)?);
+        let s = stmt(p, &stmts)?;
+        // In `inet` tables nft gives `reject with tcp reset` the dependency `meta l4proto
+        // tcp` and prints it (checked with the real nft 1.0.6); `ip`/`ip6` tables need none.
+        if p.family == Family::Inet
+            && s == Stmt::Reject(RejectWith::TcpReset)
+            && !stmts.iter().any(is_tcp_match)
+        {
+            stmts.push(Stmt::Match {
+                lhs: vec![Field::MetaL4proto],
+                mask: None,
+                negated: false,
+                rhs: Rhs::Value(ElemKey::Exact(vec![6])),
+            });
+        }
+        stmts.push(s);
     }
     if stmts.is_empty() {
         return p.err("syntax error, empty rule");
     }
     Ok(NftRule { stmts, comment })
+}
+
+/// Whether a statement already restricts the rule to TCP (`meta l4proto tcp`, `tcp dport`).
+fn is_tcp_match(s: &Stmt) -> bool {
+    match s {
+        Stmt::Match {
+            lhs,
+            negated: false,
+            rhs: Rhs::Value(ElemKey::Exact(v)),
+            ..
+        } => {
+            (lhs.as_slice() == [Field::MetaL4proto] && v.as_slice() == [6])
+                || lhs
+                    .iter()
+                    .any(|f| matches!(f, Field::Sport(6) | Field::Dport(6)))
+        }
+        _ => false,
+    }
 }
 
 /// A field (`ip daddr`, `meta l4proto`, `th dport`, `ct state`, `fib daddr type`, `numgen …`),
@@ -938,7 +1107,25 @@ fn field(p: &mut P) -> R<Option<Field>> {
         return Ok(None);
     };
     let f = match w.as_str() {
-        "ip" => {
+        "ip" | "ip6" => {
+            // nft: `ip` payload in an `ip6` table (or `ip6` in `ip`) is a conflict
+            // (`conflicting protocols specified: ip6 vs. ip`).
+            let table = p.family;
+            if (w == "ip" && table == Family::Ip6) || (w == "ip6" && table == Family::Ip) {
+                return p.err(format!("conflicting protocols specified: {table} vs. {w}"));
+            }
+            if w == "ip6" {
+                p.bump();
+                return Ok(Some(match p.word("saddr, daddr or nexthdr")?.as_str() {
+                    "saddr" => Field::Ip6Saddr,
+                    "daddr" => Field::Ip6Daddr,
+                    "nexthdr" => Field::Ip6Nexthdr,
+                    o => {
+                        p.pos -= 1;
+                        return p.err(format!("unsupported: ip6 {o}"));
+                    }
+                }));
+            }
             p.bump();
             match p.word("saddr, daddr or protocol")?.as_str() {
                 "saddr" => Field::IpSaddr,
@@ -952,9 +1139,16 @@ fn field(p: &mut P) -> R<Option<Field>> {
         }
         "meta" => {
             p.bump();
-            match p.word("l4proto or mark")?.as_str() {
+            match p.word("l4proto, nfproto or mark")?.as_str() {
                 "l4proto" => Field::MetaL4proto,
                 "mark" => Field::MetaMark,
+                "nfproto" => {
+                    if p.family != Family::Inet {
+                        p.pos -= 2;
+                        return p.err("meta nfproto is only useful in the inet family");
+                    }
+                    Field::MetaNfproto
+                }
                 o => {
                     p.pos -= 1;
                     return p.err(format!("unsupported: meta {o}"));
@@ -964,6 +1158,19 @@ fn field(p: &mut P) -> R<Option<Field>> {
         "mark" => {
             p.bump();
             Field::MetaMark
+        }
+        "icmpv6" => {
+            if p.family == Family::Ip {
+                return p.err("conflicting protocols specified: ip vs. icmpv6");
+            }
+            p.bump();
+            match p.word("type")?.as_str() {
+                "type" => Field::Icmpv6Type,
+                o => {
+                    p.pos -= 1;
+                    return p.err(format!("unsupported: icmpv6 {o} (only 'icmpv6 type')"));
+                }
+            }
         }
         "th" | "tcp" | "udp" | "sctp" => {
             // `udp` alone is a value elsewhere (`meta l4proto udp`), but here it starts a
@@ -1055,7 +1262,9 @@ fn field(p: &mut P) -> R<Option<Field>> {
     Ok(Some(f))
 }
 
-fn stmt(p: &mut P) -> R<Stmt> {
+/// One statement; `prev` are the rule's statements before it (the protocol context nft
+/// reads a NAT address's family from in `inet` tables).
+fn stmt(p: &mut P, prev: &[Stmt]) -> R<Stmt> {
     let start = p.pos;
     if let Some(f) = field(p)? {
         let mut lhs = vec![f];
@@ -1065,6 +1274,7 @@ fn stmt(p: &mut P) -> R<Stmt> {
                 None => return p.err(format!("syntax error, expected a field, got {}", p.what())),
             }
         }
+        let dts: Vec<DataType> = lhs.iter().map(|f| f.dtype()).collect();
         // `meta mark set …`
         if lhs == [Field::MetaMark] && p.eat_word("set") {
             return mark_set(p);
@@ -1085,7 +1295,7 @@ fn stmt(p: &mut P) -> R<Stmt> {
                     p.bump();
                     break;
                 }
-                let k = key_value(p, Some(&lhs))?;
+                let k = key_value(p, Some(&dts))?;
                 p.expect_word(":")?;
                 anon.push((k, verdict(p)?));
                 if *p.peek() == Tok::Comma {
@@ -1128,7 +1338,7 @@ fn stmt(p: &mut P) -> R<Stmt> {
                     p.bump();
                     break;
                 }
-                elems.push(key_value(p, Some(&lhs))?);
+                elems.push(key_value(p, Some(&dts))?);
                 if *p.peek() == Tok::Comma {
                     p.bump();
                 }
@@ -1175,9 +1385,16 @@ fn stmt(p: &mut P) -> R<Stmt> {
                     p.pos -= 1;
                     return p.err(format!("unsupported value '{w}' for fib type"));
                 };
+                if p.family != Family::Ip && w != "local" {
+                    p.pos -= 1;
+                    return p.err(format!(
+                        "unsupported: fib type '{w}' in an {} table (for IPv6 nfsim tells only 'local')",
+                        p.family
+                    ));
+                }
                 Rhs::Value(ElemKey::Exact(vec![i as Datum]))
             } else {
-                Rhs::Value(key_value(p, Some(&lhs))?)
+                Rhs::Value(key_value(p, Some(&dts))?)
             }
         };
         return Ok(Stmt::Match {
@@ -1190,7 +1407,7 @@ fn stmt(p: &mut P) -> R<Stmt> {
     p.pos = start;
     let w = p.word("a statement")?;
     Ok(match w.as_str() {
-        "iifname" => {
+        "iifname" | "oifname" => {
             let negated = p.eat_word("!=");
             let name = match p.peek().clone() {
                 Tok::Word(n) | Tok::Str(n) if !n.is_empty() && n.len() <= 16 => {
@@ -1204,7 +1421,11 @@ fn stmt(p: &mut P) -> R<Stmt> {
                     ))
                 }
             };
-            Stmt::Iifname { negated, name }
+            if w == "iifname" {
+                Stmt::Iifname { negated, name }
+            } else {
+                Stmt::Oifname { negated, name }
+            }
         }
         "counter" => {
             let (mut packets, mut bytes) = (0, 0);
@@ -1220,25 +1441,53 @@ fn stmt(p: &mut P) -> R<Stmt> {
             Stmt::Verdict(verdict(p)?)
         }
         "dnat" | "snat" => {
-            if p.peek_word() == Some("ip") {
+            let kw_at = p.pos - 1;
+            let given = match p.peek_word() {
+                Some("ip") => Some(Family::Ip),
+                Some("ip6") => Some(Family::Ip6),
+                _ => None,
+            };
+            if given.is_some() {
                 p.bump();
             }
             p.expect_word("to")?;
             let a = p.word("an address")?;
-            let (addr, port) = match a.rsplit_once(':') {
-                Some((ad, pt)) => (ad.parse().ok(), pt.parse::<u16>().ok().map(Some)),
-                None => (a.parse().ok(), Some(None)),
-            };
-            let (Some(addr), Some(port)) = (addr, port) else {
+            let Some((addr, port)) = nat_target(&a) else {
                 p.pos -= 1;
                 return p.err(format!(
-                    "unsupported: {w} to '{a}' (expected ADDR or ADDR:PORT)"
+                    "unsupported: {w} to '{a}' (expected ADDR, ADDR:PORT or [ADDR6]:PORT)"
                 ));
             };
+            let addr_family = if addr.is_ipv4() {
+                Family::Ip
+            } else {
+                Family::Ip6
+            };
+            // nft's stmt_evaluate_nat: the address must be of the table's family (the
+            // `ip`/`ip6` keyword, or in `inet` the rule's network protocol so far, says which).
+            let want = match p.family {
+                Family::Inet => given.or_else(|| network_context(prev)),
+                f => Some(f),
+            };
+            match want {
+                None => {
+                    p.pos = kw_at;
+                    return p.err("ip or ip6 must be specified with address for inet tables.");
+                }
+                Some(f) if f != addr_family => {
+                    p.pos -= 1;
+                    return p.err(format!(
+                        "Could not resolve hostname: '{a}' is not an {} address",
+                        if f == Family::Ip { "IPv4" } else { "IPv6" }
+                    ));
+                }
+                _ => {}
+            }
             Stmt::Nat {
                 dnat: w == "dnat",
                 addr,
                 port,
+                inet: p.family == Family::Inet,
             }
         }
         "masquerade" => {
@@ -1246,15 +1495,62 @@ fn stmt(p: &mut P) -> R<Stmt> {
             Stmt::Masquerade { fully_random }
         }
         "reject" => {
-            let mut with = RejectWith::IcmpPortUnreachable;
+            // nft_reject_ipv4 / nft_reject_ipv6 default to port-unreachable of the family;
+            // nft_reject_inet's default is ICMPX port-unreachable, kept as the IPv4 value and
+            // sent as ICMPv6 port-unreachable to IPv6 packets (eval.rs).
+            let mut with = if p.family == Family::Ip6 {
+                RejectWith::Icmp6PortUnreachable
+            } else {
+                RejectWith::IcmpPortUnreachable
+            };
             if p.eat_word("with") {
-                let kind = p.word("icmp, icmpx or tcp")?;
-                match kind.as_str() {
-                    "tcp" => {
+                let kind = p.word("icmp, icmpv6, icmpx or tcp")?;
+                match (kind.as_str(), p.family) {
+                    ("tcp", _) => {
                         p.expect_word("reset")?;
                         with = RejectWith::TcpReset;
                     }
-                    "icmp" | "icmpx" => {
+                    ("icmpv6", Family::Ip) | ("icmp", Family::Ip6) => {
+                        p.pos -= 1;
+                        let table = if p.family == Family::Ip { "ip" } else { "ip6" };
+                        let other = if table == "ip" { "ip6" } else { "ip" };
+                        return p.err(format!(
+                            "conflicting protocols specified: {table} vs {other}"
+                        ));
+                    }
+                    ("icmpv6", Family::Ip6) => {
+                        let _ = p.eat_word("type");
+                        let c = p.word("an ICMPv6 code name")?;
+                        with = match c.as_str() {
+                            "no-route" => RejectWith::Icmp6NoRoute,
+                            "admin-prohibited" => RejectWith::Icmp6AdmProhibited,
+                            "addr-unreachable" => RejectWith::Icmp6AddrUnreachable,
+                            "port-unreachable" => RejectWith::Icmp6PortUnreachable,
+                            "policy-fail" => RejectWith::Icmp6PolicyFail,
+                            "reject-route" => RejectWith::Icmp6RejectRoute,
+                            _ => {
+                                p.pos -= 1;
+                                return p.err(format!("unsupported: reject with icmpv6 {c}"));
+                            }
+                        };
+                    }
+                    ("icmpx", Family::Inet) => {
+                        let _ = p.eat_word("type");
+                        let c = p.word("an ICMPX code name")?;
+                        if c != "port-unreachable" {
+                            p.pos -= 1;
+                            return p.err(format!(
+                                "unsupported: reject with icmpx {c} in an inet table (nfsim takes reject, reject with icmpx port-unreachable and reject with tcp reset there)"
+                            ));
+                        }
+                    }
+                    ("icmp" | "icmpv6", Family::Inet) => {
+                        p.pos -= 1;
+                        return p.err(format!(
+                            "unsupported: reject with {kind} in an inet table (nfsim takes reject, reject with icmpx port-unreachable and reject with tcp reset there)"
+                        ));
+                    }
+                    ("icmp" | "icmpx", Family::Ip) => {
                         let _ = p.eat_word("type");
                         let c = p.word("an ICMP code name")?;
                         with = match c.as_str() {

@@ -7,7 +7,9 @@ use std::fmt::Write;
 
 use sim_core::SimTime;
 
-use super::parse::{std_prio_ok, CT_STATES, CT_STATUS, FIB_TYPES, STD_PRIOS};
+use super::parse::{
+    std_prio_ok, CT_STATES, CT_STATUS, FIB_TYPES, ICMPV6_TYPES, NFPROTOS, STD_PRIOS,
+};
 use super::*;
 use crate::rule::RejectWith;
 
@@ -142,8 +144,10 @@ fn join_elements(texts: &[String], key: &[DataType], anonymous: bool) -> String 
     } else if key.len() != 1 {
         1
     } else {
+        // nft 1.0.6 lists `ipv6_addr` sets one element per line (checked with the real nft).
         match key[0] {
             DataType::Ipv4Addr | DataType::CtState => 2,
+            DataType::Ipv6Addr => 1,
             _ => 5,
         }
     };
@@ -214,14 +218,26 @@ fn low32(v: Datum) -> u32 {
     v as u32
 }
 
+/// A symbolic constant's name (`symbol_table` of a data type), or the number.
+fn symbol_text(v: u32, table: &[(&str, u32)]) -> String {
+    table
+        .iter()
+        .find(|(_, n)| *n == v)
+        .map_or_else(|| v.to_string(), |(s, _)| s.to_string())
+}
+
 fn datum_text(v: Datum, d: DataType) -> String {
-    let v = low32(v);
+    let w = low32(v);
     match d {
-        DataType::Ipv4Addr => std::net::Ipv4Addr::from(v).to_string(),
-        DataType::InetProto => proto_name(v),
-        DataType::InetService | DataType::Integer => v.to_string(),
-        DataType::Mark => format!("0x{v:08x}"),
-        DataType::CtState => flags_text(v, &CT_STATES),
+        // nft prints IPv6 addresses with inet_ntop (datatype.c ip6addr_type_print).
+        DataType::Ipv6Addr => crate::types::ipv6_to_numeric(std::net::Ipv6Addr::from(v)),
+        DataType::NfProto => symbol_text(w, &NFPROTOS),
+        DataType::Icmpv6Type => symbol_text(w, &ICMPV6_TYPES),
+        DataType::Ipv4Addr => std::net::Ipv4Addr::from(w).to_string(),
+        DataType::InetProto => proto_name(w),
+        DataType::InetService | DataType::Integer => w.to_string(),
+        DataType::Mark => format!("0x{w:08x}"),
+        DataType::CtState => flags_text(w, &CT_STATES),
     }
 }
 
@@ -236,6 +252,16 @@ fn field_datum_text(v: Datum, f: Field) -> String {
 }
 
 fn range_text(lo: Datum, hi: Datum, d: DataType) -> String {
+    if d == DataType::Ipv6Addr {
+        let span = hi.wrapping_sub(lo).wrapping_add(1);
+        if span == 0 && lo == 0 {
+            return "::/0".into();
+        }
+        if span.is_power_of_two() && lo & (span - 1) == 0 {
+            let len = 128 - span.trailing_zeros();
+            return format!("{}/{len}", datum_text(lo, d));
+        }
+    }
     if d == DataType::Ipv4Addr {
         let (lo, hi) = (low32(lo), low32(hi));
         let span = hi.wrapping_sub(lo).wrapping_add(1);
@@ -291,6 +317,11 @@ pub(super) fn field_text(f: Field) -> String {
         Field::IpSaddr => "ip saddr".into(),
         Field::IpDaddr => "ip daddr".into(),
         Field::IpProtocol => "ip protocol".into(),
+        Field::Ip6Saddr => "ip6 saddr".into(),
+        Field::Ip6Daddr => "ip6 daddr".into(),
+        Field::Ip6Nexthdr => "ip6 nexthdr".into(),
+        Field::MetaNfproto => "meta nfproto".into(),
+        Field::Icmpv6Type => "icmpv6 type".into(),
         Field::MetaL4proto => "meta l4proto".into(),
         Field::MetaMark => "meta mark".into(),
         Field::ThSport => "th sport".into(),
@@ -423,8 +454,10 @@ pub fn rule_text(r: &NftRule) -> String {
     t
 }
 
-/// `meta l4proto P` right before a `P sport|dport` match is the protocol dependency nft adds
-/// itself, and does not print (`payload_dependency_kill`).
+/// A protocol match that a later expression of the rule implies, which nft adds itself and
+/// does not print (`payload_dependency_kill`): `meta l4proto P` before a `P sport|dport`
+/// (or `ipv6-icmp` before `icmpv6 type`), and in `inet` tables `meta nfproto ipv4|ipv6`
+/// before an `ip` / `ip6` header field.
 fn implied_dependency(s: &Stmt, rest: &[Stmt]) -> bool {
     let Stmt::Match {
         lhs,
@@ -435,14 +468,26 @@ fn implied_dependency(s: &Stmt, rest: &[Stmt]) -> bool {
     else {
         return false;
     };
-    if lhs.as_slice() != [Field::MetaL4proto] || v.len() != 1 {
+    if lhs.len() != 1 || v.len() != 1 {
         return false;
     }
-    let p = v[0] as u8;
+    let implied_by: fn(Field, Datum) -> bool = match lhs[0] {
+        Field::MetaL4proto => |f, p| match f {
+            Field::Sport(q) | Field::Dport(q) => Datum::from(q) == p,
+            Field::Icmpv6Type => p == 58,
+            _ => false,
+        },
+        Field::MetaNfproto => |f, p| match f {
+            Field::IpSaddr | Field::IpDaddr | Field::IpProtocol => p == 2,
+            Field::Ip6Saddr | Field::Ip6Daddr | Field::Ip6Nexthdr => p == 10,
+            _ => false,
+        },
+        _ => return false,
+    };
     rest.iter().any(|s| match s {
-        Stmt::Match { lhs, .. } | Stmt::Vmap { lhs, .. } => lhs
-            .iter()
-            .any(|f| matches!(f, Field::Sport(q) | Field::Dport(q) if *q == p)),
+        Stmt::Match { lhs, .. } | Stmt::Vmap { lhs, .. } => {
+            lhs.iter().any(|f| implied_by(*f, v[0]))
+        }
         _ => false,
     })
 }
@@ -502,18 +547,43 @@ pub fn stmt_text(s: &Stmt) -> String {
             MarkOp::And(v) => format!("meta mark set meta mark & 0x{v:08x}"),
         },
         Stmt::Update { set, key } => format!("update @{set} {{ {} }}", lhs_text(key)),
-        Stmt::Nat { dnat, addr, port } => {
-            let kw = if *dnat { "dnat" } else { "snat" };
-            match port {
-                Some(p) => format!("{kw} to {addr}:{p}"),
-                None => format!("{kw} to {addr}"),
+        Stmt::Nat {
+            dnat,
+            addr,
+            port,
+            inet,
+        } => {
+            // nft's nat_stmt_print: the family in `inet` tables, IPv6 addresses in brackets
+            // before a port.
+            let kw = match (*dnat, *inet, addr.is_ipv4()) {
+                (true, false, _) => "dnat",
+                (false, false, _) => "snat",
+                (true, true, true) => "dnat ip",
+                (true, true, false) => "dnat ip6",
+                (false, true, true) => "snat ip",
+                (false, true, false) => "snat ip6",
+            };
+            match (addr, port) {
+                (std::net::IpAddr::V4(a), Some(p)) => format!("{kw} to {a}:{p}"),
+                (std::net::IpAddr::V6(a), Some(p)) => {
+                    format!("{kw} to [{}]:{p}", crate::types::ipv6_to_numeric(*a))
+                }
+                (std::net::IpAddr::V4(a), None) => format!("{kw} to {a}"),
+                (std::net::IpAddr::V6(a), None) => {
+                    format!("{kw} to {}", crate::types::ipv6_to_numeric(*a))
+                }
             }
         }
-        Stmt::Iifname { negated, name } => {
-            if *negated {
-                format!("iifname != \"{name}\"")
+        Stmt::Iifname { negated, name } | Stmt::Oifname { negated, name } => {
+            let kw = if matches!(s, Stmt::Iifname { .. }) {
+                "iifname"
             } else {
-                format!("iifname \"{name}\"")
+                "oifname"
+            };
+            if *negated {
+                format!("{kw} != \"{name}\"")
+            } else {
+                format!("{kw} \"{name}\"")
             }
         }
         Stmt::Masquerade { fully_random } => {
