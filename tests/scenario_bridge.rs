@@ -256,3 +256,50 @@ fn trace_shows_the_bridge_decisions_and_where_the_hooks_are_skipped() {
     }
     assert!(on.contains("node:    lo 127.0.0.1/8 ::1/128, eth0 192.168.0.11/24, cni0 10.244.1.1/24, veth00000001, veth00000002\n"), "{on}");
 }
+
+#[test]
+fn frames_to_a_gone_pods_mac_flood_the_other_ports_and_are_lost() {
+    let text = "\
+name: gone
+duration: 30s
+network: {cni: bridge}
+nodes:
+  - {name: node-1, address: 192.168.0.11, podCIDR: 10.244.1.0/24}
+pods:
+  - {name: echo, node: node-1, ip: 10.244.1.5, apps: [{udpServer: {port: 9000}}]}
+  - {name: bystander, node: node-1, ip: 10.244.1.7}
+  - {name: toolbox, node: node-1, ip: 10.244.1.9}
+clients:
+  - name: c
+    pod: toolbox
+    udp: {target: 10.244.1.5:9000, interval: 5s, timeout: 1s}
+events:
+  - at: 12s
+    deletePod: {pod: echo, gracePeriod: 1s}
+";
+    let dir = std::env::temp_dir().join(format!("nfsim-bridge-gone-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("gone.yaml");
+    std::fs::write(&file, text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nfsim"))
+        .arg("run")
+        .arg(&file)
+        .arg("--pcap")
+        .arg(dir.join("caps"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Queries at 0, 5, 10 s answered; from 15 s the pod is gone.
+    assert!(
+        stdout.contains("query #2 answered") && stdout.contains("query #3 TIMED OUT"),
+        "{stdout}"
+    );
+    // Its MAC left the forwarding database with its port; the toolbox's neighbour entry
+    // did not: each query floods to the bystander's port (which drops it) and is lost.
+    let by = frames(&dir.join("caps/node-1-veth-bystander.pcap"));
+    let flooded: Vec<_> = by.iter().filter(|f| f.3 == "10.244.1.5").collect();
+    assert_eq!(flooded.len(), 3, "{by:?}");
+    assert_eq!(flooded[0].1, "0a:58:0a:f4:01:05");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -472,40 +472,25 @@ impl Netns {
             return self.dropped(now, f, Fate::Dropped(DropCause::BridgeFlooded));
         }
         let mut fate = Fate::Transmitted;
-        let many = deliver.len() > 1;
         for (k, d) in deliver.iter().enumerate() {
-            // A flooded frame is cloned per port (br_flood: maybe_deliver_addr).
-            let mut g = if many && k + 1 < deliver.len() {
-                Flight {
-                    pkt: f.pkt,
-                    handle: f.handle,
-                    untracked: f.untracked,
-                    local_origin: false,
-                    trace: None,
-                    out: Vec::new(),
-                    generated: Vec::new(),
-                    view: f.view,
-                    phys: f.phys,
-                }
-            } else {
-                Flight {
-                    pkt: f.pkt,
-                    handle: f.handle,
-                    untracked: f.untracked,
-                    local_origin: false,
-                    trace: f.trace.take(),
-                    out: std::mem::take(&mut f.out),
-                    generated: std::mem::take(&mut f.generated),
-                    view: f.view,
-                    phys: f.phys,
-                }
+            // A flooded frame is cloned per port (br_flood: maybe_deliver_addr), each clone
+            // the frame as it entered; they share the trace, the output and the entry (read
+            // afresh after the first clone's confirm).
+            let mut g = Flight {
+                pkt: f.pkt,
+                handle: f.handle,
+                untracked: f.untracked,
+                local_origin: false,
+                trace: f.trace.take(),
+                out: std::mem::take(&mut f.out),
+                generated: std::mem::take(&mut f.generated),
+                view: if k == 0 { f.view } else { None },
+                phys: f.phys,
             };
             fate = self.bridge_forward(now, &mut g, br, *d, (frame.src_mac, dst_mac));
-            if g.trace.is_some() {
-                f.trace = g.trace;
-            }
-            f.out.append(&mut g.out);
-            f.generated.append(&mut g.generated);
+            f.trace = g.trace;
+            f.out = g.out;
+            f.generated = g.generated;
             f.handle = g.handle;
         }
         fate
