@@ -211,3 +211,95 @@ fn cni0_and_the_ports_are_capture_points_with_the_bridges_macs() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn trace_shows_the_bridge_decisions_and_where_the_hooks_are_skipped() {
+    let trace = |file: &str, from: &str, packet: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nfsim"))
+            .args([
+                "trace", file, "--node", "node-1", "--at", "1s", "--from", from, "--packet", packet,
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let reply = "udp 10.244.1.5:53 -> 10.244.1.9:40000";
+    let off = trace(
+        "scenarios/bridge-nf-call-iptables-off.yaml",
+        "kube-system/coredns",
+        reply,
+    );
+    assert!(off.contains("  bridge: br_netfilter off (bridge-nf-call-iptables=0): no inet hook sees the frame while it is bridged\n"), "{off}");
+    assert!(
+        off.contains(
+            "  bridge: br_forward: out of port veth00000002, past FORWARD and POSTROUTING\n"
+        ),
+        "{off}"
+    );
+    assert!(!off.contains("PREROUTING"), "{off}");
+    let query = "udp 10.244.1.9:40001 -> 10.96.0.10:53";
+    let on = trace(
+        "scenarios/bridge-nf-call-iptables-on.yaml",
+        "toolbox",
+        query,
+    );
+    for line in [
+        "  bridge: cni0: frame 0a:58:0a:f4:01:09 > 0a:58:0a:f4:01:01 received on port veth00000002\n",
+        "  bridge: br_nf_pre_routing: NF_INET_PRE_ROUTING in cni0, physindev veth00000002\n",
+        "  bridge: br_nf_pre_routing_finish: 10.244.1.5 routed out of cni0 itself: bridged_dnat to 0a:58:0a:f4:01:05\n",
+        "  bridge: br_nf_post_routing: NF_INET_POST_ROUTING out cni0, physoutdev veth00000001\n",
+        "=> transmitted on veth00000001 to 10.244.1.5: udp 10.244.1.9:40001 -> 10.244.1.5:53\n",
+    ] {
+        assert!(on.contains(line), "{line}\n{on}");
+    }
+    assert!(on.contains("node:    lo 127.0.0.1/8 ::1/128, eth0 192.168.0.11/24, cni0 10.244.1.1/24, veth00000001, veth00000002\n"), "{on}");
+}
+
+#[test]
+fn frames_to_a_gone_pods_mac_flood_the_other_ports_and_are_lost() {
+    let text = "\
+name: gone
+duration: 30s
+network: {cni: bridge}
+nodes:
+  - {name: node-1, address: 192.168.0.11, podCIDR: 10.244.1.0/24}
+pods:
+  - {name: echo, node: node-1, ip: 10.244.1.5, apps: [{udpServer: {port: 9000}}]}
+  - {name: bystander, node: node-1, ip: 10.244.1.7}
+  - {name: toolbox, node: node-1, ip: 10.244.1.9}
+clients:
+  - name: c
+    pod: toolbox
+    udp: {target: 10.244.1.5:9000, interval: 5s, timeout: 1s}
+events:
+  - at: 12s
+    deletePod: {pod: echo, gracePeriod: 1s}
+";
+    let dir = std::env::temp_dir().join(format!("nfsim-bridge-gone-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("gone.yaml");
+    std::fs::write(&file, text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nfsim"))
+        .arg("run")
+        .arg(&file)
+        .arg("--pcap")
+        .arg(dir.join("caps"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Queries at 0, 5, 10 s answered; from 15 s the pod is gone.
+    assert!(
+        stdout.contains("query #2 answered") && stdout.contains("query #3 TIMED OUT"),
+        "{stdout}"
+    );
+    // Its MAC left the forwarding database with its port; the toolbox's neighbour entry
+    // did not: each query floods to the bystander's port (which drops it) and is lost.
+    let by = frames(&dir.join("caps/node-1-veth-bystander.pcap"));
+    let flooded: Vec<_> = by.iter().filter(|f| f.3 == "10.244.1.5").collect();
+    assert_eq!(flooded.len(), 3, "{by:?}");
+    assert_eq!(flooded[0].1, "0a:58:0a:f4:01:05");
+    let _ = std::fs::remove_dir_all(&dir);
+}

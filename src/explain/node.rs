@@ -359,7 +359,10 @@ pub fn describe(ns: &Netns) -> (Vec<String>, Vec<String>) {
             .iter()
             .map(|i| {
                 let addrs: Vec<String> = i.addrs.iter().map(|(a, l)| format!("{a}/{l}")).collect();
+                // A bridge port holds no address: its name alone.
                 format!("{} {}", i.name, addrs.join(" "))
+                    .trim_end()
+                    .to_string()
             })
             .collect();
         let routes = ns

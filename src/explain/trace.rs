@@ -272,7 +272,16 @@ pub(crate) struct Run {
 
 /// Pushes `pkt` through `ns` at `now` with a trace, and analyses what happened.
 pub(crate) fn run_once(ns: &mut Netns, pkt: Packet, ingress: Ingress, now: SimTime) -> Run {
-    let result = ns.process_traced(now, pkt, ingress);
+    // A packet from a station on a bridge port enters as its frame (the bridge decides).
+    let frame = match ingress {
+        Ingress::Interface(port) => ns.station_frame(port, &pkt).map(|f| (f, port)),
+        Ingress::Local => None,
+    };
+    let result = match frame {
+        Some((Ok(f), port)) => ns.process_frame_traced(now, f, port),
+        Some((Err(to), _)) => unresolved_result(to),
+        None => ns.process_traced(now, pkt, ingress),
+    };
     let steps = result
         .trace
         .as_ref()
@@ -280,6 +289,23 @@ pub(crate) fn run_once(ns: &mut Netns, pkt: Packet, ingress: Ingress, now: SimTi
         .unwrap_or(&[]);
     let outcome = outcome_of(ns, &pkt, &result, steps);
     Run { result, outcome }
+}
+
+/// What a station's unanswered ARP leaves: nothing sent.
+fn unresolved_result(to: IpAddr) -> ProcessResult {
+    let cause = sim_netfilter::netns::DropCause::NeighbourUnresolved(to);
+    let steps = vec![
+        Step::Bridge(format!(
+            "the sender's ARP for {to} is unanswered: nothing is sent"
+        )),
+        Step::Fate(format!("dropped: {cause}")),
+    ];
+    ProcessResult {
+        out: Vec::new(),
+        fate: sim_netfilter::netns::Fate::Dropped(cause),
+        entry: None,
+        trace: Some(sim_netfilter::netns::PacketTrace { steps }),
+    }
 }
 
 fn endpoint(a: IpAddr, port: Option<u16>) -> String {

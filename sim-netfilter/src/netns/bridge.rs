@@ -235,6 +235,36 @@ impl Netns {
         }
     }
 
+    /// The frame a station (a pod) on bridge port `port` sends for `pkt`: from the MAC its
+    /// IPv4 source gives ([`Mac::from_ipv4`]) to the destination's own MAC when the
+    /// destination is on the bridge's subnet (its neighbour entry), else to the gateway's,
+    /// the bridge's own. `None` when `port` is no bridge's port or the packet is not IPv4;
+    /// `Some(Err(addr))` when the on-link destination `addr` does not resolve (the
+    /// station's ARP goes unanswered and nothing is sent).
+    pub fn station_frame(&self, port: IfName, pkt: &Packet) -> Option<Result<Frame, IpAddr>> {
+        let IpAddr::V4(src) = pkt.src else {
+            return None;
+        };
+        let b = (self.bridges.list.iter()).find(|b| b.ports.iter().any(|p| p.dev == port))?;
+        let on_link = (self.routes.interfaces().iter())
+            .filter(|i| i.name == b.dev)
+            .flat_map(|i| i.addrs.iter())
+            .any(|&(a, l)| Prefix::new(a, l).is_ok_and(|p| p.contains(pkt.dst)));
+        let dst_mac = if on_link {
+            match self.bridge_neighbour(pkt.dst) {
+                Some(m) => m,
+                None => return Some(Err(pkt.dst)),
+            }
+        } else {
+            b.mac
+        };
+        Some(Ok(Frame {
+            packet: *pkt,
+            src_mac: Mac::from_ipv4(src),
+            dst_mac,
+        }))
+    }
+
     /// The bridges.
     pub fn bridges(&self) -> &[Bridge] {
         &self.bridges.list
@@ -323,6 +353,14 @@ impl Netns {
             ))
         });
         let nf = self.bridges.call_iptables && f.pkt.is_ipv4();
+        if !nf {
+            Self::step(f, |_| {
+                Step::Bridge(
+                    "br_netfilter off (bridge-nf-call-iptables=0): no inet hook sees the frame while it is bridged"
+                        .to_string(),
+                )
+            });
+        }
         if nf {
             // br_nf_pre_routing: nf_bridge_info keeps the port; the bridge is the device.
             f.phys = Some(PhysDevs {
@@ -390,9 +428,7 @@ impl Netns {
                 return self.route_received(now, f);
             }
             Self::step(f, |_| {
-                Step::Bridge(format!(
-                    "br_pass_frame_up: to {br}'s IP stack (bridge-nf-call-iptables=0: no hooks until now)"
-                ))
+                Step::Bridge(format!("br_pass_frame_up: to {br}'s IP stack"))
             });
             return self.receive(now, f);
         }
@@ -436,40 +472,25 @@ impl Netns {
             return self.dropped(now, f, Fate::Dropped(DropCause::BridgeFlooded));
         }
         let mut fate = Fate::Transmitted;
-        let many = deliver.len() > 1;
         for (k, d) in deliver.iter().enumerate() {
-            // A flooded frame is cloned per port (br_flood: maybe_deliver_addr).
-            let mut g = if many && k + 1 < deliver.len() {
-                Flight {
-                    pkt: f.pkt,
-                    handle: f.handle,
-                    untracked: f.untracked,
-                    local_origin: false,
-                    trace: None,
-                    out: Vec::new(),
-                    generated: Vec::new(),
-                    view: f.view,
-                    phys: f.phys,
-                }
-            } else {
-                Flight {
-                    pkt: f.pkt,
-                    handle: f.handle,
-                    untracked: f.untracked,
-                    local_origin: false,
-                    trace: f.trace.take(),
-                    out: std::mem::take(&mut f.out),
-                    generated: std::mem::take(&mut f.generated),
-                    view: f.view,
-                    phys: f.phys,
-                }
+            // A flooded frame is cloned per port (br_flood: maybe_deliver_addr), each clone
+            // the frame as it entered; they share the trace, the output and the entry (read
+            // afresh after the first clone's confirm).
+            let mut g = Flight {
+                pkt: f.pkt,
+                handle: f.handle,
+                untracked: f.untracked,
+                local_origin: false,
+                trace: f.trace.take(),
+                out: std::mem::take(&mut f.out),
+                generated: std::mem::take(&mut f.generated),
+                view: if k == 0 { f.view } else { None },
+                phys: f.phys,
             };
             fate = self.bridge_forward(now, &mut g, br, *d, (frame.src_mac, dst_mac));
-            if g.trace.is_some() {
-                f.trace = g.trace;
-            }
-            f.out.append(&mut g.out);
-            f.generated.append(&mut g.generated);
+            f.trace = g.trace;
+            f.out = g.out;
+            f.generated = g.generated;
             f.handle = g.handle;
         }
         fate
@@ -489,7 +510,7 @@ impl Netns {
         let Some(mut phys) = f.phys else {
             Self::step(f, |_| {
                 Step::Bridge(format!(
-                    "br_forward: out of port {port} (bridge-nf-call-iptables=0: no FORWARD, no POSTROUTING)"
+                    "br_forward: out of port {port}, past FORWARD and POSTROUTING"
                 ))
             });
             f.pkt.oif = Some(port);

@@ -157,46 +157,30 @@ impl Simulation {
         }
     }
 
-    /// The frame a pod on a bridged node sends for `p`, and the bridge port it enters by:
-    /// to the gateway's MAC (the bridge's) for a destination off the pod's subnet (the pod
-    /// CIDR), else to the MAC its neighbour table holds for the destination. `Ok(None)` for a
-    /// packet that does not come from a pod on a bridge; `Err` when the pod's ARP for an
-    /// on-link destination is unanswered (nothing is sent).
+    /// The frame a pod on a bridged node sends for `p`, and the bridge port it enters by
+    /// (`Netns::station_frame`: to the gateway's MAC for a destination off the pod's
+    /// subnet, else to the destination's). `Ok(None)` for a packet that does not come from
+    /// a pod on a bridge; `Err` when the pod's ARP for an on-link destination is unanswered
+    /// (nothing is sent).
     fn bridge_frame(
         &self,
         n: usize,
         p: &Packet,
         from: Ingress,
     ) -> Result<Option<(sim_netfilter::netns::Frame, IfName)>, String> {
-        use sim_netfilter::netns::{Frame, Mac};
-        let (Ingress::Interface(port), crate::scenario::Cni::Bridge(_)) = (from, &self.sc.cni)
-        else {
+        let Ingress::Interface(port) = from else {
             return Ok(None);
         };
-        let node = &self.nodes[n];
-        let IpAddr::V4(src) = p.src else {
-            return Ok(None);
-        };
-        if !node.veths.contains_key(&port) {
+        if !matches!(self.sc.cni, crate::scenario::Cni::Bridge(_)) {
             return Ok(None);
         }
-        let gw = pod_gateway(&node.def.pod_cidr);
-        let to = if node.def.pod_cidr.contains(p.dst) {
-            p.dst
-        } else {
-            gw
-        };
-        let Some(dst_mac) = node.netns.bridge_neighbour(to) else {
-            return Err(format!(
+        match self.nodes[n].netns.station_frame(port, p) {
+            None => Ok(None),
+            Some(Ok(frame)) => Ok(Some((frame, port))),
+            Some(Err(to)) => Err(format!(
                 "ARP: {to} unanswered on the pod's link, nothing sent"
-            ));
-        };
-        let frame = Frame {
-            packet: *p,
-            src_mac: Mac::from_ipv4(src),
-            dst_mac,
-        };
-        Ok(Some((frame, port)))
+            )),
+        }
     }
 
     pub(super) fn node_egress(
