@@ -118,6 +118,15 @@ fn outcome(r: LookupResult, at: SimTime) -> QueryOutcome {
     }
 }
 
+/// The keys of `deadlines` due at `now`, in order.
+fn due<K: Copy + Ord>(deadlines: &BTreeMap<K, SimTime>, now: SimTime) -> Vec<K> {
+    deadlines
+        .iter()
+        .filter(|(_, t)| **t <= now)
+        .map(|(k, _)| *k)
+        .collect()
+}
+
 impl ResolverClient {
     /// A client; `seed` and `label` name its seeded streams.
     pub fn new(cfg: ResolverClientConfig, seed: u64, label: &str) -> ResolverClient {
@@ -212,25 +221,13 @@ impl ResolverClient {
         connect: &mut ConnectPorts,
         out: &mut Outbox,
     ) {
-        let expired: Vec<u16> = self
-            .time_wait
-            .iter()
-            .filter(|(_, t)| **t <= now)
-            .map(|(p, _)| *p)
-            .collect();
-        for p in expired {
+        for p in due(&self.time_wait, now) {
             self.time_wait.remove(&p);
             if !self.tcp_ports.contains_key(&p) {
                 out.tcp_ports.push((p, false));
             }
         }
-        let failed: Vec<SocketId> = self
-            .tcp_deadline
-            .iter()
-            .filter(|(_, t)| **t <= now)
-            .map(|(s, _)| *s)
-            .collect();
-        for s in failed {
+        for s in due(&self.tcp_deadline, now) {
             self.drop_tcp(s, out);
             self.resolver.handle_tcp_failed(now, s);
         }

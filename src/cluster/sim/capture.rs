@@ -634,20 +634,7 @@ impl FrameBuilder {
         m.extend_from_slice(&[0, 1, 0, u8::from(record.is_some()), 0, 0, 0, 0]);
         m.extend_from_slice(question);
         if let Some(ip) = record {
-            m.extend_from_slice(&[0xc0, 0x0c]);
-            m.extend_from_slice(&qtype.to_be_bytes());
-            m.extend_from_slice(&1u16.to_be_bytes());
-            m.extend_from_slice(&5u32.to_be_bytes());
-            match ip {
-                IpAddr::V4(a) => {
-                    m.extend_from_slice(&4u16.to_be_bytes());
-                    m.extend_from_slice(&a.octets());
-                }
-                IpAddr::V6(a) => {
-                    m.extend_from_slice(&16u16.to_be_bytes());
-                    m.extend_from_slice(&a.octets());
-                }
-            }
+            crate::dns::wire::address_record(&mut m, qtype, *ip);
         }
         Some(m)
     }
