@@ -58,24 +58,30 @@ fn dns_messages(path: &Path) -> Vec<(&'static str, Vec<u8>)> {
     out
 }
 
-#[test]
-fn captures_hold_the_real_dns_messages_and_the_tcp_retry() {
-    let dir = tmp("run");
-    let _ = std::fs::remove_dir_all(&dir);
+/// Runs `scenario` to 8 s with `--pcap` into a fresh `DIR` and returns the debian pod's
+/// veth capture.
+fn debian_capture(scenario: &str, dir: &Path) -> PathBuf {
+    let _ = std::fs::remove_dir_all(dir);
     let (code, out, err) = cli::nfsim(&[
         "run",
-        "scenarios/resolver-ndots.yaml",
+        scenario,
         "--until",
         "8s",
         "--pcap",
         dir.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{out}\n{err}");
-    let veth = std::fs::read_dir(&dir)
+    std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.to_string_lossy().contains("veth-debian"))
-        .unwrap_or_else(|| panic!("no debian veth capture in {}", dir.display()));
+        .unwrap_or_else(|| panic!("no debian veth capture in {}", dir.display()))
+}
+
+#[test]
+fn captures_hold_the_real_dns_messages_and_the_tcp_retry() {
+    let dir = tmp("run");
+    let veth = debian_capture("scenarios/resolver-ndots.yaml", &dir);
     let msgs = dns_messages(&veth);
     let parsed: Vec<_> = msgs
         .iter()
@@ -147,6 +153,58 @@ fn captures_hold_the_real_dns_messages_and_the_tcp_retry() {
         assert_eq!(tcp.lines().count(), 2, "the two answers over TCP: {tcp}");
         let tc = tools::tshark_matching(&veth, "dns.flags.truncated == 1");
         assert_eq!(tc.lines().count(), 1, "{tc}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn glibc_edns0_queries_carry_the_opt_record_and_big_answers_fit() {
+    // The shipped scenario with `options edns0` on glibc's resolv.conf: each query carries
+    // an OPT record of 1200 octets (glibc's RESOLV_EDNS_BUFFER_SIZE), each answer CoreDNS's
+    // OPT, and big.example's 40 records fit one datagram (no TC, no TCP).
+    // Without its expectations: big.example no longer goes over TCP.
+    let mut text = std::fs::read_to_string("scenarios/resolver-ndots.yaml").unwrap();
+    text.truncate(text.find("expectations:").unwrap());
+    let at = text.find("options ndots:5\n").unwrap();
+    let text = format!(
+        "{}options ndots:5 edns0\n{}",
+        &text[..at],
+        &text[at + "options ndots:5\n".len()..]
+    );
+    let dir = tmp("edns0");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("edns0.yaml");
+    std::fs::write(&file, text).unwrap();
+    let veth = debian_capture(file.to_str().unwrap(), &dir.join("pcap"));
+    let parsed: Vec<_> = dns_messages(&veth)
+        .into_iter()
+        .map(|(t, m)| (t, parse(&m).unwrap()))
+        .collect();
+    assert!(!parsed.is_empty());
+    for (t, p) in &parsed {
+        assert_eq!(*t, "udp", "{p:?}");
+        if p.response {
+            assert!(p.edns_udp_size.is_some(), "{p:?}");
+        } else {
+            assert_eq!(p.edns_udp_size, Some(1200), "{p:?}");
+        }
+    }
+    let big: Vec<(bool, u16)> = parsed
+        .iter()
+        .filter(|(_, p)| p.response && p.question == ("big.example".into(), 1))
+        .map(|(_, p)| (p.truncated, p.answers))
+        .collect();
+    assert_eq!(big, [(false, 40)]);
+    if tools::have_programs_or_skip("resolver_pcap::tshark", &["tshark"]) {
+        let opt = tools::tshark_matching(
+            &veth,
+            "dns.flags.response == 0 && dns.rr.udp_payload_size == 1200",
+        );
+        let queries = tools::tshark_matching(&veth, "dns.flags.response == 0");
+        assert_eq!(opt.lines().count(), queries.lines().count(), "{queries}");
+        assert!(!opt.is_empty());
+        assert!(!opt.contains("Malformed"), "{opt}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

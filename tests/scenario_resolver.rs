@@ -122,15 +122,21 @@ fn payment_shop_walks_the_search_list_then_big_answers_go_over_tcp() {
             &["A big.example tcp"]
         };
         assert_eq!(tcp, want, "{client}");
-        assert!(lines
-            .iter()
-            .any(|(_, l)| l == &format!(
+        assert!(lines.iter().any(|(_, l)| l
+            == &format!(
                 "{client}: lookup #1 NOERROR A big.example, 40 records from 10.96.0.10:53 (tcp)"
             )));
         assert!(lines.iter().any(|(_, l)| l.starts_with(&format!(
             "{client}: lookup #1 of big.example answered (40 addresses) in"
         )) && l.contains("over TCP")));
     }
+    // The endpoint figures count the server only: glibc's AAAA answer that meets its
+    // closed socket (frame of ICMP port unreachable) is no request to the debian pod.
+    assert!(
+        r.summary.contains("kube-system/coredns") && !r.summary.contains("default/debian"),
+        "{}",
+        r.summary
+    );
     // Same seed, same run.
     let again = shipped();
     assert_eq!(dns_lines(&r, "glibc"), dns_lines(&again, "glibc"));
@@ -236,7 +242,19 @@ fn lookups_expectations_count_each_result_and_fail_when_wrong() {
         r.results[1].detail
     );
     // The summary counts a lookup that found no name as failed, neither timed out nor refused.
-    assert!(r.summary.contains("r "), "{}", r.summary);
+    let row: Vec<&str> = r
+        .summary
+        .lines()
+        .find(|l| l.starts_with("r "))
+        .unwrap_or_else(|| panic!("{}", r.summary))
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row,
+        ["r", "10.96.0.10:53", "2", "0", "2", "0", "0"],
+        "{}",
+        r.summary
+    );
 }
 
 #[test]
@@ -272,4 +290,28 @@ fn resolver_words_refuse_what_they_cannot_run_at_their_place() {
         ),
         "version is musl's",
     );
+}
+
+#[test]
+fn glibc_edns0_advertises_1200_octets_so_big_example_fits_over_udp() {
+    // `options edns0`: glibc's OPT record says 1200 octets (RESOLV_EDNS_BUFFER_SIZE), so
+    // the server keeps big.example's 40 records (29 + 11 + 40 x 16 + 11 = 691 octets) in one
+    // datagram: no TC, no retry over TCP. Without edns0 the same answer is truncated.
+    let r = run_text(
+        "t.yaml",
+        &one_client("glibc", "        options edns0\n", "", "big.example"),
+        false,
+    );
+    let a = asked(&r, "r");
+    assert!(a.iter().all(|(_, q)| q.ends_with(" udp")), "{a:?}");
+    let lines = dns_lines(&r, "r");
+    assert!(
+        lines
+            .iter()
+            .any(|(_, l)| l
+                == "r: lookup #0 NOERROR A big.example, 40 records from 10.96.0.10:53 (udp)"),
+        "{lines:#?}"
+    );
+    let plain = run_text("t.yaml", &one_client("glibc", "", "", "big.example"), false);
+    assert!(asked(&plain, "r").iter().any(|(_, q)| q.ends_with(" tcp")));
 }

@@ -233,9 +233,15 @@ impl Simulation {
                     // reaching itself through its Service (hairpin) is both client and
                     // endpoint, and its request counts.
                     let c = &self.clients[t.client as usize];
+                    // A resolver's answer that comes after its socket closed (glibc's AAAA
+                    // answer once the A answer sent it to TCP) is still no request.
+                    let answer = matches!(
+                        crate::dns::tag::decode(p.tag),
+                        Some(crate::dns::tag::DnsMessage::Answer(_))
+                    );
                     let to_client = c.machine == Machine::Pod(k)
                         && c.ip == p.dst
-                        && p.dport().is_some_and(|d| c.app.owns(p.protocol(), d));
+                        && (answer || p.dport().is_some_and(|d| c.app.owns(p.protocol(), d)));
                     if !to_client {
                         if let (Some(sport), L4::Udp { .. } | L4::Tcp { .. }) = (p.sport(), p.l4) {
                             let hit = Hit {
