@@ -100,6 +100,7 @@
 //! - [`testkit`]: the front door for code (above).
 //! - [`k8s`]: the Kubernetes objects kube-proxy reads (Services, EndpointSlices).
 //! - [`kubeproxy`]: kube-proxy's iptables rendering, sync timing and conntrack cleanup.
+//! - [`dns`]: DNS messages, zones, `resolv.conf`, and the glibc and musl stub resolvers.
 //! - [`cluster`]: nodes, pods, hosts, applications, and the simulation driver.
 //! - [`scenario`]: scenario files, expectations, and the outputs of a run.
 //! - [`explain`]: one packet through a node's hooks, rule by rule, with every `statistic` branch.
@@ -107,7 +108,8 @@
 //!   confidence intervals, distributions of the clients' figures, shards and their merge.
 //! - [`report`]: a run as one self-contained HTML page (`nfsim run --report`).
 //!
-//! The modules stand on each other in one order, lowest first: `k8s`, `kubeproxy`, `scenario`
+//! The modules stand on each other in one order, lowest first: `k8s`, `kubeproxy` and `dns` (DNS
+//! messages, zones, `resolv.conf`, the glibc and musl stub resolvers), `scenario`
 //! (what to run: the model owns its types), `cluster` (how it runs), then `explain`, `sweep`,
 //! `report`, and `testkit` on top. A module uses only those below it; `tests/layering.rs`
 //! reads every `crate::` and `super::` path and fails on one that points up.
@@ -120,6 +122,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod dns;
 pub mod doctor;
 pub mod explain;
 pub mod k8s;

@@ -26,6 +26,8 @@ const ROOMS: &[(&str, u8)] = &[
     ("rules_error", 0),
     // kube-proxy: objects in, rules out.
     ("kubeproxy", 1),
+    // DNS messages, zones, resolv.conf and the C libraries' stub resolvers (sans-IO).
+    ("dns", 1),
     // What to run: the scenario model, its loader and its types.
     ("scenario", 2),
     // How it runs: the cluster simulation.

@@ -2,7 +2,8 @@
 //! the control plane, and the driver that runs them all on one event queue.
 //!
 //! - [`apps`]: servers and clients as sans-IO state machines.
-//! - [`dns`]: DNS messages, zones, `resolv.conf` and the glibc and musl stub resolvers.
+//! - [`dns`] (the crate's `dns`, re-exported): DNS messages, zones, `resolv.conf` and the glibc
+//!   and musl stub resolvers.
 //! - [`control`]: pod lifecycle and the EndpointSlice controller.
 //! - [`topology`]: the controller's zone and hints of each endpoint (`topology-mode: Auto`,
 //!   `trafficDistribution`).
@@ -17,7 +18,7 @@
 
 pub mod apps;
 pub mod control;
-pub mod dns;
+pub use crate::dns;
 pub mod ping;
 pub mod ports;
 pub mod proxy;

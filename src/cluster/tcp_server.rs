@@ -84,6 +84,9 @@ pub struct TcpServer {
     pub response_bytes: u16,
     /// Half-close a connection after this many responses on it (`None`: never).
     pub close_after: Option<u32>,
+    /// DNS over TCP (RFC 1035 §4.2.2) from this zone: a resolver's query is answered whole,
+    /// its two-octet length first, instead of [`TcpServer::response_bytes`].
+    pub zone: Option<(std::sync::Arc<crate::dns::DnsData>, usize)>,
     conns: BTreeMap<SocketAddr, SrvConn>,
     timers: Timers<SrvTimer>,
     isn: SimRng,
@@ -99,6 +102,7 @@ impl TcpServer {
             service_time,
             response_bytes: 64,
             close_after: None,
+            zone: None,
             conns: BTreeMap::new(),
             timers: Timers::default(),
             isn,
@@ -342,16 +346,24 @@ impl TcpServer {
             if c.state != SrvConnState::Established {
                 continue;
             }
+            let (tag, bytes) = match crate::cluster::apps::zone_answer(
+                &self.zone,
+                tag,
+                crate::dns::Transport::Tcp,
+            ) {
+                Some((t, len)) => (t, 2 + len as u16),
+                None => (tag, self.response_bytes),
+            };
             let mut p = tcp_packet(
                 local,
                 peer,
                 TcpFlags::PSH | TcpFlags::ACK,
                 c.snd_nxt,
                 c.rcv_nxt,
-                self.response_bytes,
+                bytes,
             );
             p.tag = tag;
-            c.snd_nxt = c.snd_nxt.wrapping_add(self.response_bytes as u32);
+            c.snd_nxt = c.snd_nxt.wrapping_add(bytes as u32);
             c.answered += 1;
             // tcp_event_data_sent: data sent within the delayed-ACK time of the last data
             // received enters pingpong mode (`tcp_pingpong_thresh` 1): later requests'

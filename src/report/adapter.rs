@@ -304,6 +304,38 @@ pub(crate) fn adapt(e: &TimelineEvent) -> Ev<'_> {
             client,
             id: *request,
         },
+        What::DnsQuery {
+            client,
+            lookup,
+            src,
+            dst,
+            ..
+        } => Ev::Send {
+            client,
+            id: *lookup,
+            attempt: 0,
+            src,
+            dst,
+        },
+        What::DnsAnswer { client, lookup, .. } => Ev::Note {
+            client,
+            id: *lookup,
+        },
+        What::Lookup {
+            client,
+            lookup,
+            result,
+            ..
+        } => Ev::Done {
+            client,
+            id: *lookup,
+            outcome: match *result {
+                "answered" => Outcome::Answered,
+                "timedOut" => Outcome::TimedOut,
+                "refused" => Outcome::Refused,
+                _ => Outcome::Failed,
+            },
+        },
     }
 }
 

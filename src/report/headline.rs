@@ -65,6 +65,7 @@ impl Headline {
                     ClientKind::Udp { .. } => "queries",
                     ClientKind::Tcp { .. } => "connections",
                     ClientKind::Ping { .. } => "echo requests",
+                    ClientKind::Resolver(_) => "lookups",
                 })
                 .chain(std::iter::repeat("queries"))
                 .take(sc.clients.len() + sc.pcap_clients.len())

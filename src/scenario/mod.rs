@@ -19,6 +19,7 @@
 //! - [`events`]: the events that change objects, kube-proxy, conntrack tables and nodes over
 //!   time, each checked against what exists at its instant.
 
+mod dns_apps;
 mod endpoint_of;
 pub mod events;
 mod expect_words;

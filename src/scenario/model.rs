@@ -62,6 +62,8 @@ pub struct Scenario {
     /// What loads but is probably a mistake, for the command line to print once (never part
     /// of the run's output).
     pub warnings: Vec<super::warnings::ScenarioWarning>,
+    /// The DNS names its resolvers ask and its servers' zones (`udpServer.zone`).
+    pub dns: std::sync::Arc<crate::dns::DnsData>,
 }
 
 /// How the nodes connect their pods (`network.cni`).
@@ -251,6 +253,9 @@ pub enum AppDef {
         service_time: SimDuration,
         /// How it answers.
         reply: UdpReply,
+        /// Its zone (`zone:`), an index into [`Scenario::dns`]'s zones: it answers resolvers
+        /// by name and listens on the same TCP port too.
+        zone: Option<usize>,
     },
     /// TCP server.
     TcpServer {
@@ -426,6 +431,20 @@ pub enum ClientKind {
         /// How long a request waits for its reply.
         timeout: SimDuration,
     },
+    /// A stub resolver in a loop (`resolver:`): one `getaddrinfo` per run, one at a time; the
+    /// target is its first nameserver's port 53.
+    Resolver(Box<ResolverDef>),
+}
+
+/// A resolver client's settings (`clients[].resolver`).
+#[derive(Debug, Clone)]
+pub struct ResolverDef {
+    /// Whose resolver.
+    pub libc: crate::dns::Libc,
+    /// Its `resolv.conf`.
+    pub conf: crate::dns::ResolvConf,
+    /// The names looked up, one per run, in turn (as written).
+    pub names: Vec<String>,
 }
 
 /// A client.
@@ -810,6 +829,21 @@ pub enum Check {
         node: usize,
         /// Each counter checked, by its `conntrack -S` name, with its bounds.
         counters: Vec<(StatCounter, Count)>,
+    },
+    /// A resolver client's lookups that ended in `[from, to)`, by result
+    /// (`client.lookups`).
+    Lookups {
+        /// Client index.
+        client: usize,
+        /// Window start.
+        from: SimTime,
+        /// Window end (`None`: the check time).
+        to: Option<SimTime>,
+        /// Per result word (`answered`, `nxdomain`, `nodata`, `timedOut`, `refused`, `tcp`,
+        /// `namesTried`), its bounds.
+        counts: Vec<(&'static str, Count)>,
+        /// The slowest lookup's bound.
+        max_latency: Option<SimDuration>,
     },
     /// `conntrack -E` events on a node in a window.
     ConntrackEvent {

@@ -355,6 +355,36 @@ pub struct ServerDoc {
     /// `keepalive_requests`).
     #[serde(default)]
     pub max_requests: Option<S<u32>>,
+    /// UDP: answer resolvers' queries by name from this zone, and listen on the same TCP port
+    /// for their retries over TCP (see `super::dns_apps`).
+    #[serde(default)]
+    pub zone: Option<S<ZoneDoc>>,
+}
+
+/// `udpServer.zone:` which names a DNS server knows and how many records each holds.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ZoneDoc {
+    /// CoreDNS's `kubernetes` plugin: an `A` record with the cluster IP for each Service of
+    /// the scenario, `NAME.NAMESPACE.svc.cluster.local` (default true).
+    #[serde(default)]
+    pub services: Option<bool>,
+    /// More names, each with its record counts.
+    #[serde(default)]
+    pub names: BTreeMap<String, S<ZoneNameDoc>>,
+}
+
+/// One name of a zone: how many `A` and `AAAA` records it has (addresses counted up from
+/// 198.18.0.1 and 2001:db8::1).
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ZoneNameDoc {
+    /// `A` records (default 0).
+    #[serde(default)]
+    pub a: Option<S<u16>>,
+    /// `AAAA` records (default 0).
+    #[serde(default)]
+    pub aaaa: Option<S<u16>>,
 }
 
 /// `kubeProxy:` (and `settings:` of a `kubeProxy` event, over the settings then in force).
@@ -528,6 +558,40 @@ pub struct ClientDoc {
     /// `super::udp_apps`).
     #[serde(default)]
     pub dig: Option<S<DigClientDoc>>,
+    /// A stub resolver (glibc's or musl's `getaddrinfo`) in a loop (see `super::dns_apps`).
+    #[serde(default)]
+    pub resolver: Option<S<ResolverClientDoc>>,
+}
+
+/// `resolver:` of a client: `while :; do getent ahosts NAME; sleep S; done`, each run the
+/// next name of `names`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ResolverClientDoc {
+    /// `glibc` or `musl`.
+    pub libc: S<String>,
+    /// musl's version (`1.2.4` and later retry a truncated answer over TCP); default 1.2.5.
+    #[serde(default)]
+    pub version: Option<S<String>>,
+    /// The `resolv.conf` text.
+    #[serde(default)]
+    pub resolv_conf: Option<S<String>>,
+    /// A `resolv.conf` file, relative to the scenario file's directory.
+    #[serde(default)]
+    pub resolv_conf_file: Option<S<String>>,
+    /// The names looked up, one per run, in turn.
+    pub names: S<Vec<S<String>>>,
+    /// The `sleep` between the end of one lookup and the start of the next.
+    pub sleep: S<Duration>,
+    /// First run (default 0s).
+    #[serde(default)]
+    pub start: Option<Duration>,
+    /// No new run from this instant (default: the end of the run).
+    #[serde(default)]
+    pub stop: Option<Duration>,
+    /// At most this many runs.
+    #[serde(default)]
+    pub count: Option<u32>,
 }
 
 /// `dig:` of a client: `while :; do dig @TARGET -b ADDR#PORT +tries=N +timeout=T; sleep S;
@@ -1068,6 +1132,39 @@ pub struct ClientExpectDoc {
     /// Of those, refused by an ICMP error or reset.
     #[serde(default)]
     pub refused: Option<CountDoc>,
+    /// A resolver client's lookups that ended in the window, by result.
+    #[serde(default)]
+    pub lookups: Option<S<LookupsExpectDoc>>,
+}
+
+/// `client.lookups:` a resolver client's lookups by how they ended.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LookupsExpectDoc {
+    /// Answered with addresses.
+    #[serde(default)]
+    pub answered: Option<CountDoc>,
+    /// No name of the search list exists.
+    #[serde(default)]
+    pub nxdomain: Option<CountDoc>,
+    /// The name exists without addresses.
+    #[serde(default)]
+    pub nodata: Option<CountDoc>,
+    /// No answer in the resolver's time.
+    #[serde(default)]
+    pub timed_out: Option<CountDoc>,
+    /// Every nameserver refused (glibc).
+    #[serde(default)]
+    pub refused: Option<CountDoc>,
+    /// Over TCP (a truncated answer, or `use-vc`).
+    #[serde(default)]
+    pub tcp: Option<CountDoc>,
+    /// Names asked per lookup, every lookup.
+    #[serde(default)]
+    pub names_tried: Option<CountDoc>,
+    /// The slowest lookup took at most this long.
+    #[serde(default)]
+    pub max_latency: Option<Duration>,
 }
 
 /// `conntrack:` check on one node's table.

@@ -25,17 +25,20 @@
 //! them: the socket layer that answers without an application and builds TCP segments
 //! (`socket.rs`), and the timers of one application (`timers.rs`).
 
+mod resolver_client;
 mod scheduler;
 mod socket;
 mod tcp_client;
 mod timers;
 mod udp;
 
+pub use resolver_client::{LookupPlan, ResolverClient, ResolverClientConfig};
 pub(crate) use scheduler::{due_at, Pacing, Scheduler, Shift};
 pub use socket::{closed_port_response, TCP_TIMEWAIT_LEN};
 pub(crate) use socket::{tcp_packet, tcp_seg_len};
 pub use tcp_client::{TcpClient, TcpClientConfig};
 pub(crate) use timers::Timers;
+pub(crate) use udp::zone_answer;
 pub use udp::{UdpClient, UdpClientConfig, UdpServer};
 
 pub use crate::cluster::tcp_server::{TcpServer, TCP_DELACK_MIN, TCP_FIN_TIMEOUT};
@@ -74,7 +77,8 @@ impl Tag {
     }
     /// Unpacks [`Packet::tag`]; `None` for 0 (untagged).
     pub fn unpack(tag: u64) -> Option<Tag> {
-        let client = tag >> 40;
+        // A resolver's DNS tag (`dns::tag`) numbers its client the same way.
+        let client = (tag & !crate::dns::tag::DNS_TAG) >> 40;
         if client == 0 {
             return None;
         }
@@ -216,6 +220,57 @@ pub enum AppEvent {
         /// Why.
         reason: TcpFailure,
     },
+    /// A resolver client sent a DNS query.
+    DnsQuery {
+        /// Lookup number.
+        lookup: u32,
+        /// The name asked.
+        name: String,
+        /// The type asked.
+        qtype: crate::dns::QType,
+        /// Over TCP.
+        tcp: bool,
+        /// The socket it left from.
+        src: SocketAddr,
+        /// The nameserver.
+        dst: SocketAddr,
+    },
+    /// A resolver client got a DNS answer.
+    DnsAnswer {
+        /// Lookup number.
+        lookup: u32,
+        /// The name answered.
+        name: String,
+        /// The type answered.
+        qtype: crate::dns::QType,
+        /// NXDOMAIN (else NOERROR).
+        nxdomain: bool,
+        /// Records of the type asked.
+        records: u16,
+        /// TC.
+        truncated: bool,
+        /// Over TCP.
+        tcp: bool,
+        /// Who answered, as the client saw it.
+        from: SocketAddr,
+    },
+    /// A resolver client's lookup ended.
+    LookupEnded {
+        /// Lookup number.
+        lookup: u32,
+        /// The name looked up, as written.
+        name: String,
+        /// How: `answered`, `nxdomain`, `nodata`, `timedOut`, `refused`.
+        result: &'static str,
+        /// Addresses returned.
+        records: u32,
+        /// From the call to its return.
+        latency: SimDuration,
+        /// The names asked, in order.
+        tried: Vec<String>,
+        /// Whether it went over TCP.
+        tcp: bool,
+    },
     /// A server answered a request.
     ServerAnswered {
         /// The server's port.
@@ -262,6 +317,8 @@ pub struct Outbox {
     /// Local ports a client bound (`true`) or released (`false`), in order, so the host can
     /// keep its table of ports in use without asking every socket.
     pub ports: Vec<(u16, bool)>,
+    /// The same for TCP ports, from a client that holds UDP ports too (a resolver).
+    pub tcp_ports: Vec<(u16, bool)>,
 }
 
 /// The ports bound on a host, as a client drawing an ephemeral port sees them.
@@ -308,6 +365,9 @@ pub enum QueryOutcome {
     Reset(SimTime),
     /// No local port was free (EADDRINUSE); nothing was sent.
     NoPort(SimTime),
+    /// A resolver's lookup found no address: NXDOMAIN for every name of its search list,
+    /// or a name without addresses (NODATA), at this instant.
+    NoName(SimTime),
 }
 
 impl QueryOutcome {
@@ -319,7 +379,8 @@ impl QueryOutcome {
             | QueryOutcome::TimedOut(t)
             | QueryOutcome::IcmpError(t, _)
             | QueryOutcome::Reset(t)
-            | QueryOutcome::NoPort(t) => Some(t),
+            | QueryOutcome::NoPort(t)
+            | QueryOutcome::NoName(t) => Some(t),
         }
     }
     /// Whether it failed (timed out or refused).

@@ -7,6 +7,7 @@ use super::{
     QueryOutcome, QueryRecord, Scheduler, Shift, SourcePort, Tag, Timers, UdpReply,
 };
 use crate::cluster::querylog::QueryLog;
+use crate::dns::{self, tag::DnsMessage, DnsData, Transport};
 use crate::scenario::model::UdpSocketUse;
 use sim_core::packet::icmp;
 use sim_core::{Packet, SimDuration, SimRng, SimTime, L4};
@@ -23,9 +24,28 @@ pub struct UdpServer {
     pub service_time: SimDuration,
     /// How it answers.
     pub reply: UdpReply,
+    /// Its zone (`udpServer.zone`): the run's DNS and the zone's index in it. With one, a
+    /// resolver's query is answered from the zone (NXDOMAIN, NODATA, truncated with TC over
+    /// 512 octets or the query's EDNS0 size), the answer's length and tag its message's.
+    pub zone: Option<(std::sync::Arc<DnsData>, usize)>,
     pending: Timers<Packet>,
     received: u64,
     answered: u64,
+}
+
+/// The answer of `zone` to the resolver query `pkt` carries, over `transport`: its tag and
+/// its message length. `None` when `pkt` is not a resolver's query.
+pub(crate) fn zone_answer(
+    zone: &Option<(std::sync::Arc<DnsData>, usize)>,
+    tag: u64,
+    transport: Transport,
+) -> Option<(u64, usize)> {
+    let (dns, z) = zone.as_ref()?;
+    let DnsMessage::Query { query, .. } = dns::tag::decode(tag)? else {
+        return None;
+    };
+    let a = dns.zones.get(*z)?.answer(&dns.names, query, transport);
+    Some((dns::tag::answer_tag(tag, a), a.wire_len(&dns.names)))
 }
 
 impl UdpServer {
@@ -39,6 +59,7 @@ impl UdpServer {
             port,
             service_time,
             reply,
+            zone: None,
             pending: Timers::default(),
             received: 0,
             answered: 0,
@@ -60,6 +81,10 @@ impl UdpServer {
             SocketAddr::new(pkt.src, sport),
         );
         reply.tag = pkt.tag;
+        if let Some((tag, len)) = zone_answer(&self.zone, pkt.tag, Transport::Udp) {
+            reply.tag = tag;
+            reply.len = if reply.dst.is_ipv4() { 28 } else { 48 } + len as u16;
+        }
         self.pending.add(now + self.service_time, reply);
     }
     /// Sends the answers that are due.

@@ -149,7 +149,7 @@ impl Simulation {
                 }
             }
             nodes.push(NodeRt {
-                stack: Stack::build(&n.apps, seed, &format!("node/{}", n.name)),
+                stack: Stack::build(&n.apps, &sc.dns, seed, &format!("node/{}", n.name)),
                 def: n.clone(),
                 netns: node_netns(&sc, i, pods_on[i], &pod_routes)?,
                 veths: VethMap::default(),
@@ -173,7 +173,7 @@ impl Simulation {
             .map(|h| {
                 (
                     h.clone(),
-                    Stack::build(&h.apps, seed, &format!("host/{}", h.name)),
+                    Stack::build(&h.apps, &sc.dns, seed, &format!("host/{}", h.name)),
                 )
             })
             .collect();

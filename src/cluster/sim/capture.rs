@@ -36,6 +36,10 @@
 //!   ([`DnsQuestion`]): one question, the answer an `A` (or `AAAA`) record with TTL 5 s
 //!   (CoreDNS's `kubernetes` plugin default), authoritative, recursion desired and available;
 //!   the message ID is drawn from the seed per query (retries reuse it, as resolvers do);
+//! - a resolver client's queries and its DNS server's answers are the real messages
+//!   ([`crate::dns::tag`] carries them): the names asked, QTYPE, the OPT record
+//!   glibc's `edns0` sends, NXDOMAIN, the zone's records, TC; over TCP each message after its
+//!   two-octet length;
 //! - TCP segments carry as many bytes as the model says (the client's request, the server's
 //!   response), so sequence and acknowledgement numbers add up; their bytes are filler;
 //! - other UDP datagrams and ICMP echo carry filler of the model's length;
@@ -385,6 +389,8 @@ pub struct FrameBuilder {
     pcap: Vec<std::sync::Arc<Vec<PcapPacket>>>,
     /// The scenario's Services by DNS name (`name.namespace.svc.cluster.local`).
     service_ips: BTreeMap<String, IpAddr>,
+    /// The run's DNS names and zones, for resolvers' messages.
+    dns_data: std::sync::Arc<crate::dns::DnsData>,
 }
 
 /// The RFC 1071 checksum of an IPv4 header whose checksum field is zero.
@@ -440,6 +446,7 @@ impl FrameBuilder {
             })
             .collect();
         FrameBuilder {
+            dns_data: sc.dns.clone(),
             seed: sc.seed,
             dns,
             tcp_seen: BTreeMap::new(),
@@ -521,6 +528,50 @@ impl FrameBuilder {
         })
     }
 
+    /// The DNS message a resolver client's packet carries in its tag
+    /// ([`crate::dns::tag`]): its query (with the OPT record when it sent one), or
+    /// the answer with the zone's records, RCODE and TC; over TCP after its two-octet length
+    /// (RFC 1035 §4.2.2). The message ID is drawn from the seed, the client, the question and
+    /// the client's port, so a query and its answer share it. `None` for any other packet
+    /// and for a TCP segment without data.
+    fn resolver_payload(&self, p: &Packet) -> Option<Vec<u8>> {
+        use crate::dns::tag::{self as dtag, DnsMessage};
+        let m = dtag::decode(p.tag)?;
+        let client = dtag::client(p.tag)?;
+        let (sport, dport) = (p.sport()?, p.dport()?);
+        let (tcp, l4) = match p.l4 {
+            L4::Udp { .. } => (false, 8),
+            L4::Tcp { .. } => (true, 20),
+            _ => return None,
+        };
+        let ip_hdr: usize = if p.is_ipv4() { 20 } else { 40 };
+        if tcp && usize::from(p.len) <= ip_hdr + l4 {
+            return None;
+        }
+        let q = m.query();
+        let port = match m {
+            DnsMessage::Query { .. } => sport,
+            DnsMessage::Answer(_) => dport,
+        };
+        let id = self.dns_id(Tag {
+            client,
+            seq: u32::from(q.name.0) << 16 | u32::from(port),
+            attempt: 0,
+        }) ^ u16::from(q.qtype == crate::dns::QType::Aaaa);
+        let names = &self.dns_data.names;
+        let msg = match m {
+            DnsMessage::Query { query, .. } => query.encode(names, id),
+            DnsMessage::Answer(a) => a.encode(names, id, self.dns_data.records(q.name, q.qtype)),
+        };
+        Some(if tcp {
+            let mut b = (msg.len() as u16).to_be_bytes().to_vec();
+            b.extend_from_slice(&msg);
+            b
+        } else {
+            msg
+        })
+    }
+
     /// The captured payload of a pcap client's packet, when `p` is that packet (on its way,
     /// not an answer to it that copied its tag), as long as the model's length says.
     fn captured_payload(&self, p: &Packet, l4_len: usize) -> Option<Vec<u8>> {
@@ -589,20 +640,7 @@ impl FrameBuilder {
         m.extend_from_slice(&[0, 1, 0, u8::from(record.is_some()), 0, 0, 0, 0]);
         m.extend_from_slice(question);
         if let Some(ip) = record {
-            m.extend_from_slice(&[0xc0, 0x0c]);
-            m.extend_from_slice(&qtype.to_be_bytes());
-            m.extend_from_slice(&1u16.to_be_bytes());
-            m.extend_from_slice(&5u32.to_be_bytes());
-            match ip {
-                IpAddr::V4(a) => {
-                    m.extend_from_slice(&4u16.to_be_bytes());
-                    m.extend_from_slice(&a.octets());
-                }
-                IpAddr::V6(a) => {
-                    m.extend_from_slice(&16u16.to_be_bytes());
-                    m.extend_from_slice(&a.octets());
-                }
-            }
+            crate::dns::wire::address_record(&mut m, qtype, *ip);
         }
         Some(m)
     }
@@ -618,6 +656,9 @@ impl FrameBuilder {
             L4::Other { .. } => 0,
         };
         if let Some(b) = self.captured_payload(p, l4_len) {
+            return b;
+        }
+        if let Some(b) = self.resolver_payload(p) {
             return b;
         }
         match p.l4 {

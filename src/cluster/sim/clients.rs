@@ -16,7 +16,36 @@ impl Simulation {
         };
         let Some(ip) = ip else { return };
         let label = format!("client/{}", def.name);
-        let app = match def.kind {
+        let app = match def.kind.clone() {
+            ClientKind::Resolver(r) => {
+                let dns = self.sc.dns.clone();
+                let plans = r
+                    .names
+                    .iter()
+                    .map(|n| LookupPlan {
+                        name: n.clone(),
+                        // Every name was interned at load (`scenario::dns_apps::build`).
+                        candidates: crate::dns::candidates(n, &r.conf, r.libc)
+                            .iter()
+                            .filter_map(|c| dns.names.find(c))
+                            .collect(),
+                        as_is_first: crate::dns::resolver::asks_as_is_first(n, &r.conf, r.libc),
+                    })
+                    .collect();
+                ClientApp::Resolver(Box::new(ResolverClient::new(
+                    ResolverClientConfig {
+                        index: index as u32,
+                        local_ip: ip,
+                        libc: r.libc,
+                        conf: r.conf.clone(),
+                        plans,
+                        schedule: def.schedule.clone(),
+                        dns,
+                    },
+                    self.sc.seed,
+                    &label,
+                )))
+            }
             ClientKind::Udp {
                 source_port,
                 timeout,

@@ -266,6 +266,48 @@ impl Simulation {
                     }
                 }
             }
+            Check::Lookups {
+                client,
+                from,
+                to,
+                counts,
+                max_latency,
+            } => {
+                let to = to.unwrap_or(now).min(now + SimDuration::from_nanos(1));
+                let lookups: &[crate::dns::LookupRecord] = match &self.clients[*client].app {
+                    ClientApp::Resolver(c) => c.lookups(),
+                    _ => &[],
+                };
+                // The lookups that ended in the window (and by the check's instant).
+                let ended: Vec<_> = lookups
+                    .iter()
+                    .filter(|r| r.ended >= *from && r.ended < to && r.ended <= now)
+                    .collect();
+                for (word, want) in counts {
+                    let got = match *word {
+                        "tcp" => ended.iter().filter(|r| r.tcp).count() as u64,
+                        "namesTried" => {
+                            // Every lookup's count must be in bounds: report the one that is
+                            // not, or the first.
+                            let bad = ended.iter().find(|r| !want.accepts(r.tried.len() as u64));
+                            bad.or(ended.first()).map_or(0, |r| r.tried.len() as u64)
+                        }
+                        w => ended.iter().filter(|r| r.result.word() == w).count() as u64,
+                    };
+                    cmp(word, Some(*want), got);
+                }
+                let slowest = ended
+                    .iter()
+                    .map(|r| r.ended.saturating_since(r.started))
+                    .max()
+                    .unwrap_or(SimDuration::ZERO);
+                seen.push(format!("maxLatency={slowest}"));
+                if let Some(m) = max_latency {
+                    if slowest > *m {
+                        problems.push(format!("maxLatency {slowest}, expected at most {m}"));
+                    }
+                }
+            }
             Check::ConntrackStats { node, counters } => {
                 let st = *self.nodes[*node].netns.conntrack().stats();
                 for (c, want) in counters {

@@ -38,8 +38,9 @@
 //! and what code outside can read of a running cluster `inspect.rs` and `inject.rs`.
 
 use super::apps::{
-    closed_port_response, AppEvent, ClientSchedule, Outbox, QueryRecord, Tag, TcpClient,
-    TcpClientConfig, TcpServer, UdpClient, UdpClientConfig, UdpServer,
+    closed_port_response, AppEvent, ClientSchedule, LookupPlan, Outbox, QueryRecord,
+    ResolverClient, ResolverClientConfig, Tag, TcpClient, TcpClientConfig, TcpServer, UdpClient,
+    UdpClientConfig, UdpServer,
 };
 use super::control::{derive_slices_in, Phase, PodState};
 use super::ping::{PingClient, PingClientConfig, PingIdents};
@@ -226,7 +227,12 @@ struct Stack {
 }
 
 impl Stack {
-    fn build(apps: &[AppDef], seed: u64, label: &str) -> Stack {
+    fn build(
+        apps: &[AppDef],
+        dns: &std::sync::Arc<crate::dns::DnsData>,
+        seed: u64,
+        label: &str,
+    ) -> Stack {
         let mut s = Stack {
             connect: ConnectPorts::new(seed, label),
             ping_idents: Some(PingIdents::new(seed, label)),
@@ -238,11 +244,22 @@ impl Stack {
                     port,
                     service_time,
                     reply,
+                    zone,
                 } => {
-                    s.servers.insert(
-                        (17, port),
-                        Server::Udp(UdpServer::with_reply(port, service_time, reply)),
-                    );
+                    let mut u = UdpServer::with_reply(port, service_time, reply);
+                    if let Some(z) = zone {
+                        // A DNS server answers from its zone, and on its TCP port too
+                        // (CoreDNS's `dns://` server listens on both).
+                        u.zone = Some((dns.clone(), z));
+                        let mut t = TcpServer::new(
+                            port,
+                            service_time,
+                            SimRng::derive(seed, &format!("{label}/tcp{port}/isn")),
+                        );
+                        t.zone = Some((dns.clone(), z));
+                        s.servers.insert((6, port), Server::Tcp(Box::new(t)));
+                    }
+                    s.servers.insert((17, port), Server::Udp(u));
                 }
                 AppDef::TcpServer {
                     port,
@@ -278,6 +295,7 @@ enum ClientApp {
     Tcp(Box<TcpClient>),
     TcpSession(Box<TcpSessionClient>),
     Ping(Box<PingClient>),
+    Resolver(Box<ResolverClient>),
 }
 
 impl ClientApp {
@@ -287,6 +305,7 @@ impl ClientApp {
             ClientApp::Tcp(c) => c.poll_timeout(),
             ClientApp::TcpSession(c) => c.poll_timeout(),
             ClientApp::Ping(c) => c.poll_timeout(),
+            ClientApp::Resolver(c) => c.poll_timeout(),
         }
     }
     fn records(&self) -> &[QueryRecord] {
@@ -295,6 +314,7 @@ impl ClientApp {
             ClientApp::Tcp(c) => c.records(),
             ClientApp::TcpSession(c) => c.records(),
             ClientApp::Ping(c) => c.records(),
+            ClientApp::Resolver(c) => c.records(),
         }
     }
     fn take_finished(&mut self) -> Vec<QueryRecord> {
@@ -303,6 +323,7 @@ impl ClientApp {
             ClientApp::Tcp(c) => c.take_finished(),
             ClientApp::TcpSession(c) => c.take_finished(),
             ClientApp::Ping(c) => c.take_finished(),
+            ClientApp::Resolver(c) => c.take_finished(),
         }
     }
     fn owns(&self, proto: u8, port: u16) -> bool {
@@ -311,6 +332,7 @@ impl ClientApp {
             ClientApp::Tcp(c) => proto == 6 && c.binds(port),
             ClientApp::TcpSession(c) => proto == 6 && c.binds(port),
             ClientApp::Ping(c) => proto == 1 && c.ident() == port,
+            ClientApp::Resolver(c) => c.binds(proto, port),
         }
     }
     fn bound_ports(&self) -> BTreeSet<u16> {
@@ -319,11 +341,12 @@ impl ClientApp {
             ClientApp::Tcp(c) => c.bound_ports(),
             ClientApp::TcpSession(c) => c.bound_ports(),
             ClientApp::Ping(c) => [c.ident()].into(),
+            ClientApp::Resolver(c) => c.udp_ports(),
         }
     }
     fn proto(&self) -> u8 {
         match self {
-            ClientApp::Udp(_) => 17,
+            ClientApp::Udp(_) | ClientApp::Resolver(_) => 17,
             ClientApp::Tcp(_) | ClientApp::TcpSession(_) => 6,
             ClientApp::Ping(_) => 1,
         }
@@ -698,7 +721,7 @@ impl Simulation {
                     // placeholder state per wake-up).
                     let tcp = matches!(
                         self.clients[i].app,
-                        ClientApp::Tcp(_) | ClientApp::TcpSession(_)
+                        ClientApp::Tcp(_) | ClientApp::TcpSession(_) | ClientApp::Resolver(_)
                     );
                     let mut lent = match self.stack_mut(&m) {
                         Some(s) if tcp => Some(std::mem::take(&mut s.connect)),
@@ -708,6 +731,7 @@ impl Simulation {
                     let (ip, proto) = (c.ip, c.app.proto());
                     let table = &self.client_ports;
                     let busy = |p: u16| table.contains_key(&(ip, proto, p));
+                    let tcp_busy = |p: u16| table.contains_key(&(ip, 6, p));
                     match &mut c.app {
                         ClientApp::Udp(c) => c.handle_timeout(self.now, &busy, &mut out),
                         ClientApp::Tcp(c) => {
@@ -719,6 +743,10 @@ impl Simulation {
                             c.handle_timeout(self.now, &busy, connect, &mut out)
                         }
                         ClientApp::Ping(c) => c.handle_timeout(self.now, &mut out),
+                        ClientApp::Resolver(c) => {
+                            let connect = lent.get_or_insert_with(ConnectPorts::default);
+                            c.handle_timeout(self.now, &busy, &tcp_busy, connect, &mut out)
+                        }
                     }
                     if let (Some(s), Some(connect)) = (self.stack_mut(&m), lent) {
                         s.connect = connect;

@@ -238,7 +238,11 @@ impl Simulation {
         };
         let what = What::Dnat {
             client: self.clients[tag.client as usize].def.name.clone(),
-            query: tag.seq,
+            // A resolver's query is numbered by its lookup.
+            query: match crate::dns::tag::decode(orig.tag) {
+                Some(crate::dns::tag::DnsMessage::Query { lookup, .. }) => u32::from(lookup),
+                _ => tag.seq,
+            },
             node: self.nodes[n].def.name.clone(),
             from: fmt(&orig),
             to: fmt(out),
@@ -265,9 +269,15 @@ impl Simulation {
                     // reaching itself through its Service (hairpin) is both client and
                     // endpoint, and its request counts.
                     let c = &self.clients[t.client as usize];
+                    // A resolver's answer that comes after its socket closed (glibc's AAAA
+                    // answer once the A answer sent it to TCP) is still no request.
+                    let answer = matches!(
+                        crate::dns::tag::decode(p.tag),
+                        Some(crate::dns::tag::DnsMessage::Answer(_))
+                    );
                     let to_client = c.machine == Machine::Pod(k)
                         && c.ip == p.dst
-                        && p.dport().is_some_and(|d| c.app.owns(p.protocol(), d));
+                        && (answer || p.dport().is_some_and(|d| c.app.owns(p.protocol(), d)));
                     if !to_client {
                         if let (Some(sport), L4::Udp { .. } | L4::Tcp { .. }) = (p.sport(), p.l4) {
                             let hit = Hit {
@@ -399,7 +409,27 @@ impl Simulation {
                 _ => true,
             });
         if let Some(i) = owner {
+            if matches!(self.clients[i].app, ClientApp::Resolver(_)) {
+                // The host's connect() port state, lent for a TCP retry the answer may start.
+                let mut connect = self
+                    .stack_mut(&m)
+                    .map(|s| std::mem::take(&mut s.connect))
+                    .unwrap_or_default();
+                let ip = self.clients[i].ip;
+                let table = &self.client_ports;
+                let udp_busy = |p: u16| table.contains_key(&(ip, 17, p));
+                let tcp_busy = |p: u16| table.contains_key(&(ip, 6, p));
+                if let ClientApp::Resolver(c) = &mut self.clients[i].app {
+                    c.handle_packet(now, &p, &udp_busy, &tcp_busy, &mut connect, &mut out);
+                }
+                if let Some(s) = self.stack_mut(&m) {
+                    s.connect = connect;
+                }
+                self.client_output(i, out);
+                return;
+            }
             match &mut self.clients[i].app {
+                ClientApp::Resolver(_) => {}
                 ClientApp::Udp(c) => c.handle_packet(now, &p, &mut out),
                 ClientApp::Tcp(c) => c.handle_packet(now, &p, &mut out),
                 ClientApp::TcpSession(c) => c.handle_packet(now, &p, &mut out),
@@ -442,6 +472,7 @@ impl Simulation {
             self.tally.take(i, &taken, self.now, first_event);
         }
         self.note_ports(i, &out.ports);
+        self.note_ports_of(i, 6, &out.tcp_ports);
         let m = self.clients[i].machine.clone();
         let (name, events) = if self.recording {
             (self.clients[i].def.name.clone(), out.events)
@@ -558,6 +589,60 @@ impl Simulation {
                     conn,
                     reason: reason.to_string(),
                 },
+                AppEvent::DnsQuery {
+                    lookup,
+                    name: qname,
+                    qtype,
+                    tcp,
+                    src,
+                    dst,
+                } => What::DnsQuery {
+                    client: name.clone(),
+                    lookup,
+                    name: qname,
+                    qtype: qtype.to_string(),
+                    transport: if tcp { "tcp" } else { "udp" },
+                    src: src.to_string(),
+                    dst: dst.to_string(),
+                },
+                AppEvent::DnsAnswer {
+                    lookup,
+                    name: qname,
+                    qtype,
+                    nxdomain,
+                    records,
+                    truncated,
+                    tcp,
+                    from,
+                } => What::DnsAnswer {
+                    client: name.clone(),
+                    lookup,
+                    name: qname,
+                    qtype: qtype.to_string(),
+                    rcode: if nxdomain { "NXDOMAIN" } else { "NOERROR" },
+                    records,
+                    truncated,
+                    transport: if tcp { "tcp" } else { "udp" },
+                    from: from.to_string(),
+                },
+                AppEvent::LookupEnded {
+                    lookup,
+                    name: lname,
+                    result,
+                    records,
+                    latency,
+                    tried,
+                    tcp,
+                } => What::Lookup {
+                    client: name.clone(),
+                    lookup,
+                    name: lname,
+                    result,
+                    records,
+                    latency_ns: latency.as_nanos(),
+                    tried,
+                    tcp,
+                },
                 AppEvent::ServerAnswered { .. } => continue,
             };
             self.log(what);
@@ -569,8 +654,12 @@ impl Simulation {
 
     /// Files client `i`'s port changes in the host's table.
     fn note_ports(&mut self, i: usize, changes: &[(u16, bool)]) {
-        let c = &self.clients[i];
-        let (ip, proto) = (c.ip, c.app.proto());
+        let proto = self.clients[i].app.proto();
+        self.note_ports_of(i, proto, changes);
+    }
+
+    fn note_ports_of(&mut self, i: usize, proto: u8, changes: &[(u16, bool)]) {
+        let ip = self.clients[i].ip;
         for &(port, bound) in changes {
             let key = (ip, proto, port);
             if bound {

@@ -84,6 +84,7 @@ impl Simulation {
         let number = self.veth_counter;
         let stack = Stack::build(
             &def.apps,
+            &self.sc.dns,
             self.sc.seed,
             &format!("pod/{key}/{}", self.veth_counter),
         );
@@ -369,7 +370,7 @@ impl Simulation {
                 p.state.process_alive = true;
                 p.state.generation += 1;
                 let label = format!("pod/{}/restart{}", p.key, p.state.generation);
-                p.stack = Stack::build(&p.state.def.apps, self.sc.seed, &label);
+                p.stack = Stack::build(&p.state.def.apps, &self.sc.dns, self.sc.seed, &label);
                 let probe_ok = p.state.probe_ok;
                 let delay = if probe_ok {
                     p.state.def.probe.success_delay()

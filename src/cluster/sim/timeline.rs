@@ -283,6 +283,66 @@ pub enum What {
         /// The line it printed.
         output: String,
     },
+    /// A resolver client sent a DNS query.
+    DnsQuery {
+        /// Client.
+        client: String,
+        /// Lookup number (JSON: `id`).
+        #[serde(rename = "id")]
+        lookup: u32,
+        /// The name asked.
+        name: String,
+        /// `A` or `AAAA`.
+        qtype: String,
+        /// `udp` or `tcp`.
+        transport: &'static str,
+        /// Source socket.
+        src: String,
+        /// The nameserver.
+        dst: String,
+    },
+    /// A resolver client got a DNS answer.
+    DnsAnswer {
+        /// Client.
+        client: String,
+        /// Lookup number (JSON: `id`).
+        #[serde(rename = "id")]
+        lookup: u32,
+        /// The name answered.
+        name: String,
+        /// `A` or `AAAA`.
+        qtype: String,
+        /// `NOERROR` or `NXDOMAIN`.
+        rcode: &'static str,
+        /// Records of the type asked.
+        records: u16,
+        /// TC: truncated.
+        truncated: bool,
+        /// `udp` or `tcp`.
+        transport: &'static str,
+        /// Who answered, as the client saw it.
+        from: String,
+    },
+    /// A resolver client's lookup ended.
+    Lookup {
+        /// Client.
+        client: String,
+        /// Lookup number (JSON: `id`).
+        #[serde(rename = "id")]
+        lookup: u32,
+        /// The name looked up, as written.
+        name: String,
+        /// `answered`, `nxdomain`, `nodata`, `timedOut` or `refused`.
+        result: &'static str,
+        /// Addresses returned.
+        records: u32,
+        /// From the call to its return, in nanoseconds.
+        latency_ns: u64,
+        /// The names asked, in order.
+        tried: Vec<String>,
+        /// Whether it went over TCP.
+        tcp: bool,
+    },
     /// An expectation was checked.
     Expectation {
         /// Name.
@@ -411,6 +471,56 @@ impl TimelineEvent {
                 conn,
                 reason,
             } => format!("{client}: request #{request} FAILED on connection #{conn}: {reason}"),
+            What::DnsQuery {
+                client,
+                lookup,
+                name,
+                qtype,
+                transport,
+                src,
+                dst,
+            } => format!("{client}: lookup #{lookup} asks {qtype} {name} {src} -> {dst} ({transport})"),
+            What::DnsAnswer {
+                client,
+                lookup,
+                name,
+                qtype,
+                rcode,
+                records,
+                truncated,
+                transport,
+                from,
+            } => format!(
+                "{client}: lookup #{lookup} {rcode} {qtype} {name}, {records} record{}{} from {from} ({transport})",
+                if *records == 1 { "" } else { "s" },
+                if *truncated { ", TRUNCATED (TC)" } else { "" }
+            ),
+            What::Lookup {
+                client,
+                lookup,
+                name,
+                result,
+                records,
+                latency_ns,
+                tried,
+                tcp,
+            } => {
+                let how = match *result {
+                    "answered" => format!("answered ({records} address{})", if *records == 1 { "" } else { "es" }),
+                    "nxdomain" => "NXDOMAIN".to_string(),
+                    "nodata" => "NODATA (no address)".to_string(),
+                    "timedOut" => "TIMED OUT".to_string(),
+                    other => other.to_uppercase(),
+                };
+                format!(
+                    "{client}: lookup #{lookup} of {name} {how} in {}, {} name{} asked{}: {}",
+                    SimDuration::from_nanos(*latency_ns),
+                    tried.len(),
+                    if tried.len() == 1 { "" } else { "s" },
+                    if *tcp { ", over TCP" } else { "" },
+                    tried.join(", ")
+                )
+            }
             What::Conntrack { node, line, .. } => format!("ct {node}: {line}"),
             What::Pod { pod, change } => format!("pod {pod}: {change}"),
             What::Endpoints { service, endpoints } => format!("endpoints {service}: {endpoints}"),

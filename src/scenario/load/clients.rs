@@ -149,6 +149,7 @@ pub(super) fn check_clients(
                 || d.tcp.is_some()
                 || d.dig.is_some()
                 || d.ping.is_some()
+                || d.resolver.is_some()
             {
                 return Err(ctx.err(
                     c,
@@ -256,6 +257,25 @@ pub(super) fn check_clients(
                 count,
             })
         };
+        if let Some(r) = &d.resolver {
+            if d.udp.is_some() || d.tcp.is_some() || d.dig.is_some() || d.ping.is_some() {
+                return Err(ctx.err(
+                    c,
+                    "a client needs exactly one of `udp`, `tcp`, `dig`, `ping` or `resolver`",
+                ));
+            }
+            let (kind, schedule, target) =
+                super::super::dns_apps::resolver_kind(ctx, &r.value, end)?;
+            clients.push(ClientDef {
+                name: d.name.value.clone(),
+                placement,
+                target,
+                target_text: target.to_string(),
+                schedule,
+                kind,
+            });
+            continue;
+        }
         if let Some(p) = &d.ping {
             if d.udp.is_some() || d.tcp.is_some() || d.dig.is_some() {
                 return Err(ctx.err(

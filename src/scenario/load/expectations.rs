@@ -67,25 +67,67 @@ pub(super) fn check_expectations(
                     ),
                 )
             })?;
-            if [c.sent, c.answered, c.failed, c.timed_out, c.refused]
-                .iter()
-                .all(Option::is_none)
-            {
-                return Err(ctx.err(&c.name, "a client check needs at least one of sent, answered, failed, timedOut, refused"));
+            if let Some(l) = &c.lookups {
+                let resolver = doc
+                    .clients
+                    .iter()
+                    .any(|k| k.value.name.value == c.name.value && k.value.resolver.is_some());
+                if !resolver {
+                    return Err(ctx.err(l, format!("lookups: client {} is not a resolver (`resolver:`); its queries are counted by sent, answered, failed, timedOut, refused", c.name.value)));
+                }
+                if [c.sent, c.answered, c.failed, c.timed_out, c.refused]
+                    .iter()
+                    .any(Option::is_some)
+                {
+                    return Err(ctx.err(l, "a client check has `lookups` or the query counts (sent, answered, failed, timedOut, refused), not both"));
+                }
+                let v = &l.value;
+                let counts: Vec<(&'static str, Count)> = [
+                    ("answered", v.answered),
+                    ("nxdomain", v.nxdomain),
+                    ("nodata", v.nodata),
+                    ("timedOut", v.timed_out),
+                    ("refused", v.refused),
+                    ("tcp", v.tcp),
+                    ("namesTried", v.names_tried),
+                ]
+                .into_iter()
+                .filter_map(|(w, c)| Some((w, c?)))
+                .collect();
+                if counts.is_empty() && v.max_latency.is_none() {
+                    return Err(ctx.err(l, "lookups: expected at least one of answered, nxdomain, nodata, timedOut, refused, tcp, namesTried, maxLatency"));
+                }
+                (
+                    Check::Lookups {
+                        client,
+                        from: t(c.from).unwrap_or(SimTime::ZERO),
+                        to: t(c.to),
+                        counts,
+                        max_latency: v.max_latency.map(|d| d.get()),
+                    },
+                    format!("client {} lookups", c.name.value),
+                )
+            } else {
+                if [c.sent, c.answered, c.failed, c.timed_out, c.refused]
+                    .iter()
+                    .all(Option::is_none)
+                {
+                    return Err(ctx.err(&c.name, "a client check needs at least one of sent, answered, failed, timedOut, refused"));
+                }
+                (
+                    Check::Client {
+                        client,
+                        from: t(c.from).unwrap_or(SimTime::ZERO),
+                        to: t(c.to),
+                        sent: c.sent,
+                        answered: c.answered,
+                        failed: c.failed,
+                        timed_out: c.timed_out,
+                        refused: c.refused,
+                    },
+                    format!("client {}", c.name.value),
+                )
             }
-            (
-                Check::Client {
-                    client,
-                    from: t(c.from).unwrap_or(SimTime::ZERO),
-                    to: t(c.to),
-                    sent: c.sent,
-                    answered: c.answered,
-                    failed: c.failed,
-                    timed_out: c.timed_out,
-                    refused: c.refused,
-                },
-                format!("client {}", c.name.value),
-            )
         } else if let Some(c) = &d.conntrack {
             let node = *node_index.get(&c.node.value).ok_or_else(|| {
                 ctx.err(

@@ -84,6 +84,8 @@ const SYSCTL_PREFIX: &str = "net.netfilter.";
 pub(super) struct Ctx<'a> {
     file: &'a str,
     lines: Vec<&'a str>,
+    /// The servers' zones in the order met (`AppDef::UdpServer::zone` numbers them).
+    pub(super) zones: std::cell::RefCell<Vec<super::dns_apps::ZoneSpec>>,
 }
 
 impl Ctx<'_> {
@@ -138,6 +140,7 @@ pub fn load_str(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
     let ctx = Ctx {
         file,
         lines: text.lines().collect(),
+        zones: Default::default(),
     };
     // The YAML budget guards against YAML bombs; a generated cluster of 1,000 nodes and 50,000
     // pods is bigger than the fixed limits, and honest. The limits grow with the text (a node or
@@ -486,7 +489,14 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     )?;
 
     let cni = network_cni(ctx, doc.network.as_ref())?;
+    let dns = std::sync::Arc::new(super::dns_apps::build(
+        ctx,
+        &ctx.zones.borrow(),
+        &services,
+        &clients,
+    )?);
     Ok(Scenario {
+        dns,
         file: ctx.file.to_string(),
         name: doc.name.value,
         description: doc.description.unwrap_or_default(),

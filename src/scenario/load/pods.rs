@@ -69,9 +69,21 @@ pub(super) fn app_defs(ctx: &Ctx, apps: &[Spanned<AppDoc>]) -> Result<Vec<AppDef
                     (_, Some(p)) => UdpReply::FromPort(check_port(ctx, p)?),
                     (_, None) => UdpReply::SamePort,
                 },
+                zone: match &s.zone {
+                    Some(z) => {
+                        let spec = super::super::dns_apps::zone_spec(ctx, z)?;
+                        let mut zones = ctx.zones.borrow_mut();
+                        zones.push(spec);
+                        Some(zones.len() - 1)
+                    }
+                    None => None,
+                },
             },
             (None, Some(s)) if s.answer.is_some() || s.reply_from_port.is_some() => {
                 return Err(ctx.err(&s.port, "`answer` and `replyFromPort` are for a udpServer"));
+            }
+            (None, Some(s)) if s.zone.is_some() => {
+                return Err(ctx.err(&s.port, "`zone` is for a udpServer (which then listens on its TCP port too)"));
             }
             (None, Some(s)) => AppDef::TcpServer {
                 port: check_port(ctx, &s.port)?,
@@ -83,6 +95,13 @@ pub(super) fn app_defs(ctx: &Ctx, apps: &[Spanned<AppDoc>]) -> Result<Vec<AppDef
             }
         };
         let key = match def {
+            AppDef::UdpServer {
+                port,
+                zone: Some(_),
+                ..
+            } if !ports.insert(("tcp", port)) => {
+                return Err(ctx.err(a, format!("a DNS server with a zone listens on TCP port {port} too: a tcpServer has it already")));
+            }
             AppDef::UdpServer { port, .. } => ("udp", port),
             AppDef::TcpServer { port, .. } => ("tcp", port),
         };
@@ -192,10 +211,14 @@ pub(super) fn pod_def(
             ports.entry(k.to_string()).or_insert(*v);
         }
         if apps.is_empty() {
+            // CoreDNS answers the Services' names (its `kubernetes` plugin).
+            let mut zones = ctx.zones.borrow_mut();
+            zones.push(super::super::dns_apps::ZoneSpec::services_only());
             apps.push(AppDef::UdpServer {
                 port: p.udp_server_port,
                 service_time: SimDuration::from_millis(1),
                 reply: UdpReply::SamePort,
+                zone: Some(zones.len() - 1),
             });
         }
     }

@@ -264,25 +264,32 @@ impl Answer {
         }
         question(&mut m, names.name(self.query.name), self.query.qtype);
         for addr in addrs.iter().take(usize::from(self.records)) {
-            m.extend_from_slice(&[0xc0, 0x0c]);
-            m.extend_from_slice(&self.query.qtype.code().to_be_bytes());
-            m.extend_from_slice(&1u16.to_be_bytes());
-            m.extend_from_slice(&5u32.to_be_bytes());
-            match addr {
-                IpAddr::V4(a) => {
-                    m.extend_from_slice(&4u16.to_be_bytes());
-                    m.extend_from_slice(&a.octets());
-                }
-                IpAddr::V6(a) => {
-                    m.extend_from_slice(&16u16.to_be_bytes());
-                    m.extend_from_slice(&a.octets());
-                }
-            }
+            address_record(&mut m, self.query.qtype.code(), *addr);
         }
         if self.query.edns_udp_size.is_some() {
             opt(&mut m, SERVER_EDNS_UDP_SIZE);
         }
         m
+    }
+}
+
+/// Appends one answer record for the question's name (a pointer to offset 12, RFC 1035
+/// §4.1.4): type `qtype`, class IN, TTL 5 s (CoreDNS's `kubernetes` plugin default), the
+/// address as its RDATA (4 octets for `A`, 16 for `AAAA`).
+pub fn address_record(m: &mut Vec<u8>, qtype: u16, addr: IpAddr) {
+    m.extend_from_slice(&[0xc0, 0x0c]);
+    m.extend_from_slice(&qtype.to_be_bytes());
+    m.extend_from_slice(&1u16.to_be_bytes());
+    m.extend_from_slice(&5u32.to_be_bytes());
+    match addr {
+        IpAddr::V4(a) => {
+            m.extend_from_slice(&4u16.to_be_bytes());
+            m.extend_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            m.extend_from_slice(&16u16.to_be_bytes());
+            m.extend_from_slice(&a.octets());
+        }
     }
 }
 

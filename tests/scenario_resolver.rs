@@ -1,0 +1,317 @@
+//! The stub resolver client (`resolver:`) against a DNS server's `zone:`: the search-list
+//! walk, A and AAAA as each C library sends them, TC then TCP, timeouts, the per-lookup
+//! outcomes and their expectations (docs/resolver.md, docs/scenario-reference.md).
+
+#[path = "support/scenario.rs"]
+mod scenario_run;
+
+use nfsim::cluster::sim::{RunResult, What};
+use nfsim::scenario::load_str;
+use scenario_run::{run_scenario, run_text};
+
+const SHIPPED: &str = include_str!("../scenarios/resolver-ndots.yaml");
+
+fn shipped() -> RunResult {
+    let sc = load_str("scenarios/resolver-ndots.yaml", SHIPPED).unwrap_or_else(|e| panic!("{e}"));
+    run_scenario(sc, false)
+}
+
+/// `(ms, line)` of `client`'s resolver events (queries, answers, lookups).
+fn dns_lines(r: &RunResult, client: &str) -> Vec<(u64, String)> {
+    r.timeline
+        .iter()
+        .filter(|e| match &e.what {
+            What::DnsQuery { client: c, .. }
+            | What::DnsAnswer { client: c, .. }
+            | What::Lookup { client: c, .. } => c == client,
+            _ => false,
+        })
+        .map(|e| {
+            (
+                e.t_ns / 1_000_000,
+                e.line().split_once("  ").unwrap().1.to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The names and transports `client` asked, in order: `(ms, "A name udp")`.
+fn asked(r: &RunResult, client: &str) -> Vec<(u64, String)> {
+    r.timeline
+        .iter()
+        .filter_map(|e| match &e.what {
+            What::DnsQuery {
+                client: c,
+                name,
+                qtype,
+                transport,
+                ..
+            } if c == client => Some((e.t_ns / 1_000_000, format!("{qtype} {name} {transport}"))),
+            _ => None,
+        })
+        .collect()
+}
+
+fn sources(r: &RunResult, client: &str) -> Vec<String> {
+    r.timeline
+        .iter()
+        .filter_map(|e| match &e.what {
+            What::DnsQuery { client: c, src, .. } if c == client => Some(src.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn payment_shop_walks_the_search_list_then_big_answers_go_over_tcp() {
+    let r = shipped();
+    assert!(r.results.iter().all(|x| x.passed), "{:#?}", r.results);
+    assert_eq!(r.results.len(), 6);
+    let walk = [
+        "payment.shop.default.svc.cluster.local",
+        "payment.shop.svc.cluster.local",
+        "payment.shop.cluster.local",
+        "payment.shop",
+    ];
+    for client in ["glibc", "musl"] {
+        let a = asked(&r, client);
+        // Lookup 0: A and AAAA back to back for each name, one round trip (two 100 µs links
+        // each way and the server's 1 ms) apart.
+        let first: Vec<(u64, String)> = walk
+            .iter()
+            .enumerate()
+            .flat_map(|(k, n)| {
+                [
+                    (k as u64, format!("A {n} udp")),
+                    (k as u64, format!("AAAA {n} udp")),
+                ]
+            })
+            .collect();
+        assert_eq!(&a[..8], &first[..], "{client}");
+        let lines = dns_lines(&r, client);
+        let end = lines
+            .iter()
+            .find(|(_, l)| l.contains("lookup #0 of payment.shop"))
+            .unwrap();
+        assert_eq!(
+            end.1,
+            format!("{client}: lookup #0 of payment.shop answered (2 addresses) in 4ms, 4 names asked: {}", walk.join(", "))
+        );
+        // Each name from a new socket (glibc closes its socket when a name is done, musl
+        // opens one per name): four ports, each for A and AAAA.
+        let src = sources(&r, client);
+        let mut ports: Vec<&String> = src[..8].iter().collect();
+        ports.dedup();
+        assert_eq!(ports.len(), 4, "{client}: {src:?}");
+        // big.example: NXDOMAIN for the search list, then TC over UDP, then TCP.
+        let tc = lines
+            .iter()
+            .find(|(_, l)| l.contains("A big.example, 30 records, TRUNCATED (TC)"))
+            .unwrap_or_else(|| panic!("{client}: {lines:#?}"));
+        assert_eq!(tc.0, 5008, "{client}");
+        let tcp: Vec<&String> = a
+            .iter()
+            .filter(|(_, q)| q.ends_with(" tcp"))
+            .map(|(_, q)| q)
+            .collect();
+        let want: &[&str] = if client == "glibc" {
+            // send_vc: both queries again on one connection.
+            &["A big.example tcp", "AAAA big.example tcp"]
+        } else {
+            // musl 1.2.4's start_tcp: the truncated query alone.
+            &["A big.example tcp"]
+        };
+        assert_eq!(tcp, want, "{client}");
+        assert!(lines.iter().any(|(_, l)| l
+            == &format!(
+                "{client}: lookup #1 NOERROR A big.example, 40 records from 10.96.0.10:53 (tcp)"
+            )));
+        assert!(lines.iter().any(|(_, l)| l.starts_with(&format!(
+            "{client}: lookup #1 of big.example answered (40 addresses) in"
+        )) && l.contains("over TCP")));
+    }
+    // The endpoint figures count the server only: glibc's AAAA answer that meets its
+    // closed socket (frame of ICMP port unreachable) is no request to the debian pod.
+    assert!(
+        r.summary.contains("kube-system/coredns") && !r.summary.contains("default/debian"),
+        "{}",
+        r.summary
+    );
+    // Same seed, same run.
+    let again = shipped();
+    assert_eq!(dns_lines(&r, "glibc"), dns_lines(&again, "glibc"));
+}
+
+fn one_client(libc: &str, extra_conf: &str, server: &str, names: &str) -> String {
+    let mut text = SHIPPED.to_string();
+    let cut = text.find("clients:").unwrap();
+    text.truncate(cut);
+    let text = text.replace(
+        "      - udpServer:\n          port: 53\n",
+        &format!("      - udpServer:\n          port: 53\n{server}"),
+    );
+    format!(
+        "{text}clients:\n  - name: r\n    pod: debian\n    resolver:\n      libc: {libc}\n      resolvConf: |\n        search default.svc.cluster.local svc.cluster.local cluster.local\n        nameserver 10.96.0.10\n        options ndots:5\n{extra_conf}      names: [{names}]\n      sleep: 5s\n      count: 1\n"
+    )
+}
+
+#[test]
+fn musl_before_1_2_4_keeps_the_truncated_answer() {
+    let text = one_client("musl", "", "", "big.example").replace(
+        "      libc: musl\n",
+        "      libc: musl\n      version: 1.2.3\n",
+    );
+    let r = run_text("t.yaml", &text, false);
+    let a = asked(&r, "r");
+    assert!(a.iter().all(|(_, q)| q.ends_with(" udp")), "{a:?}");
+    let lines = dns_lines(&r, "r");
+    assert!(
+        lines
+            .iter()
+            .any(|(_, l)| l.starts_with("r: lookup #0 of big.example answered (30 addresses)")),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn a_silent_server_times_out_glibc_then_the_name_as_is_but_musl_stops() {
+    // `answer: false`: every query is lost. glibc: 5 s x 2 attempts on the first search
+    // name, which ends the walk of the search list, then the name as it is (another 10 s);
+    // musl: the whole name gets 5 s (resent at 2.5 s), and a timeout ends the lookup.
+    let server = "          answer: false\n";
+    let r = run_text(
+        "t.yaml",
+        &one_client("glibc", "", server, "payment.shop"),
+        false,
+    );
+    let a = asked(&r, "r");
+    let names: Vec<(u64, &str)> = a.iter().map(|(t, q)| (*t, q.as_str())).collect();
+    assert_eq!(
+        names,
+        [
+            (0, "A payment.shop.default.svc.cluster.local udp"),
+            (0, "AAAA payment.shop.default.svc.cluster.local udp"),
+            (5000, "A payment.shop.default.svc.cluster.local udp"),
+            (5000, "AAAA payment.shop.default.svc.cluster.local udp"),
+            (10000, "A payment.shop udp"),
+            (10000, "AAAA payment.shop udp"),
+            (15000, "A payment.shop udp"),
+            (15000, "AAAA payment.shop udp"),
+        ]
+    );
+    let last = dns_lines(&r, "r").pop().unwrap();
+    assert_eq!(last.0, 20000);
+    assert!(
+        last.1
+            .starts_with("r: lookup #0 of payment.shop TIMED OUT in 20s, 2 names asked"),
+        "{}",
+        last.1
+    );
+    let r = run_text(
+        "t.yaml",
+        &one_client("musl", "", server, "payment.shop"),
+        false,
+    );
+    let times: Vec<u64> = asked(&r, "r").iter().map(|(t, _)| *t).collect();
+    assert_eq!(times, [0, 0, 2500, 2500]);
+    let last = dns_lines(&r, "r").pop().unwrap();
+    assert_eq!(last.0, 5000);
+    assert!(
+        last.1
+            .starts_with("r: lookup #0 of payment.shop TIMED OUT in 5s, 1 name asked"),
+        "{}",
+        last.1
+    );
+}
+
+#[test]
+fn lookups_expectations_count_each_result_and_fail_when_wrong() {
+    let text = one_client("glibc", "", "", "nowhere.example")
+        .replace("      count: 1\n", "      count: 2\n")
+        + "expectations:\n  - name: n\n    client: {name: r, lookups: {nxdomain: 2, answered: 0, namesTried: 4, maxLatency: 10ms}}\n  - name: wrong\n    client: {name: r, lookups: {answered: 1}}\n";
+    let r = run_text("t.yaml", &text, false);
+    assert!(r.results[0].passed, "{:?}", r.results[0]);
+    assert_eq!(
+        r.results[0].detail,
+        "answered=0, nxdomain=2, namesTried=4, maxLatency=4ms"
+    );
+    assert!(!r.results[1].passed);
+    assert!(
+        r.results[1].detail.contains("answered 0, expected 1"),
+        "{}",
+        r.results[1].detail
+    );
+    // The summary counts a lookup that found no name as failed, neither timed out nor refused.
+    let row: Vec<&str> = r
+        .summary
+        .lines()
+        .find(|l| l.starts_with("r "))
+        .unwrap_or_else(|| panic!("{}", r.summary))
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row,
+        ["r", "10.96.0.10:53", "2", "0", "2", "0", "0"],
+        "{}",
+        r.summary
+    );
+}
+
+#[test]
+fn resolver_words_refuse_what_they_cannot_run_at_their_place() {
+    let bad = |text: String, want: &str| {
+        let e = load_str("t.yaml", &text).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}\nwanted: {want}");
+    };
+    bad(
+        one_client("uclibc", "", "", "a.example"),
+        "libc \"uclibc\": expected glibc or musl",
+    );
+    bad(
+        one_client("glibc", "        options no-aaaa\n", "", "a.example"),
+        "resolvConf line 4, column",
+    );
+    bad(
+        one_client("glibc", "", "", "a.example")
+            + "expectations:\n  - client: {name: r, sent: 1, lookups: {answered: 1}}\n",
+        "not both",
+    );
+    bad(
+        one_client("glibc", "", "", "a.example").replace(
+            "  - name: debian\n    node: node-1\n    ip: 10.244.1.9\n",
+            "  - name: debian\n    node: node-1\n    ip: 10.244.1.9\n    apps:\n      - udpServer: {port: 53, zone: {names: {big.example: {a: 3}}}}\n",
+        ),
+        "zone name big.example: 3 A and 0 AAAA records here, 40 and 0 in an earlier zone",
+    );
+    bad(
+        one_client("glibc", "", "", "a.example").replace(
+            "      libc: glibc\n",
+            "      libc: glibc\n      version: 1.2.4\n",
+        ),
+        "version is musl's",
+    );
+}
+
+#[test]
+fn glibc_edns0_advertises_1200_octets_so_big_example_fits_over_udp() {
+    // `options edns0`: glibc's OPT record says 1200 octets (RESOLV_EDNS_BUFFER_SIZE), so
+    // the server keeps big.example's 40 records (29 + 11 + 40 x 16 + 11 = 691 octets) in one
+    // datagram: no TC, no retry over TCP. Without edns0 the same answer is truncated.
+    let r = run_text(
+        "t.yaml",
+        &one_client("glibc", "        options edns0\n", "", "big.example"),
+        false,
+    );
+    let a = asked(&r, "r");
+    assert!(a.iter().all(|(_, q)| q.ends_with(" udp")), "{a:?}");
+    let lines = dns_lines(&r, "r");
+    assert!(
+        lines
+            .iter()
+            .any(|(_, l)| l
+                == "r: lookup #0 NOERROR A big.example, 40 records from 10.96.0.10:53 (udp)"),
+        "{lines:#?}"
+    );
+    let plain = run_text("t.yaml", &one_client("glibc", "", "", "big.example"), false);
+    assert!(asked(&plain, "r").iter().any(|(_, q)| q.ends_with(" tcp")));
+}
