@@ -1035,3 +1035,77 @@ spec: {clusterIP: "fd00:172:30::42", ports: [{name: p80, port: 80, protocol: TCP
         "nft list table ip6 kube-proxy"
     );
 }
+
+/// `--nodeport-addresses` with no IPv6 CIDR on the IPv6 proxier: NodePorts on every local
+/// address, `fib daddr type local ip6 daddr != ::1`. nfsim lists the table as the real nft
+/// does, and the NodePort is DNAT'd for the node's own IPv6 address but not for `::1`
+/// (localhost NodePorts never work on IPv6) nor for an address that is not the node's.
+#[test]
+fn ipv6_nodeports_on_every_local_address_list_as_nft_does_and_dnat_the_nodes_address_only() {
+    use sim_core::{IfName, Packet, TcpFlags};
+    use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig};
+    let mut cfg = nftables_fake(IpFamily::IPv6);
+    cfg.node_port_addresses = NodePortAddresses::new(IpFamily::IPv6, &cidrs(&["192.168.0.2/32"]))
+        .resolve(&fake_interface_addrs());
+    let out = first_sync(cfg, &node_port_objects(IpFamily::IPv6));
+    let txs: Vec<String> = out.nft_cleanup.into_iter().chain([out.restore]).collect();
+    let ours = nfsim_ip6_listing(&txs);
+    assert!(
+        ours.contains(
+            "fib daddr type local ip6 daddr != ::1 meta l4proto . th dport vmap @service-nodeports"
+        ),
+        "{ours}"
+    );
+    if tools::have_or_skip(
+        "ipv6_nodeports_on_every_local_address_list_as_nft_does_and_dnat_the_nodes_address_only",
+        &["nft", "unshare"],
+    ) {
+        let real = tools::real_nft_table_listing(&txs, "ip6 kube-proxy")
+            .unwrap_or_else(|e| panic!("real nft refused the IPv6 transaction: {e}"));
+        assert_eq!(ours, real);
+    }
+    let ifn = |s: &str| IfName::new(s).unwrap();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let mut ns = Netns::new(NetnsConfig::new("test-node", 1));
+    ns.add_interface(ifn("eth0"), &[(ip("2001:db8::1"), 64)])
+        .unwrap();
+    ns.add_interface(ifn("cni0"), &[(ip("fd00:10:180::fe"), 64)])
+        .unwrap();
+    for (i, t) in txs.iter().enumerate() {
+        ns.nft_apply(&format!("sync-{i}.nft"), t, SimTime::ZERO)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let dnat_of = |ns: &mut Netns, from: &str, to: &str, ingress: Ingress| {
+        let syn = Packet::tcp(from.parse().unwrap(), to.parse().unwrap(), TcpFlags::SYN);
+        let r = ns.process(SimTime::ZERO, syn, ingress);
+        r.out.iter().find_map(|e| match e {
+            Egress::Transmit { packet, .. } | Egress::LocalDeliver { packet } => {
+                (packet.dport() == Some(80)).then_some(packet.dst)
+            }
+        })
+    };
+    let eth0 = || Ingress::Interface(ifn("eth0"));
+    let to_ep = dnat_of(
+        &mut ns,
+        "[2001:db8::99]:40000",
+        "[2001:db8::1]:3001",
+        eth0(),
+    );
+    assert!(
+        [Some(ip("fd00:10:180::1")), Some(ip("fd00:10:180::2:1"))].contains(&to_ep),
+        "{to_ep:?}"
+    );
+    assert_eq!(
+        dnat_of(
+            &mut ns,
+            "[2001:db8::99]:40001",
+            "[2001:db8::77]:3001",
+            eth0()
+        ),
+        None
+    );
+    assert_eq!(
+        dnat_of(&mut ns, "[::1]:40002", "[::1]:3001", Ingress::Local),
+        None
+    );
+}
