@@ -19,10 +19,12 @@ use nfsim::kubeproxy::{
 use sim_core::SimTime;
 use std::net::IpAddr;
 
+#[path = "support/kernel.rs"]
+mod kernel;
 #[path = "support/knftables_fake.rs"]
 mod knftables_fake;
-#[path = "support/tools.rs"]
-mod tools;
+
+use kernel::tools;
 
 use knftables_fake::{sort_transaction, FakeTable};
 
@@ -875,5 +877,235 @@ fn the_ipv6_proxiers_table_dnats_masquerades_and_rejects_ipv6_packets() {
             }
         ),
         "ICMPv6 port unreachable: {packet}"
+    );
+}
+
+/// The IPv6 proxier's rendered `ip6 kube-proxy` table in the real kernel and in nfsim, with
+/// the same IPv6 packets on a router namespace's own TUN links (`eth0` fd00:10::1/64 the
+/// cluster's side, `cni0` fd01::1/64 the endpoints'): a client's SYN to the ClusterIP
+/// `[fd00:172:30::41]:80` DNAT'd to its one endpoint `[fd01::5]:80` (not masqueraded: the
+/// client is inside the cluster CIDR fd00:10::/64), the endpoint's SYN-ACK un-DNAT'd, and a
+/// SYN to a Service without endpoints rejected with ICMPv6 port unreachable. Every packet
+/// that leaves, `conntrack -L -f ipv6`, and the table as `nft list` prints it agree.
+#[test]
+fn the_ipv6_proxiers_table_matches_the_kernel_packet_for_packet() {
+    use kernel::{parse_ct_line, RawPacket, Scenario};
+    use sim_core::IfName;
+    use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig};
+    const TEST: &str = "the_ipv6_proxiers_table_matches_the_kernel_packet_for_packet";
+    let objects = r#"
+kind: Service
+metadata: {name: svc1, namespace: ns1}
+spec: {clusterIP: "fd00:172:30::41", ports: [{name: p80, port: 80, protocol: TCP}]}
+---
+kind: EndpointSlice
+metadata: {name: svc1-1, namespace: ns1, labels: {kubernetes.io/service-name: svc1}}
+addressType: IPv6
+endpoints: [{addresses: ["fd01::5"]}]
+ports: [{name: p80, port: 80, protocol: TCP}]
+---
+kind: Service
+metadata: {name: svc2, namespace: ns1}
+spec: {clusterIP: "fd00:172:30::42", ports: [{name: p80, port: 80, protocol: TCP}]}
+"#;
+    let out = first_sync(nftables_fake(IpFamily::IPv6), objects);
+    let txs: Vec<String> = out.nft_cleanup.into_iter().chain([out.restore]).collect();
+    let Some(lab) = kernel::lab_with_or_skip(TEST, &["sysctl", "nft"], &["/dev/net/tun"]) else {
+        return;
+    };
+    let tcp = |src: &str, sport: u16, dst: &str, dport: u16, flags: &str| RawPacket {
+        proto: "tcp".into(),
+        src: src.into(),
+        dst: dst.into(),
+        sport,
+        dport,
+        flags: Some(flags.into()),
+        seq: 1000,
+        ttl: Some(64),
+        ..RawPacket::default()
+    };
+    let steps = [
+        (
+            "syn",
+            "eth0",
+            tcp("fd00:10::7", 40000, "fd00:172:30::41", 80, "S"),
+            None,
+        ),
+        (
+            "syn-ack",
+            "cni0",
+            tcp("fd01::5", 80, "fd00:10::7", 40000, "SA"),
+            Some("syn"),
+        ),
+        (
+            "down",
+            "eth0",
+            tcp("fd00:10::7", 40001, "fd00:172:30::42", 80, "S"),
+            None,
+        ),
+    ];
+    let mut sc = Scenario::new()
+        .sysctl("net.ipv6.conf.all.forwarding", "1")
+        .tun("eth0", &["fd00:10::1/64"])
+        .tun("cni0", &["fd01::1/64"])
+        // The ClusterIPs routed, so that a Service without endpoints reaches the forward
+        // hook's `@no-endpoint-services` instead of failing its route lookup.
+        .route("fd00:172:30::/64 dev cni0");
+    for (i, t) in txs.iter().enumerate() {
+        sc = sc.command(&format!("load-{i}"), &["nft", "-f", "-"], Some(t));
+    }
+    for (label, dev, p, reply_to) in &steps {
+        sc = sc.inject(label, dev, p.clone(), *reply_to, 30);
+    }
+    let sc = sc.conntrack("list", &["-L", "-f", "ipv6"]).command(
+        "nft-list",
+        &["nft", "list", "table", "ip6", "kube-proxy"],
+        None,
+    );
+    let run = lab
+        .run(&sc)
+        .unwrap_or_else(|e| panic!("{TEST}: the lab run failed: {e}"));
+    for i in 0..txs.len() {
+        let o = run.output(&format!("load-{i}"));
+        assert_eq!(o.rc, 0, "nft -f: {}", o.stderr);
+    }
+    let ifn = |s: &str| IfName::new(s).unwrap();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let mut ns = Netns::new(NetnsConfig::new("router", 1));
+    ns.add_interface(ifn("eth0"), &[(ip("fd00:10::1"), 64)])
+        .unwrap();
+    ns.add_interface(ifn("cni0"), &[(ip("fd01::1"), 64)])
+        .unwrap();
+    ns.add_route("fd00:172:30::/64".parse().unwrap(), None, ifn("cni0"))
+        .unwrap();
+    for (i, t) in txs.iter().enumerate() {
+        ns.nft_apply(&format!("sync-{i}.nft"), t, SimTime::ZERO)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let show = |dev: &str, p: &sim_core::Packet| format!("{dev} {p} hlim={} len={}", p.ttl, p.len);
+    let at = |ms: f64| SimTime::from_nanos((ms * 1e6) as u64);
+    for (label, ..) in &steps {
+        let inj = run.injected(label);
+        let kernel: Vec<String> = inj
+            .emitted
+            .iter()
+            .map(|e| show(&e.dev, &sim_core::wire::parse_ip(&e.bytes()).unwrap()))
+            .collect();
+        assert!(!kernel.is_empty(), "{label}: the kernel sent nothing");
+        let pkt = sim_core::wire::parse_ip(&inj.bytes()).unwrap();
+        let r = ns.process(at(inj.at_ms), pkt, Ingress::Interface(ifn(&inj.dev)));
+        let sim: Vec<String> = r
+            .out
+            .iter()
+            .filter_map(|e| match e {
+                Egress::Transmit { dev, packet, .. } => Some(show(dev.as_str(), packet)),
+                Egress::LocalDeliver { .. } => None,
+            })
+            .collect();
+        assert_eq!(kernel, sim, "{label}: kernel left, nfsim right");
+    }
+    let listed_at = at(run.step("list").at_ms);
+    let f = sim_conntrack::Filter::parse_args(["-f", "ipv6"]).unwrap();
+    let entries = |text: &str| {
+        let mut v: Vec<String> = text
+            .lines()
+            .filter_map(parse_ct_line)
+            .map(|mut e| {
+                e.timeout_secs = None;
+                format!("{e:?}")
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let kernel_entries = entries(&run.output("list").stdout);
+    assert_eq!(kernel_entries.len(), 1, "the DNAT'd flow's entry");
+    assert_eq!(
+        kernel_entries,
+        entries(&ns.conntrack().dump(listed_at, &f)),
+        "conntrack -L -f ipv6"
+    );
+    let ours = ns
+        .nft()
+        .list_table(sim_netfilter::nft::Family::Ip6, "kube-proxy", listed_at)
+        .unwrap();
+    assert_eq!(
+        run.output("nft-list").stdout,
+        ours,
+        "nft list table ip6 kube-proxy"
+    );
+}
+
+/// `--nodeport-addresses` with no IPv6 CIDR on the IPv6 proxier: NodePorts on every local
+/// address, `fib daddr type local ip6 daddr != ::1`. nfsim lists the table as the real nft
+/// does, and the NodePort is DNAT'd for the node's own IPv6 address but not for `::1`
+/// (localhost NodePorts never work on IPv6) nor for an address that is not the node's.
+#[test]
+fn ipv6_nodeports_on_every_local_address_list_as_nft_does_and_dnat_the_nodes_address_only() {
+    use sim_core::{IfName, Packet, TcpFlags};
+    use sim_netfilter::netns::{Egress, Ingress, Netns, NetnsConfig};
+    let mut cfg = nftables_fake(IpFamily::IPv6);
+    cfg.node_port_addresses = NodePortAddresses::new(IpFamily::IPv6, &cidrs(&["192.168.0.2/32"]))
+        .resolve(&fake_interface_addrs());
+    let out = first_sync(cfg, &node_port_objects(IpFamily::IPv6));
+    let txs: Vec<String> = out.nft_cleanup.into_iter().chain([out.restore]).collect();
+    let ours = nfsim_ip6_listing(&txs);
+    assert!(
+        ours.contains(
+            "fib daddr type local ip6 daddr != ::1 meta l4proto . th dport vmap @service-nodeports"
+        ),
+        "{ours}"
+    );
+    if tools::have_or_skip(
+        "ipv6_nodeports_on_every_local_address_list_as_nft_does_and_dnat_the_nodes_address_only",
+        &["nft", "unshare"],
+    ) {
+        let real = tools::real_nft_table_listing(&txs, "ip6 kube-proxy")
+            .unwrap_or_else(|e| panic!("real nft refused the IPv6 transaction: {e}"));
+        assert_eq!(ours, real);
+    }
+    let ifn = |s: &str| IfName::new(s).unwrap();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let mut ns = Netns::new(NetnsConfig::new("test-node", 1));
+    ns.add_interface(ifn("eth0"), &[(ip("2001:db8::1"), 64)])
+        .unwrap();
+    ns.add_interface(ifn("cni0"), &[(ip("fd00:10:180::fe"), 64)])
+        .unwrap();
+    for (i, t) in txs.iter().enumerate() {
+        ns.nft_apply(&format!("sync-{i}.nft"), t, SimTime::ZERO)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let dnat_of = |ns: &mut Netns, from: &str, to: &str, ingress: Ingress| {
+        let syn = Packet::tcp(from.parse().unwrap(), to.parse().unwrap(), TcpFlags::SYN);
+        let r = ns.process(SimTime::ZERO, syn, ingress);
+        r.out.iter().find_map(|e| match e {
+            Egress::Transmit { packet, .. } | Egress::LocalDeliver { packet } => {
+                (packet.dport() == Some(80)).then_some(packet.dst)
+            }
+        })
+    };
+    let eth0 = || Ingress::Interface(ifn("eth0"));
+    let to_ep = dnat_of(
+        &mut ns,
+        "[2001:db8::99]:40000",
+        "[2001:db8::1]:3001",
+        eth0(),
+    );
+    assert!(
+        [Some(ip("fd00:10:180::1")), Some(ip("fd00:10:180::2:1"))].contains(&to_ep),
+        "{to_ep:?}"
+    );
+    assert_eq!(
+        dnat_of(
+            &mut ns,
+            "[2001:db8::99]:40001",
+            "[2001:db8::77]:3001",
+            eth0()
+        ),
+        None
+    );
+    assert_eq!(
+        dnat_of(&mut ns, "[::1]:40002", "[::1]:3001", Ingress::Local),
+        None
     );
 }

@@ -130,6 +130,9 @@ add rule inet t pre meta l4proto udp dnat ip6 to [fd00::9]:53
 add rule inet t fwd meta nfproto ipv4 ip daddr 10.1.0.0/16 accept
 add rule inet t fwd ip6 daddr fd01::/64 accept
 add rule inet t fwd reject
+add chain inet t post { type nat hook postrouting priority 100 ; }
+add rule inet t post ip6 saddr fd02::/64 snat ip6 to fd00::99
+add rule inet t post masquerade
 ";
 
 #[test]
@@ -150,6 +153,23 @@ fn an_inet_table_sees_both_families_and_each_statement_keeps_to_its_own() {
         udp("[fd02::1]:1000", "[fd03::1]:53"),
     );
     assert_eq!(dnat_to(&v), Some(("fd00::9".parse().unwrap(), Some(53))));
+    // snat ip6 for the IPv6 prefix; masquerade for the rest, of either family.
+    let post = |rs: &mut NftRuleset, p: Packet| run(rs, Hook::PostRouting, ChainType::Nat, p).nat;
+    match post(&mut rs, udp("[fd02::1]:1000", "[fd03::1]:53")) {
+        Some(NatRequest::Snat(r)) => {
+            assert_eq!(r.addrs.map(|a| a.0), Some("fd00::99".parse().unwrap()))
+        }
+        other => panic!("{other:?}"),
+    }
+    for p in [
+        udp("[fd04::1]:1000", "[fd03::1]:53"),
+        udp("10.2.0.1:1000", "10.3.0.1:53"),
+    ] {
+        assert!(
+            matches!(post(&mut rs, p), Some(NatRequest::Masquerade(_))),
+            "{p}"
+        );
+    }
     let fwd = |rs: &mut NftRuleset, p: Packet| run(rs, Hook::Forward, ChainType::Filter, p).action;
     assert_eq!(
         fwd(&mut rs, udp("10.2.0.1:1", "10.1.2.3:1")),
@@ -240,6 +260,9 @@ fn what_nft_refuses_across_families_is_refused_at_its_place() {
         ("add table ip6 t\nadd chain ip6 t c\nadd rule ip6 t c ip6 hoplimit 1 drop\n", 3, 22, "ip6 hoplimit"),
         ("add table inet t\nadd chain inet t c\nadd rule inet t c reject with icmpv6 admin-prohibited\n", 3, 31, "in an inet table"),
         ("add table ip6 t\nadd chain ip6 t c\nadd rule ip6 t c icmpv6 code 4 drop\n", 3, 25, "icmpv6 code"),
+        // A NAT port without a transport protocol match before it (nft points at the port).
+        ("add table ip6 t\nadd chain ip6 t c { type nat hook prerouting priority -100 ; }\nadd rule ip6 t c th dport 80 dnat to [fd00::1]:80\n", 3, 48, "transport protocol mapping"),
+        ("add table ip t\nadd chain ip t c { type nat hook prerouting priority -100 ; }\nadd rule ip t c meta l4proto != tcp dnat to 1.2.3.4:80\n", 3, 53, "transport protocol mapping"),
         ("add table ip6 t\nadd chain ip6 t c\nadd rule ip6 t c fib daddr type broadcast drop\n", 3, 33, "only 'local'"),
     ];
     for (text, line, col, word) in cases {

@@ -679,6 +679,28 @@ fn network_context(prev: &[Stmt]) -> Option<Family> {
     fam
 }
 
+/// Whether a statement fixes the transport protocol for a later NAT port: a match of
+/// `meta l4proto`, `ip protocol` or `ip6 nexthdr` alone (value or set, not `!=`), or a
+/// `tcp|udp|sctp sport|dport` field.
+fn fixes_transport(s: &Stmt) -> bool {
+    match s {
+        Stmt::Match { lhs, negated, .. } => {
+            (!negated
+                && matches!(
+                    lhs.as_slice(),
+                    [Field::MetaL4proto | Field::IpProtocol | Field::Ip6Nexthdr]
+                ))
+                || lhs
+                    .iter()
+                    .any(|f| matches!(f, Field::Sport(_) | Field::Dport(_)))
+        }
+        Stmt::Vmap { lhs, .. } => lhs
+            .iter()
+            .any(|f| matches!(f, Field::Sport(_) | Field::Dport(_))),
+        _ => false,
+    }
+}
+
 /// A NAT target: `A`, `A:P`, `A6` or `[A6]:P` (`[A6]` alone too).
 fn nat_target(a: &str) -> Option<(IpAddr, Option<u16>)> {
     if let Some(rest) = a.strip_prefix('[') {
@@ -1482,6 +1504,19 @@ fn stmt(p: &mut P, prev: &[Stmt]) -> R<Stmt> {
                     ));
                 }
                 _ => {}
+            }
+            // nft's stmt_evaluate_nat: a port needs the transport protocol fixed by an
+            // earlier match (`meta l4proto tcp`, `meta l4proto { tcp, udp }`, `tcp dport`).
+            if port.is_some() && !prev.iter().any(fixes_transport) {
+                let t = &p.toks[p.pos - 1];
+                let at = a.rfind(':').map_or(0, |i| a[..=i].chars().count());
+                return Err(NftError {
+                    file: p.file.to_string(),
+                    line: t.line,
+                    col: t.col + at,
+                    msg: "transport protocol mapping is only valid after transport protocol match"
+                        .into(),
+                });
             }
             Stmt::Nat {
                 dnat: w == "dnat",
