@@ -103,7 +103,6 @@ fn the_loader_refuses_what_the_bridge_datapath_does_not_model() {
         "{e}"
     );
     for (opt, word) in [
-        ("ipMasq: true", "ipMasq"),
         ("promiscMode: true", "promiscMode"),
         ("isGateway: false", "isGateway"),
     ] {
@@ -302,4 +301,84 @@ events:
     assert_eq!(flooded.len(), 3, "{by:?}");
     assert_eq!(flooded[0].1, "0a:58:0a:f4:01:05");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ip_masq_gives_each_pod_the_plugins_chain_and_masquerades_off_the_pod_cidr() {
+    let text = |masq: bool| {
+        format!(
+            "\
+name: masq
+duration: 20s
+network: {{cni: bridge, ipMasq: {masq}}}
+nodes:
+  - {{name: node-1, address: 192.168.0.11, podCIDR: 10.244.1.0/24}}
+hosts:
+  - {{name: internet, address: 203.0.113.10, apps: [{{udpServer: {{port: 53}}}}]}}
+pods:
+  - {{name: toolbox, node: node-1, ip: 10.244.1.9}}
+clients:
+  - name: c
+    pod: toolbox
+    udp: {{target: 203.0.113.10:53, sourcePort: 40000, interval: 5s, timeout: 1s, stop: 9s}}
+events:
+  - at: 15s
+    deletePod: {{pod: toolbox, gracePeriod: 1s}}
+expectations:
+  - name: answered
+    at: 10s
+    client: {{name: c, sent: 2, answered: 2}}
+  - name: the host saw the node's address
+    at: 10s
+    conntrack: {{node: node-1, filter: -p udp --orig-src 10.244.1.9 --reply-dst 192.168.0.11, count: {}}}
+",
+            if masq { 1 } else { 0 }
+        )
+    };
+    for masq in [true, false] {
+        let r = run_text("masq.yaml", &text(masq), false);
+        assert!(r.passed(), "ipMasq {masq}: {:#?}", r.results);
+    }
+    // The rules as the plugin writes them, and gone with the pod (TeardownIPMasq).
+    let rules_at = |at: &str| {
+        let dir = std::env::temp_dir().join(format!("nfsim-bridge-masq-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("masq.yaml");
+        std::fs::write(&file, text(true)).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nfsim"))
+            .args(["rules"])
+            .arg(&file)
+            .args(["--node", "node-1", "--at", at])
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let at1 = rules_at("1s");
+    let id = "name: \\\"cbr0\\\" id: \\\"";
+    let lines: Vec<&str> = at1.lines().filter(|l| l.contains("CNI-")).collect();
+    assert_eq!(lines.len(), 4, "{at1}");
+    assert!(
+        lines[0].starts_with(":CNI-")
+            && lines[0].ends_with(" - [0:0]")
+            && lines[0].len() == ":CNI-".len() + 24 + " - [0:0]".len(),
+        "{at1}"
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "-A POSTROUTING -s 10.244.1.9/32 -m comment --comment \"{id}"
+        )),
+        "{at1}"
+    );
+    assert!(
+        lines[2].contains(" -d 10.244.1.0/24 -m comment --comment ")
+            && lines[2].ends_with(" -j ACCEPT"),
+        "{at1}"
+    );
+    assert!(
+        lines[3].contains(" ! -d 224.0.0.0/4 -m comment --comment ")
+            && lines[3].ends_with(" -j MASQUERADE"),
+        "{at1}"
+    );
+    assert!(!rules_at("19s").contains("CNI-"), "torn down with the pod");
 }

@@ -84,6 +84,10 @@ pub struct BridgeCni {
     pub name: String,
     /// `hairpinMode`: each pod's port in hairpin mode.
     pub hairpin: bool,
+    /// `ipMasq`: a nat chain per pod masquerading what it sends off the pod CIDR.
+    pub ip_masq: bool,
+    /// The CNI network's `name` (`network.name`), hashed into the `ipMasq` chain names.
+    pub network_name: String,
 }
 
 /// A node.

@@ -157,6 +157,10 @@ pub struct NetworkDoc {
     /// The nodes' pod datapath: `ptp` (kindnet's, the default) or `bridge`.
     #[serde(default)]
     pub cni: Option<S<String>>,
+    /// The CNI network's `name` (default `cbr0`): the bridge plugin hashes it into its
+    /// `ipMasq` chain names.
+    #[serde(default)]
+    pub name: Option<S<String>>,
     /// The bridge plugin's `bridge`: the bridge device's name (default `cni0`).
     #[serde(default)]
     pub bridge: Option<S<String>>,

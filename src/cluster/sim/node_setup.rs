@@ -265,3 +265,56 @@ pub(super) fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) ->
         n.sysctls.get("net.netfilter.nf_conntrack_tcp_be_liberal") == Some(&1);
     cfg
 }
+
+/// The bridge plugin's `ipMasq` rules for a pod (`ip.SetupIPMasq`, plugins/pkg/ip/
+/// ipmasq_linux.go, chain and comment from plugins/pkg/utils): the chain `CNI-` + the first
+/// 24 hex digits of sha512(network name + container ID), accepting the pod's own subnet and
+/// masquerading the rest but multicast, and the POSTROUTING jump for the pod's address.
+/// nfsim has no container runtime: the container ID is the hex sha256 of the run's seed, the
+/// pod and its veth (64 digits, as a runtime's). Returns the iptables commands that set the
+/// rules up (`add`) or tear them down (`ip.TeardownIPMasq`).
+pub(super) fn ip_masq_commands(
+    b: &crate::scenario::BridgeCni,
+    seed: u64,
+    pod: &str,
+    veth: IfName,
+    ip: IpAddr,
+    pod_cidr: &crate::k8s::Cidr,
+    add: bool,
+) -> Vec<String> {
+    use sha2::{Digest, Sha256, Sha512};
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let id = hex(&Sha256::digest(format!("{seed}/{pod}/{veth}").as_bytes()));
+    let chain = format!(
+        "CNI-{}",
+        &hex(&Sha512::digest(
+            format!("{}{id}", b.network_name).as_bytes()
+        ))[..24]
+    );
+    // Go's %q of the two strings (plain ASCII here), escaped for the command line.
+    let comment = format!("name: {:?} id: {:?}", b.network_name, id).replace('"', "\\\"");
+    let multicast = if ip.is_ipv4() {
+        "224.0.0.0/4"
+    } else {
+        "ff00::/8"
+    };
+    let jump = format!("POSTROUTING -s {ip} -m comment --comment \"{comment}\" -j {chain}");
+    if add {
+        vec![
+            format!("-N {chain}"),
+            format!(
+                "-A {chain} -d {}/{} -m comment --comment \"{comment}\" -j ACCEPT",
+                pod_cidr.addr(),
+                pod_cidr.prefix_len()
+            ),
+            format!("-A {chain} ! -d {multicast} -m comment --comment \"{comment}\" -j MASQUERADE"),
+            format!("-A {jump}"),
+        ]
+    } else {
+        vec![
+            format!("-D {jump}"),
+            format!("-F {chain}"),
+            format!("-X {chain}"),
+        ]
+    }
+}

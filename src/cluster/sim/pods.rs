@@ -62,6 +62,22 @@ impl Simulation {
                 n.netns.bridge_set_neighbour(def.ip, mac);
                 n.netns.bridge_learn(veth, mac);
             }
+            if b.ip_masq {
+                let cmds = node_setup::ip_masq_commands(
+                    b,
+                    self.sc.seed,
+                    &key,
+                    veth,
+                    def.ip,
+                    &n.def.pod_cidr,
+                    true,
+                );
+                for c in cmds {
+                    n.netns
+                        .iptables(sim_netfilter::Table::Nat, &c)
+                        .map_err(&err)?;
+                }
+            }
         } else {
             let gw = pod_gateway(&n.def.pod_cidr);
             let host_len = if gw.is_ipv4() { 32 } else { 128 };
@@ -216,6 +232,23 @@ impl Simulation {
         n.netns.remove_route(Prefix::host(def.ip));
         // A bridge forgets the MACs of a deleted port; the neighbour entries stay (stale).
         n.netns.bridge_del_port(veth);
+        if let crate::scenario::Cni::Bridge(b) = &self.sc.cni {
+            if b.ip_masq {
+                let cmds = node_setup::ip_masq_commands(
+                    b,
+                    self.sc.seed,
+                    &key,
+                    veth,
+                    def.ip,
+                    &n.def.pod_cidr,
+                    false,
+                );
+                for c in cmds {
+                    // The plugin's DEL ignores rules already gone.
+                    let _ = n.netns.iptables(sim_netfilter::Table::Nat, &c);
+                }
+            }
+        }
         n.veths.remove(&veth);
         self.log(What::Pod {
             pod: key,

@@ -1,4 +1,4 @@
-//! `network.cni` and the bridge plugin's options (`bridge`, `isGateway`, `ipMasq`,
+//! `network.cni` and the bridge plugin's options (`name`, `bridge`, `isGateway`, `ipMasq`,
 //! `hairpinMode`, `promiscMode`).
 
 use super::*;
@@ -8,7 +8,8 @@ use super::*;
 /// place.
 pub(super) fn network_cni(ctx: &Ctx, net: Option<&NetworkDoc>) -> Result<Cni, ScenarioError> {
     let Some(net) = net else { return Ok(Cni::Ptp) };
-    let bridge_opts: [(&str, Option<Location>); 5] = [
+    let bridge_opts: [(&str, Option<Location>); 6] = [
+        ("name", net.name.as_ref().map(|s| s.referenced)),
         ("bridge", net.bridge.as_ref().map(|s| s.referenced)),
         ("isGateway", net.is_gateway.as_ref().map(|s| s.referenced)),
         ("ipMasq", net.ip_masq.as_ref().map(|s| s.referenced)),
@@ -47,12 +48,16 @@ pub(super) fn network_cni(ctx: &Ctx, net: Option<&NetworkDoc>) -> Result<Cni, Sc
                     "network.isGateway: false is not modelled (the bridge would hold no address and the pods no default route): expected true",
                 ));
             }
-            if let Some(m) = net.ip_masq.as_ref().filter(|m| m.value) {
-                return Err(ctx.err(
-                    m,
-                    "network.ipMasq: true is not modelled yet (the plugin's per-pod CNI-* nat chains): expected false, or the masquerade as a node rule (iptablesRestore)",
-                ));
-            }
+            let network_name = match &net.name {
+                None => "cbr0".to_string(),
+                Some(n) if n.value.is_empty() || n.value.chars().any(|c| c.is_control()) => {
+                    return Err(ctx.err(
+                        n,
+                        "network.name: expected a CNI network name (non-empty, printable)",
+                    ));
+                }
+                Some(n) => n.value.clone(),
+            };
             if let Some(p) = net.promisc_mode.as_ref().filter(|p| p.value) {
                 return Err(ctx.err(
                     p,
@@ -62,6 +67,8 @@ pub(super) fn network_cni(ctx: &Ctx, net: Option<&NetworkDoc>) -> Result<Cni, Sc
             Ok(Cni::Bridge(BridgeCni {
                 name,
                 hairpin: net.hairpin_mode.as_ref().is_some_and(|h| h.value),
+                ip_masq: net.ip_masq.as_ref().is_some_and(|m| m.value),
+                network_name,
             }))
         }
         other => {
