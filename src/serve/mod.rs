@@ -517,7 +517,7 @@ impl Session {
                     ServeError::testkit("from", "a pod, host or node of the scenario", e)
                 })?;
                 let mut m = Map::new();
-                m.insert("id".into(), id.into());
+                m.insert("flow".into(), id.into());
                 m.insert("now".into(), encode::time(c.now()));
                 Ok(m)
             }
@@ -540,12 +540,12 @@ impl Session {
     }
 
     fn sightings(&mut self, req: &mut Req) -> Reply {
-        let id = req.u64("id")?.ok_or_else(|| {
+        let id = req.u64("flow")?.ok_or_else(|| {
             ServeError::new(
                 ErrorKind::MissingField,
-                Some("id"),
-                "the id a flow on the scenario returned",
-                "sightings without an id".into(),
+                Some("flow"),
+                "the number a flow on the scenario returned (its flow field)",
+                "sightings without a flow".into(),
             )
         })?;
         let c = match &self.target {
@@ -555,8 +555,8 @@ impl Session {
             }
             None => return Err(no_target("sightings")),
         };
-        let id =
-            u32::try_from(id).map_err(|_| ServeError::value("id", "the id a flow returned", id))?;
+        let id = u32::try_from(id)
+            .map_err(|_| ServeError::value("flow", "the number a flow returned", id))?;
         let mut m = Map::new();
         m.insert(
             "sightings".into(),
@@ -819,7 +819,7 @@ fn fields_of(op: &str) -> Option<&'static [&'static str]> {
             "after",
         ],
         "flow" => &["packet", "at", "from", "local", "trace"],
-        "sightings" => &["id"],
+        "sightings" => &["flow"],
         "advance" => &["at"],
         "conntrack" => &["filter", "node"],
         "delete" => &["filter", "at"],

@@ -110,7 +110,7 @@ class Session:
         return self.request("flow", packet=packet, at=at, **fields)
 
     def sightings(self, flow_id):
-        return self.request("sightings", id=flow_id)["sightings"]
+        return self.request("sightings", flow=flow_id)["sightings"]
 
     def advance(self, at):
         return self.request("advance", at=at)
