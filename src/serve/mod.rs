@@ -146,6 +146,18 @@ pub struct Session {
     line: u64,
     hello: bool,
     target: Option<Target>,
+    scenario: Option<ScenarioSource>,
+}
+
+/// The scenario a session loaded, and the events `apply` added to it: each `apply` checks
+/// its events as part of the whole scenario, with the loader that checks a file.
+struct ScenarioSource {
+    /// The file (or the `name` of its text), for messages.
+    name: String,
+    /// Its text.
+    text: String,
+    /// The events applied so far, as `events:` items.
+    added: Vec<Value>,
 }
 
 type Reply = Result<Map<String, Value>, ServeError>;
@@ -368,6 +380,7 @@ impl Session {
         let mut m = Map::new();
         m.insert("now".into(), encode::time(node.now()));
         self.target = Some(Target::Node(Box::new(node)));
+        self.scenario = None;
         Ok(m)
     }
 
@@ -375,14 +388,27 @@ impl Session {
         let file = req.str("file")?;
         let yaml = req.str("yaml")?;
         let seed = req.u64("seed")?;
-        let mut sc = match (file, yaml) {
-            (Some(f), None) => crate::scenario::load_file(&f)
-                .map_err(|e| ServeError::value("file", "a scenario file nfsim run takes", e))?,
-            (None, Some(y)) => {
-                let name = req.str("name")?.unwrap_or_else(|| "scenario".into());
-                crate::scenario::load_str(&name, &y)
-                    .map_err(|e| ServeError::value("yaml", "a scenario nfsim run takes", e))?
+        let (name, text, field) = match (file, yaml) {
+            (Some(f), None) => {
+                let text = sim_core::input::read_text_limited(
+                    std::path::Path::new(&f),
+                    sim_core::input::MAX_SCENARIO_BYTES,
+                    "MAX_SCENARIO_BYTES",
+                )
+                .map_err(|e| {
+                    ServeError::value(
+                        "file",
+                        "a scenario file nfsim run takes",
+                        format!("{f}: cannot read the scenario file: {e}"),
+                    )
+                })?;
+                (f, text, "file")
             }
+            (None, Some(y)) => (
+                req.str("name")?.unwrap_or_else(|| "scenario".into()),
+                y,
+                "yaml",
+            ),
             _ => {
                 return Err(ServeError::new(
                     ErrorKind::MissingField,
@@ -392,11 +418,13 @@ impl Session {
                 ))
             }
         };
+        let mut sc = crate::scenario::load_str(&name, &text)
+            .map_err(|e| ServeError::value(field, "a scenario nfsim run takes", e))?;
         if let Some(s) = seed {
             sc.seed = s;
         }
         let c = Cluster::from_scenario(sc)
-            .map_err(|e| ServeError::value("file", "a scenario that starts", e))?;
+            .map_err(|e| ServeError::value(field, "a scenario that starts", e))?;
         let mut m = Map::new();
         m.insert("now".into(), encode::time(c.now()));
         let nodes: Vec<Value> = c
@@ -407,6 +435,11 @@ impl Session {
             .collect();
         m.insert("nodes".into(), Value::Array(nodes));
         self.target = Some(Target::Cluster(Box::new(c)));
+        self.scenario = Some(ScenarioSource {
+            name,
+            text,
+            added: Vec::new(),
+        });
         Ok(m)
     }
 
@@ -755,6 +788,17 @@ impl Session {
     }
 
     fn apply(&mut self, req: &mut Req) -> Reply {
+        if matches!(self.target, Some(Target::Cluster(_))) {
+            return self.apply_event(req);
+        }
+        if req.has("event") {
+            return Err(ServeError::new(
+                ErrorKind::BadField,
+                Some("event"),
+                "objects or delete: the session holds a node (event is for a scenario)",
+                "event on a node".into(),
+            ));
+        }
         let objects = req.str("objects")?;
         let delete = req.str_map("delete")?;
         let at = self.at(req)?;
@@ -826,9 +870,87 @@ fn fields_of(op: &str) -> Option<&'static [&'static str]> {
         "rules" => &["format", "node"],
         "selection" => &["chain", "table"],
         "restore" => &["format", "payload", "noflush", "at"],
-        "apply" => &["objects", "delete", "at"],
+        "apply" => &["objects", "delete", "at", "event"],
         _ => return None,
     })
+}
+
+impl Session {
+    /// `apply` on a scenario: `event` is one item of a scenario's `events:` (as JSON), checked
+    /// with the scenario's other events and those applied before, then added to the run.
+    fn apply_event(&mut self, req: &mut Req) -> Reply {
+        let expected = "one item of a scenario's events: list, as a JSON object ({\"at\": \"90s\", \"readiness\": {\"pod\": \"default/app\", \"ready\": false}})";
+        let event = match req.take("event") {
+            Some(Value::Object(m)) => Value::Object(m),
+            Some(other) => {
+                return Err(ServeError::new(
+                    ErrorKind::BadField,
+                    Some("event"),
+                    expected,
+                    format!("event is a JSON {}", encode::type_name(&other)),
+                ))
+            }
+            None => {
+                return Err(ServeError::new(
+                    ErrorKind::MissingField,
+                    Some("event"),
+                    expected,
+                    "apply on a scenario needs an event".into(),
+                ))
+            }
+        };
+        for f in ["objects", "delete", "at"] {
+            if req.has(f) {
+                return Err(ServeError::new(
+                    ErrorKind::BadField,
+                    Some(f),
+                    "event only: the session holds a scenario (the event says its at)",
+                    format!("{f} on a scenario"),
+                ));
+            }
+        }
+        let (Some(src), Some(Target::Cluster(c))) = (&mut self.scenario, &mut self.target) else {
+            return Err(no_target("apply"));
+        };
+        let mut doc: Value = serde_saphyr::from_str(&src.text)
+            .map_err(|e| ServeError::value("event", "a scenario whose text reads as YAML", e))?;
+        let Some(m) = doc.as_object_mut() else {
+            return Err(ServeError::value(
+                "event",
+                "a scenario that is a YAML mapping",
+                "the scenario is not a mapping",
+            ));
+        };
+        let mut events = match m.remove("events") {
+            Some(Value::Array(a)) => a,
+            _ => Vec::new(),
+        };
+        events.extend(src.added.iter().cloned());
+        events.push(event.clone());
+        let total = events.len();
+        m.insert("events".into(), Value::Array(events));
+        let merged = serde_json::to_string_pretty(&doc)
+            .map_err(|e| ServeError::value("event", expected, e))?;
+        let what = format!("{} with the events applied (as JSON)", src.name);
+        let sc = crate::scenario::load_str(&what, &merged)
+            .map_err(|e| ServeError::value("event", expected, e))?;
+        // The loader makes one event per events: item, in order: the new one is the last.
+        let Some(new) = sc.events.into_iter().nth(total - 1) else {
+            return Err(ServeError::value(
+                "event",
+                expected,
+                "the event made no action",
+            ));
+        };
+        let at = new.at;
+        c.apply(at, new.action)
+            .map_err(|e| ServeError::testkit("event", expected, e))?;
+        src.added.push(event);
+        let mut m = Map::new();
+        m.insert("at".into(), encode::time(at));
+        m.insert("now".into(), encode::time(c.now()));
+        Ok(m)
+    }
 }
 
 fn no_target(op: &str) -> ServeError {

@@ -58,6 +58,11 @@ impl Req {
         }
     }
 
+    /// The raw value of `field`, if present.
+    pub(super) fn take(&mut self, field: &str) -> Option<Value> {
+        self.fields.remove(field)
+    }
+
     pub(super) fn str(&mut self, field: &str) -> Result<Option<String>, ServeError> {
         match self.fields.remove(field) {
             None => Ok(None),
