@@ -173,7 +173,7 @@ impl Session {
     /// blanks) is skipped, and answered with an empty string (write nothing).
     pub fn handle_line(&mut self, line: &[u8]) -> String {
         self.line += 1;
-        if line.iter().all(u8::is_ascii_whitespace) {
+        if line.len() <= MAX_REQUEST_BYTES && line.iter().all(u8::is_ascii_whitespace) {
             return String::new();
         }
         let (id, op, r) = self.handle_bytes(line);
