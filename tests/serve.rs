@@ -55,7 +55,11 @@ fn flows_conntrack_rules_and_selection_equal_the_testkit_node() {
     let mut s = session();
     ask(&mut s, &json!({"op": "node", "objects": yaml, "seed": 9}));
     for i in 0..40u64 {
-        let pkt = format!("tcp 10.244.0.{}:{} -> 10.96.5.5:80 SYN", 2 + i % 7, 30000 + i);
+        let pkt = format!(
+            "tcp 10.244.0.{}:{} -> 10.96.5.5:80 SYN",
+            2 + i % 7,
+            30000 + i
+        );
         let mine = node.flow(t(i * 10), &pkt).unwrap();
         let theirs = ask(
             &mut s,
@@ -66,11 +70,18 @@ fn flows_conntrack_rules_and_selection_equal_the_testkit_node() {
         assert_eq!(theirs["ingress"], mine.ingress);
         assert_eq!(
             theirs["entry"]["line"],
-            mine.entry.as_ref().unwrap().list_line(t(i * 10)).to_string()
+            mine.entry
+                .as_ref()
+                .unwrap()
+                .list_line(t(i * 10))
+                .to_string()
         );
         assert_eq!(theirs["dnat"]["after"], mine.dnat().unwrap().1.to_string());
     }
-    let ct = ask(&mut s, &json!({"op": "conntrack", "filter": "-p tcp --orig-dst 10.96.5.5"}));
+    let ct = ask(
+        &mut s,
+        &json!({"op": "conntrack", "filter": "-p tcp --orig-dst 10.96.5.5"}),
+    );
     assert_eq!(
         ct["text"],
         node.conntrack_text("-p tcp --orig-dst 10.96.5.5").unwrap()
@@ -80,7 +91,11 @@ fn flows_conntrack_rules_and_selection_equal_the_testkit_node() {
     let chain = svc_chain("default/web:p80", "tcp");
     let sel = ask(&mut s, &json!({"op": "selection", "chain": chain}));
     let exact = node.selection(&chain).unwrap();
-    let fractions: Vec<String> = exact.choices.iter().map(|c| c.probability.fraction()).collect();
+    let fractions: Vec<String> = exact
+        .choices
+        .iter()
+        .map(|c| c.probability.fraction())
+        .collect();
     let served: Vec<String> = sel["choices"]
         .as_array()
         .unwrap()
@@ -90,7 +105,9 @@ fn flows_conntrack_rules_and_selection_equal_the_testkit_node() {
     assert_eq!(served, fractions);
     assert_eq!(fractions[0], "214748365/1073741824");
     // Deleting by filter removes what the testkit's delete removes.
-    let gone = node.conntrack_delete(t(500), "-p tcp --orig-port-src 30003").unwrap();
+    let gone = node
+        .conntrack_delete(t(500), "-p tcp --orig-port-src 30003")
+        .unwrap();
     let del = ask(
         &mut s,
         &json!({"op": "delete", "filter": "-p tcp --orig-port-src 30003", "at": "500ms"}),
@@ -119,7 +136,10 @@ fn the_stale_dns_incident_through_the_session() {
         &format!("{{addresses: [{gone_ip}], conditions: {{ready: false, serving: false}}"),
     );
     assert_ne!(not_serving, KUBE_DNS_TWO_ENDPOINTS);
-    ask(&mut s, &json!({"op": "apply", "objects": not_serving, "at": "2s"}));
+    ask(
+        &mut s,
+        &json!({"op": "apply", "objects": not_serving, "at": "2s"}),
+    );
     ask(&mut s, &json!({"op": "advance", "at": "3s"}));
     // The stale entry still sends the fixed-port client to the endpoint that went away.
     let stale = ask(&mut s, &json!({"op": "flow", "packet": q, "at": "4s"}));
@@ -152,7 +172,10 @@ fn restore_and_nft_payloads_change_the_node_as_the_testkit_does() {
         &mut s,
         &json!({"op": "restore", "payload": drop, "noflush": true}),
     );
-    ask(&mut s, &json!({"op": "restore", "format": "nft", "payload": nft}));
+    ask(
+        &mut s,
+        &json!({"op": "restore", "format": "nft", "payload": nft}),
+    );
     assert_eq!(ask(&mut s, &json!({"op": "rules"}))["text"], node.rules());
     assert_eq!(
         ask(&mut s, &json!({"op": "rules", "format": "nft"}))["text"],
@@ -182,7 +205,10 @@ fn saved_state_loads_as_the_cli_loads_it() {
         &mut s,
         &json!({"op": "state", "conntrack": "tests/fixtures/conntrack/listing.txt", "after": "1s"}),
     );
-    assert!(r["notes"][0].as_str().unwrap().contains("4 entries loaded"), "{r}");
+    assert!(
+        r["notes"][0].as_str().unwrap().contains("4 entries loaded"),
+        "{r}"
+    );
     let mut node = Node::builder().build().unwrap();
     let loaded = nfsim::explain::load_saved_state(
         node.netns_mut(),
@@ -202,8 +228,14 @@ fn saved_state_loads_as_the_cli_loads_it() {
     assert_eq!(ct["text"], node.conntrack_text("").unwrap());
     assert_eq!(ct["entries"].as_array().unwrap().len(), 4);
     // Saved state is the starting state: not after the first flow.
-    ask(&mut s, &json!({"op": "flow", "packet": "udp 127.0.0.3:40000 -> 127.0.0.4:53"}));
-    let again = answer(&mut s, r#"{"op":"state","conntrack":"tests/fixtures/conntrack/listing.txt","after":"2s"}"#);
+    ask(
+        &mut s,
+        &json!({"op": "flow", "packet": "udp 127.0.0.3:40000 -> 127.0.0.4:53"}),
+    );
+    let again = answer(
+        &mut s,
+        r#"{"op":"state","conntrack":"tests/fixtures/conntrack/listing.txt","after":"2s"}"#,
+    );
     assert_eq!(error(&again).1, "state");
 }
 
@@ -213,7 +245,10 @@ fn a_scenario_session_equals_the_testkit_cluster() {
     let mut c = Cluster::from_file(file).unwrap();
     c.run_until(SimTime::from_secs(60)).unwrap();
     let id = c
-        .send(&Origin::Pod("default/app".into()), "udp 10.244.2.9:41000 -> 10.96.0.10:53")
+        .send(
+            &Origin::Pod("default/app".into()),
+            "udp 10.244.2.9:41000 -> 10.96.0.10:53",
+        )
         .unwrap();
     c.run_until(SimTime::from_secs(61)).unwrap();
     let mut s = session();
@@ -254,11 +289,20 @@ fn a_scenario_session_equals_the_testkit_cluster() {
         r#"{"op":"apply","event":{"at":"80s","readiness":{"pod":"nope","ready":false}}}"#,
     );
     let (_, kind, field) = error(&bad);
-    assert_eq!((kind.as_str(), field.as_deref()), ("bad_value", Some("event")));
-    assert!(bad["error"]["message"].as_str().unwrap().contains("unknown pod \"nope\""));
+    assert_eq!(
+        (kind.as_str(), field.as_deref()),
+        ("bad_value", Some("event"))
+    );
+    assert!(bad["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("unknown pod \"nope\""));
     ask(&mut s, &json!({"op": "advance", "at": "170s"}));
     let ep = ask(&mut s, &json!({"op": "rules", "node": "node-2"}));
-    assert!(!ep["text"].as_str().unwrap().contains("10.244.2.5:53"), "coredns-b is not ready: no endpoint rule");
+    assert!(
+        !ep["text"].as_str().unwrap().contains("10.244.2.5:53"),
+        "coredns-b is not ready: no endpoint rule"
+    );
 }
 
 /// The fixture sessions, answered twice: the same bytes.
@@ -317,16 +361,25 @@ fn out_of_order_and_malformed_requests_are_located_errors_and_the_session_goes_o
     assert_eq!(errors, want);
     // The blank line 22 has no answer; line 23, after all of that, works.
     let last = answers.last().unwrap();
-    assert_eq!((last["line"].as_u64(), &last["fate"]), (Some(23), &json!("transmitted")));
+    assert_eq!(
+        (last["line"].as_u64(), &last["fate"]),
+        (Some(23), &json!("transmitted"))
+    );
     // The restore error names the payload's line and points at the chain.
     let restore = answers.iter().find(|a| a["line"] == 17).unwrap();
-    assert!(restore["error"]["message"].as_str().unwrap().starts_with("payload:2: no chain named \"NOCHAIN\""));
+    assert!(restore["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("payload:2: no chain named \"NOCHAIN\""));
 }
 
 #[test]
 fn a_misspelt_field_is_refused_before_the_request_runs() {
     let mut s = session();
-    ask(&mut s, &json!({"op": "node", "objects": KUBE_DNS_TWO_ENDPOINTS}));
+    ask(
+        &mut s,
+        &json!({"op": "node", "objects": KUBE_DNS_TWO_ENDPOINTS}),
+    );
     let bad = answer(
         &mut s,
         r#"{"op":"flow","packet":"udp 10.244.0.9:40000 -> 10.96.0.10:53","tarce":true,"id":"q1"}"#,
@@ -360,11 +413,15 @@ fn the_binary_answers_each_line_and_skips_past_a_too_long_one() {
         .unwrap();
     let mut input = child.stdin.take().unwrap();
     let writer = std::thread::spawn(move || {
-        input.write_all(b"{\"op\":\"hello\",\"version\":1}\n").unwrap();
+        input
+            .write_all(b"{\"op\":\"hello\",\"version\":1}\n")
+            .unwrap();
         let mut long = vec![b' '; MAX_REQUEST_BYTES + 10];
         long.extend_from_slice(b"{\"op\":\"nope\"}\n");
         input.write_all(&long).unwrap();
-        input.write_all(b"{\"op\":\"node\"}\r\n\n{\"op\":\"rules\"}\n").unwrap();
+        input
+            .write_all(b"{\"op\":\"node\"}\r\n\n{\"op\":\"rules\"}\n")
+            .unwrap();
     });
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap();
@@ -376,6 +433,12 @@ fn the_binary_answers_each_line_and_skips_past_a_too_long_one() {
         .collect();
     assert_eq!(lines.len(), 4, "{lines:?}");
     assert_eq!(error(&lines[1]), (2, "too_long".into(), None));
-    assert_eq!((&lines[2]["op"], &lines[2]["ok"]), (&json!("node"), &json!(true)));
-    assert_eq!((&lines[3]["line"], &lines[3]["op"]), (&json!(5), &json!("rules")));
+    assert_eq!(
+        (&lines[2]["op"], &lines[2]["ok"]),
+        (&json!("node"), &json!(true))
+    );
+    assert_eq!(
+        (&lines[3]["line"], &lines[3]["op"]),
+        (&json!(5), &json!("rules"))
+    );
 }
