@@ -107,11 +107,13 @@
 //! - [`sweep`]: one scenario across many seeds and `--set` combinations: pass rates with
 //!   confidence intervals, distributions of the clients' figures, shards and their merge.
 //! - [`report`]: a run as one self-contained HTML page (`nfsim run --report`).
+//! - [`serve`]: the testkit as a line-delimited JSON session (`nfsim serve`), for Go, Python
+//!   and any other language's tests (`docs/serve-protocol.md`).
 //!
 //! The modules stand on each other in one order, lowest first: `k8s`, `kubeproxy` and `dns` (DNS
 //! messages, zones, `resolv.conf`, the glibc and musl stub resolvers), `scenario`
 //! (what to run: the model owns its types), `cluster` (how it runs), then `explain`, `sweep`,
-//! `report`, and `testkit` on top. A module uses only those below it; `tests/layering.rs`
+//! `report`, `testkit`, and `serve` (the testkit over JSON) on top. A module uses only those below it; `tests/layering.rs`
 //! reads every `crate::` and `super::` path and fails on one that points up.
 //!
 //! Below them, the workspace's libraries: `sim-core` (packets, simulated time, seeded randomness),
@@ -130,5 +132,6 @@ pub mod kubeproxy;
 pub mod report;
 mod rules_error;
 pub mod scenario;
+pub mod serve;
 pub mod sweep;
 pub mod testkit;

@@ -56,6 +56,10 @@ enum Cmd {
     ///
     /// Exit 0 when nothing is stale, 1 when something is, 2 on bad input.
     Doctor(cli::doctor::Args),
+    /// A line-delimited JSON session on stdin/stdout: build a node or load a scenario, send
+    /// packets, advance time, read and change its rules and conntrack table
+    /// (docs/serve-protocol.md). For tests in Go, Python or any other language.
+    Serve(cli::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
         Cmd::Replay(a) => cli::replay::run(a),
         Cmd::Sweep(a) => cli::sweep::run(a),
         Cmd::Doctor(a) => cli::doctor::run(a),
+        Cmd::Serve(a) => cli::serve::run(a),
     };
     match r {
         Ok(c) => c,

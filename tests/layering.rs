@@ -40,6 +40,8 @@ const ROOMS: &[(&str, u8)] = &[
     ("report", 6),
     // The front door for code.
     ("testkit", 7),
+    // The testkit over line-delimited JSON (`nfsim serve`).
+    ("serve", 8),
 ];
 
 /// One path from a room to a room not below it.

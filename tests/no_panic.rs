@@ -7,7 +7,8 @@
 //! `/proc` text (parsed, and loaded into a rule's list), packet strings, captures (pcap,
 //! pcapng, Linux cooked; read, and when one still reads, replayed through the kube-proxy
 //! fixture's rules), what a reconciler process writes (`tests/fixtures/reconciler`, handled
-//! as one sync's turn), `sweep merge` shard files (`tests/fixtures/sweep`, one mutated among
+//! as one sync's turn), `nfsim serve` sessions (`tests/fixtures/serve`, each line answered
+//! by one session: malformed, huge and out-of-order requests), `sweep merge` shard files (`tests/fixtures/sweep`, one mutated among
 //! the others) and `--set` values (applied to a scenario and loaded).
 //!
 //! Mutations, one to four per case: byte flips and overwrites, truncation, splices (a piece of
@@ -696,6 +697,26 @@ fn reconciler_responses_are_handled_or_refused() {
 
 /// `sweep merge` over shard files of which one is mutated: merged (then aggregated, tabled
 /// and drawn) or refused.
+#[test]
+fn serve_sessions_answer_every_line() {
+    let corpus = glob("tests/fixtures/serve", &["jsonl"]);
+    campaign("serve protocol", 12, 150, &corpus, |_, b| {
+        let mut s = nfsim::serve::Session::new();
+        let mut all_ok = true;
+        for line in b.split(|c| *c == b'\n') {
+            let answer = s.handle_line(line);
+            if answer.is_empty() {
+                continue;
+            }
+            // Every answer is one JSON object with ok and the request's line.
+            let v: serde_json::Value = serde_json::from_str(&answer).expect("an answer is JSON");
+            assert!(v["line"].is_u64() && v["ok"].is_boolean(), "{answer}");
+            all_ok &= v["ok"] == true;
+        }
+        all_ok
+    });
+}
+
 #[test]
 fn sweep_merge_files_merge_or_fail() {
     let corpus = glob("tests/fixtures/sweep", &["jsonl"]);

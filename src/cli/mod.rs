@@ -20,6 +20,7 @@ pub(crate) mod doctor;
 pub(crate) mod replay;
 pub(crate) mod rules;
 pub(crate) mod run;
+pub(crate) mod serve;
 pub(crate) mod sweep;
 pub(crate) mod trace;
 

@@ -480,6 +480,14 @@ impl Node {
         &self.ns
     }
 
+    /// The network namespace itself, mutably: to load saved state into it
+    /// ([`crate::explain::load_saved_state`]) or change its rules as a process on the node
+    /// would ([`Netns::restore`], [`Netns::nft_apply`]). Conntrack events of what you do
+    /// through it are not recorded.
+    pub fn netns_mut(&mut self) -> &mut Netns {
+        &mut self.ns
+    }
+
     /// Changes kube-proxy's objects at `at` (YAML Services / EndpointSlices: created or
     /// replaced), then runs every sync due up to `at`; with its rate limit (`minSyncPeriod`
     /// 1 s, burst 2) a sync may fall due later: [`Node::sync_due`] runs it. Returns the

@@ -1,0 +1,3 @@
+module github.com/nfsim/nfsim/clients/go/nfsimtest
+
+go 1.19
