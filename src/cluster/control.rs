@@ -11,8 +11,8 @@
 
 use super::topology::ControllerTopology;
 use crate::k8s::{
-    Endpoint, EndpointConditions, EndpointPort, EndpointSlice, IntOrString,
-    IpFamily, ObjectMeta, Service, LABEL_SERVICE_NAME,
+    Endpoint, EndpointConditions, EndpointPort, EndpointSlice, IntOrString, IpFamily, ObjectMeta,
+    Service, LABEL_SERVICE_NAME,
 };
 use crate::scenario::model::PodDef;
 use sim_core::{SimDuration, SimTime};
