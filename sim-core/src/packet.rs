@@ -386,6 +386,28 @@ pub mod icmp {
     pub const V6_ECHO_REPLY: u8 = 129;
     /// ICMPv6 destination-unreachable code: port unreachable.
     pub const V6_CODE_PORT_UNREACH: u8 = 4;
+
+    /// Whether `icmp_type` is destination unreachable in its family: type 3 for ICMP, type 1
+    /// for ICMPv6 (RFC 4443 §3.1; in ICMPv6, type 3 is time exceeded).
+    pub const fn is_dest_unreach(ipv6: bool, icmp_type: u8) -> bool {
+        if ipv6 {
+            icmp_type == V6_DEST_UNREACH
+        } else {
+            icmp_type == DEST_UNREACH
+        }
+    }
+
+    /// The destination-unreachable type and port-unreachable code of a family: what a host
+    /// sends for a datagram to a port no socket is bound to (`__udp4_lib_rcv` →
+    /// `icmp_send(ICMP_DEST_UNREACH, ICMP_PORT_UNREACH)`; `__udp6_lib_rcv` →
+    /// `icmpv6_send(ICMPV6_DEST_UNREACH, ICMPV6_PORT_UNREACH)`).
+    pub const fn port_unreach(ipv6: bool) -> (u8, u8) {
+        if ipv6 {
+            (V6_DEST_UNREACH, V6_CODE_PORT_UNREACH)
+        } else {
+            (DEST_UNREACH, CODE_PORT_UNREACH)
+        }
+    }
 }
 
 /// A packet as netfilter sees it.

@@ -11,8 +11,8 @@
 
 use super::topology::ControllerTopology;
 use crate::k8s::{
-    AddressType, Endpoint, EndpointConditions, EndpointPort, EndpointSlice, IntOrString,
-    ObjectMeta, Service, LABEL_SERVICE_NAME,
+    Endpoint, EndpointConditions, EndpointPort, EndpointSlice, IntOrString, IpFamily, ObjectMeta,
+    Service, LABEL_SERVICE_NAME,
 };
 use crate::scenario::model::PodDef;
 use sim_core::{SimDuration, SimTime};
@@ -97,7 +97,8 @@ fn selects(svc: &Service, pod: &PodDef) -> bool {
 }
 
 /// The EndpointSlices the controller derives for `services` from `pods` (pods that are gone
-/// are left out), one slice per Service with a selector, named `<service>-nfsim`, without
+/// are left out), one slice per Service with a selector and family (`<service>-nfsim` for IPv4,
+/// `<service>-nfsim-ipv6` for IPv6), without
 /// zones or hints (nodes without topology).
 pub fn derive_slices<'a>(
     services: &[Service],
@@ -127,9 +128,31 @@ pub fn derive_slices_in<'a>(
     }
     let mut out = Vec::new();
     for svc in services {
-        if svc.spec.selector.is_empty() || svc.ipv4_cluster_ip().is_none() {
+        if svc.spec.selector.is_empty() {
             continue;
         }
+        // `getAddressTypesForService`: one slice per family the Service has a cluster IP of
+        // (IPv4 first, as nfsim lists them); each holds the pods' addresses of its family.
+        for family in [IpFamily::IPv4, IpFamily::IPv6] {
+            if svc.cluster_ip_of(family).is_none() {
+                continue;
+            }
+            out.push(family_slice(svc, family, &pods, &by_label, topo));
+        }
+    }
+    out
+}
+
+/// The slice of `family` the controller derives for `svc` from `pods` (indexed by label in
+/// `by_label`).
+fn family_slice(
+    svc: &Service,
+    family: IpFamily,
+    pods: &[&PodState],
+    by_label: &BTreeMap<(&str, &str, &str), Vec<usize>>,
+    topo: &ControllerTopology,
+) -> EndpointSlice {
+    {
         let ns = svc.metadata.namespace.as_str();
         let candidates: &[usize] = svc
             .spec
@@ -147,7 +170,7 @@ pub fn derive_slices_in<'a>(
         let mut sorted: Vec<&PodState> = candidates
             .iter()
             .map(|&i| pods[i])
-            .filter(|p| selects(svc, &p.def))
+            .filter(|p| selects(svc, &p.def) && family.contains(p.def.ip))
             .collect();
         sorted.sort_by_key(|p| p.def.key());
         for p in sorted {
@@ -186,7 +209,10 @@ pub fn derive_slices_in<'a>(
         }
         let mut meta = ObjectMeta::new(
             &svc.metadata.namespace,
-            &format!("{}-nfsim", svc.metadata.name),
+            &match family {
+                IpFamily::IPv4 => format!("{}-nfsim", svc.metadata.name),
+                IpFamily::IPv6 => format!("{}-nfsim-ipv6", svc.metadata.name),
+            },
         );
         meta.labels
             .insert(LABEL_SERVICE_NAME.to_string(), svc.metadata.name.clone());
@@ -194,14 +220,13 @@ pub fn derive_slices_in<'a>(
             api_version: None,
             kind: None,
             metadata: meta,
-            address_type: AddressType::IPv4,
+            address_type: family.address_type(),
             endpoints,
             ports: ports.unwrap_or_default(),
         };
         topo.set_hints(svc, &mut slice);
-        out.push(slice);
+        slice
     }
-    out
 }
 
 /// All pods, by `namespace/name`.

@@ -239,10 +239,13 @@ impl PingClient {
                 ));
             }
             L4::Icmp {
-                icmp_type: icmp::DEST_UNREACH,
+                icmp_type,
                 code,
                 body: IcmpBody::Error(inner),
-            } if inner.src == self.cfg.local_ip && inner.sport == self.cfg.ident => {
+            } if icmp::is_dest_unreach(!pkt.is_ipv4(), icmp_type)
+                && inner.src == self.cfg.local_ip
+                && inner.sport == self.cfg.ident =>
+            {
                 // ping_err: the error reaches the socket; ping reports the request failed.
                 // The quote names the identifier; which request it was comes from the tag
                 // (the quoted sequence number), else the oldest one waiting.
@@ -254,8 +257,14 @@ impl PingClient {
                     return;
                 };
                 self.end(now, k, QueryOutcome::IcmpError(now, code));
-                out.events
-                    .push((now, AppEvent::QueryRefused { query: k, code }));
+                out.events.push((
+                    now,
+                    AppEvent::QueryRefused {
+                        query: k,
+                        code,
+                        icmpv6: !pkt.is_ipv4(),
+                    },
+                ));
             }
             _ => {}
         }

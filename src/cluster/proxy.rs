@@ -23,7 +23,7 @@
 //! `externalTrafficPolicy: Local`, no `loadBalancerSourceRanges` ([`rules_are_node_independent`]).
 //! A user-supplied cleanup ([`CleanupFactory`]) always gets one kube-proxy per node.
 
-use crate::k8s::Service;
+use crate::k8s::{IpFamily, Service};
 use crate::kubeproxy::ct_adapter::{from_entry, to_filter};
 use crate::kubeproxy::model::service_ports;
 use crate::kubeproxy::sync_cost::{DeleteCost, PayloadShape, SyncCostModel};
@@ -129,20 +129,38 @@ fn table(t: KpTable) -> Table {
 /// the rule's specification; here its iptables-save form).
 pub fn ensure_jump_rule(ns: &mut Netns, j: &JumpRule) -> Result<(), String> {
     let t = table(j.table);
-    if ns.ruleset().chain(t, j.target).is_none() {
-        ns.iptables(t, &format!("-N {}", j.target))
-            .map_err(|e| format!("iptables -t {} -N {}: {e}", j.table.name(), j.target))?;
+    let fam = netns_family(j.family);
+    let run = |ns: &mut Netns, args: &str| match j.family {
+        IpFamily::IPv4 => ns.iptables(t, args),
+        IpFamily::IPv6 => ns.ip6tables(t, args),
+    };
+    if ns.ruleset_of(fam).chain(t, j.target).is_none() {
+        run(ns, &format!("-N {}", j.target)).map_err(|e| {
+            format!(
+                "{} -t {} -N {}: {e}",
+                crate::kubeproxy::iptables_command(j.family),
+                j.table.name(),
+                j.target
+            )
+        })?;
     }
     let spec = j.rule_text();
     let present = ns
-        .ruleset()
+        .ruleset_of(fam)
         .rules(t, j.chain)
         .is_some_and(|rules| rules.iter().any(|r| rule_spec(r) == spec));
     if !present {
-        ns.iptables(t, &format!("-I {} {spec}", j.chain))
-            .map_err(|e| format!("{}: {e}", j.command()))?;
+        run(ns, &format!("-I {} {spec}", j.chain)).map_err(|e| format!("{}: {e}", j.command()))?;
     }
     Ok(())
+}
+
+/// The namespace's rule family of an IP family.
+fn netns_family(f: IpFamily) -> sim_netfilter::Family {
+    match f {
+        IpFamily::IPv4 => sim_netfilter::Family::Ipv4,
+        IpFamily::IPv6 => sim_netfilter::Family::Ipv6,
+    }
 }
 
 /// Applies one sync to a node: the jump rules (full syncs), then `iptables-restore
@@ -170,6 +188,14 @@ pub fn apply_sync(
     }
     for j in &out.jump_rules {
         ensure_jump_rule(ns, j)?;
+    }
+    if out.family == IpFamily::IPv6 {
+        // `ip6tables-restore --noflush`: the IPv6 proxier's payload, into the node's
+        // ip6tables (no memo: the memo holds IPv4 restores).
+        return ns
+            .restore_family(sim_netfilter::Family::Ipv6, &out.restore, true, false)
+            .map(|_| ())
+            .map_err(|e| format!("ip6tables-restore --noflush: {e}"));
     }
     match memo {
         Some((m, payload)) => {

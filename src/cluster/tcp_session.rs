@@ -583,10 +583,14 @@ impl TcpSessionClient {
         let (port, icmp_code) = match pkt.l4 {
             L4::Tcp { dport, .. } => (dport, None),
             L4::Icmp {
-                icmp_type: icmp::DEST_UNREACH,
+                icmp_type,
                 code,
                 body: sim_core::IcmpBody::Error(inner),
-            } if inner.src == self.cfg.client.local_ip => (inner.sport, Some(code)),
+            } if icmp::is_dest_unreach(!pkt.is_ipv4(), icmp_type)
+                && inner.src == self.cfg.client.local_ip =>
+            {
+                (inner.sport, Some(code))
+            }
             _ => return,
         };
         let Some(&id) = self.by_port.get(&port) else {

@@ -29,7 +29,7 @@ use crate::k8s::Protocol;
 use sim_core::SimTime;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// IP protocol number of UDP.
 pub const IPPROTO_UDP: u8 = 17;
@@ -614,6 +614,16 @@ fn ep_key(ip: IpAddr, port: u16, with_port: bool) -> String {
     }
 }
 
+/// How a reason names an endpoint: `IP` or `IP:PORT` as addresses print (`[IPv6]:PORT`),
+/// not the bracketed comparison key of [`ep_key`].
+fn ep_shown(ip: IpAddr, port: u16, with_port: bool) -> String {
+    if with_port {
+        SocketAddr::new(ip, port).to_string()
+    } else {
+        ip.to_string()
+    }
+}
+
 type Frontends = (
     BTreeMap<(IpAddr, u16), BTreeSet<String>>,
     BTreeMap<u16, BTreeSet<String>>,
@@ -723,8 +733,9 @@ impl Reconciler for V133 {
                     };
                     filters.add(f, || {
                         format!(
-                            "{key} is not a serving endpoint of {}:{}",
-                            e.orig.dst, e.orig.dport
+                            "{} is not a serving endpoint of {}",
+                            ep_shown(e.reply.src, e.reply.sport, self.reply_port),
+                            SocketAddr::new(e.orig.dst, e.orig.dport)
                         )
                     });
                 }
@@ -740,7 +751,8 @@ impl Reconciler for V133 {
                     };
                     filters.add(f, || {
                         format!(
-                            "{key} is not a serving endpoint of nodePort {}",
+                            "{} is not a serving endpoint of nodePort {}",
+                            ep_shown(e.reply.src, e.reply.sport, self.reply_port),
                             e.orig.dport
                         )
                     });
@@ -802,8 +814,9 @@ impl Reconciler for Latest {
                     stale.push((
                         *e,
                         format!(
-                            "{key} is not a serving endpoint of {}:{}",
-                            e.orig.dst, e.orig.dport
+                            "{} is not a serving endpoint of {}",
+                            ep_shown(e.reply.src, e.reply.sport, true),
+                            SocketAddr::new(e.orig.dst, e.orig.dport)
                         ),
                     ));
                     continue;
@@ -814,7 +827,8 @@ impl Reconciler for Latest {
                     stale.push((
                         *e,
                         format!(
-                            "{key} is not a serving endpoint of nodePort {}",
+                            "{} is not a serving endpoint of nodePort {}",
+                            ep_shown(e.reply.src, e.reply.sport, true),
                             e.orig.dport
                         ),
                     ));

@@ -47,6 +47,8 @@ pub struct SyncOutput {
     /// nftables mode: the separate transaction deleting long-stale chains, run first and
     /// allowed to fail (`staleChains`).
     pub nft_cleanup: Option<String>,
+    /// The proxier's family: the payload is for `iptables-restore` or `ip6tables-restore`.
+    pub family: IpFamily,
 }
 
 #[derive(Clone, Debug)]
@@ -232,6 +234,7 @@ impl KubeProxy {
                 deleted_chains: Vec::new(),
                 mode: super::render::ProxyMode::Nftables,
                 nft_cleanup: sync.cleanup,
+                family: self.config.family,
             });
         }
         let total: usize = state
@@ -274,6 +277,7 @@ impl KubeProxy {
             deleted_chains: rendered.deleted_chains,
             mode: super::render::ProxyMode::Iptables,
             nft_cleanup: None,
+            family: self.config.family,
         })
     }
 

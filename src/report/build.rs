@@ -352,8 +352,10 @@ impl Builder {
                     cluster_ips.insert(a.to_string(), s.key());
                 }
             }
-            if let Some(a) = s.ipv4_cluster_ip() {
-                cluster_ips.insert(a.to_string(), s.key());
+            for f in [crate::k8s::IpFamily::IPv4, crate::k8s::IpFamily::IPv6] {
+                if let Some(a) = s.cluster_ip_of(f) {
+                    cluster_ips.insert(a.to_string(), s.key());
+                }
             }
         }
         let detail_clients = sc.clients.len() <= MAX_CLIENT_LANES;

@@ -387,11 +387,15 @@ pub(super) fn check_restore_text(
 }
 
 fn dup_ip(w: &World, svc: &k8s::Service) -> Option<String> {
-    let ip = svc.ipv4_cluster_ip()?;
-    w.services
-        .iter()
-        .find(|o| o.key() != svc.key() && o.ipv4_cluster_ip() == Some(ip))
-        .map(|o| format!("cluster IP {ip} is already Service {}'s", o.key()))
+    [k8s::IpFamily::IPv4, k8s::IpFamily::IPv6]
+        .into_iter()
+        .find_map(|f| {
+            let ip = svc.cluster_ip_of(f)?;
+            w.services
+                .iter()
+                .find(|o| o.key() != svc.key() && o.cluster_ip_of(f) == Some(ip))
+                .map(|o| format!("cluster IP {ip} is already Service {}'s", o.key()))
+        })
 }
 
 /// Checks the events of this module in run order against `w`, and returns their actions by

@@ -1,32 +1,43 @@
-//! IPv6 in a scenario's Kubernetes objects: refused or warned about, never loaded and ignored.
+//! IP families in a scenario's Kubernetes objects and machines: one family per cluster, the
+//! other refused or warned about, never loaded and ignored.
 //!
-//! nfsim models kube-proxy's IPv4 proxier only (the `iptables` / `ip kube-proxy` half of a
-//! node; IPv6 and dual-stack are issue #23). Upstream kube-proxy runs one proxier per family
-//! (`pkg/proxy/iptables`, `NewDualStackProxier`): for a dual-stack Service the IPv4 proxier
-//! writes exactly the rules it would for an IPv4-only Service, and the IPv6 proxier writes
-//! ip6tables rules nfsim does not simulate. So:
-//! - a Service whose addresses are all IPv6 would get no rules at all here: an error, at the
-//!   Service, since every result about it would be silently wrong;
-//! - a dual-stack Service's IPv4 half is simulated exactly; its IPv6 addresses (cluster IPs,
-//!   external IPs, load-balancer ingress IPs) get a warning at the Service;
-//! - an EndpointSlice of `addressType: IPv6` feeds only the IPv6 proxier: a warning at the
-//!   slice (kube-proxy's IPv4 proxier skips it too: `EndpointSliceCache` keeps slices by
-//!   address family).
+//! A scenario's cluster is single-stack, IPv4 or IPv6: the family of its nodes' addresses
+//! ([`crate::scenario::model::Scenario::family`]). Every node runs that family's kube-proxy
+//! proxier (`iptables` or `ip6tables`), as a single-stack node's kube-proxy does
+//! (`cmd/kube-proxy/app/server.go`: the primary family is the node IP's; a second proxier
+//! only when the node has an address of the other family). Upstream kube-proxy runs one
+//! proxier per family (`NewDualStackProxier`): for a dual-stack Service the cluster family's
+//! proxier writes exactly the rules it would for a single-stack Service of that family. So:
+//! - a Service none of whose cluster IPs is of the cluster's family would get no rules at
+//!   all: an error, at the Service, since every result about it would be silently wrong;
+//! - a dual-stack Service's half of the cluster's family is simulated exactly; its addresses
+//!   of the other family (cluster IPs, external IPs, load-balancer ingress IPs) get a warning
+//!   at the Service;
+//! - an EndpointSlice of the other `addressType` feeds only the other family's proxier: a
+//!   warning at the slice (each proxier skips the other family's slices too:
+//!   `EndpointSliceCache` keeps slices by address family);
+//! - a node, pod, host or client address of the other family is refused at its place (nodes
+//!   with both families, dual-stack machines, are not modelled yet).
 
 use super::load::Ctx;
 use super::schema::{EventDoc, ScenarioDoc};
 use super::warnings::ScenarioWarning;
 use super::ScenarioError;
-use crate::k8s::{self, AddressType};
+use crate::k8s::{self, IpFamily};
 use serde_saphyr::Spanned;
 use std::net::IpAddr;
 
-/// Why IPv6 gets no rules in nfsim, for every message of this module.
-const WHY: &str = "nfsim simulates kube-proxy's IPv4 proxier only (iptables and nftables `ip` family; IPv6 and dual-stack are not modelled yet)";
+/// Why the other family gets no rules in nfsim, for every message of this module.
+fn why(family: IpFamily) -> String {
+    format!(
+        "the scenario's cluster is {f}-only (its nodes' addresses are {f}), so nfsim runs kube-proxy's {f} proxier only (dual-stack nodes are not modelled yet)",
+        f = family.as_str()
+    )
+}
 
-/// The IPv6 addresses kube-proxy's IPv6 proxier would write rules for: cluster IPs, external
-/// IPs and load-balancer ingress IPs.
-fn ipv6_addresses(s: &k8s::Service) -> Vec<IpAddr> {
+/// The addresses of `family` that family's proxier would write rules for: cluster IPs,
+/// external IPs and load-balancer ingress IPs.
+fn family_addresses(s: &k8s::Service, family: IpFamily) -> Vec<IpAddr> {
     let spec = &s.spec;
     let mut v: Vec<IpAddr> = spec
         .cluster_ip
@@ -35,17 +46,19 @@ fn ipv6_addresses(s: &k8s::Service) -> Vec<IpAddr> {
         .filter_map(|c| c.ip())
         .chain(spec.external_ips.iter().copied())
         .chain(s.status.load_balancer.ingress.iter().filter_map(|i| i.ip))
-        .filter(IpAddr::is_ipv6)
+        .filter(|a| family.contains(*a))
         .collect();
     v.dedup();
     v
 }
 
 /// Checks every Service (at the start and in `createService` / `updateService` events) and
-/// every EndpointSlice of the scenario: an IPv6-only Service is an error, a dual-stack
-/// Service's IPv6 addresses and an IPv6 EndpointSlice are warnings, each at its place.
+/// every EndpointSlice of the scenario against the cluster's `family`: a Service with cluster
+/// IPs of the other family only is an error, a dual-stack Service's addresses of the other
+/// family and an EndpointSlice of the other family are warnings, each at its place.
 pub(super) fn check(
     ctx: &Ctx,
+    family: IpFamily,
     services: &[Spanned<k8s::Service>],
     events: &[Spanned<EventDoc>],
     slices: Option<&[Spanned<k8s::EndpointSlice>]>,
@@ -58,23 +71,25 @@ pub(super) fn check(
             .chain(e.value.update_service.iter())
     });
     for s in services.iter().chain(from_events) {
-        let v6 = ipv6_addresses(&s.value);
-        if v6.is_empty() {
+        let other = family_addresses(&s.value, family.other());
+        if other.is_empty() {
             continue;
         }
-        let list = v6
+        let list = other
             .iter()
             .map(IpAddr::to_string)
             .collect::<Vec<_>>()
             .join(", ");
-        if s.value.ipv4_cluster_ip().is_none()
+        let (f, o) = (family.as_str(), family.other().as_str());
+        if s.value.cluster_ip_of(family).is_none()
             && s.value.spec.cluster_ip.is_some_and(|c| c.ip().is_some())
         {
             return Err(ctx.err(
                 s,
                 format!(
-                    "Service {} is IPv6-only ({list}): {WHY}, so it would get no rules and its traffic would pass untranslated; expected an IPv4 cluster IP (a dual-stack Service's IPv4 half is simulated)",
-                    s.value.key()
+                    "Service {} is {o}-only ({list}): {}, so it would get no rules and its traffic would pass untranslated; expected an {f} cluster IP (a dual-stack Service's {f} half is simulated)",
+                    s.value.key(),
+                    why(family)
                 ),
             ));
         }
@@ -82,19 +97,24 @@ pub(super) fn check(
             ctx,
             s,
             format!(
-                "Service {}: its IPv6 addresses ({list}) get no rules: {WHY}; its IPv4 half is simulated as kube-proxy's IPv4 proxier writes it",
-                s.value.key()
+                "Service {}: its {o} addresses ({list}) get no rules: {}; its {f} half is simulated as kube-proxy's {f} proxier writes it",
+                s.value.key(),
+                why(family)
             ),
         ));
     }
     for s in slices.unwrap_or_default() {
-        if s.value.address_type == AddressType::IPv6 {
+        let o = family.other();
+        if s.value.address_type == o.address_type() {
             warnings.push(warning(
                 ctx,
                 s,
                 format!(
-                    "EndpointSlice {} (addressType IPv6) feeds only kube-proxy's IPv6 proxier: {WHY}; it is loaded and takes no part",
-                    s.value.key()
+                    "EndpointSlice {} (addressType {}) feeds only kube-proxy's {} proxier: {}; it is loaded and takes no part",
+                    s.value.key(),
+                    o.as_str(),
+                    o.as_str(),
+                    why(family)
                 ),
             ));
         }
@@ -111,49 +131,76 @@ fn warning<T>(ctx: &Ctx, at: &Spanned<T>, message: String) -> ScenarioWarning {
     }
 }
 
-/// Why IPv6 addresses of the cluster's own machines are refused.
-const WHY_ADDR: &str = "nfsim's cluster is IPv4: its nodes, pods, hosts and clients run kube-proxy's IPv4 proxier and iptables only (IPv6 and dual-stack machines are issue #23)";
+/// Why an address of the other family on the cluster's own machines is refused.
+fn why_addr(family: IpFamily) -> String {
+    format!(
+        "the scenario's cluster is {f}-only (the family of its first node's address): its nodes, pods, hosts and clients run kube-proxy's {f} proxier and {f} addresses only (nodes with both families, dual-stack machines, are not modelled yet)",
+        f = family.as_str()
+    )
+}
 
-/// Refuses an IPv6 address where the cluster would run it with IPv4 rules: a node's address,
-/// pod CIDR or extra address, a host's address, a pod's IP, a client's `IP:PORT` target.
-/// Before this check such a node got kube-proxy's IPv4 rules and its IPv6 packets passed
-/// untranslated, and an IPv4 client sent to an IPv6 target from an IPv4 source.
+/// The cluster's family as the documents give it: the first node's address's (IPv4 without
+/// nodes), as [`crate::scenario::model::Scenario::family`] has it once loaded.
+pub(super) fn doc_family(doc: &ScenarioDoc) -> IpFamily {
+    doc.nodes
+        .first()
+        .map_or(IpFamily::IPv4, |n| IpFamily::of(n.value.address.value))
+}
+
+/// Refuses an address of the other family where the cluster would run it with its own
+/// family's rules: a node's address, pod CIDR or extra address, a host's address, a pod's
+/// IP, a client's `IP:PORT` target. Such a node would get the wrong family's rules, and a
+/// client would send from one family's address to the other's.
 pub(super) fn check_addresses(ctx: &Ctx, doc: &ScenarioDoc) -> Result<(), ScenarioError> {
+    let family = doc_family(doc);
+    let (f, o) = (family.as_str(), family.other().as_str());
+    let wrong = |a: IpAddr| !family.contains(a);
     for n in &doc.nodes {
         let name = &n.value.name.value;
-        if n.value.address.value.is_ipv6() {
+        if wrong(n.value.address.value) {
             return Err(ctx.err(
                 &n.value.address,
                 format!(
-                    "node {name}'s address {} is IPv6: {WHY_ADDR}; expected an IPv4 address",
-                    n.value.address.value
+                    "node {name}'s address {} is {o}: {}; expected an {f} address",
+                    n.value.address.value,
+                    why_addr(family)
                 ),
             ));
         }
-        if n.value.pod_cidr.value.addr().is_ipv6() {
+        if wrong(n.value.pod_cidr.value.addr()) {
             return Err(ctx.err(
                 &n.value.pod_cidr,
                 format!(
-                    "node {name}'s podCIDR {} is IPv6: {WHY_ADDR}; expected an IPv4 range",
-                    n.value.pod_cidr.value
+                    "node {name}'s podCIDR {} is {o}: {}; expected an {f} range",
+                    n.value.pod_cidr.value,
+                    why_addr(family)
                 ),
             ));
         }
         for x in &n.value.extra_addresses {
-            if x.value.address.is_ipv6() {
-                return Err(ctx.err(x, format!("node {name}'s extra address {} is IPv6: {WHY_ADDR}; expected an IPv4 address", x.value.address)));
+            if wrong(x.value.address) {
+                return Err(ctx.err(
+                    x,
+                    format!(
+                        "node {name}'s extra address {} is {o}: {}; expected an {f} address",
+                        x.value.address,
+                        why_addr(family)
+                    ),
+                ));
             }
         }
     }
     for h in &doc.hosts {
         let ips = std::iter::once(&h.value.address).chain(&h.value.extra_addresses);
         for a in ips {
-            if a.value.is_ipv6() {
+            if wrong(a.value) {
                 return Err(ctx.err(
                     a,
                     format!(
-                        "host {}'s address {} is IPv6: {WHY_ADDR}; expected an IPv4 address",
-                        h.value.name.value, a.value
+                        "host {}'s address {} is {o}: {}; expected an {f} address",
+                        h.value.name.value,
+                        a.value,
+                        why_addr(family)
                     ),
                 ));
             }
@@ -165,12 +212,14 @@ pub(super) fn check_addresses(ctx: &Ctx, doc: &ScenarioDoc) -> Result<(), Scenar
             .filter_map(|e| e.value.create_pod.as_ref()),
     );
     for p in pods {
-        if let Some(ip) = p.ip.as_ref().filter(|i| i.value.is_ipv6()) {
+        if let Some(ip) = p.ip.as_ref().filter(|i| wrong(i.value)) {
             return Err(ctx.err(
                 ip,
                 format!(
-                    "pod {}'s ip {} is IPv6: {WHY_ADDR}; expected an IPv4 address",
-                    p.name.value, ip.value
+                    "pod {}'s ip {} is {o}: {}; expected an {f} address",
+                    p.name.value,
+                    ip.value,
+                    why_addr(family)
                 ),
             ));
         }
@@ -183,13 +232,13 @@ pub(super) fn check_addresses(ctx: &Ctx, doc: &ScenarioDoc) -> Result<(), Scenar
             c.ping.as_ref().map(|p| &p.value.target),
         ];
         for t in targets.into_iter().flatten() {
-            let v6 = t
+            let other = t
                 .value
                 .parse::<std::net::SocketAddr>()
-                .is_ok_and(|a| a.is_ipv6())
-                || t.value.parse::<IpAddr>().is_ok_and(|a| a.is_ipv6());
-            if v6 {
-                return Err(ctx.err(t, format!("client {}'s target {} is IPv6: {WHY_ADDR}, so it would send from an IPv4 address to an IPv6 one; expected an IPv4 address or a Service port NAMESPACE/NAME[:PORT]", c.name.value, t.value)));
+                .is_ok_and(|a| wrong(a.ip()))
+                || t.value.parse::<IpAddr>().is_ok_and(wrong);
+            if other {
+                return Err(ctx.err(t, format!("client {}'s target {} is {o}: {}, so it would send from an {f} address to an {o} one; expected an {f} address or a Service port NAMESPACE/NAME[:PORT]", c.name.value, t.value, why_addr(family))));
             }
         }
     }

@@ -63,19 +63,26 @@ pub struct Ipam {
     pub allocated: BTreeMap<(String, IpAddr), String>,
 }
 
-/// The usable pod addresses of an IPv4 `cidr` as host-local's default range has them:
-/// network + 2 (after the gateway) to broadcast − 1. Empty for a /31 or /32 or IPv6.
-fn pod_range(cidr: &k8s::Cidr) -> Option<(u32, u32)> {
-    let IpAddr::V4(net) = cidr.addr() else {
-        return None;
+/// The usable pod addresses of `cidr` as host-local's default range has them
+/// (`Range.Canonicalize`): from the network address + 2 (after the gateway, network + 1) to
+/// `lastIP`, the broadcast address − 1 for IPv4 and the last address for IPv6 (which has no
+/// broadcast). Empty for an IPv4 /31 or /32, an IPv6 /127 or /128.
+fn pod_range(cidr: &k8s::Cidr) -> Option<(u128, u128)> {
+    let (base, width) = match cidr.addr() {
+        IpAddr::V4(net) => (u128::from(u32::from(net)), 32),
+        IpAddr::V6(net) => (u128::from(net), 128),
     };
-    let host_bits = 32 - u32::from(cidr.prefix_len());
+    let host_bits = width - u32::from(cidr.prefix_len());
     if host_bits < 2 {
         return None;
     }
-    let base = u32::from(net);
-    let last = base | (u32::MAX >> (32 - host_bits));
-    Some((base + 2, last - 1))
+    let ones = u128::MAX >> (128 - host_bits);
+    let last = if width == 32 {
+        (base | ones) - 1
+    } else {
+        base | ones
+    };
+    Some((base + 2, last))
 }
 
 /// The lowest address of node pod CIDR `cidr` after its gateway that is not in `used` (the
@@ -83,8 +90,16 @@ fn pod_range(cidr: &k8s::Cidr) -> Option<(u32, u32)> {
 pub fn first_free_pod_ip(cidr: &k8s::Cidr, used: &BTreeSet<IpAddr>) -> Option<IpAddr> {
     let (first, last) = pod_range(cidr)?;
     (first..=last)
-        .map(|a| IpAddr::V4(Ipv4Addr::from(a)))
+        .map(|a| range_ip(cidr, a))
         .find(|ip| !used.contains(ip))
+}
+
+/// Address `a` (as a number) in the family of `cidr`.
+fn range_ip(cidr: &k8s::Cidr, a: u128) -> IpAddr {
+    match cidr.addr() {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::from(a as u32)),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(a)),
+    }
 }
 
 /// `calculateRangeOffset`: the size of the static band of a range of `size` addresses.
@@ -247,7 +262,7 @@ impl Pods<'_> {
             return Err(ctx.err(
                 at,
                 format!(
-                    "pod {key} has no `ip` and node {}'s pod CIDR {cidr} has no addresses to allocate from (nfsim allocates from IPv4 pod CIDRs of /30 or larger): give the pod an `ip`",
+                    "pod {key} has no `ip` and node {}'s pod CIDR {cidr} has no addresses to allocate from (nfsim allocates from pod CIDRs of /30 or larger, /126 or larger for IPv6): give the pod an `ip`",
                     node.name
                 ),
             ));
@@ -260,8 +275,8 @@ impl Pods<'_> {
                     node.name,
                     last - first + 1,
                     if last == first { "" } else { "es" },
-                    Ipv4Addr::from(first),
-                    Ipv4Addr::from(last),
+                    range_ip(&cidr, first),
+                    range_ip(&cidr, last),
                     if last == first { "is" } else { "are all" },
                     node.name
                 ),

@@ -665,6 +665,16 @@ impl fmt::Display for ConntrackCommand {
 }
 
 impl Scenario {
+    /// The cluster's IP family: its nodes' (the loader keeps every node, pod, host and
+    /// client target of one family; IPv4 for a scenario without nodes). Each node's
+    /// kube-proxy runs that family's proxier, as a single-stack node's does
+    /// (`cmd/kube-proxy/app/server.go`: the primary family is the node IP's).
+    pub fn family(&self) -> k8s::IpFamily {
+        self.nodes
+            .first()
+            .map_or(k8s::IpFamily::IPv4, |n| k8s::IpFamily::of(n.address))
+    }
+
     /// The first event that changes something (a `conntrack -L`, `-C` or `-S` only looks):
     /// the instant the run's headline counts "after" from.
     pub fn first_change(&self) -> Option<&TimedEvent> {

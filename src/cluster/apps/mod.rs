@@ -126,6 +126,8 @@ pub enum AppEvent {
         query: u32,
         /// The ICMP destination-unreachable code.
         code: u8,
+        /// The error was ICMPv6 (type 1), not ICMP (type 3).
+        icmpv6: bool,
     },
     /// An ICMP error about a query reached an unconnected socket, which is not told of it.
     IcmpIgnored {

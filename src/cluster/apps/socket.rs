@@ -8,13 +8,14 @@ use sim_core::{Packet, SimDuration, TcpFlags, L4};
 use std::net::SocketAddr;
 
 /// How the socket layer answers a packet for which no socket is bound on an address that
-/// exists: UDP gets ICMP port unreachable (`__udp4_lib_rcv` → `icmp_send(ICMP_PORT_UNREACH)`),
+/// exists: UDP gets ICMP port unreachable (`__udp4_lib_rcv` → `icmp_send(ICMP_PORT_UNREACH)`;
+/// over IPv6 ICMPv6 type 1 code 4, `__udp6_lib_rcv` → `icmpv6_send(ICMPV6_PORT_UNREACH)`),
 /// TCP gets a RST unless it is a RST itself (`tcp_v4_send_reset`), anything else nothing.
 pub fn closed_port_response(pkt: &Packet) -> Option<Packet> {
     match pkt.l4 {
         L4::Udp { .. } => {
-            let mut p =
-                Packet::icmp_error(pkt.dst, pkt, icmp::DEST_UNREACH, icmp::CODE_PORT_UNREACH);
+            let (t, code) = icmp::port_unreach(!pkt.is_ipv4());
+            let mut p = Packet::icmp_error(pkt.dst, pkt, t, code);
             p.tag = pkt.tag;
             Some(p)
         }

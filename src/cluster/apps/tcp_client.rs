@@ -273,10 +273,14 @@ impl TcpClient {
         let (port, icmp_code) = match pkt.l4 {
             L4::Tcp { dport, .. } => (dport, None),
             L4::Icmp {
-                icmp_type: icmp::DEST_UNREACH,
+                icmp_type,
                 code,
                 body: sim_core::IcmpBody::Error(inner),
-            } if inner.src == self.cfg.local_ip => (inner.sport, Some(code)),
+            } if icmp::is_dest_unreach(!pkt.is_ipv4(), icmp_type)
+                && inner.src == self.cfg.local_ip =>
+            {
+                (inner.sport, Some(code))
+            }
             _ => return,
         };
         let Some(&seq) = self.by_port.get(&port) else {

@@ -482,8 +482,14 @@ impl UdpClient {
         self.untrack(now, seq, out);
         let outcome = match icmp_code {
             Some(code) => {
-                out.events
-                    .push((now, AppEvent::QueryRefused { query: seq, code }));
+                out.events.push((
+                    now,
+                    AppEvent::QueryRefused {
+                        query: seq,
+                        code,
+                        icmpv6: self.cfg.local_ip.is_ipv6(),
+                    },
+                ));
                 QueryOutcome::IcmpError(now, code)
             }
             None => {
@@ -556,10 +562,10 @@ impl UdpClient {
                 }
             }
             L4::Icmp {
-                icmp_type: icmp::DEST_UNREACH,
+                icmp_type,
                 code,
                 body: sim_core::IcmpBody::Error(inner),
-            } => {
+            } if icmp::is_dest_unreach(!pkt.is_ipv4(), icmp_type) => {
                 if inner.src != self.cfg.local_ip
                     || inner.dst != self.cfg.dst.ip()
                     || inner.dport != self.cfg.dst.port()

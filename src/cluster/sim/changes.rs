@@ -199,7 +199,7 @@ impl Simulation {
                         "{} ({} {})",
                         if created { "created" } else { "updated" },
                         service
-                            .ipv4_cluster_ip()
+                            .cluster_ip_of(self.sc.family())
                             .map(|ip| ip.to_string())
                             .unwrap_or_else(|| "None".into()),
                         ports.join(",")

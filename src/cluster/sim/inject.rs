@@ -140,7 +140,7 @@ impl Simulation {
                 valid += 1;
             }
             let service_port = self.sc.services.iter().any(|s| {
-                s.ipv4_cluster_ip() == Some(orig.dst)
+                s.cluster_ip_of(crate::k8s::IpFamily::of(orig.dst)) == Some(orig.dst)
                     && s.spec
                         .ports
                         .iter()
@@ -150,7 +150,7 @@ impl Simulation {
                 .sc
                 .services
                 .iter()
-                .any(|s| s.ipv4_cluster_ip() == Some(orig.dst));
+                .any(|s| s.cluster_ip_of(crate::k8s::IpFamily::of(orig.dst)) == Some(orig.dst));
             if service_ip && !service_port {
                 unrelated += 1;
             }

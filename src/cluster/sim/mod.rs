@@ -582,7 +582,7 @@ impl Simulation {
 
     /// Shows the cluster IP allocated to Service `s`, if the file left it out.
     fn log_service_allocation(&mut self, s: &crate::k8s::Service) {
-        let Some(ip) = s.ipv4_cluster_ip() else {
+        let Some(ip) = s.cluster_ip_of(self.sc.family()) else {
             return;
         };
         if let Some(from) = self.sc.allocated.get(&(format!("service {}", s.key()), ip)) {

@@ -504,15 +504,21 @@ impl Simulation {
                     query,
                     attempts,
                 },
-                AppEvent::QueryRefused { query, code } => What::QueryRefused {
+                AppEvent::QueryRefused {
+                    query,
+                    code,
+                    icmpv6,
+                } => What::QueryRefused {
                     client: name.clone(),
                     query,
                     code,
+                    icmpv6,
                 },
                 AppEvent::IcmpIgnored { query, code, from } => What::IcmpIgnored {
                     client: name.clone(),
                     query,
                     code,
+                    icmpv6: from.is_ipv6(),
                     from: from.to_string(),
                 },
                 AppEvent::TcpConnecting { conn, src, dst } => What::TcpConnect {

@@ -191,9 +191,11 @@ pub(super) fn node_netns(
 }
 
 /// The node's addresses `--nodeport-addresses` selects (`GetNodeIPs` over the node's
-/// interface addresses: `lo`'s 127.0.0.1, `eth0`'s, the others', and the pod CIDR's first
-/// address that its pod veths hold); `None` when it matches every address (empty list or a
-/// zero CIDR). `primary` is the node's `address`/32 (kube-proxy's `server.go`).
+/// interface addresses of its family: `lo`'s 127.0.0.1 or ::1, `eth0`'s, the others', and
+/// the pod CIDR's first address that its pod veths hold); `None` when it matches every
+/// address (empty list or a zero CIDR of the family). `primary` is the node's `address`/32
+/// (/128 for IPv6; kube-proxy's `server.go`). Each family's proxier keeps the CIDRs of its
+/// family (`NewNodePortAddresses(family, ...)`).
 fn node_port_ips(n: &NodeDef, list: &[NodePortAddress]) -> Option<Vec<IpAddr>> {
     if list.is_empty() {
         return None;
@@ -208,17 +210,26 @@ fn node_port_ips(n: &NodeDef, list: &[NodePortAddress]) -> Option<Vec<IpAddr>> {
                         .unwrap_or_else(|| unreachable!("a host prefix is valid")),
                 );
             }
-            NodePortAddress::Cidr(c) if c.prefix_len() == 0 && c.addr().is_ipv4() => return None,
+            NodePortAddress::Cidr(c)
+                if c.prefix_len() == 0 && c.addr().is_ipv4() == n.address.is_ipv4() =>
+            {
+                return None
+            }
             NodePortAddress::Cidr(c) => cidrs.push(*c),
         }
     }
-    let mut addrs = vec![IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), n.address];
+    let lo = if n.address.is_ipv4() {
+        IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+    } else {
+        IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+    };
+    let mut addrs = vec![lo, n.address];
     addrs.extend(n.extra_addresses.iter().map(|(_, a, _)| *a));
     addrs.push(pod_gateway(&n.pod_cidr));
     Some(
         addrs
             .into_iter()
-            .filter(|a| a.is_ipv4() && cidrs.iter().any(|c| c.contains(*a)))
+            .filter(|a| a.is_ipv4() == n.address.is_ipv4() && cidrs.iter().any(|c| c.contains(*a)))
             .collect(),
     )
 }
@@ -227,8 +238,9 @@ fn node_port_ips(n: &NodeDef, list: &[NodePortAddress]) -> Option<Vec<IpAddr>> {
 pub(super) fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) -> ProxierConfig {
     let n = &sc.nodes[i];
     let mut cfg = ProxierConfig::new(&n.name, n.address, n.pod_cidr);
-    // The cluster runs each node's IPv4 proxier (the loader refuses IPv6 node addresses).
-    cfg.family = crate::k8s::IpFamily::IPv4;
+    // A single-stack node runs the proxier of its address's family (the loader keeps every
+    // node of the cluster's one family).
+    cfg.family = crate::k8s::IpFamily::of(n.address);
     crate::cluster::topology::configure_kube_proxy(&mut cfg, n, kp.release);
     cfg.local_detector = match &kp.detect_local {
         None => LocalDetector::ClusterCidr(kp.cluster_cidr.unwrap_or(n.pod_cidr)),

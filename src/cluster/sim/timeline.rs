@@ -94,6 +94,9 @@ pub enum What {
         query: u32,
         /// ICMP code.
         code: u8,
+        /// The error was ICMPv6 (JSON: present, `true`, only then).
+        #[serde(skip_serializing_if = "is_false")]
+        icmpv6: bool,
     },
     /// An ICMP error about a query was not seen by the client's unconnected socket.
     IcmpIgnored {
@@ -104,6 +107,9 @@ pub enum What {
         query: u32,
         /// ICMP code.
         code: u8,
+        /// The error was ICMPv6 (JSON: present, `true`, only then).
+        #[serde(skip_serializing_if = "is_false")]
+        icmpv6: bool,
         /// Who sent the error.
         from: String,
     },
@@ -418,14 +424,20 @@ impl TimelineEvent {
                 client,
                 query,
                 code,
-            } => format!("{client}: query #{query} REFUSED (ICMP unreachable code {code})"),
+                icmpv6,
+            } => format!(
+                "{client}: query #{query} REFUSED ({} unreachable code {code})",
+                icmp_name(*icmpv6)
+            ),
             What::IcmpIgnored {
                 client,
                 query,
                 code,
                 from,
+                icmpv6,
             } => format!(
-                "{client}: ICMP unreachable code {code} from {from} about query #{query} not seen (unconnected socket)"
+                "{client}: {} unreachable code {code} from {from} about query #{query} not seen (unconnected socket)",
+                icmp_name(*icmpv6)
             ),
             What::TcpConnect {
                 client,
@@ -619,5 +631,19 @@ fn human_ns(ns: u64) -> String {
         format!("{} ms", (ns + 500_000) / 1_000_000)
     } else {
         format!("{:.1} ms", ns as f64 / 1e6)
+    }
+}
+
+/// `serde`'s `skip_serializing_if` for a flag absent from the JSON unless set.
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// How the timeline names an error's protocol.
+fn icmp_name(icmpv6: bool) -> &'static str {
+    if icmpv6 {
+        "ICMPv6"
+    } else {
+        "ICMP"
     }
 }

@@ -8,6 +8,7 @@ fn resolve_target(
     services: &[k8s::Service],
     by_key: &BTreeMap<(&str, &str), usize>,
     t: &Spanned<String>,
+    family: k8s::IpFamily,
 ) -> Result<SocketAddr, ScenarioError> {
     if let Ok(sa) = t.value.parse::<SocketAddr>() {
         if sa.port() == 0 {
@@ -37,11 +38,14 @@ fn resolve_target(
             ),
         ));
     };
-    let Some(ip) = s.ipv4_cluster_ip() else {
-        if s.ipv6_only() {
-            return Err(ctx.err(t, format!("target Service {svc} is IPv6-only ({}): nfsim's clients reach Services over IPv4 only (IPv6 packets are not simulated end to end yet); expected a Service with an IPv4 cluster IP", s.spec.cluster_ip.map(|c| c.to_string()).unwrap_or_default())));
+    // The client's pod or node has an address of the cluster's family only: it reaches the
+    // Service's cluster IP of that family.
+    let f = family.as_str();
+    let Some(ip) = s.cluster_ip_of(family) else {
+        if s.cluster_ip_of(family.other()).is_some() {
+            return Err(ctx.err(t, format!("target Service {svc} is {}-only ({}): the scenario's cluster is {f}-only, so its clients have {f} addresses only (dual-stack machines are not modelled yet); expected a Service with an {f} cluster IP", family.other().as_str(), s.spec.cluster_ip.map(|c| c.to_string()).unwrap_or_default())));
         }
-        return Err(ctx.err(t, format!("target Service {svc} has no IPv4 cluster IP (headless or ExternalName): a client needs an address")));
+        return Err(ctx.err(t, format!("target Service {svc} has no {f} cluster IP (headless or ExternalName): a client needs an address")));
     };
     let port = match port_name {
         None if s.spec.ports.len() == 1 => &s.spec.ports[0],
@@ -363,7 +367,13 @@ pub(super) fn check_clients(
                 ))
             }
         };
-        let target = resolve_target(ctx, &target_services, &target_index, target_s)?;
+        let target = resolve_target(
+            ctx,
+            &target_services,
+            &target_index,
+            target_s,
+            crate::scenario::families::doc_family(doc),
+        )?;
         fixed_ports.claim(ctx, &d.name, format!("{placement:?}"), &schedule, &kind)?;
         clients.push(ClientDef {
             name: d.name.value.clone(),

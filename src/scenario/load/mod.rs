@@ -241,6 +241,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     )?;
 
     super::families::check_addresses(ctx, &doc)?;
+    let family = super::families::doc_family(&doc);
     let Nodes {
         nodes,
         node_index,
@@ -367,6 +368,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     }
     warnings.extend(super::families::check(
         ctx,
+        family,
         &doc.services,
         &doc.events,
         doc.endpoint_slices.as_ref().map(|l| l.value.as_slice()),
