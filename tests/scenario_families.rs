@@ -1,7 +1,7 @@
 //! IPv6 in Kubernetes objects is refused or warned about at its place, never loaded and
 //! ignored (failed before: an IPv6-only Service loaded without a word and got no rules, its
-//! traffic passing untranslated). nfsim models kube-proxy's IPv4 proxier; a dual-stack
-//! Service's IPv4 half is simulated exactly.
+//! traffic passing untranslated). A cluster is single-stack (its nodes' family) and runs
+//! that family's proxier; a dual-stack Service's half in that family is simulated exactly.
 
 use nfsim::cluster::sim::{RunOptions, Simulation};
 use nfsim::scenario::load_str;
@@ -34,7 +34,7 @@ fn an_ipv6_only_service_is_refused_at_the_service() {
     assert_eq!((e.line, e.column), (15, 5), "{e}");
     assert!(
         e.message
-            .starts_with("Service default/dns is IPv6-only (fd00:10:96::10): nfsim simulates kube-proxy's IPv4 proxier only"),
+            .starts_with("Service default/dns is IPv6-only (fd00:10:96::10): the scenario's cluster is IPv4-only (its nodes' addresses are IPv4), so nfsim runs kube-proxy's IPv4 proxier only"),
         "{e}"
     );
     // Also when an event creates it.
@@ -330,35 +330,42 @@ fn ipv6_primary_requests_follow_ip_families_order() {
 /// passed untranslated; a client sent from its IPv4 address to an IPv6 target).
 #[test]
 fn ipv6_machine_addresses_and_targets_are_refused_at_their_place() {
-    for (from, to, at, words) in [
+    // The cluster is single-stack, of its first node's family: on an IPv4 cluster an IPv6
+    // pod CIDR, pod address or client target is refused at its place; a node given an IPv6
+    // address makes the cluster IPv6, and its IPv4 pod CIDR is then the one refused.
+    for (from, to, at, words, cluster) in [
         (
             "    address: 192.168.0.1\n",
             "    address: \"fd00:1::1\"\n",
-            (5, 14),
-            "node n1's address fd00:1::1 is IPv6",
+            (6, 14),
+            "node n1's podCIDR 10.244.1.0/24 is IPv4",
+            "the scenario's cluster is IPv6-only",
         ),
         (
             "    podCIDR: 10.244.1.0/24\n",
             "    podCIDR: \"fd00:10:244:1::/64\"\n",
             (6, 14),
             "node n1's podCIDR fd00:10:244:1::/64 is IPv6",
+            "the scenario's cluster is IPv4-only",
         ),
         (
             "    ip: 10.244.1.5\n",
             "    ip: \"fd00:10:244:1::5\"\n",
             (10, 9),
             "pod dns's ip fd00:10:244:1::5 is IPv6",
+            "the scenario's cluster is IPv4-only",
         ),
         (
             "udp: {target: default/dns:dns, interval: 10s}",
             "udp: {target: \"[fd00:10:96::10]:53\", interval: 10s}",
             (23, 19),
             "client c's target [fd00:10:96::10]:53 is IPv6",
+            "the scenario's cluster is IPv4-only",
         ),
     ] {
         let e = load_str("t.yaml", &with(from, to)).unwrap_err();
         assert_eq!((e.line, e.column), at, "{e}");
         assert!(e.message.starts_with(words), "{e}");
-        assert!(e.message.contains("nfsim's cluster is IPv4"), "{e}");
+        assert!(e.message.contains(cluster), "{e}");
     }
 }
