@@ -265,10 +265,6 @@ impl ResolverClient {
         }
     }
 
-    fn name(&self, id: NameId) -> String {
-        self.cfg.dns.names.name(id).to_string()
-    }
-
     /// Carries out the resolver's actions, then records the lookups that ended.
     fn act<U: PortsInUse + ?Sized, T: PortsInUse + ?Sized>(
         &mut self,
@@ -318,7 +314,7 @@ impl ResolverClient {
                         now,
                         AppEvent::DnsQuery {
                             lookup,
-                            name: self.name(query.name),
+                            name: query.name,
                             qtype: query.qtype,
                             tcp: false,
                             src,
@@ -368,7 +364,7 @@ impl ResolverClient {
                             now,
                             AppEvent::DnsQuery {
                                 lookup,
-                                name: self.name(q.name),
+                                name: q.name,
                                 qtype: q.qtype,
                                 tcp: true,
                                 src,
@@ -394,7 +390,7 @@ impl ResolverClient {
                     result: r.result.word(),
                     records,
                     latency,
-                    tried: r.tried.iter().map(|n| self.name(*n)).collect(),
+                    tried: r.tried.clone(),
                     tcp: r.tcp,
                 },
             ));
@@ -480,7 +476,7 @@ impl ResolverClient {
             now,
             AppEvent::DnsAnswer {
                 lookup,
-                name: self.name(a.query.name),
+                name: a.query.name,
                 qtype: a.query.qtype,
                 nxdomain: a.rcode == Rcode::NxDomain,
                 records: a.records,
