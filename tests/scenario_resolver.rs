@@ -290,6 +290,52 @@ fn resolver_words_refuse_what_they_cannot_run_at_their_place() {
         ),
         "version is musl's",
     );
+    // resolvConfFile: relative to the scenario's directory; a missing file and a bad line
+    // in it are errors at the field, naming the file (and the line and column in it).
+    let with_file = |file: &str| {
+        let text = one_client("glibc", "", "", "a.example");
+        let at = text.find("      resolvConf: |\n").unwrap();
+        let end = text.find("\n      names: [").unwrap() + 1;
+        format!(
+            "{}      resolvConfFile: {file}\n{}",
+            &text[..at],
+            &text[end..]
+        )
+    };
+    let e = nfsim::scenario::load_str(
+        "scenarios/t.yaml",
+        &with_file("resolver-ndots/nowhere.conf"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("t.yaml") && e.contains("cannot read scenarios/resolver-ndots/nowhere.conf"),
+        "{e}"
+    );
+    let dir = std::env::temp_dir().join(format!("nfsim-resolvconf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("bad.conf"),
+        "nameserver 10.96.0.10\noptions no-aaaa\n",
+    )
+    .unwrap();
+    let scenario = dir.join("t.yaml");
+    let e = nfsim::scenario::load_str(scenario.to_str().unwrap(), &with_file("bad.conf"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bad.conf line 2, column"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+    // The shipped file reads as the inline text does.
+    let r = run_text(
+        "scenarios/t.yaml",
+        &with_file("resolver-ndots/resolv.conf").replace("[a.example]", "[payment.shop]"),
+        false,
+    );
+    let last = dns_lines(&r, "r").pop().unwrap().1;
+    assert!(
+        last.contains("answered (2 addresses) in 4ms, 4 names asked"),
+        "{last}"
+    );
 }
 
 #[test]
