@@ -368,9 +368,6 @@ pub enum QueryOutcome {
     Reset(SimTime),
     /// No local port was free (EADDRINUSE); nothing was sent.
     NoPort(SimTime),
-    /// A resolver's lookup found no address: NXDOMAIN for every name of its search list,
-    /// or a name without addresses (NODATA), at this instant.
-    NoName(SimTime),
 }
 
 impl QueryOutcome {
@@ -382,8 +379,7 @@ impl QueryOutcome {
             | QueryOutcome::TimedOut(t)
             | QueryOutcome::IcmpError(t, _)
             | QueryOutcome::Reset(t)
-            | QueryOutcome::NoPort(t)
-            | QueryOutcome::NoName(t) => Some(t),
+            | QueryOutcome::NoPort(t) => Some(t),
         }
     }
     /// Whether it failed (timed out or refused).

@@ -107,10 +107,14 @@ pub struct ResolverClient {
     records: QueryLog,
 }
 
+/// A lookup as the summary, the headline and the blackhole time count it: answered when its
+/// nameservers answered, with addresses or without (NXDOMAIN, NODATA: the network delivered,
+/// the name does not resolve; `client.lookups` tells them apart), else timed out or refused.
 fn outcome(r: LookupResult, at: SimTime) -> QueryOutcome {
     match r {
-        LookupResult::Answered { .. } => QueryOutcome::Answered(at),
-        LookupResult::NxDomain | LookupResult::NoData => QueryOutcome::NoName(at),
+        LookupResult::Answered { .. } | LookupResult::NxDomain | LookupResult::NoData => {
+            QueryOutcome::Answered(at)
+        }
         LookupResult::TimedOut => QueryOutcome::TimedOut(at),
         LookupResult::Refused => {
             QueryOutcome::IcmpError(at, sim_core::packet::icmp::CODE_PORT_UNREACH)
