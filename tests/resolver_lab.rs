@@ -5,8 +5,12 @@
 //! those of `nfsim::cluster::dns::Resolver` for the same `resolv.conf` and zone.
 //!
 //! Skips with a message without root, `unshare`, `python3`, `tshark`, `getent`, `mount`,
-//! `ip`, or where the C library is not glibc. musl is not on this machine: its resolver is
-//! checked against its documented behaviour in the unit tests only.
+//! `ip`, or where the C library is not glibc.
+//!
+//! musl the same way where `musl-gcc` is installed (Debian's `musl-tools`): a small program
+//! linked statically against it calls `getaddrinfo(NAME, AF_UNSPEC)`, and its queries are
+//! compared with nfsim's musl resolver of the release installed (`ld-musl`'s version: from
+//! 1.2.4 a truncated answer is asked again over TCP).
 
 #[path = "support/tools.rs"]
 mod tools;
@@ -53,8 +57,8 @@ fn numbered<K: Ord + Clone>(keys: &[K]) -> Vec<usize> {
         .collect()
 }
 
-/// The real lookup's queries.
-fn real(dir: &std::path::Path, conf: &str, name: &str) -> Vec<Seen> {
+/// The real lookup's queries: `lookup NAME` (`getent ahosts`, or the musl program) in the lab.
+fn real(dir: &std::path::Path, conf: &str, name: &str, lookup: &str) -> Vec<Seen> {
     std::fs::write(dir.join("resolv.conf"), conf).unwrap();
     std::fs::write(dir.join("hosts"), "127.0.0.1 localhost\n").unwrap();
     std::fs::write(dir.join("nsswitch.conf"), "hosts: files dns\n").unwrap();
@@ -80,7 +84,7 @@ for i in $(seq 100); do
   sleep 0.05
 done
 sleep 0.2
-getent ahosts {name} > {d}/getent.out || true
+{lookup} {name} > {d}/getent.out || true
 sleep 0.3
 kill $T
 wait $T || true
@@ -137,9 +141,9 @@ wait $P || true
         .collect()
 }
 
-/// nfsim's glibc resolver's queries for the same `resolv.conf` and zone.
-fn modelled(conf: &str, name: &str) -> Vec<Seen> {
-    let conf = ResolvConf::parse(conf, Libc::Glibc).unwrap();
+/// nfsim's resolver's queries for the same `resolv.conf` and zone.
+fn modelled(libc: Libc, conf: &str, name: &str) -> Vec<Seen> {
+    let conf = ResolvConf::parse(conf, libc).unwrap();
     let mut names = DnsNames::new();
     let mut zone = Zone::new();
     for (n, a, b) in ZONE {
@@ -163,7 +167,7 @@ fn modelled(conf: &str, name: &str) -> Vec<Seen> {
         .iter()
         .map(|ns| ns.to_string() == "127.0.0.54")
         .collect();
-    let mut d = ZoneDriver::new(Libc::Glibc, conf, names, zone);
+    let mut d = ZoneDriver::new(libc, conf, names, zone);
     d.up = up;
     d.refuses = refuses;
     d.lookup(name).unwrap();
@@ -227,12 +231,94 @@ fn nfsim_glibc_resolver_sends_what_real_glibc_sends() {
         let dir =
             std::env::temp_dir().join(format!("nfsim-resolver-lab-{}-{i}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let got = real(&dir, conf, name);
-        let want = modelled(conf, name);
+        let got = real(&dir, conf, name, "getent ahosts");
+        let want = modelled(Libc::Glibc, conf, name);
         assert_eq!(
             got, want,
             "case {i} ({name} with {conf:?}): real glibc (left) and nfsim (right) differ"
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// `getaddrinfo(argv[1], AF_UNSPEC)` and nothing else, for linking against musl.
+const GAI_C: &str = r#"#include <netdb.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    struct addrinfo hints, *res = 0;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    return argc > 1 && getaddrinfo(argv[1], 0, &hints, &res) == 0 ? 0 : 1;
+}
+"#;
+
+/// The installed musl's release, from its dynamic loader's banner (`Version 1.2.3`).
+fn musl_version() -> Option<(u32, u32, u32)> {
+    let out = Command::new("/lib/ld-musl-x86_64.so.1").output().ok()?;
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    let v = text.lines().find_map(|l| l.strip_prefix("Version "))?;
+    let p: Vec<u32> = v.trim().split('.').filter_map(|x| x.parse().ok()).collect();
+    Some((*p.first()?, *p.get(1)?, p.get(2).copied().unwrap_or(0)))
+}
+
+#[test]
+fn nfsim_musl_resolver_sends_what_real_musl_sends() {
+    const TEST: &str = "nfsim_musl_resolver_sends_what_real_musl_sends";
+    if !tools::have_or_skip(
+        TEST,
+        &["python3", "tshark", "mount", "ip", "iptables", "musl-gcc"],
+    ) {
+        return;
+    }
+    let Some(version) = musl_version() else {
+        tools::skips::report(TEST, "no /lib/ld-musl-x86_64.so.1 to tell musl's version");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("nfsim-resolver-lab-musl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("gai.c"), GAI_C).unwrap();
+    let cc = Command::new("musl-gcc")
+        .args(["-static", "-O1", "-o"])
+        .arg(dir.join("gai"))
+        .arg(dir.join("gai.c"))
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "musl-gcc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let libc = Libc::Musl {
+        tcp_fallback: version >= (1, 2, 4),
+    };
+    let kube = format!("{SEARCH}nameserver 127.0.0.53\noptions ndots:5\n");
+    let cases = [
+        // The search list walked: one socket per name, A and AAAA at once.
+        (kube.clone(), "payment.shop"),
+        // NODATA for the first name ends musl's search (EAI_NODATA), unlike glibc's.
+        (kube.clone(), "v4only"),
+        // A truncated AAAA answer: kept as it came before 1.2.4, asked again over TCP after.
+        (kube.clone(), "big"),
+        // Two nameservers: each query to both at once.
+        (
+            "nameserver 127.0.0.54\nnameserver 127.0.0.53\noptions timeout:1 attempts:1\n"
+                .to_string(),
+            "payment.shop.",
+        ),
+    ];
+    let program = dir.join("gai").display().to_string();
+    for (i, (conf, name)) in cases.iter().enumerate() {
+        let case = dir.join(i.to_string());
+        std::fs::create_dir_all(&case).unwrap();
+        let got = real(&case, conf, name, &program);
+        let want = modelled(libc, conf, name);
+        assert!(!got.is_empty(), "case {i}: no query captured");
+        assert_eq!(
+            got, want,
+            "case {i} ({name} with {conf:?}, musl {version:?}): real musl (left) and nfsim (right) differ"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -165,6 +165,14 @@ fn glibc_edns0_queries_carry_the_opt_record_and_big_answers_fit() {
     // Without its expectations: big.example no longer goes over TCP.
     let mut text = std::fs::read_to_string("scenarios/resolver-ndots.yaml").unwrap();
     text.truncate(text.find("expectations:").unwrap());
+    // The musl client's resolv.conf file, found from the temporary directory.
+    let conf = std::env::current_dir()
+        .unwrap()
+        .join("scenarios/resolver-ndots/resolv.conf");
+    let text = text.replace(
+        "resolvConfFile: resolver-ndots/resolv.conf",
+        &format!("resolvConfFile: {}", conf.display()),
+    );
     let at = text.find("options ndots:5\n").unwrap();
     let text = format!(
         "{}options ndots:5 edns0\n{}",

@@ -137,6 +137,14 @@ fn payment_shop_walks_the_search_list_then_big_answers_go_over_tcp() {
         "{}",
         r.summary
     );
+    // payments.shop's NXDOMAIN was an answer: nothing lost, no time blackholed.
+    for c in &r.clients {
+        assert_eq!(
+            (c.sent, c.answered, c.failed, c.blackholed_ns),
+            (4, 4, 0, 0),
+            "{c:?}"
+        );
+    }
     // Same seed, same run.
     let again = shipped();
     assert_eq!(dns_lines(&r, "glibc"), dns_lines(&again, "glibc"));
@@ -241,7 +249,8 @@ fn lookups_expectations_count_each_result_and_fail_when_wrong() {
         "{}",
         r.results[1].detail
     );
-    // The summary counts a lookup that found no name as failed, neither timed out nor refused.
+    // The summary counts a lookup its nameserver answered NXDOMAIN as answered: the network
+    // delivered (the headline does not call it lost, nor the time blackholed).
     let row: Vec<&str> = r
         .summary
         .lines()
@@ -251,7 +260,7 @@ fn lookups_expectations_count_each_result_and_fail_when_wrong() {
         .collect();
     assert_eq!(
         row,
-        ["r", "10.96.0.10:53", "2", "0", "2", "0", "0"],
+        ["r", "10.96.0.10:53", "2", "2", "0", "0", "0"],
         "{}",
         r.summary
     );
@@ -290,6 +299,52 @@ fn resolver_words_refuse_what_they_cannot_run_at_their_place() {
         ),
         "version is musl's",
     );
+    // resolvConfFile: relative to the scenario's directory; a missing file and a bad line
+    // in it are errors at the field, naming the file (and the line and column in it).
+    let with_file = |file: &str| {
+        let text = one_client("glibc", "", "", "a.example");
+        let at = text.find("      resolvConf: |\n").unwrap();
+        let end = text.find("\n      names: [").unwrap() + 1;
+        format!(
+            "{}      resolvConfFile: {file}\n{}",
+            &text[..at],
+            &text[end..]
+        )
+    };
+    let e = nfsim::scenario::load_str(
+        "scenarios/t.yaml",
+        &with_file("resolver-ndots/nowhere.conf"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("t.yaml") && e.contains("cannot read scenarios/resolver-ndots/nowhere.conf"),
+        "{e}"
+    );
+    let dir = std::env::temp_dir().join(format!("nfsim-resolvconf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("bad.conf"),
+        "nameserver 10.96.0.10\noptions no-aaaa\n",
+    )
+    .unwrap();
+    let scenario = dir.join("t.yaml");
+    let e = nfsim::scenario::load_str(scenario.to_str().unwrap(), &with_file("bad.conf"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bad.conf line 2, column"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+    // The shipped file reads as the inline text does.
+    let r = run_text(
+        "scenarios/t.yaml",
+        &with_file("resolver-ndots/resolv.conf").replace("[a.example]", "[payment.shop]"),
+        false,
+    );
+    let last = dns_lines(&r, "r").pop().unwrap().1;
+    assert!(
+        last.contains("answered (2 addresses) in 4ms, 4 names asked"),
+        "{last}"
+    );
 }
 
 #[test]
@@ -314,4 +369,92 @@ fn glibc_edns0_advertises_1200_octets_so_big_example_fits_over_udp() {
     );
     let plain = run_text("t.yaml", &one_client("glibc", "", "", "big.example"), false);
     assert!(asked(&plain, "r").iter().any(|(_, q)| q.ends_with(" tcp")));
+}
+
+/// `(ms, "QTYPE name", source port)` of each query `client` sent.
+fn queries_with_ports(r: &RunResult, client: &str) -> Vec<(u64, String, String)> {
+    r.timeline
+        .iter()
+        .filter_map(|e| match &e.what {
+            What::DnsQuery {
+                client: c,
+                name,
+                qtype,
+                src,
+                dst,
+                ..
+            } if c == client => Some((
+                e.t_ns / 1_000_000,
+                format!("{qtype} {name} -> {dst}"),
+                src.rsplit_once(':').unwrap().1.to_string(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn single_request_reopen_sends_aaaa_after_the_a_answer_from_a_new_socket() {
+    // glibc `single-request-reopen`: A first, AAAA once A is answered, from a socket opened
+    // anew (res_send.c send_dg); `single-request` the same, on the same socket.
+    for (opt, new_port) in [("single-request-reopen", true), ("single-request", false)] {
+        let r = run_text(
+            "t.yaml",
+            &one_client(
+                "glibc",
+                &format!("        options {opt}\n"),
+                "",
+                "payment.shop",
+            ),
+            false,
+        );
+        let q = queries_with_ports(&r, "r");
+        assert_eq!(q.len(), 8, "{opt}: {q:#?}");
+        for pair in q.chunks(2) {
+            let (a, aaaa) = (&pair[0], &pair[1]);
+            assert!(
+                a.1.starts_with("A ") && aaaa.1.starts_with("AAAA "),
+                "{opt}: {pair:?}"
+            );
+            // One round trip later: the A answer came first.
+            assert_eq!(aaaa.0, a.0 + 1, "{opt}: {pair:?}");
+            assert_eq!(a.2 != aaaa.2, new_port, "{opt}: {pair:?}");
+        }
+        let last = dns_lines(&r, "r").pop().unwrap().1;
+        assert!(
+            last.starts_with("r: lookup #0 of payment.shop answered (2 addresses) in 8ms"),
+            "{opt}: {last}"
+        );
+    }
+}
+
+#[test]
+fn musl_asks_every_nameserver_at_once_and_glibc_the_first() {
+    // Two nameservers: the Service and the CoreDNS pod itself. musl's res_msend sends each
+    // query to both at once and takes the first answer; glibc asks the first only while it
+    // answers.
+    let second = "        nameserver 10.244.1.5\n";
+    for (libc, want) in [("musl", 2), ("glibc", 1)] {
+        let text = one_client(libc, "", "", "kube-dns.kube-system").replace(
+            "        nameserver 10.96.0.10\n",
+            &format!("        nameserver 10.96.0.10\n{second}"),
+        );
+        let r = run_text("t.yaml", &text, false);
+        let q = queries_with_ports(&r, "r");
+        let first: Vec<&str> = q
+            .iter()
+            .filter(|(t, _, _)| *t == 0)
+            .map(|(_, n, _)| n.as_str())
+            .collect();
+        let servers: std::collections::BTreeSet<&str> = first
+            .iter()
+            .map(|n| n.rsplit_once("-> ").unwrap().1)
+            .collect();
+        assert_eq!(servers.len(), want, "{libc}: {q:#?}");
+        let last = dns_lines(&r, "r").pop().unwrap().1;
+        assert!(
+            last.starts_with("r: lookup #0 of kube-dns.kube-system answered (1 address)"),
+            "{libc}: {last}"
+        );
+    }
 }

@@ -226,8 +226,9 @@ pub enum AppEvent {
     DnsQuery {
         /// Lookup number.
         lookup: u32,
-        /// The name asked.
-        name: String,
+        /// The name asked (its text: [`crate::dns::DnsNames::name`]; no allocation per
+        /// packet).
+        name: crate::dns::NameId,
         /// The type asked.
         qtype: crate::dns::QType,
         /// Over TCP.
@@ -242,7 +243,7 @@ pub enum AppEvent {
         /// Lookup number.
         lookup: u32,
         /// The name answered.
-        name: String,
+        name: crate::dns::NameId,
         /// The type answered.
         qtype: crate::dns::QType,
         /// NXDOMAIN (else NOERROR).
@@ -269,7 +270,7 @@ pub enum AppEvent {
         /// From the call to its return.
         latency: SimDuration,
         /// The names asked, in order.
-        tried: Vec<String>,
+        tried: Vec<crate::dns::NameId>,
         /// Whether it went over TCP.
         tcp: bool,
     },
@@ -367,9 +368,6 @@ pub enum QueryOutcome {
     Reset(SimTime),
     /// No local port was free (EADDRINUSE); nothing was sent.
     NoPort(SimTime),
-    /// A resolver's lookup found no address: NXDOMAIN for every name of its search list,
-    /// or a name without addresses (NODATA), at this instant.
-    NoName(SimTime),
 }
 
 impl QueryOutcome {
@@ -381,8 +379,7 @@ impl QueryOutcome {
             | QueryOutcome::TimedOut(t)
             | QueryOutcome::IcmpError(t, _)
             | QueryOutcome::Reset(t)
-            | QueryOutcome::NoPort(t)
-            | QueryOutcome::NoName(t) => Some(t),
+            | QueryOutcome::NoPort(t) => Some(t),
         }
     }
     /// Whether it failed (timed out or refused).

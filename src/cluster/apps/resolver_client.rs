@@ -107,10 +107,14 @@ pub struct ResolverClient {
     records: QueryLog,
 }
 
+/// A lookup as the summary, the headline and the blackhole time count it: answered when its
+/// nameservers answered, with addresses or without (NXDOMAIN, NODATA: the network delivered,
+/// the name does not resolve; `client.lookups` tells them apart), else timed out or refused.
 fn outcome(r: LookupResult, at: SimTime) -> QueryOutcome {
     match r {
-        LookupResult::Answered { .. } => QueryOutcome::Answered(at),
-        LookupResult::NxDomain | LookupResult::NoData => QueryOutcome::NoName(at),
+        LookupResult::Answered { .. } | LookupResult::NxDomain | LookupResult::NoData => {
+            QueryOutcome::Answered(at)
+        }
         LookupResult::TimedOut => QueryOutcome::TimedOut(at),
         LookupResult::Refused => {
             QueryOutcome::IcmpError(at, sim_core::packet::icmp::CODE_PORT_UNREACH)
@@ -265,10 +269,6 @@ impl ResolverClient {
         }
     }
 
-    fn name(&self, id: NameId) -> String {
-        self.cfg.dns.names.name(id).to_string()
-    }
-
     /// Carries out the resolver's actions, then records the lookups that ended.
     fn act<U: PortsInUse + ?Sized, T: PortsInUse + ?Sized>(
         &mut self,
@@ -318,7 +318,7 @@ impl ResolverClient {
                         now,
                         AppEvent::DnsQuery {
                             lookup,
-                            name: self.name(query.name),
+                            name: query.name,
                             qtype: query.qtype,
                             tcp: false,
                             src,
@@ -368,7 +368,7 @@ impl ResolverClient {
                             now,
                             AppEvent::DnsQuery {
                                 lookup,
-                                name: self.name(q.name),
+                                name: q.name,
                                 qtype: q.qtype,
                                 tcp: true,
                                 src,
@@ -394,7 +394,7 @@ impl ResolverClient {
                     result: r.result.word(),
                     records,
                     latency,
-                    tried: r.tried.iter().map(|n| self.name(*n)).collect(),
+                    tried: r.tried.clone(),
                     tcp: r.tcp,
                 },
             ));
@@ -480,7 +480,7 @@ impl ResolverClient {
             now,
             AppEvent::DnsAnswer {
                 lookup,
-                name: self.name(a.query.name),
+                name: a.query.name,
                 qtype: a.query.qtype,
                 nxdomain: a.rcode == Rcode::NxDomain,
                 records: a.records,

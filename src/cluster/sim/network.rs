@@ -605,7 +605,7 @@ impl Simulation {
                 } => What::DnsQuery {
                     client: name.clone(),
                     lookup,
-                    name: qname,
+                    name: self.sc.dns.names.name(qname).to_string(),
                     qtype: qtype.to_string(),
                     transport: if tcp { "tcp" } else { "udp" },
                     src: src.to_string(),
@@ -623,7 +623,7 @@ impl Simulation {
                 } => What::DnsAnswer {
                     client: name.clone(),
                     lookup,
-                    name: qname,
+                    name: self.sc.dns.names.name(qname).to_string(),
                     qtype: qtype.to_string(),
                     rcode: if nxdomain { "NXDOMAIN" } else { "NOERROR" },
                     records,
@@ -646,7 +646,10 @@ impl Simulation {
                     result,
                     records,
                     latency_ns: latency.as_nanos(),
-                    tried,
+                    tried: tried
+                        .iter()
+                        .map(|n| self.sc.dns.names.name(*n).to_string())
+                        .collect(),
                     tcp,
                 },
                 AppEvent::ServerAnswered { .. } => continue,

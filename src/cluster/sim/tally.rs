@@ -56,7 +56,7 @@ impl Outcomes {
             QueryOutcome::IcmpError(..) | QueryOutcome::Reset(_) | QueryOutcome::NoPort(_) => {
                 self.refused += 1
             }
-            QueryOutcome::Pending | QueryOutcome::NoName(_) => {}
+            QueryOutcome::Pending => {}
         }
         if o.failed() {
             self.failed += 1;
