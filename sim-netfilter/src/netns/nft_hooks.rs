@@ -15,7 +15,7 @@
 //! the iptables nat table sits at −100 / 100 among them).
 
 use super::*;
-use crate::nft::{BaseRef, ChainType, NftError, NftRuleset, NftStep};
+use crate::nft::{BaseRef, ChainType, NftError, NftProgram, NftRuleset, NftStep};
 
 /// Priorities of the built-in hook entries.
 pub(super) mod prio {
@@ -60,6 +60,46 @@ impl NftHooks {
     }
 }
 
+/// The compiled form of the namespace's ruleset (`nft/compiled.rs`), made the first time a
+/// packet meets the ruleset after it changed.
+#[derive(Clone, Debug, Default)]
+pub(super) enum NftFast {
+    /// To compile before the next untraced walk.
+    #[default]
+    Stale,
+    /// Walked by the interpreter: it does not compile, or compiling is switched off.
+    Off,
+    /// Compiled.
+    Ready(NftProgram),
+}
+
+impl NftFast {
+    /// The program for `rs`, compiling it if it is stale.
+    #[inline]
+    fn program(&mut self, rs: &NftRuleset) -> Option<&mut NftProgram> {
+        if matches!(self, NftFast::Stale) {
+            *self = match NftProgram::compile(rs) {
+                Ok(p) => NftFast::Ready(p),
+                Err(_) => NftFast::Off,
+            };
+        }
+        match self {
+            NftFast::Ready(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// After the interpreter walked `rs`: the compiled copies of the sets it may have
+    /// written (`update`) are brought up to date.
+    fn interpreted(&mut self, rs: &NftRuleset) {
+        if let NftFast::Ready(p) = self {
+            if p.writes_sets() {
+                p.resync(rs);
+            }
+        }
+    }
+}
+
 fn fam(pkt: &Packet) -> usize {
     usize::from(!pkt.is_ipv4())
 }
@@ -70,7 +110,19 @@ impl Netns {
     pub fn nft_apply(&mut self, file: &str, text: &str, now: SimTime) -> Result<usize, NftError> {
         let n = self.nft.apply(file, text, now)?;
         self.nft_hooks = NftHooks::of(&self.nft);
+        if self.nft_compile {
+            self.nft_fast = NftFast::Stale;
+        }
         Ok(n)
+    }
+
+    /// Whether untraced packets walk the compiled form of the nftables ruleset
+    /// (`nft/compiled.rs`; on by default) or the interpreter, which traced walks always take.
+    /// Both give the same results; the switch is for measuring and for tests that compare
+    /// them.
+    pub fn set_nft_compiled(&mut self, on: bool) {
+        self.nft_compile = on;
+        self.nft_fast = if on { NftFast::Stale } else { NftFast::Off };
     }
 
     /// The nftables ruleset.
@@ -223,6 +275,7 @@ impl Netns {
                 let v = self
                     .nft
                     .run_base_chain_with(at, &mut ctx, Some(st), Some(&mut plan));
+                self.nft_fast.interpreted(&self.nft);
                 let others = plan.take_others();
                 br.budget = plan.budget;
                 br.took(
@@ -232,7 +285,15 @@ impl Netns {
                 );
                 v
             }
-            _ => self.nft.run_base_chain(at, &mut ctx, steps.as_mut()),
+            (_, None) => match self.nft_fast.program(&self.nft) {
+                Some(p) => p.run_base_chain(&mut self.nft, at, &mut ctx),
+                None => self.nft.run_base_chain(at, &mut ctx, None),
+            },
+            (None, Some(st)) => {
+                let v = self.nft.run_base_chain(at, &mut ctx, Some(st));
+                self.nft_fast.interpreted(&self.nft);
+                v
+            }
         };
         f.pkt.mark = ctx.packet.mark;
         if let (Some(t), Some(s)) = (f.trace.as_mut(), steps) {

@@ -29,6 +29,7 @@
 //! `meta nfproto` (inet), `icmpv6 type`, `dnat|snat to [ADDR]:PORT` and `reject` as
 //! ICMPv6 port-unreachable; `oifname` and `iifname` in every family.
 
+mod compiled;
 mod eval;
 mod parse;
 mod print;
@@ -40,6 +41,7 @@ use sim_core::SimTime;
 
 use crate::types::Hook;
 
+pub use compiled::{NftProgram, NotCompiled, KEY_BITS};
 pub use eval::{BaseRef, NftDraw, NftStep};
 
 /// An address family of a table.
