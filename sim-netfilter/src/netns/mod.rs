@@ -587,7 +587,7 @@ impl Netns {
         self.rules_state6 = RulesetState::new();
         self.nft = crate::nft::NftRuleset::new();
         self.nft_hooks = Default::default();
-        self.set_nft_compiled(self.nft_compile);
+        self.nft_fast = Default::default();
         self.icmp_limit = self.icmp_limit.reset();
     }
 

@@ -60,32 +60,23 @@ impl NftHooks {
     }
 }
 
-/// The compiled form of the namespace's ruleset (`nft/compiled.rs`), made the first time a
-/// packet meets the ruleset after it changed.
+/// The compiled form of the namespace's ruleset (`nft/compiled.rs`), made when `nft -f`
+/// input is applied.
 #[derive(Clone, Debug, Default)]
 pub(super) enum NftFast {
-    /// To compile before the next untraced walk.
+    /// Walked by the interpreter: the ruleset does not compile, or compiling is off.
     #[default]
-    Stale,
-    /// Walked by the interpreter: it does not compile, or compiling is switched off.
     Off,
     /// Compiled.
     Ready(NftProgram),
 }
 
 impl NftFast {
-    /// The program for `rs`, compiling it if it is stale.
-    #[inline]
-    fn program(&mut self, rs: &NftRuleset) -> Option<&mut NftProgram> {
-        if matches!(self, NftFast::Stale) {
-            *self = match NftProgram::compile(rs) {
-                Ok(p) => NftFast::Ready(p),
-                Err(_) => NftFast::Off,
-            };
-        }
-        match self {
-            NftFast::Ready(p) => Some(p),
-            _ => None,
+    /// `rs` compiled, when `on` and it compiles.
+    fn of(rs: &NftRuleset, on: bool) -> NftFast {
+        match NftProgram::compile(rs) {
+            Ok(p) if on => NftFast::Ready(p),
+            _ => NftFast::Off,
         }
     }
 
@@ -110,9 +101,7 @@ impl Netns {
     pub fn nft_apply(&mut self, file: &str, text: &str, now: SimTime) -> Result<usize, NftError> {
         let n = self.nft.apply(file, text, now)?;
         self.nft_hooks = NftHooks::of(&self.nft);
-        if self.nft_compile {
-            self.nft_fast = NftFast::Stale;
-        }
+        self.nft_fast = NftFast::of(&self.nft, self.nft_compile);
         Ok(n)
     }
 
@@ -122,7 +111,7 @@ impl Netns {
     /// them.
     pub fn set_nft_compiled(&mut self, on: bool) {
         self.nft_compile = on;
-        self.nft_fast = if on { NftFast::Stale } else { NftFast::Off };
+        self.nft_fast = NftFast::of(&self.nft, on);
     }
 
     /// The nftables ruleset.
@@ -285,9 +274,9 @@ impl Netns {
                 );
                 v
             }
-            (_, None) => match self.nft_fast.program(&self.nft) {
-                Some(p) => p.run_base_chain(&mut self.nft, at, &mut ctx),
-                None => self.nft.run_base_chain(at, &mut ctx, None),
+            (_, None) => match &mut self.nft_fast {
+                NftFast::Ready(p) => p.run_base_chain(&mut self.nft, at, &mut ctx),
+                NftFast::Off => self.nft.run_base_chain(at, &mut ctx, None),
             },
             (None, Some(st)) => {
                 let v = self.nft.run_base_chain(at, &mut ctx, Some(st));

@@ -303,6 +303,8 @@ struct CRule {
 #[derive(Clone, Copy, Debug)]
 struct CChain {
     rules: (u32, u32),
+    /// A base chain (only those are walked from: `BaseRef`s name them).
+    base: bool,
     policy_accept: bool,
 }
 
@@ -702,6 +704,7 @@ impl NftProgram {
                 }
                 p.chains.push(CChain {
                     rules: (r0, p.rules.len() as u32),
+                    base: c.base.is_some(),
                     policy_accept: c.base.is_none_or(|b| b.policy_accept),
                 });
             }
@@ -755,13 +758,21 @@ impl NftProgram {
         at: BaseRef,
         ctx: &mut EvalCtx<'_>,
     ) -> Verdict {
-        let prog = Arc::clone(&self.prog);
+        let prog: &Program = &self.prog;
         let Some(&chain0) = prog.table_chain0.get(at.table) else {
             return accept();
         };
         let base = chain0 as usize + at.chain;
         let Some(bc) = prog.chains.get(base) else {
             return accept();
+        };
+        if !bc.base {
+            return accept();
+        }
+        let mut w = Walk {
+            prog,
+            written: &mut self.written,
+            draws: &mut self.draws,
         };
         let base_policy = bc.policy_accept;
         let mut stack = [(0u32, 0u32); MAX_DEPTH];
@@ -778,7 +789,7 @@ impl NftProgram {
                 continue;
             }
             let rule = prog.rules[ri as usize];
-            let out = self.eval_rule(&prog, rs, rule, ctx);
+            let out = w.eval_rule(rs, rule, ctx);
             let v = match out {
                 Outcome::NoMatch | Outcome::Next => {
                     ri += 1;
@@ -829,20 +840,28 @@ impl NftProgram {
             }
         }
     }
+}
 
+/// One walk: the program, and what a walk changes besides the ruleset.
+struct Walk<'a> {
+    prog: &'a Program,
+    written: &'a mut [CSet],
+    draws: &'a mut Vec<NftDraw>,
+}
+
+impl Walk<'_> {
     /// Loads key `k` into `vals` (the interpreter's `load`, field by field); `None` when a
     /// load fails.
     #[inline]
     fn load_key(
         &mut self,
-        prog: &Program,
         k: KeyRef,
         ctx: &mut EvalCtx<'_>,
         vals: &mut [Datum; MAX_FIELDS],
     ) -> Option<PKey> {
-        let fields = &prog.fields[k.start as usize..(k.start + k.len) as usize];
+        let fields = &self.prog.fields[k.start as usize..(k.start + k.len) as usize];
         for (i, f) in fields.iter().enumerate() {
-            vals[i] = load(*f, ctx, &mut self.draws)?;
+            vals[i] = load(*f, ctx, self.draws)?;
         }
         self.draws.clear();
         let n = fields.len();
@@ -859,26 +878,21 @@ impl NftProgram {
         pack(&wide[..n], &bits[..n])
     }
 
-    fn set<'a>(&'a self, prog: &'a Program, r: SetRef) -> Option<&'a CSet> {
+    fn set(&self, r: SetRef) -> Option<&CSet> {
         match r {
             SetRef::Missing => None,
-            SetRef::Fixed(i) => prog.sets.get(i as usize),
+            SetRef::Fixed(i) => self.prog.sets.get(i as usize),
             SetRef::Written(i) => self.written.get(i as usize),
         }
     }
 
-    fn eval_rule(
-        &mut self,
-        prog: &Program,
-        rs: &mut NftRuleset,
-        rule: CRule,
-        ctx: &mut EvalCtx<'_>,
-    ) -> Outcome {
+    fn eval_rule(&mut self, rs: &mut NftRuleset, rule: CRule, ctx: &mut EvalCtx<'_>) -> Outcome {
         let mut vals: [Datum; MAX_FIELDS] = Default::default();
+        let prog = self.prog;
         for op in &prog.ops[rule.ops.0 as usize..rule.ops.1 as usize] {
             match op {
                 COp::Match { key, test, negated } => {
-                    let Some(k) = self.load_key(prog, *key, ctx, &mut vals) else {
+                    let Some(k) = self.load_key(*key, ctx, &mut vals) else {
                         self.draws.clear();
                         return Outcome::NoMatch;
                     };
@@ -888,9 +902,7 @@ impl NftProgram {
                         Test::Flags(x) => u128::from(vals[0]) & x != 0,
                         Test::Eq(x) => k == x,
                         Test::Range(lo, hi) => lo <= k && k <= hi,
-                        Test::In(s) => self
-                            .set(prog, s)
-                            .is_some_and(|s| s.find(k, ctx.now).is_some()),
+                        Test::In(s) => self.set(s).is_some_and(|s| s.find(k, ctx.now).is_some()),
                     };
                     if hit == *negated {
                         return Outcome::NoMatch;
@@ -899,11 +911,11 @@ impl NftProgram {
                 COp::Counter(si) => count(rs, rule, *si, ctx.packet.len),
                 COp::Verdict(v) => return Outcome::Verdict(*v),
                 COp::Vmap { key, set } => {
-                    let Some(k) = self.load_key(prog, *key, ctx, &mut vals) else {
+                    let Some(k) = self.load_key(*key, ctx, &mut vals) else {
                         self.draws.clear();
                         return Outcome::NoMatch;
                     };
-                    return match self.set(prog, *set).and_then(|s| s.find(k, ctx.now)) {
+                    return match self.set(*set).and_then(|s| s.find(k, ctx.now)) {
                         Some(e) => Outcome::Verdict(e.verdict),
                         None => Outcome::NoMatch,
                     };
@@ -918,7 +930,7 @@ impl NftProgram {
                     };
                 }
                 COp::Update { key, set } => {
-                    let Some(k) = self.load_key(prog, *key, ctx, &mut vals) else {
+                    let Some(k) = self.load_key(*key, ctx, &mut vals) else {
                         self.draws.clear();
                         return Outcome::NoMatch;
                     };

@@ -316,10 +316,7 @@ fn check(seed: u64) {
         NftProgram::compile(&fast).unwrap_or_else(|e| panic!("seed {seed}: {e:?}\n{text}"));
     let mut addrs = LocalAddrs::new();
     addrs.add("eth0", Ipv4Addr::new(192, 168, 0, 2), 24);
-    let (mut r1, mut r2) = (
-        SimRng::derive(seed, "draws"),
-        SimRng::derive(seed, "draws"),
-    );
+    let (mut r1, mut r2) = (SimRng::derive(seed, "draws"), SimRng::derive(seed, "draws"));
     let chains = bases(&interp);
     let mut now = SimTime::ZERO;
     for n in 0..48 {
