@@ -114,6 +114,13 @@ impl Netns {
         self.nft_fast = NftFast::of(&self.nft, on);
     }
 
+    /// Whether untraced packets walk the nftables ruleset in its compiled form: compiling is
+    /// on ([`Netns::set_nft_compiled`]) and the ruleset compiles (`nft/compiled.rs` says
+    /// what does not).
+    pub fn nft_is_compiled(&self) -> bool {
+        matches!(self.nft_fast, NftFast::Ready(_))
+    }
+
     /// The nftables ruleset.
     pub fn nft(&self) -> &NftRuleset {
         &self.nft
@@ -295,3 +302,7 @@ impl Netns {
 #[cfg(test)]
 #[path = "nft_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "nft_compiled_tests.rs"]
+mod compiled_tests;

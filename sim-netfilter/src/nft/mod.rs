@@ -33,6 +33,8 @@ mod compiled;
 mod eval;
 mod parse;
 mod print;
+#[cfg(test)]
+pub(crate) mod testgen;
 
 use std::fmt;
 
