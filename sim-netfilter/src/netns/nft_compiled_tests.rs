@@ -52,7 +52,7 @@ fn check(seed: u64) {
     assert!(!slow.nft_is_compiled());
     let mut now = SimTime::ZERO;
     for i in 0..40 {
-        now = now + SimDuration::from_millis(g.below(2_000_000));
+        now += SimDuration::from_millis(g.below(2_000_000));
         let mut p = packet(&mut g, services);
         let from = Ingress::Interface(p.iif.take().unwrap_or_else(|| ifn("eth0")));
         let traced = g.below(6) == 0;

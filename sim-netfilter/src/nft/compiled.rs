@@ -385,10 +385,6 @@ fn bits_of(fields: &[Field]) -> Vec<u32> {
         .collect()
 }
 
-fn datums(x: &[Datum]) -> Vec<u128> {
-    x.iter().map(|d| u128::from(*d)).collect()
-}
-
 /// The `(lo, hi)` of an element key for a key of widths `bits`; `None` when it can hold no
 /// loaded key.
 fn entry_of(k: &ElemKey, bits: &[u32]) -> Option<(PKey, PKey)> {
@@ -397,14 +393,14 @@ fn entry_of(k: &ElemKey, bits: &[u32]) -> Option<(PKey, PKey)> {
             if x.len() != bits.len() {
                 return None;
             }
-            let p = pack(&datums(x), bits)?;
+            let p = pack(x, bits)?;
             Some((p, p))
         }
         ElemKey::Range(lo, hi) => {
             if bits.len() != 1 {
                 return None;
             }
-            Some((PKey::single(u128::from(*lo)), PKey::single(u128::from(*hi))))
+            Some((PKey::single(*lo), PKey::single(*hi)))
         }
     }
 }
@@ -500,7 +496,7 @@ impl Compiler<'_> {
                 let test = match rhs {
                     Rhs::Value(k) => match (mask, k) {
                         (Some(m), ElemKey::Exact(x)) => match x.first() {
-                            Some(x0) => Test::MaskEq(u128::from(*m), u128::from(*x0)),
+                            Some(x0) => Test::MaskEq(u128::from(*m), *x0),
                             None => Test::Never,
                         },
                         _ if lhs.len() == 1
@@ -508,7 +504,7 @@ impl Compiler<'_> {
                         {
                             match k {
                                 ElemKey::Exact(x) => match x.first() {
-                                    Some(x0) => Test::Flags(u128::from(*x0)),
+                                    Some(x0) => Test::Flags(*x0),
                                     None => Test::Never,
                                 },
                                 ElemKey::Range(..) => Test::Never,
@@ -866,13 +862,13 @@ impl Walk<'_> {
         self.draws.clear();
         let n = fields.len();
         if n == 1 {
-            return Some(PKey::single(u128::from(vals[0])));
+            return Some(PKey::single(vals[0]));
         }
         let mut bits = [0u32; MAX_FIELDS];
         let mut wide = [0u128; MAX_FIELDS];
         for i in 0..n {
             bits[i] = fields[i].dtype().width() as u32 * 8;
-            wide[i] = u128::from(vals[i]);
+            wide[i] = vals[i];
         }
         // Loaded values always fit their type's width.
         pack(&wide[..n], &bits[..n])
@@ -898,8 +894,8 @@ impl Walk<'_> {
                     };
                     let hit = match *test {
                         Test::Never => false,
-                        Test::MaskEq(m, x) => u128::from(vals[0]) & m == x,
-                        Test::Flags(x) => u128::from(vals[0]) & x != 0,
+                        Test::MaskEq(m, x) => vals[0] & m == x,
+                        Test::Flags(x) => vals[0] & x != 0,
                         Test::Eq(x) => k == x,
                         Test::Range(lo, hi) => lo <= k && k <= hi,
                         Test::In(s) => self.set(s).is_some_and(|s| s.find(k, ctx.now).is_some()),

@@ -40,7 +40,7 @@ fn check(seed: u64) {
     let chains = bases(&interp);
     let mut now = SimTime::ZERO;
     for n in 0..48 {
-        now = now + sim_core::SimDuration::from_millis(g.below(4_000_000));
+        now += sim_core::SimDuration::from_millis(g.below(4_000_000));
         let p = packet(&mut g, services);
         let ct = ct_view(&mut g, &p);
         for &at in &chains {
