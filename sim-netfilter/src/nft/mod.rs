@@ -15,7 +15,11 @@
 //!   sorted set elements, implied protocol matches elided).
 //! - `eval.rs`: [`NftRuleset::run_base_chain`] walks one base chain for a packet, returning
 //!   the same [`crate::Verdict`] the iptables tables return; the namespace pipeline
-//!   (`netns`) interleaves base chains with the iptables tables by priority.
+//!   (`netns`) interleaves base chains with the iptables tables by priority. It is the
+//!   reference, and what traced walks take.
+//! - `compiled.rs`: [`NftProgram`], the same walk compiled (names resolved to indices, keys
+//!   packed without allocation, sets and maps as hash tables and sorted arrays), which the
+//!   namespace walks for untraced packets; property tests keep it equal to `eval.rs`.
 //!
 //! What is supported is exactly what kube-proxy's ruleset uses (`pkg/proxy/nftables/
 //! proxier.go`): payload matches `ip saddr|daddr|protocol`, `th|tcp|udp|sctp sport|dport`,
