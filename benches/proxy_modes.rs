@@ -35,9 +35,7 @@ use std::time::Duration;
 mod first_packets;
 #[path = "support/proxy_objects.rs"]
 mod proxy_objects;
-use first_packets::FirstPackets;
-#[path = "support/cpu_clock.rs"]
-mod cpu_clock;
+use first_packets::{cpu_clock, FirstPackets};
 #[path = "support/establish.rs"]
 mod establish;
 use establish::establish;

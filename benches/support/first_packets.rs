@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 #[path = "cpu_clock.rs"]
-mod cpu_clock;
+pub mod cpu_clock;
 
 /// New flows a node takes before the bench starts over from a fresh copy of it (outside the
 /// timing): a table of a node's usual size, never full.
