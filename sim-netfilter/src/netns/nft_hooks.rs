@@ -80,6 +80,14 @@ impl NftFast {
         }
     }
 
+    /// The first-packet hint of the compiled ruleset ([`NftProgram::prefetch_new_flow`]).
+    #[inline]
+    pub(super) fn prefetch_new_flow(&self, pkt: &Packet) {
+        if let NftFast::Ready(p) = self {
+            p.prefetch_new_flow(pkt);
+        }
+    }
+
     /// After the interpreter walked `rs`: the compiled copies of the sets it may have
     /// written (`update`) are brought up to date.
     fn interpreted(&mut self, rs: &NftRuleset) {

@@ -3,15 +3,19 @@
 //!
 //! What compiling does, and why each result is the interpreter's:
 //!
-//! - Chains become spans of a flat rule array, rules spans of a flat statement array;
-//!   `jump`/`goto` targets and verdict-map verdicts are chain indices (a target that does
-//!   not exist drops, as the interpreter's name lookup does).
+//! - Chains become code: one array of instructions, each chain's rules one after the other,
+//!   each rule a header (where the next rule starts, where the rule is in the ruleset) and
+//!   its statements, chains laid out depth first from the base chains so that a Service's
+//!   chain is followed by its endpoints' chains. `jump`/`goto` targets and verdict-map
+//!   verdicts are code positions (a target that does not exist drops, as the interpreter's
+//!   name lookup does); a `numgen` map's verdicts lie in the code after its lookup.
 //! - A key (`ip daddr . meta l4proto . th dport`) is loaded field by field with the
 //!   interpreter's own `load` (so `numgen` draws, `ct state` values and failed loads are
 //!   its) and packed into one [`PKey`]: the fields' values side by side, each in its type's
 //!   width (`ipv4_addr` 32 bits, `inet_proto` 8, `inet_service` 16, …), as the kernel lays
 //!   a concatenation out in registers (`nft_concat`), without allocating.
-//! - Named sets and verdict maps become hash tables of packed keys; interval sets a sorted
+//! - Named sets and verdict maps become hash tables of packed keys (open addressing, the
+//!   verdict in the key's slot: one line a lookup); interval sets a sorted
 //!   array searched by halves when no two intervals overlap, else the elements in the
 //!   interpreter's order; anonymous sets and maps the same, or a direct index for small
 //!   integers (`numgen random mod N vmap { 0 : …, 1 : … }`). An element's expiry is kept and
@@ -21,16 +25,18 @@
 //!   the compiled copy of it), `meta mark set` the packet.
 //!
 //! A ruleset that does not compile (a key wider than [`KEY_BITS`], an interval set written
-//! by `update`) is walked by the interpreter. The netns compiles a ruleset the first time a
-//! packet meets it after `nft -f`; a traced walk, or one that follows every `numgen` branch,
-//! runs the interpreter, and after one the compiled copies of written sets are rebuilt.
+//! or map written by `update`) is walked by the interpreter. The netns compiles a ruleset
+//! when `nft -f` input is applied; a traced walk, or one that follows every `numgen`
+//! branch, runs the interpreter, and after one the compiled copies of written sets are
+//! rebuilt. When conntrack finds no entry for a packet, the netns asks the program for the
+//! lines its walk will read ([`NftProgram::prefetch_new_flow`], as `hint.rs` does for
+//! iptables).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use sim_core::{SimDuration, SimTime};
+use sim_core::{Packet, SimDuration, SimTime};
 
 use super::eval::{load, BaseRef, NftDraw, MAX_DEPTH};
 use super::*;
@@ -48,15 +54,6 @@ const MAX_FIELDS: usize = 6;
 /// A key, packed: the fields' values side by side in 192 bits, the last field lowest.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct PKey([u64; 3]);
-
-impl Hash for PKey {
-    #[inline]
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.0[0]);
-        state.write_u64(self.0[1]);
-        state.write_u64(self.0[2]);
-    }
-}
 
 impl PKey {
     /// A single field's value, as it is (no width: single-field keys compare as numbers).
@@ -86,29 +83,148 @@ fn pack(vals: &[u128], bits: &[u32]) -> Option<PKey> {
     Some(PKey([hi, (lo >> 64) as u64, lo as u64]))
 }
 
-/// A multiply-and-fold hash for packed keys (deterministic: no per-process seed).
-#[derive(Clone, Copy, Default)]
-pub(crate) struct KeyHasher(u64);
+/// An open-addressing hash table of packed keys (linear probing, never more than half
+/// full), each slot holding the key, its element's index and the element's verdict: a
+/// lookup reads one slot, usually one cache line, and [`KeyTable::prefetch`] can ask for
+/// that line from the key alone. Deterministic: the hash has no per-process seed.
+#[derive(Clone, Debug)]
+struct KeyTable {
+    slots: Vec<Slot>,
+    /// `slots.len() - 1` (a power of two less one).
+    mask: usize,
+    len: usize,
+}
 
-impl Hasher for KeyHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
+/// One slot of a [`KeyTable`]: 32 bytes.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    key: PKey,
+    /// The element's index, or [`EMPTY`].
+    elem: u32,
+    verdict: PVerdict,
+}
+
+/// A free slot.
+const EMPTY: u32 = u32::MAX;
+
+impl KeyTable {
+    fn with_capacity(n: usize) -> KeyTable {
+        let cap = (n.max(4) * 2).next_power_of_two();
+        KeyTable {
+            slots: vec![
+                Slot {
+                    key: PKey::default(),
+                    elem: EMPTY,
+                    verdict: PVerdict::of(CVerdict::Accept),
+                };
+                cap
+            ],
+            mask: cap - 1,
+            len: 0,
         }
     }
 
     #[inline]
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(26) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    fn home(&self, k: PKey) -> usize {
+        // Fibonacci hashing of the three words folded into one.
+        let h = (k.0[0].rotate_left(42) ^ k.0[1].rotate_left(21) ^ k.0[2])
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h ^ (h >> 32)) as usize & self.mask
     }
 
+    /// The slot holding `k`.
     #[inline]
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 31)
+    fn get(&self, k: PKey) -> Option<&Slot> {
+        let mut i = self.home(k);
+        loop {
+            let s = &self.slots[i];
+            if s.elem == EMPTY {
+                return None;
+            }
+            if s.key == k {
+                return Some(s);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Asks the CPU for the line where a lookup of `k` starts.
+    #[inline]
+    fn prefetch(&self, k: PKey) {
+        if let Some(s) = self.slots.get(self.home(k)) {
+            sim_core::prefetch::line(s);
+        }
+    }
+
+    /// Adds `k` unless it is there (the first element of a key wins, as in the
+    /// interpreter's element order).
+    fn insert(&mut self, k: PKey, elem: u32, verdict: CVerdict) {
+        if (self.len + 1) * 2 > self.slots.len() {
+            let mut bigger = KeyTable::with_capacity(self.slots.len());
+            for s in self.slots.iter().filter(|s| s.elem != EMPTY) {
+                bigger.insert(s.key, s.elem, s.verdict.get());
+            }
+            *self = bigger;
+        }
+        let mut i = self.home(k);
+        loop {
+            let s = &mut self.slots[i];
+            if s.elem == EMPTY {
+                *s = Slot {
+                    key: k,
+                    elem,
+                    verdict: PVerdict::of(verdict),
+                };
+                self.len += 1;
+                return;
+            }
+            if s.key == k {
+                return;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Every verdict, for relocating jump targets.
+    fn verdicts_mut(&mut self) -> impl Iterator<Item = &mut PVerdict> {
+        self.slots
+            .iter_mut()
+            .filter(|s| s.elem != EMPTY)
+            .map(|s| &mut s.verdict)
     }
 }
 
-type KeyMap = HashMap<PKey, u32, BuildHasherDefault<KeyHasher>>;
+/// A [`CVerdict`] in 32 bits: the kind in the top 3, a target in the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PVerdict(u32);
+
+impl PVerdict {
+    const TARGET: u32 = (1 << 29) - 1;
+
+    fn of(v: CVerdict) -> PVerdict {
+        PVerdict(match v {
+            CVerdict::Accept => 0,
+            CVerdict::Drop => 1 << 29,
+            CVerdict::Continue => 2 << 29,
+            CVerdict::Return => 3 << 29,
+            CVerdict::Jump(t) => 4 << 29 | (t & Self::TARGET),
+            CVerdict::Goto(t) => 5 << 29 | (t & Self::TARGET),
+        })
+    }
+
+    #[inline]
+    fn get(self) -> CVerdict {
+        let t = self.0 & Self::TARGET;
+        match self.0 >> 29 {
+            0 => CVerdict::Accept,
+            1 => CVerdict::Drop,
+            2 => CVerdict::Continue,
+            3 => CVerdict::Return,
+            4 => CVerdict::Jump(t),
+            _ => CVerdict::Goto(t),
+        }
+    }
+}
 
 /// A verdict with its target resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +239,18 @@ enum CVerdict {
     Goto(u32),
 }
 
+impl CVerdict {
+    /// The verdict with a jump's or goto's chain index turned into where its code starts.
+    fn relocated(self, chain_pc: &[u32]) -> CVerdict {
+        let at = |c: u32| chain_pc.get(c as usize).copied();
+        match self {
+            CVerdict::Jump(c) => at(c).map_or(CVerdict::Drop, CVerdict::Jump),
+            CVerdict::Goto(c) => at(c).map_or(CVerdict::Drop, CVerdict::Goto),
+            v => v,
+        }
+    }
+}
+
 /// An element's part of a lookup's result: when it expires and, in a map, its verdict.
 #[derive(Clone, Copy, Debug)]
 struct CElem {
@@ -134,7 +262,7 @@ struct CElem {
 #[derive(Clone, Debug)]
 enum Search {
     /// Exact keys.
-    Hash(KeyMap),
+    Hash(KeyTable),
     /// Exact single-field keys below the length: the element, or `u32::MAX`.
     Direct(Vec<u32>),
     /// Intervals `(lo, hi, element)`, sorted, no two overlapping.
@@ -147,18 +275,27 @@ enum Search {
 #[derive(Clone, Debug)]
 struct CSet {
     search: Search,
+    /// Whether an element may expire (a set with timeouts, or one `update` writes).
+    timed: bool,
     elems: Vec<CElem>,
     /// Field widths in bits.
     bits: Vec<u32>,
 }
 
 impl CSet {
-    /// The first live element that holds `k`.
+    /// The verdict of the first live element that holds `k` (a set's elements: accept).
     #[inline]
-    fn find(&self, k: PKey, now: SimTime) -> Option<&CElem> {
-        let live = |e: &&CElem| e.expires.is_none_or(|x| x > now);
+    fn find(&self, k: PKey, now: SimTime) -> Option<CVerdict> {
+        let live = |e: &CElem| e.expires.is_none_or(|x| x > now);
         let at = match &self.search {
-            Search::Hash(m) => *m.get(&k)?,
+            Search::Hash(m) => {
+                let s = m.get(k)?;
+                // Only a set with timeouts has elements to check.
+                if !self.timed {
+                    return Some(s.verdict.get());
+                }
+                s.elem
+            }
             Search::Direct(v) => {
                 let i = usize::try_from(k.0[2]).ok()?;
                 if k.0[0] != 0 || k.0[1] != 0 {
@@ -182,16 +319,54 @@ impl CSet {
                     .iter()
                     .filter(|(lo, hi, _)| *lo <= k && k <= *hi)
                     .map(|(_, _, e)| &self.elems[*e as usize])
-                    .find(live)
+                    .find(|e| live(e))
+                    .map(|e| e.verdict)
             }
         };
-        self.elems.get(at as usize).filter(live)
+        self.elems
+            .get(at as usize)
+            .filter(|e| live(e))
+            .map(|e| e.verdict)
     }
+
+    /// Asks the CPU for the line where a lookup of `k` starts (hash tables only).
+    #[inline]
+    fn prefetch(&self, k: PKey) {
+        if let Search::Hash(m) = &self.search {
+            m.prefetch(k);
+        }
+    }
+
+    /// Turns the chain indices of jump and goto verdicts into code positions.
+    fn relocate(&mut self, chain_pc: &[u32]) {
+        for e in &mut self.elems {
+            e.verdict = e.verdict.relocated(chain_pc);
+        }
+        if let Search::Hash(m) = &mut self.search {
+            for v in m.verdicts_mut() {
+                *v = PVerdict::of(v.get().relocated(chain_pc));
+            }
+        }
+    }
+}
+
+/// A hash table of `entries` (exact keys: `lo == hi`), the first of a key winning.
+fn table_of(entries: &[(PKey, PKey, u32)], elems: &[CElem]) -> KeyTable {
+    let mut m = KeyTable::with_capacity(entries.len());
+    for &(lo, _, e) in entries {
+        m.insert(lo, e, elems[e as usize].verdict);
+    }
+    m
 }
 
 /// Builds a search over `(key, element)` in the interpreter's order (the first holding a
 /// key wins); `interval` keeps ranges. Range keys only ever hold single-field keys.
-fn build_search(entries: Vec<(PKey, PKey, u32)>, single: bool, exact_only: bool) -> Search {
+fn build_search(
+    entries: Vec<(PKey, PKey, u32)>,
+    elems: &[CElem],
+    single: bool,
+    exact_only: bool,
+) -> Search {
     if exact_only {
         if single
             && entries
@@ -210,11 +385,7 @@ fn build_search(entries: Vec<(PKey, PKey, u32)>, single: bool, exact_only: bool)
                 return Search::Direct(d);
             }
         }
-        let mut m = KeyMap::with_capacity_and_hasher(entries.len(), Default::default());
-        for (lo, _, e) in entries {
-            m.entry(lo).or_insert(e);
-        }
-        return Search::Hash(m);
+        return Search::Hash(table_of(&entries, elems));
     }
     let mut sorted = entries.clone();
     sorted.sort();
@@ -276,12 +447,21 @@ enum COp {
         set: SetRef,
     },
     Mark(MarkOp),
-    /// `update @set { key }`: the set's index in its table, and its compiled copy.
+    /// `update @set { key }`: the set's index in the rule's table, and its compiled copy.
     Update {
         key: KeyRef,
         set: Option<(u32, u32)>,
     },
-    Nat(Box<NatRequest>),
+    /// `dnat to` / `snat to`.
+    Nat {
+        dnat: bool,
+        addr: IpAddr,
+        port: Option<u16>,
+    },
+    /// `masquerade`.
+    Masquerade {
+        fully_random: bool,
+    },
     Reject(RejectWith),
     Iifname {
         negated: bool,
@@ -290,36 +470,74 @@ enum COp {
     },
 }
 
-/// A rule: its statements, and where it is in the ruleset (for its counters).
-#[derive(Clone, Copy, Debug)]
-struct CRule {
-    ops: (u32, u32),
-    table: u32,
-    chain: u32,
-    rule: u32,
+/// One instruction of the program's code, where chains lie one after the other, each
+/// chain's rules in order, each rule a header and its statements. A jump is a position in
+/// the code: reaching a chain reads the lines it starts at, and what follows them is the
+/// rest of the chain and, laid out depth first, the chains it reaches.
+#[derive(Clone, Debug)]
+enum Insn {
+    /// A rule starts: where the next one starts (where a statement that breaks goes on),
+    /// and where the rule is in the ruleset (for its counters and `update`s).
+    Rule {
+        next: u32,
+        table: u32,
+        chain: u32,
+        rule: u32,
+    },
+    /// A statement.
+    Op(COp),
+    /// `key vmap { 0 : …, 1 : … }` with small integer keys (`numgen random mod N`): the
+    /// verdict of key `i` is the `i`-th of the `len` [`Insn::Arm`]s that follow.
+    VmapDirect { key: KeyRef, len: u32 },
+    /// A verdict of the [`Insn::VmapDirect`] before it, or none for a key not in the map.
+    Arm(Option<CVerdict>),
+    /// The chain ends: back to the chain that jumped here, or the base chain's policy.
+    End,
 }
 
-/// A chain: its rules, and its policy if it is a base chain.
+/// A chain: whether it is a base chain, and its policy if so.
 #[derive(Clone, Copy, Debug)]
 struct CChain {
-    rules: (u32, u32),
     /// A base chain (only those are walked from: `BaseRef`s name them).
     base: bool,
     policy_accept: bool,
 }
 
+/// A lookup the first-packet hint makes early: the key (loaded from the packet alone) and
+/// the set (`Program::sets`), and whether it is a verdict map whose target chain's code the
+/// hint asks for too.
+#[derive(Clone, Copy, Debug)]
+struct Hint {
+    key: KeyRef,
+    set: u32,
+    vmap: bool,
+}
+
+/// Hash tables with fewer elements than this get no hints: they stay in the caches.
+const HINT_MIN_ELEMS: usize = 1024;
+
+/// The most lookups the hint makes (kube-proxy's `service-ips`, `cluster-ips`,
+/// `no-endpoint-services`, `firewall-ips`).
+const HINTS: usize = 4;
+
+/// How many instructions from a verdict map's target chain on the hint asks for: a
+/// Service's chain and, laid out after it, its endpoints' chains.
+const HINT_INSNS: usize = 24;
+
 /// What does not change while packets walk the ruleset.
 #[derive(Debug)]
 struct Program {
     chains: Vec<CChain>,
+    /// Per chain, where its code starts.
+    chain_pc: Vec<u32>,
     /// Per table, the index of its first chain in `chains`.
     table_chain0: Vec<u32>,
-    rules: Vec<CRule>,
-    ops: Vec<COp>,
+    code: Vec<Insn>,
     fields: Vec<Field>,
     sets: Vec<CSet>,
     /// The sets `update` writes, as compiled: `(table, set index)` and the copy to start from.
     written: Vec<((u32, u32), CSet)>,
+    hints: Vec<Hint>,
 }
 
 /// A compiled ruleset: the program, shared by copies of the namespace, and the compiled
@@ -335,9 +553,12 @@ pub struct NftProgram {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NotCompiled(pub String);
 
-enum Outcome {
-    NoMatch,
+/// What one statement does to the walk.
+enum Step {
+    /// The next statement.
     Next,
+    /// The rule breaks: the next rule.
+    Break,
     Verdict(CVerdict),
     Nat(NatRequest),
     Reject(RejectWith),
@@ -476,7 +697,8 @@ impl Compiler<'_> {
             }
         }
         self.sets.push(CSet {
-            search: build_search(entries, bits.len() == 1, exact_only),
+            search: build_search(entries, &out, bits.len() == 1, exact_only),
+            timed: false,
             elems: out,
             bits,
         });
@@ -554,29 +776,14 @@ impl Compiler<'_> {
                 let set = si.and_then(|si| self.written_idx.get(&(self.ti, si)).map(|w| (si, *w)));
                 COp::Update { key: k, set }
             }
-            Stmt::Nat { dnat, addr, port } => {
-                let a = IpAddr::from(*addr);
-                let range = NatRange {
-                    addrs: Some((a, a)),
-                    ports: port.map(|p| (p, p)),
-                    base_port: None,
-                    random: false,
-                    random_fully: false,
-                    persistent: false,
-                };
-                COp::Nat(Box::new(if *dnat {
-                    NatRequest::Dnat(range)
-                } else {
-                    NatRequest::Snat(range)
-                }))
-            }
-            Stmt::Masquerade { fully_random } => {
-                COp::Nat(Box::new(NatRequest::Masquerade(PortNat {
-                    ports: None,
-                    random: false,
-                    random_fully: *fully_random,
-                })))
-            }
+            Stmt::Nat { dnat, addr, port } => COp::Nat {
+                dnat: *dnat,
+                addr: IpAddr::from(*addr),
+                port: *port,
+            },
+            Stmt::Masquerade { fully_random } => COp::Masquerade {
+                fully_random: *fully_random,
+            },
             Stmt::Reject(w) => COp::Reject(*w),
             Stmt::Iifname { negated, name } => match name.strip_suffix('*') {
                 Some(p) => COp::Iifname {
@@ -616,16 +823,13 @@ fn compile_set(
     }
     let search = if written {
         // `update` adds exact keys: a hash, whatever the keys now.
-        let mut m = KeyMap::with_capacity_and_hasher(entries.len(), Default::default());
-        for (lo, _, e) in entries {
-            m.entry(lo).or_insert(e);
-        }
-        Search::Hash(m)
+        Search::Hash(table_of(&entries, &elems))
     } else {
-        build_search(entries, bits.len() == 1, !s.is_interval())
+        build_search(entries, &elems, bits.len() == 1, !s.is_interval())
     };
     CSet {
         search,
+        timed: written || elems.iter().any(|e| e.expires.is_some()),
         elems,
         bits: bits.to_vec(),
     }
@@ -643,9 +847,10 @@ impl NftProgram {
                         if let Stmt::Update { set, key } = s {
                             if let Some(si) = t.sets.get_index_of(set.as_str()) {
                                 let at = (ti as u32, si as u32);
-                                if t.sets[si].is_interval() {
+                                let st = &t.sets[si];
+                                if st.is_interval() || st.is_map {
                                     return Err(NotCompiled(format!(
-                                        "update of the interval set {set}"
+                                        "update of the interval set or map {set}"
                                     )));
                                 }
                                 if !writes.iter().any(|(a, _)| *a == at) {
@@ -664,13 +869,17 @@ impl NftProgram {
             .collect();
         let mut p = Program {
             chains: Vec::new(),
+            chain_pc: Vec::new(),
             table_chain0: Vec::new(),
-            rules: Vec::new(),
-            ops: Vec::new(),
+            code: Vec::new(),
             fields: Vec::new(),
             sets: Vec::new(),
             written: Vec::new(),
+            hints: Vec::new(),
         };
+        // Each chain's rules, each rule's statements, with chain indices as targets.
+        let mut bodies: Vec<Vec<Vec<COp>>> = Vec::new();
+        let mut origin: Vec<(u32, u32)> = Vec::new();
         let mut fixed = HashMap::new();
         for (ti, t) in rs.tables.values().enumerate() {
             let chain0 = p.chains.len() as u32;
@@ -685,21 +894,17 @@ impl NftProgram {
                 fixed: &mut fixed,
             };
             for (ci, c) in t.chains.values().enumerate() {
-                let r0 = p.rules.len() as u32;
-                for (ri, r) in c.rules.iter().enumerate() {
-                    let o0 = p.ops.len() as u32;
+                let mut rules = Vec::with_capacity(c.rules.len());
+                for r in &c.rules {
+                    let mut ops = Vec::with_capacity(r.stmts.len());
                     for (si, s) in r.stmts.iter().enumerate() {
-                        cx.stmt(si, s, &mut p.ops)?;
+                        cx.stmt(si, s, &mut ops)?;
                     }
-                    p.rules.push(CRule {
-                        ops: (o0, p.ops.len() as u32),
-                        table: ti as u32,
-                        chain: ci as u32,
-                        rule: ri as u32,
-                    });
+                    rules.push(ops);
                 }
+                bodies.push(rules);
+                origin.push((ti as u32, ci as u32));
                 p.chains.push(CChain {
-                    rules: (r0, p.rules.len() as u32),
                     base: c.base.is_some(),
                     policy_accept: c.base.is_none_or(|b| b.policy_accept),
                 });
@@ -710,12 +915,14 @@ impl NftProgram {
                 .tables
                 .get_index(*ti as usize)
                 .expect("table of a written set");
-            let chain0 = p.table_chain0[*ti as usize];
-            let verdict = |v: &NftVerdict| resolve(t, chain0, v);
             let s = &t.sets[*si as usize];
-            p.written
-                .push(((*ti, *si), compile_set(s, &bits_of(key), verdict, true)));
+            // A set, not a map: its elements' verdicts are never read.
+            p.written.push((
+                (*ti, *si),
+                compile_set(s, &bits_of(key), |_| CVerdict::Accept, true),
+            ));
         }
+        p.lay_out(&bodies, &origin)?;
         let written = p.written.iter().map(|(_, s)| s.clone()).collect();
         Ok(NftProgram {
             prog: Arc::new(p),
@@ -740,8 +947,43 @@ impl NftProgram {
             let Some((_, s)) = t.sets.get_index(*si as usize) else {
                 continue;
             };
-            // Element verdicts do not matter in a written set (a set, not a map).
             self.written[i] = compile_set(s, &start.bits, |_| CVerdict::Accept, true);
+        }
+    }
+
+    /// Asks the CPU for what the walk of a new flow's first packet `pkt` is likely to read
+    /// (`crate::hint` does the same for iptables): the slots of the big hash tables it will
+    /// look the packet up in (kube-proxy's `service-ips`, `cluster-ips`), and the code of
+    /// the chain `service-ips` sends it to, with its endpoints' chains laid out after it.
+    ///
+    /// A hint: it changes no result and nothing in the program. The namespace calls it when
+    /// conntrack finds no entry for a packet, so that the lines load while the entry is
+    /// made. Its one probe (the verdict map's) is the walk's own next one, which then finds
+    /// its line in the cache. Rulesets without big tables get no hints.
+    #[inline]
+    pub fn prefetch_new_flow(&self, pkt: &Packet) {
+        let prog = &*self.prog;
+        if prog.hints.is_empty() {
+            return;
+        }
+        let mut target = None;
+        for h in &prog.hints {
+            let Some(k) = packet_key(prog, h.key, pkt) else {
+                continue;
+            };
+            let set = &prog.sets[h.set as usize];
+            set.prefetch(k);
+            if h.vmap && target.is_none() && !set.timed {
+                target = Some((set, k));
+            }
+        }
+        if let Some((set, k)) = target {
+            if let Some(CVerdict::Jump(pc) | CVerdict::Goto(pc)) = set.find(k, SimTime::ZERO) {
+                let code = prog.code.get(pc as usize..).unwrap_or(&[]);
+                for i in code.iter().take(HINT_INSNS) {
+                    sim_core::prefetch::line(i);
+                }
+            }
         }
     }
 
@@ -758,84 +1000,324 @@ impl NftProgram {
         let Some(&chain0) = prog.table_chain0.get(at.table) else {
             return accept();
         };
-        let base = chain0 as usize + at.chain;
-        let Some(bc) = prog.chains.get(base) else {
+        let ci = chain0 as usize + at.chain;
+        let Some(bc) = prog.chains.get(ci) else {
             return accept();
         };
         if !bc.base {
             return accept();
         }
+        let base_policy = bc.policy_accept;
         let mut w = Walk {
             prog,
             written: &mut self.written,
             draws: &mut self.draws,
         };
-        let base_policy = bc.policy_accept;
-        let mut stack = [(0u32, 0u32); MAX_DEPTH];
+        let mut stack = [0u32; MAX_DEPTH];
         let mut depth = 0usize;
-        let (mut ci, mut ri) = (base as u32, prog.chains[base].rules.0);
+        let mut pc = prog.chain_pc[ci] as usize;
+        // The current rule: where it is, and where the next one starts.
+        let (mut next, mut here) = (pc, (0u32, 0u32, 0u32));
         loop {
-            let chain = prog.chains[ci as usize];
-            if ri >= chain.rules.1 {
-                if depth == 0 {
-                    return policy(base_policy);
-                }
-                depth -= 1;
-                (ci, ri) = stack[depth];
-                continue;
-            }
-            let rule = prog.rules[ri as usize];
-            let out = w.eval_rule(rs, rule, ctx);
-            let v = match out {
-                Outcome::NoMatch | Outcome::Next => {
-                    ri += 1;
+            let v = match &prog.code[pc] {
+                Insn::Rule {
+                    next: n,
+                    table,
+                    chain,
+                    rule,
+                } => {
+                    next = *n as usize;
+                    here = (*table, *chain, *rule);
+                    pc += 1;
                     continue;
                 }
-                Outcome::Nat(req) => {
-                    return Verdict {
-                        action: Action::Accept,
-                        nat: Some(req),
-                        notrack: false,
-                        ct_mark: None,
+                Insn::Op(op) => match w.op(op, here, rs, ctx) {
+                    Step::Next => {
+                        pc += 1;
+                        continue;
+                    }
+                    Step::Break => {
+                        pc = next;
+                        continue;
+                    }
+                    Step::Verdict(v) => v,
+                    Step::Nat(req) => {
+                        return Verdict {
+                            action: Action::Accept,
+                            nat: Some(req),
+                            notrack: false,
+                            ct_mark: None,
+                        }
+                    }
+                    Step::Reject(with) => {
+                        return Verdict {
+                            action: Action::Reject(with),
+                            nat: None,
+                            notrack: false,
+                            ct_mark: None,
+                        }
+                    }
+                },
+                Insn::VmapDirect { key, len } => {
+                    let mut vals: [Datum; MAX_FIELDS] = Default::default();
+                    let arm = w
+                        .load_key(*key, ctx, &mut vals)
+                        .filter(|k| k.0[0] == 0 && k.0[1] == 0 && k.0[2] < u64::from(*len))
+                        .and_then(|k| match prog.code.get(pc + 1 + k.0[2] as usize) {
+                            Some(Insn::Arm(v)) => *v,
+                            _ => None,
+                        });
+                    match arm {
+                        Some(v) => v,
+                        None => {
+                            pc = next;
+                            continue;
+                        }
                     }
                 }
-                Outcome::Reject(w) => {
-                    return Verdict {
-                        action: Action::Reject(w),
-                        nat: None,
-                        notrack: false,
-                        ct_mark: None,
-                    }
+                // Only reached through their VmapDirect; never fallen into.
+                Insn::Arm(_) => {
+                    pc = next;
+                    continue;
                 }
-                Outcome::Verdict(v) => v,
+                Insn::End => {
+                    if depth == 0 {
+                        return policy(base_policy);
+                    }
+                    depth -= 1;
+                    pc = stack[depth] as usize;
+                    continue;
+                }
             };
             match v {
                 CVerdict::Accept => return accept(),
                 CVerdict::Drop => return drop_verdict(),
-                CVerdict::Continue => ri += 1,
+                CVerdict::Continue => pc = next,
                 CVerdict::Return => {
                     if depth == 0 {
                         return policy(base_policy);
                     }
                     depth -= 1;
-                    (ci, ri) = stack[depth];
+                    pc = stack[depth] as usize;
                 }
                 CVerdict::Jump(to) => {
                     if depth >= MAX_DEPTH {
                         return drop_verdict();
                     }
-                    stack[depth] = (ci, ri + 1);
+                    stack[depth] = next as u32;
                     depth += 1;
-                    ci = to;
-                    ri = prog.chains[to as usize].rules.0;
+                    pc = to as usize;
                 }
-                CVerdict::Goto(to) => {
-                    ci = to;
-                    ri = prog.chains[to as usize].rules.0;
-                }
+                CVerdict::Goto(to) => pc = to as usize,
             }
         }
     }
+}
+
+impl Program {
+    /// The chains reached from each base chain, depth first (a chain, then the chains its
+    /// rules and maps send packets to, in order), then the rest: a Service's chain is
+    /// followed by its endpoints' chains.
+    fn layout_order(&self, bodies: &[Vec<Vec<COp>>]) -> Vec<usize> {
+        let mut seen = vec![false; bodies.len()];
+        let mut order = Vec::with_capacity(bodies.len());
+        let mut stack = Vec::new();
+        let roots = (0..bodies.len())
+            .filter(|&c| self.chains[c].base)
+            .chain(0..bodies.len());
+        for root in roots {
+            stack.push(root);
+            while let Some(c) = stack.pop() {
+                if std::mem::replace(&mut seen[c], true) {
+                    continue;
+                }
+                order.push(c);
+                let mut targets = Vec::new();
+                let mut note = |v: CVerdict| {
+                    if let CVerdict::Jump(t) | CVerdict::Goto(t) = v {
+                        targets.push(t as usize);
+                    }
+                };
+                for op in bodies[c].iter().flatten() {
+                    match op {
+                        COp::Verdict(v) => note(*v),
+                        COp::Vmap {
+                            set: SetRef::Fixed(i),
+                            ..
+                        } => self.sets[*i as usize]
+                            .elems
+                            .iter()
+                            .for_each(|e| note(e.verdict)),
+                        _ => {}
+                    }
+                }
+                stack.extend(targets.into_iter().rev().filter(|&t| t < seen.len()));
+            }
+        }
+        order
+    }
+
+    /// Lays the chains' `bodies` out as code (`origin`: each chain's table and index in
+    /// it), resolves jump targets to code positions and picks the hint's lookups.
+    fn lay_out(
+        &mut self,
+        bodies: &[Vec<Vec<COp>>],
+        origin: &[(u32, u32)],
+    ) -> Result<(), NotCompiled> {
+        self.chain_pc = vec![0; bodies.len()];
+        let mut code = Vec::new();
+        for c in self.layout_order(bodies) {
+            self.chain_pc[c] = code.len() as u32;
+            let (table, chain) = origin[c];
+            for (ri, ops) in bodies[c].iter().enumerate() {
+                let header = code.len();
+                code.push(Insn::End);
+                for op in ops {
+                    match self.direct_arms(op) {
+                        Some((key, arms)) => {
+                            code.push(Insn::VmapDirect {
+                                key,
+                                len: arms.len() as u32,
+                            });
+                            code.extend(arms.into_iter().map(Insn::Arm));
+                        }
+                        None => code.push(Insn::Op(op.clone())),
+                    }
+                }
+                code[header] = Insn::Rule {
+                    next: code.len() as u32,
+                    table,
+                    chain,
+                    rule: ri as u32,
+                };
+            }
+            code.push(Insn::End);
+        }
+        if code.len() > PVerdict::TARGET as usize {
+            return Err(NotCompiled(format!("{} instructions", code.len())));
+        }
+        let pcs = &self.chain_pc;
+        for i in &mut code {
+            match i {
+                Insn::Op(COp::Verdict(v)) | Insn::Arm(Some(v)) => *v = v.relocated(pcs),
+                _ => {}
+            }
+        }
+        for s in &mut self.sets {
+            s.relocate(pcs);
+        }
+        self.code = code;
+        self.pick_hints();
+        Ok(())
+    }
+
+    /// A verdict map with small integer keys and no timeouts, as the arms to lay out after
+    /// its lookup (`Insn::VmapDirect`).
+    fn direct_arms(&self, op: &COp) -> Option<(KeyRef, Vec<Option<CVerdict>>)> {
+        let COp::Vmap {
+            key,
+            set: SetRef::Fixed(i),
+        } = op
+        else {
+            return None;
+        };
+        let s = &self.sets[*i as usize];
+        let Search::Direct(d) = &s.search else {
+            return None;
+        };
+        if d.len() > 16 || s.timed || key.len != 1 {
+            return None;
+        }
+        let arms = d
+            .iter()
+            .map(|&e| s.elems.get(e as usize).map(|e| e.verdict))
+            .collect();
+        Some((*key, arms))
+    }
+
+    /// The lookups the first-packet hint makes: big hash tables looked up by keys of the
+    /// packet's own fields, in the order the code meets them.
+    fn pick_hints(&mut self) {
+        let mut hints: Vec<Hint> = Vec::new();
+        for i in &self.code {
+            let (key, set, vmap) = match i {
+                Insn::Op(COp::Vmap {
+                    key,
+                    set: SetRef::Fixed(s),
+                }) => (*key, *s, true),
+                Insn::Op(COp::Match {
+                    key,
+                    test: Test::In(SetRef::Fixed(s)),
+                    ..
+                }) => (*key, *s, false),
+                _ => continue,
+            };
+            let fields = &self.fields[key.start as usize..(key.start + key.len) as usize];
+            let big = match &self.sets[set as usize].search {
+                Search::Hash(m) => m.len >= HINT_MIN_ELEMS,
+                _ => false,
+            };
+            if big
+                && fields.iter().all(|f| is_packet_field(*f))
+                && !hints.iter().any(|h| h.set == set)
+            {
+                hints.push(Hint { key, set, vmap });
+                if hints.len() == HINTS {
+                    break;
+                }
+            }
+        }
+        self.hints = hints;
+    }
+}
+
+/// Whether the value of `f` comes from the packet's headers alone ([`packet_field`]).
+fn is_packet_field(f: Field) -> bool {
+    matches!(
+        f,
+        Field::IpSaddr
+            | Field::IpDaddr
+            | Field::IpProtocol
+            | Field::MetaL4proto
+            | Field::ThSport
+            | Field::ThDport
+            | Field::Sport(_)
+            | Field::Dport(_)
+    )
+}
+
+/// The value `load` gives field `f` of `pkt`, for the fields [`is_packet_field`] names.
+fn packet_field(f: Field, pkt: &Packet) -> Option<Datum> {
+    let v4 = |a: IpAddr| match a {
+        IpAddr::V4(v) => Some(Datum::from(u32::from(v))),
+        IpAddr::V6(_) => None,
+    };
+    Some(match f {
+        Field::IpSaddr => v4(pkt.src)?,
+        Field::IpDaddr => v4(pkt.dst)?,
+        Field::IpProtocol => {
+            v4(pkt.src)?;
+            Datum::from(pkt.protocol())
+        }
+        Field::MetaL4proto => Datum::from(pkt.protocol()),
+        Field::ThSport => Datum::from(pkt.sport()?),
+        Field::ThDport => Datum::from(pkt.dport()?),
+        Field::Sport(q) if pkt.protocol() == q => Datum::from(pkt.sport()?),
+        Field::Dport(q) if pkt.protocol() == q => Datum::from(pkt.dport()?),
+        _ => return None,
+    })
+}
+
+/// Key `k` of the packet's own fields, packed.
+fn packet_key(prog: &Program, k: KeyRef, pkt: &Packet) -> Option<PKey> {
+    let fields = &prog.fields[k.start as usize..(k.start + k.len) as usize];
+    let mut vals = [0 as Datum; MAX_FIELDS];
+    let mut bits = [0u32; MAX_FIELDS];
+    for (i, f) in fields.iter().enumerate() {
+        vals[i] = packet_field(*f, pkt)?;
+        bits[i] = f.dtype().width() as u32 * 8;
+    }
+    pack(&vals[..fields.len()], &bits[..fields.len()])
 }
 
 /// One walk: the program, and what a walk changes besides the ruleset.
@@ -846,8 +1328,8 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    /// Loads key `k` into `vals` (the interpreter's `load`, field by field); `None` when a
-    /// load fails.
+    /// Loads key `k` into `vals` (the interpreter's `load`, field by field) and packs it;
+    /// `None` when a load fails.
     #[inline]
     fn load_key(
         &mut self,
@@ -856,22 +1338,30 @@ impl Walk<'_> {
         vals: &mut [Datum; MAX_FIELDS],
     ) -> Option<PKey> {
         let fields = &self.prog.fields[k.start as usize..(k.start + k.len) as usize];
+        let mut ok = true;
         for (i, f) in fields.iter().enumerate() {
-            vals[i] = load(*f, ctx, self.draws)?;
+            match load(*f, ctx, self.draws) {
+                Some(v) => vals[i] = v,
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
         }
         self.draws.clear();
+        if !ok {
+            return None;
+        }
         let n = fields.len();
         if n == 1 {
             return Some(PKey::single(vals[0]));
         }
         let mut bits = [0u32; MAX_FIELDS];
-        let mut wide = [0u128; MAX_FIELDS];
         for i in 0..n {
             bits[i] = fields[i].dtype().width() as u32 * 8;
-            wide[i] = vals[i];
         }
         // Loaded values always fit their type's width.
-        pack(&wide[..n], &bits[..n])
+        pack(&vals[..n], &bits[..n])
     }
 
     fn set(&self, r: SetRef) -> Option<&CSet> {
@@ -882,90 +1372,115 @@ impl Walk<'_> {
         }
     }
 
-    fn eval_rule(&mut self, rs: &mut NftRuleset, rule: CRule, ctx: &mut EvalCtx<'_>) -> Outcome {
+    /// Runs one statement of the rule at `here` (table, chain, rule).
+    #[inline]
+    fn op(
+        &mut self,
+        op: &COp,
+        here: (u32, u32, u32),
+        rs: &mut NftRuleset,
+        ctx: &mut EvalCtx<'_>,
+    ) -> Step {
         let mut vals: [Datum; MAX_FIELDS] = Default::default();
-        let prog = self.prog;
-        for op in &prog.ops[rule.ops.0 as usize..rule.ops.1 as usize] {
-            match op {
-                COp::Match { key, test, negated } => {
-                    let Some(k) = self.load_key(*key, ctx, &mut vals) else {
-                        self.draws.clear();
-                        return Outcome::NoMatch;
-                    };
-                    let hit = match *test {
-                        Test::Never => false,
-                        Test::MaskEq(m, x) => vals[0] & m == x,
-                        Test::Flags(x) => vals[0] & x != 0,
-                        Test::Eq(x) => k == x,
-                        Test::Range(lo, hi) => lo <= k && k <= hi,
-                        Test::In(s) => self.set(s).is_some_and(|s| s.find(k, ctx.now).is_some()),
-                    };
-                    if hit == *negated {
-                        return Outcome::NoMatch;
-                    }
+        match op {
+            COp::Match { key, test, negated } => {
+                let Some(k) = self.load_key(*key, ctx, &mut vals) else {
+                    return Step::Break;
+                };
+                let hit = match *test {
+                    Test::Never => false,
+                    Test::MaskEq(m, x) => vals[0] & m == x,
+                    Test::Flags(x) => vals[0] & x != 0,
+                    Test::Eq(x) => k == x,
+                    Test::Range(lo, hi) => lo <= k && k <= hi,
+                    Test::In(s) => self.set(s).is_some_and(|s| s.find(k, ctx.now).is_some()),
+                };
+                if hit == *negated {
+                    return Step::Break;
                 }
-                COp::Counter(si) => count(rs, rule, *si, ctx.packet.len),
-                COp::Verdict(v) => return Outcome::Verdict(*v),
-                COp::Vmap { key, set } => {
-                    let Some(k) = self.load_key(*key, ctx, &mut vals) else {
-                        self.draws.clear();
-                        return Outcome::NoMatch;
-                    };
-                    return match self.set(*set).and_then(|s| s.find(k, ctx.now)) {
-                        Some(e) => Outcome::Verdict(e.verdict),
-                        None => Outcome::NoMatch,
-                    };
+                Step::Next
+            }
+            COp::Counter(si) => {
+                count(rs, here, *si, ctx.packet.len);
+                Step::Next
+            }
+            COp::Verdict(v) => Step::Verdict(*v),
+            COp::Vmap { key, set } => {
+                let Some(k) = self.load_key(*key, ctx, &mut vals) else {
+                    return Step::Break;
+                };
+                match self.set(*set).and_then(|s| s.find(k, ctx.now)) {
+                    Some(v) => Step::Verdict(v),
+                    None => Step::Break,
                 }
-                COp::Mark(op) => {
-                    let m = &mut ctx.packet.mark;
-                    *m = match *op {
-                        MarkOp::Set(v) => v,
-                        MarkOp::Or(v) => *m | v,
-                        MarkOp::Xor(v) => *m ^ v,
-                        MarkOp::And(v) => *m & v,
-                    };
+            }
+            COp::Mark(op) => {
+                let m = &mut ctx.packet.mark;
+                *m = match *op {
+                    MarkOp::Set(v) => v,
+                    MarkOp::Or(v) => *m | v,
+                    MarkOp::Xor(v) => *m ^ v,
+                    MarkOp::And(v) => *m & v,
+                };
+                Step::Next
+            }
+            COp::Update { key, set } => {
+                let Some(k) = self.load_key(*key, ctx, &mut vals) else {
+                    return Step::Break;
+                };
+                if let Some((si, w)) = *set {
+                    let n = key.len as usize;
+                    self.update(rs, (here.0, si, w), k, &vals[..n], ctx.now);
                 }
-                COp::Update { key, set } => {
-                    let Some(k) = self.load_key(*key, ctx, &mut vals) else {
-                        self.draws.clear();
-                        return Outcome::NoMatch;
-                    };
-                    if let Some((si, w)) = *set {
-                        let n = key.len as usize;
-                        self.update(rs, rule.table, si, w, k, &vals[..n], ctx.now);
-                    }
-                }
-                COp::Nat(req) => return Outcome::Nat((**req).clone()),
-                COp::Reject(w) => return Outcome::Reject(*w),
-                COp::Iifname {
-                    negated,
-                    name,
-                    prefix,
-                } => {
-                    let dev = ctx.packet.iif.as_ref().map(|i| i.as_str()).unwrap_or("");
-                    let hit = if *prefix {
-                        dev.starts_with(&**name)
-                    } else {
-                        dev == &**name
-                    };
-                    if hit == *negated {
-                        return Outcome::NoMatch;
-                    }
+                Step::Next
+            }
+            COp::Nat { dnat, addr, port } => {
+                let range = NatRange {
+                    addrs: Some((*addr, *addr)),
+                    ports: port.map(|p| (p, p)),
+                    base_port: None,
+                    random: false,
+                    random_fully: false,
+                    persistent: false,
+                };
+                Step::Nat(if *dnat {
+                    NatRequest::Dnat(range)
+                } else {
+                    NatRequest::Snat(range)
+                })
+            }
+            COp::Masquerade { fully_random } => Step::Nat(NatRequest::Masquerade(PortNat {
+                ports: None,
+                random: false,
+                random_fully: *fully_random,
+            })),
+            COp::Reject(w) => Step::Reject(*w),
+            COp::Iifname {
+                negated,
+                name,
+                prefix,
+            } => {
+                let dev = ctx.packet.iif.as_ref().map(|i| i.as_str()).unwrap_or("");
+                let hit = if *prefix {
+                    dev.starts_with(&**name)
+                } else {
+                    dev == &**name
+                };
+                if hit == *negated {
+                    Step::Break
+                } else {
+                    Step::Next
                 }
             }
         }
-        Outcome::Next
     }
 
-    /// `update @set { key }`: in the ruleset as the interpreter does it, and in the
-    /// compiled copy.
-    #[allow(clippy::too_many_arguments)]
+    /// `update @set { key }` (`at`: the table, the set's index in it, its compiled copy):
+    /// in the ruleset as the interpreter does it, and in the compiled copy.
     fn update(
         &mut self,
         rs: &mut NftRuleset,
-        table: u32,
-        si: u32,
-        w: u32,
+        (table, si, w): (u32, u32, u32),
         k: PKey,
         vals: &[Datum],
         now: SimTime,
@@ -991,10 +1506,10 @@ impl Walk<'_> {
         let Search::Hash(m) = &mut c.search else {
             return;
         };
-        match m.get(&k) {
-            Some(&i) => c.elems[i as usize].expires = expires,
+        match m.get(k).map(|s| s.elem) {
+            Some(i) => c.elems[i as usize].expires = expires,
             None => {
-                m.insert(k, c.elems.len() as u32);
+                m.insert(k, c.elems.len() as u32, CVerdict::Accept);
                 c.elems.push(CElem {
                     expires,
                     verdict: CVerdict::Accept,
@@ -1004,14 +1519,15 @@ impl Walk<'_> {
     }
 }
 
-/// `counter`: the count kept in the rule's statement, as the interpreter keeps it.
+/// `counter`: the count kept in the rule's statement `si` (the rule at `here`), as the
+/// interpreter keeps it.
 #[inline]
-fn count(rs: &mut NftRuleset, rule: CRule, si: u32, len: u16) {
+fn count(rs: &mut NftRuleset, (table, chain, rule): (u32, u32, u32), si: u32, len: u16) {
     let stmt = rs
         .tables
-        .get_index_mut(rule.table as usize)
-        .and_then(|(_, t)| t.chains.get_index_mut(rule.chain as usize))
-        .and_then(|(_, c)| c.rules.get_mut(rule.rule as usize))
+        .get_index_mut(table as usize)
+        .and_then(|(_, t)| t.chains.get_index_mut(chain as usize))
+        .and_then(|(_, c)| c.rules.get_mut(rule as usize))
         .and_then(|r| r.stmts.get_mut(si as usize));
     if let Some(Stmt::Counter { packets, bytes }) = stmt {
         *packets += 1;
