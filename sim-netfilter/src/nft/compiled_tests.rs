@@ -9,8 +9,9 @@ use super::super::testgen::{ct_view, packet, ruleset_text};
 use super::*;
 use crate::eval::LocalAddrs;
 use proptest::prelude::*;
-use sim_core::SimRng;
-use std::net::Ipv4Addr;
+use sim_core::{Packet, SimRng, TcpFlags};
+use std::fmt::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// Every base chain, for both walks.
 fn bases(rs: &NftRuleset) -> Vec<BaseRef> {
@@ -107,4 +108,133 @@ fn packed_keys_keep_fields_apart() {
     let wide = pack(&[u128::MAX, 6, 80], &[128, 8, 16]).expect("152 bits");
     let other = pack(&[u128::MAX - 1, 6, 80], &[128, 8, 16]).expect("152 bits");
     assert_ne!(wide, other);
+}
+
+#[test]
+fn packet_fields_load_as_the_interpreter_loads_them() {
+    // The hint loads keys from the packet alone; they must be the walk's keys.
+    let addrs = LocalAddrs::new();
+    let mut g = SimRng::derive(1, "packet-fields");
+    let fields = [
+        Field::IpSaddr,
+        Field::IpDaddr,
+        Field::IpProtocol,
+        Field::MetaL4proto,
+        Field::ThSport,
+        Field::ThDport,
+        Field::Sport(6),
+        Field::Sport(17),
+        Field::Dport(6),
+        Field::Dport(17),
+    ];
+    let mut v6 = packet(&mut g, 3);
+    v6.src = "fd00::1".parse().expect("an address");
+    v6.dst = "fd00::2".parse().expect("an address");
+    for i in 0..200 {
+        let p = if i == 0 { v6 } else { packet(&mut g, 3) };
+        for f in fields {
+            assert!(is_packet_field(f));
+            let mut rng = SimRng::derive(1, "unused");
+            let mut ctx = EvalCtx::new(p, &addrs, SimTime::ZERO, &mut rng);
+            let want = super::super::eval::load(f, &mut ctx, &mut Vec::new());
+            assert_eq!(packet_field(f, &p), want, "{f:?} of {p}");
+        }
+    }
+}
+
+/// kube-proxy's base rules and `n` Services of two endpoints each, 10.96.x.y:80/tcp; the
+/// endpoint chains are made after all the Services' chains (so that only the layout puts
+/// them next to their Service's).
+fn services_text(n: usize) -> String {
+    let mut t = String::from(include_str!("testgen_base.nft"));
+    for i in 0..n {
+        let _ = writeln!(t, "add chain ip kube-proxy service-{i}");
+    }
+    for i in 0..n {
+        for j in 0..2 {
+            let _ = writeln!(t, "add chain ip kube-proxy endpoint-{i}-{j}");
+        }
+    }
+    for i in 0..n {
+        let ip = Ipv4Addr::new(10, 96, (i / 250) as u8, (i % 250) as u8 + 1);
+        let _ = writeln!(
+            t,
+            "add rule ip kube-proxy service-{i} ip daddr {ip} ip saddr != 10.0.0.0/8 jump mark-for-masquerade"
+        );
+        let _ = writeln!(
+            t,
+            "add rule ip kube-proxy service-{i} numgen random mod 2 vmap {{ 0 : goto endpoint-{i}-0 , 1 : goto endpoint-{i}-1 }}"
+        );
+        for j in 0..2 {
+            let _ = writeln!(
+                t,
+                "add rule ip kube-proxy endpoint-{i}-{j} meta l4proto tcp dnat to 10.180.{}.{}:8080",
+                i / 100,
+                (i % 100) * 2 + j + 1
+            );
+        }
+        let _ = writeln!(t, "add element ip kube-proxy cluster-ips {{ {ip} }}");
+        let _ = writeln!(
+            t,
+            "add element ip kube-proxy service-ips {{ {ip} . tcp . 80 : goto service-{i} }}"
+        );
+    }
+    t
+}
+
+#[test]
+fn the_hint_finds_the_services_chain_and_its_endpoints_follow_it() {
+    let mut rs = NftRuleset::new();
+    rs.apply("svc.nft", &services_text(1500), SimTime::ZERO)
+        .expect("applies");
+    let prog = NftProgram::compile(&rs).expect("compiles");
+    let p = &*prog.prog;
+    // The big tables: service-ips (a verdict map, whose target the hint follows) and
+    // cluster-ips (a set).
+    let mut sizes: Vec<(usize, bool)> = p
+        .hints
+        .iter()
+        .map(|h| match &p.sets[h.set as usize].search {
+            Search::Hash(m) => (m.len, h.vmap),
+            _ => (0, h.vmap),
+        })
+        .collect();
+    sizes.sort();
+    assert_eq!(sizes, vec![(1500, false), (1500, true)], "{:?}", p.hints);
+    let t = rs.table(Family::Ip, "kube-proxy").expect("the table");
+    let chain_at = |name: &str| p.chain_pc[t.chains.get_index_of(name).expect(name)] as usize;
+    for i in [0, 7, 1499] {
+        let ip = Ipv4Addr::new(10, 96, (i / 250) as u8, (i % 250) as u8 + 1);
+        let pkt = Packet::tcp(
+            SocketAddr::new(IpAddr::V4([172, 18, 1, 9].into()), 40000),
+            SocketAddr::new(IpAddr::V4(ip), 80),
+            TcpFlags::SYN,
+        );
+        let h = *p.hints.iter().find(|h| h.vmap).expect("service-ips");
+        let k = packet_key(p, h.key, &pkt).expect("a key");
+        let got = p.sets[h.set as usize].find(k, SimTime::ZERO);
+        let svc = chain_at(&format!("service-{i}"));
+        assert_eq!(got, Some(CVerdict::Goto(svc as u32)), "service {i}");
+        // Laid out depth first: the Service's endpoint chains lie within the instructions
+        // the hint asks for.
+        for j in 0..2 {
+            let ep = chain_at(&format!("endpoint-{i}-{j}"));
+            assert!(
+                ep > svc && ep < svc + HINT_INSNS,
+                "service {i} at {svc}, endpoint {j} at {ep}"
+            );
+        }
+        // And it changes nothing.
+        prog.prefetch_new_flow(&pkt);
+    }
+    // 100 Services: the tables stay in the caches, no hints.
+    let mut small = NftRuleset::new();
+    small
+        .apply("svc.nft", &services_text(100), SimTime::ZERO)
+        .expect("applies");
+    assert!(NftProgram::compile(&small)
+        .expect("compiles")
+        .prog
+        .hints
+        .is_empty());
 }
