@@ -396,9 +396,11 @@ fn build_search(
     }
 }
 
-/// A key to load: fields `fields[start..start + len]` of the program.
+/// A key to load: fields `fields[start..start + len]` of the program, the first of them
+/// also here (a key of one field is loaded without reading `fields`).
 #[derive(Clone, Copy, Debug)]
 struct KeyRef {
+    first: Field,
     start: u32,
     len: u32,
 }
@@ -414,19 +416,43 @@ enum SetRef {
     Written(u32),
 }
 
+/// A 128-bit value held as two 64-bit halves (high, low), so that an instruction keeps
+/// 8-byte alignment and stays within a cache line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct W([u64; 2]);
+
+impl W {
+    fn of(v: u128) -> W {
+        W([(v >> 64) as u64, v as u64])
+    }
+
+    #[inline]
+    fn get(self) -> u128 {
+        (u128::from(self.0[0]) << 64) | u128::from(self.0[1])
+    }
+}
+
+impl PKey {
+    /// The value of a single-field key ([`PKey::single`]).
+    #[inline]
+    fn value(self) -> u128 {
+        (u128::from(self.0[1]) << 64) | u128::from(self.0[2])
+    }
+}
+
 /// How a match compares its loaded key.
 #[derive(Clone, Copy, Debug)]
 enum Test {
     /// Never holds.
     Never,
     /// `meta mark & M == V`: the first field.
-    MaskEq(u128, u128),
+    MaskEq(W, W),
     /// A flag field (`ct state`, `ct status`): any bit in common.
-    Flags(u128),
+    Flags(W),
     /// One key.
     Eq(PKey),
     /// An inclusive range of a single field.
-    Range(PKey, PKey),
+    Range(W, W),
     /// In a set.
     In(SetRef),
 }
@@ -656,6 +682,7 @@ impl Compiler<'_> {
         let start = self.fields.len() as u32;
         self.fields.extend_from_slice(lhs);
         Ok(KeyRef {
+            first: lhs[0],
             start,
             len: lhs.len() as u32,
         })
@@ -718,7 +745,7 @@ impl Compiler<'_> {
                 let test = match rhs {
                     Rhs::Value(k) => match (mask, k) {
                         (Some(m), ElemKey::Exact(x)) => match x.first() {
-                            Some(x0) => Test::MaskEq(u128::from(*m), *x0),
+                            Some(x0) => Test::MaskEq(W::of(u128::from(*m)), W::of(*x0)),
                             None => Test::Never,
                         },
                         _ if lhs.len() == 1
@@ -726,7 +753,7 @@ impl Compiler<'_> {
                         {
                             match k {
                                 ElemKey::Exact(x) => match x.first() {
-                                    Some(x0) => Test::Flags(*x0),
+                                    Some(x0) => Test::Flags(W::of(*x0)),
                                     None => Test::Never,
                                 },
                                 ElemKey::Range(..) => Test::Never,
@@ -734,7 +761,8 @@ impl Compiler<'_> {
                         }
                         _ => match entry_of(k, &bits) {
                             Some((lo, hi)) if lo == hi => Test::Eq(lo),
-                            Some((lo, hi)) => Test::Range(lo, hi),
+                            // Ranges are of single fields only (`entry_of`).
+                            Some((lo, hi)) => Test::Range(W::of(lo.value()), W::of(hi.value())),
                             None => Test::Never,
                         },
                     },
@@ -1337,6 +1365,12 @@ impl Walk<'_> {
         ctx: &mut EvalCtx<'_>,
         vals: &mut [Datum; MAX_FIELDS],
     ) -> Option<PKey> {
+        if k.len == 1 {
+            let v = load(k.first, ctx, self.draws);
+            self.draws.clear();
+            vals[0] = v?;
+            return Some(PKey::single(vals[0]));
+        }
         let fields = &self.prog.fields[k.start as usize..(k.start + k.len) as usize];
         let mut ok = true;
         for (i, f) in fields.iter().enumerate() {
@@ -1389,10 +1423,10 @@ impl Walk<'_> {
                 };
                 let hit = match *test {
                     Test::Never => false,
-                    Test::MaskEq(m, x) => vals[0] & m == x,
-                    Test::Flags(x) => vals[0] & x != 0,
+                    Test::MaskEq(m, x) => vals[0] & m.get() == x.get(),
+                    Test::Flags(x) => vals[0] & x.get() != 0,
                     Test::Eq(x) => k == x,
-                    Test::Range(lo, hi) => lo <= k && k <= hi,
+                    Test::Range(lo, hi) => (lo.get()..=hi.get()).contains(&k.value()),
                     Test::In(s) => self.set(s).is_some_and(|s| s.find(k, ctx.now).is_some()),
                 };
                 if hit == *negated {

@@ -238,3 +238,13 @@ fn the_hint_finds_the_services_chain_and_its_endpoints_follow_it() {
         .hints
         .is_empty());
 }
+
+#[test]
+fn an_instruction_is_at_most_a_cache_line() {
+    // The code is read a line at a time, and the hint asks for HINT_INSNS of them.
+    assert!(
+        std::mem::size_of::<Insn>() <= 64,
+        "{}",
+        std::mem::size_of::<Insn>()
+    );
+}
