@@ -99,6 +99,21 @@ impl NftFast {
     }
 }
 
+/// The value `ct state` loads for a packet of `--ctstate` bits `bits`: `NF_CT_STATE_BIT`
+/// of its ctinfo (established 2, related 4, new 8, as the iptables bits), invalid 1,
+/// untracked 64 (`NF_CT_STATE_UNTRACKED_BIT`; `nf_conntrack_common.h`), as `nft/eval.rs`'s
+/// load gives them.
+fn nft_ct_state(bits: u16) -> u32 {
+    use crate::rule::ctstate as S;
+    if bits & S::UNTRACKED != 0 {
+        64
+    } else if bits & S::INVALID != 0 {
+        1
+    } else {
+        u32::from(bits & (S::ESTABLISHED | S::RELATED | S::NEW))
+    }
+}
+
 fn fam(pkt: &Packet) -> usize {
     usize::from(!pkt.is_ipv4())
 }
@@ -169,6 +184,9 @@ impl Netns {
             if at.priority >= hi {
                 break;
             }
+            if self.nft_skips(f, at) {
+                continue;
+            }
             let v = self.nft_eval(now, f, at);
             match v.action {
                 Action::Accept => {}
@@ -188,6 +206,21 @@ impl Netns {
             }
         }
         TableOutcome::Continue
+    }
+
+    /// Whether the compiled ruleset says the base chain `at` accepts the untraced packet in
+    /// flight without a walk: its `ct state` is in none of the states every rule of the chain
+    /// starts by matching ([`NftProgram::accepts_untouched`]). Built from the `--ctstate`
+    /// bits, without a conntrack view.
+    #[inline]
+    fn nft_skips(&self, f: &Flight, at: BaseRef) -> bool {
+        let NftFast::Ready(p) = &self.nft_fast else {
+            return false;
+        };
+        if f.trace.is_some() {
+            return false;
+        }
+        p.accepts_untouched(at, nft_ct_state(self.ct_bits(f)))
     }
 
     /// `family table chain`, for fates.

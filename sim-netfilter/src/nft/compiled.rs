@@ -527,6 +527,10 @@ struct CChain {
     /// A base chain (only those are walked from: `BaseRef`s name them).
     base: bool,
     policy_accept: bool,
+    /// When every rule starts with `ct state S` (kube-proxy's filter chains: `ct state new
+    /// jump …`), the union of the states: a packet in none of them breaks every rule at its
+    /// first statement, before anything has an effect, and gets the policy.
+    ct_gate: Option<u32>,
 }
 
 /// A lookup the first-packet hint makes early: the key (loaded from the packet alone) and
@@ -930,12 +934,13 @@ impl NftProgram {
                     }
                     rules.push(ops);
                 }
-                bodies.push(rules);
-                origin.push((ti as u32, ci as u32));
                 p.chains.push(CChain {
                     base: c.base.is_some(),
                     policy_accept: c.base.is_none_or(|b| b.policy_accept),
+                    ct_gate: ct_gate(&rules),
                 });
+                bodies.push(rules);
+                origin.push((ti as u32, ci as u32));
             }
         }
         for ((ti, si), key) in &writes {
@@ -1013,6 +1018,24 @@ impl NftProgram {
                 }
             }
         }
+    }
+
+    /// Whether the base chain `at` accepts, doing nothing else, every packet whose `ct state`
+    /// (`ct_state`: the value `ct state` loads, 1 invalid, 2 established, 4 related, 8 new,
+    /// 64 untracked) is `ct_state`: its policy is accept and every rule starts with a
+    /// `ct state` match this state fails. The namespace then skips the walk (an established
+    /// packet through kube-proxy's filter chains).
+    #[inline]
+    pub fn accepts_untouched(&self, at: BaseRef, ct_state: u32) -> bool {
+        let prog = &*self.prog;
+        let Some(&chain0) = prog.table_chain0.get(at.table) else {
+            return false;
+        };
+        prog.chains
+            .get(chain0 as usize + at.chain)
+            .is_some_and(|c| {
+                c.base && c.policy_accept && c.ct_gate.is_some_and(|m| m & ct_state == 0)
+            })
     }
 
     /// Walks the base chain `at` of `rs` for the packet in `ctx`, as
@@ -1297,6 +1320,25 @@ impl Program {
         }
         self.hints = hints;
     }
+}
+
+/// The union of the `ct state` values that every rule of a chain (`rules`) starts by
+/// matching, when every rule starts so.
+fn ct_gate(rules: &[Vec<COp>]) -> Option<u32> {
+    let mut mask = 0u32;
+    for ops in rules {
+        match ops.first()? {
+            COp::Match {
+                key,
+                test: Test::Flags(x),
+                negated: false,
+            } if key.len == 1 && key.first == Field::CtState => {
+                mask |= u32::try_from(x.get()).ok()?;
+            }
+            _ => return None,
+        }
+    }
+    Some(mask)
 }
 
 /// Whether the value of `f` comes from the packet's headers alone ([`packet_field`]).
