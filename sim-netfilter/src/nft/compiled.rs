@@ -489,7 +489,9 @@ enum COp {
         fully_random: bool,
     },
     Reject(RejectWith),
-    Iifname {
+    /// `iifname` (`out` false) or `oifname`: the name, or its prefix before a `*`.
+    Ifname {
+        out: bool,
         negated: bool,
         name: Box<str>,
         prefix: bool,
@@ -808,27 +810,29 @@ impl Compiler<'_> {
                 let set = si.and_then(|si| self.written_idx.get(&(self.ti, si)).map(|w| (si, *w)));
                 COp::Update { key: k, set }
             }
-            Stmt::Nat { dnat, addr, port } => COp::Nat {
+            Stmt::Nat {
+                dnat, addr, port, ..
+            } => COp::Nat {
                 dnat: *dnat,
-                addr: IpAddr::from(*addr),
+                addr: *addr,
                 port: *port,
             },
             Stmt::Masquerade { fully_random } => COp::Masquerade {
                 fully_random: *fully_random,
             },
             Stmt::Reject(w) => COp::Reject(*w),
-            Stmt::Iifname { negated, name } => match name.strip_suffix('*') {
-                Some(p) => COp::Iifname {
+            Stmt::Iifname { negated, name } | Stmt::Oifname { negated, name } => {
+                let (name, prefix) = match name.strip_suffix('*') {
+                    Some(p) => (p, true),
+                    None => (name.as_str(), false),
+                };
+                COp::Ifname {
+                    out: matches!(s, Stmt::Oifname { .. }),
                     negated: *negated,
-                    name: p.into(),
-                    prefix: true,
-                },
-                None => COp::Iifname {
-                    negated: *negated,
-                    name: name.as_str().into(),
-                    prefix: false,
-                },
-            },
+                    name: name.into(),
+                    prefix,
+                }
+            }
         };
         out.push(op);
         Ok(())
@@ -1348,6 +1352,10 @@ fn is_packet_field(f: Field) -> bool {
         Field::IpSaddr
             | Field::IpDaddr
             | Field::IpProtocol
+            | Field::Ip6Saddr
+            | Field::Ip6Daddr
+            | Field::Ip6Nexthdr
+            | Field::MetaNfproto
             | Field::MetaL4proto
             | Field::ThSport
             | Field::ThDport
@@ -1362,7 +1370,24 @@ fn packet_field(f: Field, pkt: &Packet) -> Option<Datum> {
         IpAddr::V4(v) => Some(Datum::from(u32::from(v))),
         IpAddr::V6(_) => None,
     };
+    let v6 = |a: IpAddr| match a {
+        IpAddr::V4(_) => None,
+        IpAddr::V6(v) => Some(u128::from(v)),
+    };
     Some(match f {
+        Field::Ip6Saddr => v6(pkt.src)?,
+        Field::Ip6Daddr => v6(pkt.dst)?,
+        Field::Ip6Nexthdr => {
+            v6(pkt.src)?;
+            Datum::from(pkt.protocol())
+        }
+        Field::MetaNfproto => {
+            if pkt.is_ipv4() {
+                2
+            } else {
+                10
+            }
+        }
         Field::IpSaddr => v4(pkt.src)?,
         Field::IpDaddr => v4(pkt.dst)?,
         Field::IpProtocol => {
@@ -1511,6 +1536,11 @@ impl Walk<'_> {
                 Step::Next
             }
             COp::Nat { dnat, addr, port } => {
+                // nft_nat_inet_eval: an address of the other family does nothing (`inet`
+                // tables), and the rule goes on.
+                if addr.is_ipv4() != ctx.packet.is_ipv4() {
+                    return Step::Next;
+                }
                 let range = NatRange {
                     addrs: Some((*addr, *addr)),
                     ports: port.map(|p| (p, p)),
@@ -1530,13 +1560,25 @@ impl Walk<'_> {
                 random: false,
                 random_fully: *fully_random,
             })),
-            COp::Reject(w) => Step::Reject(*w),
-            COp::Iifname {
+            COp::Reject(w) => Step::Reject(match *w {
+                // nft_reject_inet: an IPv6 packet gets ICMPv6 port-unreachable.
+                RejectWith::IcmpPortUnreachable if !ctx.packet.is_ipv4() => {
+                    RejectWith::Icmp6PortUnreachable
+                }
+                w => w,
+            }),
+            COp::Ifname {
+                out,
                 negated,
                 name,
                 prefix,
             } => {
-                let dev = ctx.packet.iif.as_ref().map(|i| i.as_str()).unwrap_or("");
+                let dev = if *out {
+                    ctx.packet.oif.as_ref()
+                } else {
+                    ctx.packet.iif.as_ref()
+                };
+                let dev = dev.map(|i| i.as_str()).unwrap_or("");
                 let hit = if *prefix {
                     dev.starts_with(&**name)
                 } else {

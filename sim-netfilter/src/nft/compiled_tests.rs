@@ -119,6 +119,10 @@ fn packet_fields_load_as_the_interpreter_loads_them() {
         Field::IpSaddr,
         Field::IpDaddr,
         Field::IpProtocol,
+        Field::Ip6Saddr,
+        Field::Ip6Daddr,
+        Field::Ip6Nexthdr,
+        Field::MetaNfproto,
         Field::MetaL4proto,
         Field::ThSport,
         Field::ThDport,
@@ -131,7 +135,12 @@ fn packet_fields_load_as_the_interpreter_loads_them() {
     v6.src = "fd00::1".parse().expect("an address");
     v6.dst = "fd00::2".parse().expect("an address");
     for i in 0..200 {
-        let p = if i == 0 { v6 } else { packet(&mut g, 3) };
+        let mut p = packet(&mut g, 3);
+        if i % 3 == 0 {
+            // The same ports and protocol over IPv6.
+            p.src = v6.src;
+            p.dst = v6.dst;
+        }
         for f in fields {
             assert!(is_packet_field(f));
             let mut rng = SimRng::derive(1, "unused");
