@@ -13,12 +13,12 @@ use sim_core::{Packet, SimRng, TcpFlags};
 use std::fmt::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-/// Every base chain, for both walks.
-fn bases(rs: &NftRuleset) -> Vec<BaseRef> {
+/// Every base chain that sees IPv4 (`v4`) or IPv6 packets, for both walks.
+fn bases(rs: &NftRuleset, v4: bool) -> Vec<BaseRef> {
     let mut v = Vec::new();
     for hook in crate::types::Hook::ALL {
         for ty in [ChainType::Filter, ChainType::Nat] {
-            v.extend(rs.base_chains(hook, ty, true));
+            v.extend(rs.base_chains(hook, ty, v4));
         }
     }
     v
@@ -38,13 +38,14 @@ fn check(seed: u64) {
     let mut addrs = LocalAddrs::new();
     addrs.add("eth0", Ipv4Addr::new(192, 168, 0, 2), 24);
     let (mut r1, mut r2) = (SimRng::derive(seed, "draws"), SimRng::derive(seed, "draws"));
-    let chains = bases(&interp);
+    let (chains4, chains6) = (bases(&interp, true), bases(&interp, false));
     let mut now = SimTime::ZERO;
     for n in 0..48 {
         now += sim_core::SimDuration::from_millis(g.below(4_000_000));
         let p = packet(&mut g, services);
         let ct = ct_view(&mut g, &p);
-        for &at in &chains {
+        let chains = if p.is_ipv4() { &chains4 } else { &chains6 };
+        for &at in chains {
             let mut c1 = EvalCtx::new(p, &addrs, now, &mut r1);
             c1.ct = ct;
             let v1 = interp.run_base_chain(at, &mut c1, None);

@@ -9,7 +9,7 @@ use crate::eval::{CtInfoKind, CtState};
 use crate::rule::CtDirection;
 use sim_core::{IfName, Packet, SimRng, TcpFlags};
 use std::fmt::Write;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Picks from `v`.
 pub(crate) fn pick<'a, T>(g: &mut SimRng, v: &'a [T]) -> &'a T {
@@ -137,7 +137,95 @@ pub(crate) fn ruleset_text(g: &mut SimRng, services: usize) -> String {
         }
     }
     extra_rules(g, &mut t);
+    ipv6_rules(g, &mut t, services);
     t
+}
+
+/// kube-proxy's IPv6 table (upstream's baseRules for the IPv6 proxier, as in
+/// `tests/fixtures/kubeproxy-upstream/base6.nft`).
+const BASE6: &str = include_str!("../../../tests/fixtures/kubeproxy-upstream/base6.nft");
+
+pub(crate) fn svc_ip6(i: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0x10, 0x96, 0, 0, 0, 0, 0x10 + i as u16)
+}
+
+pub(crate) fn ep_ip6(i: usize, j: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0x10, 0x180, 0, 0, 0, i as u16, 1 + j as u16)
+}
+
+/// The IPv6 shapes: kube-proxy's `ip6` table with Services like the IPv4 ones, and an
+/// `inet` table whose statements act per family (`meta nfproto`, `dnat ip|ip6 to`, an
+/// `ip6` match meeting IPv4 packets, `oifname`, `reject` meeting IPv6 packets).
+fn ipv6_rules(g: &mut SimRng, t: &mut String, services: usize) {
+    t.push_str(BASE6);
+    for i in 0..services {
+        let proto = *pick(g, &["tcp", "udp"]);
+        let port = *pick(g, &[80u16, 53, 8080]);
+        let eps = g.below(3) as usize;
+        let ip = svc_ip6(i);
+        let _ = writeln!(t, "add element ip6 kube-proxy cluster-ips {{ {ip} }}");
+        if eps == 0 {
+            let _ = writeln!(
+                t,
+                "add element ip6 kube-proxy no-endpoint-services {{ {ip} . {proto} . {port} : goto reject-chain }}"
+            );
+            continue;
+        }
+        let svc = format!("service6-{i}");
+        let _ = writeln!(t, "add chain ip6 kube-proxy {svc}");
+        let _ = writeln!(
+            t,
+            "add rule ip6 kube-proxy {svc} ip6 daddr {ip} ip6 saddr != fd00:10:180::/48 jump mark-for-masquerade"
+        );
+        let mut arms = Vec::new();
+        for j in 0..eps {
+            let ep = format!("endpoint6-{i}-{j}");
+            let _ = writeln!(t, "add chain ip6 kube-proxy {ep}");
+            let _ = writeln!(
+                t,
+                "add rule ip6 kube-proxy {ep} ip6 saddr {} jump mark-for-masquerade",
+                ep_ip6(i, j)
+            );
+            let _ = writeln!(
+                t,
+                "add rule ip6 kube-proxy {ep} meta l4proto {proto} dnat to [{}]:{}",
+                ep_ip6(i, j),
+                port + 1
+            );
+            arms.push(format!("{j} : goto {ep}"));
+        }
+        let _ = writeln!(
+            t,
+            "add rule ip6 kube-proxy {svc} numgen random mod {eps} vmap {{ {} }}",
+            arms.join(" , ")
+        );
+        let _ = writeln!(
+            t,
+            "add element ip6 kube-proxy service-ips {{ {ip} . {proto} . {port} : goto {svc} }}"
+        );
+    }
+    t.push_str(
+        "add table inet mix
+add chain inet mix pre { type nat hook prerouting priority -90 ; }
+add chain inet mix fwd { type filter hook forward priority 10 ; policy accept ; }
+",
+    );
+    let choices: &[&str] = &[
+        "add rule inet mix pre meta nfproto ipv4 th dport 3000 dnat ip to 10.180.0.1:80",
+        "add rule inet mix pre meta nfproto ipv6 th dport 3000 dnat ip6 to [fd00:10:180::1]:80",
+        "add rule inet mix pre th dport 3001 dnat ip6 to [fd00:10:180::2]:81",
+        "add rule inet mix pre th dport 3001 dnat ip to 10.180.0.2:81",
+        "add rule inet mix pre ip6 daddr fd00:10:96::/64 counter",
+        "add rule inet mix pre ip daddr 172.30.0.0/16 counter",
+        "add rule inet mix fwd oifname \"eth*\" counter",
+        "add rule inet mix fwd oifname != \"cni0\" ip6 daddr fd00:10:96::/64 counter",
+        "add rule inet mix fwd ip6 nexthdr udp th dport 53 reject",
+        "add rule inet mix fwd meta nfproto ipv6 meta l4proto tcp th dport 22 reject",
+        "add rule inet mix fwd ip6 saddr . th dport { fd00:10:180::1 . 53, fd00:10:180::2 . 80 } counter",
+    ];
+    for _ in 0..g.below(8) {
+        let _ = writeln!(t, "{}", pick(g, choices));
+    }
 }
 
 /// Statements beyond kube-proxy's, in a filter chain of their own at prerouting.
@@ -250,12 +338,28 @@ pub(crate) fn packet(g: &mut SimRng, services: usize) -> Packet {
     };
     let dport = *pick(g, &[80u16, 53, 8080, 3000, 3001, 3002, 22]);
     let sport = *pick(g, &[1024u16, 1500, 40000, 53]);
-    let s = SocketAddr::new(IpAddr::V4(src), sport);
-    let d = SocketAddr::new(IpAddr::V4(dst), dport);
+    let (src, dst) = if g.below(3) == 0 {
+        // IPv6, for the ip6 and inet tables.
+        let dst = match g.below(4) {
+            0 | 1 => svc_ip6(g.below(n as u64 + 1) as usize),
+            2 => "2001:db8::1".parse().expect("an address"),
+            _ => "fd00:10:96::ffff".parse().expect("an address"),
+        };
+        let src = match g.below(3) {
+            0 => ep_ip6(g.below(n as u64) as usize, g.below(3) as usize),
+            1 => "2001:db8::5".parse().expect("an address"),
+            _ => "fd00:1::9".parse().expect("an address"),
+        };
+        (IpAddr::V6(src), IpAddr::V6(dst))
+    } else {
+        (IpAddr::V4(src), IpAddr::V4(dst))
+    };
+    let s = SocketAddr::new(src, sport);
+    let d = SocketAddr::new(dst, dport);
     let mut p = match g.below(5) {
         0 | 1 => Packet::udp(s, d),
         2 | 3 => Packet::tcp(s, d, TcpFlags::SYN),
-        _ => Packet::icmp_echo_request(IpAddr::V4(src), IpAddr::V4(dst), 7, 1),
+        _ => Packet::icmp_echo_request(src, dst, 7, 1),
     };
     p.mark = *pick(g, &[0, 0x4000, 0x10, 0x20, 0x30, 0x40, 0x100, 0x4100]);
     p.len = 40 + g.below(1400) as u16;
