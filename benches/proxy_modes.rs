@@ -67,6 +67,9 @@ fn node(mode: ProxyMode, services: usize) -> Netns {
     let out = kp.on_timeout(at).expect("a sync is due");
     let mut n = sim_netfilter::synth::bench_node();
     apply_sync(&mut n, &out, None).expect("kube-proxy's sync applies");
+    // Compile the nftables ruleset now, not after the walks `nft -f` waits for: every copy
+    // of this node then shares the one program.
+    n.set_nft_compiled(true);
     kp.complete_sync(at, Ok(()), &mut MemConntrack::default());
     n
 }

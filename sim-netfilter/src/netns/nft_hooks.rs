@@ -60,18 +60,64 @@ impl NftHooks {
     }
 }
 
-/// The compiled form of the namespace's ruleset (`nft/compiled.rs`), made when `nft -f`
-/// input is applied.
+/// The compiled form of the namespace's ruleset (`nft/compiled.rs`).
+///
+/// After `nft -f` the interpreter walks the new ruleset until it has walked base chains as
+/// many times as a quarter of the ruleset's rules (at least [`COMPILE_AFTER_WALKS`]); then
+/// the ruleset is compiled. Compiling costs about as much as that many walks, so a node that
+/// sees few packets between two syncs (most of a big cluster's nodes) does not pay for a
+/// program it would hardly use, and one that sees many pays little. Both walks give the
+/// same results, so when it switches changes nothing but the time.
 #[derive(Clone, Debug, Default)]
 pub(super) enum NftFast {
     /// Walked by the interpreter: the ruleset does not compile, or compiling is off.
     #[default]
     Off,
+    /// Walked by the interpreter until `walks` reaches `after`, then compiled.
+    Pending {
+        /// Untraced base-chain walks since the ruleset changed.
+        walks: u32,
+        /// When to compile.
+        after: u32,
+    },
     /// Compiled.
     Ready(NftProgram),
 }
 
+/// The fewest interpreted base-chain walks before a changed ruleset is compiled.
+pub(super) const COMPILE_AFTER_WALKS: u32 = 64;
+
 impl NftFast {
+    /// Compiling `rs` after enough walks, when `on`.
+    fn pending(rs: &NftRuleset, on: bool) -> NftFast {
+        if !on {
+            return NftFast::Off;
+        }
+        let rules: usize = rs
+            .tables
+            .values()
+            .flat_map(|t| t.chains.values())
+            .map(|c| c.rules.len())
+            .sum();
+        NftFast::Pending {
+            walks: 0,
+            after: u32::try_from(rules / 4)
+                .unwrap_or(u32::MAX)
+                .max(COMPILE_AFTER_WALKS),
+        }
+    }
+
+    /// Counts an untraced walk of `rs`, compiling it when its time has come.
+    #[inline]
+    fn walked(&mut self, rs: &NftRuleset) {
+        if let NftFast::Pending { walks, after } = self {
+            *walks += 1;
+            if *walks >= *after {
+                *self = NftFast::of(rs, true);
+            }
+        }
+    }
+
     /// `rs` compiled, when `on` and it compiles.
     fn of(rs: &NftRuleset, on: bool) -> NftFast {
         match NftProgram::compile(rs) {
@@ -124,14 +170,15 @@ impl Netns {
     pub fn nft_apply(&mut self, file: &str, text: &str, now: SimTime) -> Result<usize, NftError> {
         let n = self.nft.apply(file, text, now)?;
         self.nft_hooks = NftHooks::of(&self.nft);
-        self.nft_fast = NftFast::of(&self.nft, self.nft_compile);
+        self.nft_fast = NftFast::pending(&self.nft, self.nft_compile);
         Ok(n)
     }
 
     /// Whether untraced packets walk the compiled form of the nftables ruleset
     /// (`nft/compiled.rs`; on by default) or the interpreter, which traced walks always take.
     /// Both give the same results; the switch is for measuring and for tests that compare
-    /// them.
+    /// them. Switched on, the ruleset is compiled now, rather than after the walks `nft -f`
+    /// waits for (a bench's node, copied for every batch of packets, compiles once).
     pub fn set_nft_compiled(&mut self, on: bool) {
         self.nft_compile = on;
         self.nft_fast = NftFast::of(&self.nft, on);
@@ -322,10 +369,13 @@ impl Netns {
                 );
                 v
             }
-            (_, None) => match &mut self.nft_fast {
-                NftFast::Ready(p) => p.run_base_chain(&mut self.nft, at, &mut ctx),
-                NftFast::Off => self.nft.run_base_chain(at, &mut ctx, None),
-            },
+            (_, None) => {
+                self.nft_fast.walked(&self.nft);
+                match &mut self.nft_fast {
+                    NftFast::Ready(p) => p.run_base_chain(&mut self.nft, at, &mut ctx),
+                    _ => self.nft.run_base_chain(at, &mut ctx, None),
+                }
+            }
             (None, Some(st)) => {
                 let v = self.nft.run_base_chain(at, &mut ctx, Some(st));
                 self.nft_fast.interpreted(&self.nft);
