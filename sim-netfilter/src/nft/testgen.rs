@@ -211,10 +211,10 @@ add chain inet mix fwd { type filter hook forward priority 10 ; policy accept ; 
 ",
     );
     let choices: &[&str] = &[
-        "add rule inet mix pre meta nfproto ipv4 th dport 3000 dnat ip to 10.180.0.1:80",
-        "add rule inet mix pre meta nfproto ipv6 th dport 3000 dnat ip6 to [fd00:10:180::1]:80",
-        "add rule inet mix pre th dport 3001 dnat ip6 to [fd00:10:180::2]:81",
-        "add rule inet mix pre th dport 3001 dnat ip to 10.180.0.2:81",
+        "add rule inet mix pre meta nfproto ipv4 meta l4proto tcp th dport 3000 dnat ip to 10.180.0.1:80",
+        "add rule inet mix pre meta nfproto ipv6 meta l4proto tcp th dport 3000 dnat ip6 to [fd00:10:180::1]:80",
+        "add rule inet mix pre meta l4proto udp th dport 3001 dnat ip6 to [fd00:10:180::2]:81",
+        "add rule inet mix pre meta l4proto udp th dport 3001 dnat ip to 10.180.0.2:81",
         "add rule inet mix pre ip6 daddr fd00:10:96::/64 counter",
         "add rule inet mix pre ip daddr 172.30.0.0/16 counter",
         "add rule inet mix fwd oifname \"eth*\" counter",
