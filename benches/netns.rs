@@ -87,7 +87,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sim_core::{IfName, Packet, SimTime, TcpFlags};
-use sim_netfilter::netns::{Egress, Ingress, Netns};
+use sim_netfilter::netns::Ingress;
 use sim_netfilter::synth::KubeServices;
 use std::hint::black_box;
 use std::net::{IpAddr, SocketAddr};
@@ -96,6 +96,9 @@ use std::time::Duration;
 #[path = "support/first_packets.rs"]
 mod first_packets;
 use first_packets::FirstPackets;
+#[path = "support/establish.rs"]
+mod establish;
+use establish::establish;
 
 const SERVICES: usize = 10_000;
 
@@ -121,28 +124,6 @@ fn first_packet(k: &KubeServices, i: usize) -> Packet {
     let mut p = packet(k, pick % k.services, sport);
     p.src = IpAddr::V4([172, 18, 1 + (pick / 200) as u8, 10 + (pick % 200) as u8].into());
     p
-}
-
-/// Sends `p`, the first packet of its flow, and the endpoint's answer to what left the node
-/// (back through the node, un-NAT'd), so that the flow's entry has seen a reply: from then on
-/// its packets are ctstate ESTABLISHED, as in a real established connection.
-fn establish(n: &mut Netns, p: Packet, from: Ingress) {
-    let r = n.process(SimTime::ZERO, p, from);
-    let Some(Egress::Transmit { dev, packet, .. }) = r.out.first().copied() else {
-        panic!("the first packet of {p} was not forwarded: {:?}", r.fate);
-    };
-    let mut reply = packet;
-    (reply.src, reply.dst) = (packet.dst, packet.src);
-    if let (Some(s), Some(d)) = (packet.sport(), packet.dport()) {
-        reply.set_sport(d);
-        reply.set_dport(s);
-    }
-    let back = n.process(SimTime::ZERO, reply, Ingress::Interface(dev));
-    assert!(
-        matches!(back.out.first(), Some(Egress::Transmit { packet, .. }) if packet.dst == p.src),
-        "the reply to {p} did not come back to its client: {:?}",
-        back.fate
-    );
 }
 
 fn bench(c: &mut Criterion) {

@@ -11,6 +11,15 @@
 //! address (the source is outside the cluster CIDR) and the conntrack entry confirmed, as in
 //! `netns/first_packet_10k_services`. 100 Services too, to show how flat each mode is.
 //!
+//! And an established packet of the same kind (`established_…`): 4,096 flows spread over
+//! the Services, each first packet answered by its endpoint, then the clients' packets
+//! again: ctstate ESTABLISHED, so no NAT lookup, only the filter chains (kube-proxy's
+//! `ct state new` jumps in nftables mode, `KUBE-FORWARD` and the `--ctstate NEW` jumps in
+//! iptables mode) and conntrack's rewrite.
+//!
+//! Every figure is this thread's CPU time (`support/cpu_clock.rs`), not wall time: the
+//! machine is shared with other builds.
+//!
 //! `cargo bench --bench proxy_modes`; figures in docs/performance.md.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -26,8 +35,12 @@ use std::time::Duration;
 mod first_packets;
 #[path = "support/proxy_objects.rs"]
 mod proxy_objects;
-use first_packets::FirstPackets;
+use first_packets::{cpu_clock, FirstPackets};
+#[path = "support/establish.rs"]
+mod establish;
+use establish::establish;
 use proxy_objects::{cluster_ip, objects};
+use std::hint::black_box;
 
 /// A node (eth0 172.18.0.2/16 with the default route, cni0 10.244.0.1/16 to the pods) with
 /// kube-proxy's first full sync in `mode` applied.
@@ -54,6 +67,9 @@ fn node(mode: ProxyMode, services: usize) -> Netns {
     let out = kp.on_timeout(at).expect("a sync is due");
     let mut n = sim_netfilter::synth::bench_node();
     apply_sync(&mut n, &out, None).expect("kube-proxy's sync applies");
+    // Compile the nftables ruleset now, not after the walks `nft -f` waits for: every copy
+    // of this node then shares the one program.
+    n.set_nft_compiled(true);
     kp.complete_sync(at, Ok(()), &mut MemConntrack::default());
     n
 }
@@ -70,6 +86,9 @@ fn first_packet(services: usize, i: usize) -> Packet {
     let dst = SocketAddr::new(IpAddr::V4(cluster_ip(pick % services)), 80);
     Packet::udp(src, dst)
 }
+
+/// Established flows per node in the `established_…` benches.
+const ESTABLISHED: usize = 4_096;
 
 fn bench(c: &mut Criterion) {
     let eth0 = Ingress::Interface(IfName::new("eth0").unwrap());
@@ -101,6 +120,30 @@ fn bench(c: &mut Criterion) {
             let mut flows = FirstPackets::new(&base);
             g.bench_function(format!("first_packet_{services}_services_{label}"), |b| {
                 b.iter_custom(|iters| flows.time(iters, eth0, |j| first_packet(services, j)))
+            });
+            let mut n = base.clone();
+            let flows: Vec<Packet> = (0..ESTABLISHED)
+                .map(|i| first_packet(services, i))
+                .collect();
+            for p in &flows {
+                establish(&mut n, *p, eth0);
+            }
+            let mut i = 0usize;
+            g.bench_function(format!("established_{services}_services_{label}"), |b| {
+                b.iter_custom(|iters| {
+                    let t = cpu_clock::now();
+                    for _ in 0..iters {
+                        let p = flows[i % flows.len()];
+                        i += 1;
+                        if i % ESTABLISHED == 0 {
+                            // The driver takes the conntrack events (ASSURED and the like)
+                            // between steps, so they do not pile up.
+                            black_box(n.drain_conntrack_events());
+                        }
+                        black_box(n.process(SimTime::ZERO, p, eth0));
+                    }
+                    cpu_clock::now() - t
+                })
             });
         }
     }

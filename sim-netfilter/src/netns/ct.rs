@@ -132,12 +132,14 @@ impl Netns {
             return None;
         }
         // A packet of no known flow walks the nat table next: ask for its rules now, so
-        // that they load while conntrack makes the entry (`hint.rs`).
-        let (ruleset, state) = (&self.ruleset, &self.rules_state);
+        // that they load while conntrack makes the entry (`hint.rs`; for nftables,
+        // `NftProgram::prefetch_new_flow`).
+        let (ruleset, state, nft) = (&self.ruleset, &self.rules_state, &self.nft_fast);
         let pkt = &f.pkt;
-        let v = self
-            .conntrack
-            .conntrack_in_then(now, pkt, || ruleset.prefetch_new_flow(state, pkt));
+        let v = self.conntrack.conntrack_in_then(now, pkt, || {
+            ruleset.prefetch_new_flow(state, pkt);
+            nft.prefetch_new_flow(pkt);
+        });
         match v {
             CtVerdict::Tracked(h) if f.trace.is_none() => {
                 f.handle = Some(h);

@@ -401,6 +401,10 @@ pub struct Netns {
     seed: u64,
     nft: crate::nft::NftRuleset,
     nft_hooks: nft_hooks::NftHooks,
+    /// The compiled nftables ruleset.
+    nft_fast: nft_hooks::NftFast,
+    /// Whether the nftables ruleset is compiled ([`Netns::set_nft_compiled`]).
+    nft_compile: bool,
     /// Set only during [`Netns::process_branching`].
     branching: Option<Box<crate::branch::Branching>>,
     /// Its bridges and `br_netfilter`'s setting.
@@ -562,6 +566,8 @@ impl Netns {
             seed: cfg.seed,
             nft: crate::nft::NftRuleset::new(),
             nft_hooks: Default::default(),
+            nft_fast: Default::default(),
+            nft_compile: true,
             branching: None,
             bridges: Default::default(),
         }
@@ -581,6 +587,7 @@ impl Netns {
         self.rules_state6 = RulesetState::new();
         self.nft = crate::nft::NftRuleset::new();
         self.nft_hooks = Default::default();
+        self.nft_fast = Default::default();
         self.icmp_limit = self.icmp_limit.reset();
     }
 

@@ -15,7 +15,7 @@
 //! the iptables nat table sits at −100 / 100 among them).
 
 use super::*;
-use crate::nft::{BaseRef, ChainType, NftError, NftRuleset, NftStep};
+use crate::nft::{BaseRef, ChainType, NftError, NftProgram, NftRuleset, NftStep};
 
 /// Priorities of the built-in hook entries.
 pub(super) mod prio {
@@ -60,6 +60,106 @@ impl NftHooks {
     }
 }
 
+/// The compiled form of the namespace's ruleset (`nft/compiled.rs`).
+///
+/// After `nft -f` the interpreter walks the new ruleset until it has walked base chains as
+/// many times as a quarter of the ruleset's rules (at least [`COMPILE_AFTER_WALKS`]); then
+/// the ruleset is compiled. Compiling costs about as much as that many walks, so a node that
+/// sees few packets between two syncs (most of a big cluster's nodes) does not pay for a
+/// program it would hardly use, and one that sees many pays little. Both walks give the
+/// same results, so when it switches changes nothing but the time.
+#[derive(Clone, Debug, Default)]
+pub(super) enum NftFast {
+    /// Walked by the interpreter: the ruleset does not compile, or compiling is off.
+    #[default]
+    Off,
+    /// Walked by the interpreter until `walks` reaches `after`, then compiled.
+    Pending {
+        /// Untraced base-chain walks since the ruleset changed.
+        walks: u32,
+        /// When to compile.
+        after: u32,
+    },
+    /// Compiled.
+    Ready(NftProgram),
+}
+
+/// The fewest interpreted base-chain walks before a changed ruleset is compiled.
+pub(super) const COMPILE_AFTER_WALKS: u32 = 64;
+
+impl NftFast {
+    /// Compiling `rs` after enough walks, when `on`.
+    fn pending(rs: &NftRuleset, on: bool) -> NftFast {
+        if !on {
+            return NftFast::Off;
+        }
+        let rules: usize = rs
+            .tables
+            .values()
+            .flat_map(|t| t.chains.values())
+            .map(|c| c.rules.len())
+            .sum();
+        NftFast::Pending {
+            walks: 0,
+            after: u32::try_from(rules / 4)
+                .unwrap_or(u32::MAX)
+                .max(COMPILE_AFTER_WALKS),
+        }
+    }
+
+    /// Counts an untraced walk of `rs`, compiling it when its time has come.
+    #[inline]
+    fn walked(&mut self, rs: &NftRuleset) {
+        if let NftFast::Pending { walks, after } = self {
+            *walks += 1;
+            if *walks >= *after {
+                *self = NftFast::of(rs, true);
+            }
+        }
+    }
+
+    /// `rs` compiled, when `on` and it compiles.
+    fn of(rs: &NftRuleset, on: bool) -> NftFast {
+        match NftProgram::compile(rs) {
+            Ok(p) if on => NftFast::Ready(p),
+            _ => NftFast::Off,
+        }
+    }
+
+    /// The first-packet hint of the compiled ruleset ([`NftProgram::prefetch_new_flow`]).
+    #[inline]
+    pub(super) fn prefetch_new_flow(&self, pkt: &Packet) {
+        if let NftFast::Ready(p) = self {
+            p.prefetch_new_flow(pkt);
+        }
+    }
+
+    /// After the interpreter walked `rs`: the compiled copies of the sets it may have
+    /// written (`update`) are brought up to date.
+    fn interpreted(&mut self, rs: &NftRuleset) {
+        if let NftFast::Ready(p) = self {
+            if p.writes_sets() {
+                p.resync(rs);
+            }
+        }
+    }
+}
+
+/// The value `ct state` loads for a packet of `--ctstate` bits `bits`: `NF_CT_STATE_BIT`
+/// of its ctinfo (established 2, related 4, new 8, as the iptables bits), invalid 1,
+/// untracked 64 (`NF_CT_STATE_UNTRACKED_BIT`; `nf_conntrack_common.h`), as `nft/eval.rs`'s
+/// load gives them.
+fn nft_ct_state(bits: u16) -> u32 {
+    use crate::rule::ctstate as S;
+    if bits & S::UNTRACKED != 0 {
+        64
+    } else if bits & S::INVALID != 0 {
+        1
+    } else {
+        u32::from(bits & (S::ESTABLISHED | S::RELATED | S::NEW))
+    }
+}
+
 fn fam(pkt: &Packet) -> usize {
     usize::from(!pkt.is_ipv4())
 }
@@ -70,7 +170,25 @@ impl Netns {
     pub fn nft_apply(&mut self, file: &str, text: &str, now: SimTime) -> Result<usize, NftError> {
         let n = self.nft.apply(file, text, now)?;
         self.nft_hooks = NftHooks::of(&self.nft);
+        self.nft_fast = NftFast::pending(&self.nft, self.nft_compile);
         Ok(n)
+    }
+
+    /// Whether untraced packets walk the compiled form of the nftables ruleset
+    /// (`nft/compiled.rs`; on by default) or the interpreter, which traced walks always take.
+    /// Both give the same results; the switch is for measuring and for tests that compare
+    /// them. Switched on, the ruleset is compiled now, rather than after the walks `nft -f`
+    /// waits for (a bench's node, copied for every batch of packets, compiles once).
+    pub fn set_nft_compiled(&mut self, on: bool) {
+        self.nft_compile = on;
+        self.nft_fast = NftFast::of(&self.nft, on);
+    }
+
+    /// Whether untraced packets walk the nftables ruleset in its compiled form: compiling is
+    /// on ([`Netns::set_nft_compiled`]) and the ruleset compiles (`nft/compiled.rs` says
+    /// what does not).
+    pub fn nft_is_compiled(&self) -> bool {
+        matches!(self.nft_fast, NftFast::Ready(_))
     }
 
     /// The nftables ruleset.
@@ -113,6 +231,9 @@ impl Netns {
             if at.priority >= hi {
                 break;
             }
+            if self.nft_skips(f, at) {
+                continue;
+            }
             let v = self.nft_eval(now, f, at);
             match v.action {
                 Action::Accept => {}
@@ -132,6 +253,21 @@ impl Netns {
             }
         }
         TableOutcome::Continue
+    }
+
+    /// Whether the compiled ruleset says the base chain `at` accepts the untraced packet in
+    /// flight without a walk: its `ct state` is in none of the states every rule of the chain
+    /// starts by matching ([`NftProgram::accepts_untouched`]). Built from the `--ctstate`
+    /// bits, without a conntrack view.
+    #[inline]
+    fn nft_skips(&self, f: &Flight, at: BaseRef) -> bool {
+        let NftFast::Ready(p) = &self.nft_fast else {
+            return false;
+        };
+        if f.trace.is_some() {
+            return false;
+        }
+        p.accepts_untouched(at, nft_ct_state(self.ct_bits(f)))
     }
 
     /// `family table chain`, for fates.
@@ -223,6 +359,7 @@ impl Netns {
                 let v = self
                     .nft
                     .run_base_chain_with(at, &mut ctx, Some(st), Some(&mut plan));
+                self.nft_fast.interpreted(&self.nft);
                 let others = plan.take_others();
                 br.budget = plan.budget;
                 br.took(
@@ -232,7 +369,18 @@ impl Netns {
                 );
                 v
             }
-            _ => self.nft.run_base_chain(at, &mut ctx, steps.as_mut()),
+            (_, None) => {
+                self.nft_fast.walked(&self.nft);
+                match &mut self.nft_fast {
+                    NftFast::Ready(p) => p.run_base_chain(&mut self.nft, at, &mut ctx),
+                    _ => self.nft.run_base_chain(at, &mut ctx, None),
+                }
+            }
+            (None, Some(st)) => {
+                let v = self.nft.run_base_chain(at, &mut ctx, Some(st));
+                self.nft_fast.interpreted(&self.nft);
+                v
+            }
         };
         f.pkt.mark = ctx.packet.mark;
         if let (Some(t), Some(s)) = (f.trace.as_mut(), steps) {
@@ -245,3 +393,7 @@ impl Netns {
 #[cfg(test)]
 #[path = "nft_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "nft_compiled_tests.rs"]
+mod compiled_tests;

@@ -188,7 +188,7 @@ impl Netns {
     /// The `--ctstate` bits of the packet in flight: those of its view when it has one, else
     /// from its handle and the entry's status alone.
     #[inline]
-    fn ct_bits(&self, f: &Flight) -> u16 {
+    pub(super) fn ct_bits(&self, f: &Flight) -> u16 {
         if let Some(v) = &f.view {
             return v.state_bits();
         }

@@ -19,7 +19,7 @@ use crate::rule::{NatRange, PortNat};
 use crate::Action;
 
 /// nf_tables' `NFT_JUMP_STACK_SIZE`.
-const MAX_DEPTH: usize = 16;
+pub(super) const MAX_DEPTH: usize = 16;
 
 /// One `numgen random` draw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -421,7 +421,7 @@ fn v6(a: std::net::IpAddr) -> Option<Datum> {
 /// (`NFT_BREAK`: no transport header, no conntrack entry; in an `inet` table, an IPv6 packet
 /// for `ip saddr` or an IPv4 one for `ip6 saddr`, whose implied `meta nfproto` dependency
 /// fails).
-fn load(f: Field, ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<Datum> {
+pub(super) fn load(f: Field, ctx: &mut EvalCtx<'_>, draws: &mut Vec<NftDraw>) -> Option<Datum> {
     let p: &Packet = &ctx.packet;
     Some(Datum::from(match f {
         // nft_payload on the IPv6 header's addresses: a full 128-bit value.

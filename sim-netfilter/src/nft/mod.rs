@@ -15,7 +15,11 @@
 //!   sorted set elements, implied protocol matches elided).
 //! - `eval.rs`: [`NftRuleset::run_base_chain`] walks one base chain for a packet, returning
 //!   the same [`crate::Verdict`] the iptables tables return; the namespace pipeline
-//!   (`netns`) interleaves base chains with the iptables tables by priority.
+//!   (`netns`) interleaves base chains with the iptables tables by priority. It is the
+//!   reference, and what traced walks take.
+//! - `compiled.rs`: [`NftProgram`], the same walk compiled (names resolved to indices, keys
+//!   packed without allocation, sets and maps as hash tables and sorted arrays), which the
+//!   namespace walks for untraced packets; property tests keep it equal to `eval.rs`.
 //!
 //! What is supported is exactly what kube-proxy's ruleset uses (`pkg/proxy/nftables/
 //! proxier.go`): payload matches `ip saddr|daddr|protocol`, `th|tcp|udp|sctp sport|dport`,
@@ -29,9 +33,12 @@
 //! `meta nfproto` (inet), `icmpv6 type`, `dnat|snat to [ADDR]:PORT` and `reject` as
 //! ICMPv6 port-unreachable; `oifname` and `iifname` in every family.
 
+mod compiled;
 mod eval;
 mod parse;
 mod print;
+#[cfg(test)]
+pub(crate) mod testgen;
 
 use std::fmt;
 
@@ -40,6 +47,7 @@ use sim_core::SimTime;
 
 use crate::types::Hook;
 
+pub use compiled::{NftProgram, NotCompiled, KEY_BITS};
 pub use eval::{BaseRef, NftDraw, NftStep};
 
 /// An address family of a table.
