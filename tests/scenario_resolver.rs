@@ -458,3 +458,42 @@ fn musl_asks_every_nameserver_at_once_and_glibc_the_first() {
         );
     }
 }
+
+#[test]
+fn services_the_zone_leaves_out_are_warned_about_at_their_place() {
+    // A headless Service at the start and a Service created by an event have no name in a
+    // `zone.services` zone: a resolver's lookup of them would get NXDOMAIN where CoreDNS
+    // answers, so each is a warning at its place (none for the shipped scenario).
+    // Named as the shipped file, so that its `resolvConfFile` reads relative to it.
+    let f = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/resolver-ndots.yaml");
+    assert!(load_str(f, SHIPPED).unwrap().warnings.is_empty());
+    let text = SHIPPED
+        .replace(
+            "clients:\n",
+            "  - metadata: {name: db, namespace: default}\n    spec:\n      clusterIP: None\n      selector: {app: db}\n      ports: [{port: 5432}]\nclients:\n",
+        )
+        .replace(
+            "expectations:\n",
+            "events:\n  - at: 1s\n    createService:\n      metadata: {name: late, namespace: default}\n      spec:\n        selector: {app: late}\n        ports: [{port: 80}]\nexpectations:\n",
+        );
+    let sc = load_str(f, &text).unwrap_or_else(|e| panic!("{e}"));
+    // (Both also select no pod, which has its own warning.)
+    let w: Vec<String> = sc
+        .warnings
+        .iter()
+        .map(|w| w.to_string())
+        .filter(|w| w.contains("DNS servers' zones"))
+        .collect();
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(
+        w[0].starts_with(&format!(
+            "{f}:56:5: warning: Service default/db has no IPv4 cluster IP"
+        )) && w[0].contains("db.default.svc.cluster.local gets NXDOMAIN"),
+        "{w:?}"
+    );
+    assert!(
+        w[1].contains("warning: Service default/late is created by an event")
+            && w[1].contains("late.default.svc.cluster.local gets NXDOMAIN for the whole run"),
+        "{w:?}"
+    );
+}

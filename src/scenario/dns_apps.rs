@@ -6,7 +6,8 @@
 
 use super::load::{Ctx, ScenarioError};
 use super::model::{ClientKind, ClientSchedule, ResolverDef};
-use super::schema::{ResolverClientDoc, ZoneDoc, S};
+use super::schema::{EventDoc, ResolverClientDoc, ZoneDoc, S};
+use super::warnings::ScenarioWarning;
 use crate::dns::zone::{counted_a, counted_aaaa};
 use crate::dns::{candidates, DnsData, DnsNames, Libc, NameId, ResolvConf, Zone, ZoneEntry};
 use crate::k8s;
@@ -183,6 +184,67 @@ pub(super) fn resolver_kind(
         schedule,
         target,
     ))
+}
+
+/// The Services a `zone.services` zone leaves out, each warned about at its place when a
+/// `resolver:` client could ask for it: a Service without an IPv4 cluster IP (headless,
+/// `ExternalName`, IPv6-only: CoreDNS's `kubernetes` plugin answers those with the
+/// endpoints' addresses, a CNAME or AAAA records, which nfsim's zone does not model) and a
+/// Service created by an event (the zone is made at the start). A lookup of such a name
+/// gets NXDOMAIN here where CoreDNS would answer, so it must not pass in silence.
+pub(super) fn zone_warnings(
+    ctx: &Ctx,
+    zones: &[ZoneSpec],
+    services: &[S<k8s::Service>],
+    events: &[S<EventDoc>],
+    clients: &[super::model::ClientDef],
+) -> Vec<ScenarioWarning> {
+    let resolvers = clients
+        .iter()
+        .any(|c| matches!(c.kind, ClientKind::Resolver(_)));
+    if !resolvers || !zones.iter().any(|z| z.services) {
+        return Vec::new();
+    }
+    let warn = |line: u64, column: u64, message: String| ScenarioWarning {
+        file: ctx.file().to_string(),
+        line,
+        column,
+        message,
+    };
+    let name = |s: &k8s::Service| {
+        format!(
+            "{}.{}.svc.cluster.local",
+            s.metadata.name, s.metadata.namespace
+        )
+    };
+    let mut out = Vec::new();
+    for s in services {
+        if s.value.ipv4_cluster_ip().is_none() {
+            out.push(warn(
+                s.referenced.line(),
+                s.referenced.column(),
+                format!(
+                    "Service {} has no IPv4 cluster IP (headless, ExternalName or IPv6-only), so the DNS servers' zones (`zone.services`) have no name for it: a resolver's lookup of {} gets NXDOMAIN here, where CoreDNS would answer with its endpoints' addresses, a CNAME or AAAA records (not modelled)",
+                    s.value.key(),
+                    name(&s.value)
+                ),
+            ));
+        }
+    }
+    for e in events {
+        if let Some(s) = &e.value.create_service {
+            out.push(warn(
+                s.referenced.line(),
+                s.referenced.column(),
+                format!(
+                    "Service {} is created by an event, and the DNS servers' zones (`zone.services`) are made at the start: a resolver's lookup of {} gets NXDOMAIN for the whole run, where CoreDNS would answer once it sees the Service",
+                    s.value.key(),
+                    name(&s.value)
+                ),
+            ));
+        }
+    }
+    out
 }
 
 /// The run's DNS: every name its resolvers may ask (in client order, each lookup's names in

@@ -491,6 +491,13 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     )?;
 
     let cni = network_cni(ctx, doc.network.as_ref())?;
+    warnings.extend(super::dns_apps::zone_warnings(
+        ctx,
+        &ctx.zones.borrow(),
+        &doc.services,
+        &doc.events,
+        &clients,
+    ));
     let dns = std::sync::Arc::new(super::dns_apps::build(
         ctx,
         &ctx.zones.borrow(),
