@@ -379,6 +379,22 @@ impl Verdict {
         }
     }
 
+    /// A NAT statement's verdict: accept, with the binding to set up.
+    pub(crate) fn nat(req: NatRequest) -> Verdict {
+        Verdict {
+            nat: Some(req),
+            ..Verdict::accept()
+        }
+    }
+
+    /// A reject statement's verdict.
+    pub(crate) fn reject(with: crate::rule::RejectWith) -> Verdict {
+        Verdict {
+            action: Action::Reject(with),
+            ..Verdict::accept()
+        }
+    }
+
     /// Whether the packet continues.
     pub fn is_accept(&self) -> bool {
         self.action == Action::Accept

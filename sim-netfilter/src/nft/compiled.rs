@@ -1096,22 +1096,8 @@ impl NftProgram {
                         continue;
                     }
                     Step::Verdict(v) => v,
-                    Step::Nat(req) => {
-                        return Verdict {
-                            action: Action::Accept,
-                            nat: Some(req),
-                            notrack: false,
-                            ct_mark: None,
-                        }
-                    }
-                    Step::Reject(with) => {
-                        return Verdict {
-                            action: Action::Reject(with),
-                            nat: None,
-                            notrack: false,
-                            ct_mark: None,
-                        }
-                    }
+                    Step::Nat(req) => return Verdict::nat(req),
+                    Step::Reject(with) => return Verdict::reject(with),
                 },
                 Insn::VmapDirect { key, len } => {
                     let mut vals: [Datum; MAX_FIELDS] = Default::default();

@@ -296,22 +296,8 @@ impl NftRuleset {
                     ri += 1;
                     continue;
                 }
-                RuleOutcome::Nat(req) => {
-                    break Verdict {
-                        action: Action::Accept,
-                        nat: Some(req),
-                        notrack: false,
-                        ct_mark: None,
-                    }
-                }
-                RuleOutcome::Reject(w) => {
-                    break Verdict {
-                        action: Action::Reject(w),
-                        nat: None,
-                        notrack: false,
-                        ct_mark: None,
-                    }
-                }
+                RuleOutcome::Nat(req) => break Verdict::nat(req),
+                RuleOutcome::Reject(w) => break Verdict::reject(w),
                 RuleOutcome::Verdict(v) => v,
             };
             match verdict {
