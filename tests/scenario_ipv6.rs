@@ -148,3 +148,21 @@ fn the_ipv6_incident_reproduces_in_nftables_mode_through_the_ip6_table() {
         .count();
     assert_eq!(lost, 110, "every query after the kill is lost");
 }
+
+#[test]
+fn a_bridged_ipv6_cluster_is_refused_at_cni() {
+    // The bridge datapath is IPv4 only: refused at `network.cni` while loading, with its
+    // line, rather than when the node is built.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/stale-dns-udp-ipv6.yaml"
+    ))
+    .unwrap()
+    .replace("network:\n", "network:\n  cni: bridge\n");
+    let e = load_str("br6.yaml", &text).unwrap_err();
+    assert_eq!(e.line, 21, "{e}");
+    assert!(
+        e.message.contains("the bridge datapath is IPv4 only"),
+        "{e}"
+    );
+}
