@@ -52,6 +52,9 @@ mod bridge;
 mod bridge_tests;
 mod ct;
 mod icmp;
+mod ipvs_hook;
+#[cfg(test)]
+mod ipvs_tests;
 mod nat;
 mod nft_hooks;
 mod pipeline;
@@ -62,6 +65,7 @@ use ct::{ct_info_kind, ct_state_of, tuple_text};
 
 pub use bridge::{Bridge, BridgePort, Frame, L2Seen, Mac, BRIDGE_NF_CALL_IPTABLES};
 pub use icmp::IcmpRateLimit;
+pub use ipvs_hook::KUBE_IPVS0;
 
 pub use route::{Interface, Prefix, Route, RouteDecision, RouteError, RoutingTable, SharedRoutes};
 
@@ -409,6 +413,8 @@ pub struct Netns {
     branching: Option<Box<crate::branch::Branching>>,
     /// Its bridges and `br_netfilter`'s setting.
     bridges: bridge::Bridges,
+    /// Its IPVS state (`ipvs_hook.rs`).
+    ipvs: crate::ipvs::Ipvs,
 }
 
 /// `addrtype` classification from the routing table (`inet_dev_addr_type`).
@@ -556,6 +562,7 @@ impl Netns {
         Netns {
             conntrack: Conntrack::new(cfg.seed, &format!("{}/conntrack", cfg.name), cfg.sysctls),
             stat_rng: SimRng::derive(cfg.seed, &format!("{}/statistic", cfg.name)),
+            ipvs: crate::ipvs::Ipvs::new(cfg.seed, &format!("{}/ipvs", cfg.name)),
             name: cfg.name,
             routes,
             ruleset: Ruleset::new(),
@@ -589,6 +596,8 @@ impl Netns {
         self.nft_hooks = Default::default();
         self.nft_fast = Default::default();
         self.icmp_limit = self.icmp_limit.reset();
+        let label = format!("{}/ipvs/boot-{}", self.name, now.as_nanos());
+        self.ipvs.reboot(self.seed, &label);
     }
 
     /// Its name.
@@ -859,6 +868,9 @@ impl Netns {
             })?;
             self.bridges.call_iptables = n != 0;
             return Ok(());
+        }
+        if short.starts_with("net.ipv4.vs.") {
+            return Ok(self.ipvs.set_sysctl(short, value)?);
         }
         if short == "net.ipv6.icmp.ratelimit" || short == "net.ipv6.icmp.ratemask" {
             return self.set_icmpv6_sysctl(short, value);
