@@ -330,10 +330,6 @@ impl ConnTable {
         self.conns.is_empty()
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.conns.len()
-    }
-
     pub(crate) fn in_proc_order(&self) -> Vec<&Conn> {
         self.by_slot.values().map(|id| &self.conns[id]).collect()
     }
@@ -405,11 +401,9 @@ impl ConnTable {
         let Some(mut c) = self.conns.remove(&id) else {
             return;
         };
-        self.by_in.remove(&Self::in_key(&c));
-        if let Some(k) = Self::out_key(&c) {
-            self.by_out.remove(&k);
-        }
-        self.by_slot.remove(&(c.slot.0, std::cmp::Reverse(c.slot.1)));
+        self.unindex(&c);
+        self.by_slot
+            .remove(&(c.slot.0, std::cmp::Reverse(c.slot.1)));
         edit(&mut c);
         self.place(&mut c);
         self.by_in.insert(Self::in_key(&c), id);
@@ -417,6 +411,20 @@ impl ConnTable {
             self.by_out.insert(k, id);
         }
         self.conns.insert(id, c);
+    }
+
+    /// Takes an entry out of the lookups, where it is still the one found (a newer entry
+    /// with the same tuple shadows an older one, as the head of a hash chain does).
+    fn unindex(&mut self, c: &Conn) {
+        let k = Self::in_key(c);
+        if self.by_in.get(&k) == Some(&c.id) {
+            self.by_in.remove(&k);
+        }
+        if let Some(k) = Self::out_key(c) {
+            if self.by_out.get(&k) == Some(&c.id) {
+                self.by_out.remove(&k);
+            }
+        }
     }
 
     /// Restarts an entry's timer: `now + timeout` (`__ip_vs_conn_put_timer`).
@@ -431,11 +439,9 @@ impl ConnTable {
     /// Unhashes and drops an entry.
     pub(crate) fn remove(&mut self, id: ConnId) -> Option<Conn> {
         let c = self.conns.remove(&id)?;
-        self.by_in.remove(&Self::in_key(&c));
-        if let Some(k) = Self::out_key(&c) {
-            self.by_out.remove(&k);
-        }
-        self.by_slot.remove(&(c.slot.0, std::cmp::Reverse(c.slot.1)));
+        self.unindex(&c);
+        self.by_slot
+            .remove(&(c.slot.0, std::cmp::Reverse(c.slot.1)));
         self.by_expiry.remove(&(c.expires, id));
         Some(c)
     }

@@ -27,10 +27,12 @@
 //! kernel: each behaviour cites the kernel function it follows (docs/kernel-model.md, IPVS).
 
 mod conn;
+mod core;
 mod sched;
 mod text;
 
 pub use conn::{Conn, ConnFlags, ConnId, ConnState, IpvsTimeouts, SctpState, TcpState};
+pub use core::{CtKill, CtView, Decision, InVerdict, OutVerdict, PacketView};
 pub use sched::Scheduler;
 
 use std::collections::BTreeMap;
@@ -127,7 +129,12 @@ pub struct ServiceKey {
 impl fmt::Display for ServiceKey {
     /// `TCP 10.96.0.1:443`, `UDP [fd00::a]:53`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.protocol, text::addr_port(self.addr, self.port))
+        write!(
+            f,
+            "{} {}",
+            self.protocol,
+            text::addr_port(self.addr, self.port)
+        )
     }
 }
 
@@ -517,15 +524,15 @@ impl Ipvs {
     /// `IPVS_CMD_DEL_SERVICE` (`ip_vs_del_service`): its real servers go to the trash;
     /// connections to them stay until they expire.
     pub fn del_service(&mut self, key: ServiceKey) -> Result<(), IpvsError> {
-        self.services
-            .remove(&key)
-            .map(|_| ())
-            .ok_or(IpvsError::NoSuchService)
+        self.services.remove(&key).ok_or(IpvsError::NoSuchService)?;
+        self.expire_nodest_conns();
+        Ok(())
     }
 
     /// `IPVS_CMD_FLUSH` (`ipvsadm -C`, kube-proxy's cleanup): every service deleted.
     pub fn flush(&mut self) {
         self.services.clear();
+        self.expire_nodest_conns();
     }
 
     /// `IPVS_CMD_NEW_DEST` (`ip_vs_add_dest`): added at the tail of the service's list; a
@@ -596,6 +603,7 @@ impl Ipvs {
             .ok_or(IpvsError::NoSuchDest)?;
         svc.dests.remove(at);
         svc.sched.dest_removed(svc.spec.scheduler, &svc.dests, at);
+        self.expire_nodest_conns();
         Ok(())
     }
 
@@ -661,11 +669,12 @@ impl Ipvs {
                 self.sysctls.expire_quiescent_template = v != 0
             }
             _ => {
-                self.sysctls.conn_reuse_mode = u8::try_from(v).map_err(|_| SysctlError::OutOfRange {
-                    name: name.to_string(),
-                    value: v.to_string(),
-                    expected: "0, 1, 2 or 3",
-                })?
+                self.sysctls.conn_reuse_mode =
+                    u8::try_from(v).map_err(|_| SysctlError::OutOfRange {
+                        name: name.to_string(),
+                        value: v.to_string(),
+                        expected: "0, 1, 2 or 3",
+                    })?
             }
         }
         Ok(())

@@ -331,11 +331,13 @@ impl SchedState {
             SchedState::Wrr { cl, cw, mw, di } => {
                 // ip_vs_wrr_dest_changed.
                 *cl = None;
-                let g = dests
-                    .iter()
-                    .map(weight)
-                    .filter(|&w| w > 0)
-                    .fold(0, |g, w| if g > 0 { gcd(w, g) } else { w });
+                let g = dests.iter().map(weight).filter(|&w| w > 0).fold(0, |g, w| {
+                    if g > 0 {
+                        gcd(w, g)
+                    } else {
+                        w
+                    }
+                });
                 *di = if g > 0 { g } else { 1 };
                 *mw = dests.iter().map(weight).max().unwrap_or(0).max(0) - (*di - 1);
                 if *cw > *mw || *cw == 0 {
@@ -411,8 +413,8 @@ fn rr_schedule(cursor: &mut Option<usize>, dests: &[Destination]) -> Option<usiz
     let ok = |d: &Destination| !d.overloaded && d.spec.weight > 0;
     let last = *cursor;
     let first_from = last.map_or(0, |i| i + 1);
-    for j in first_from..dests.len() {
-        if ok(&dests[j]) {
+    for (j, d) in dests.iter().enumerate().skip(first_from) {
+        if ok(d) {
             *cursor = Some(j);
             return Some(j);
         }
@@ -449,8 +451,8 @@ fn wrr_schedule(
     let mut stop: Option<usize> = None;
     let (mut last_pass, mut restarted) = (false, false);
     loop {
-        for j in dest.map_or(0, |i| i + 1)..dests.len() {
-            if !dests[j].overloaded && weight(&dests[j]) >= *cw {
+        for (j, d) in dests.iter().enumerate().skip(dest.map_or(0, |i| i + 1)) {
+            if !d.overloaded && weight(d) >= *cw {
                 *cl = Some(j);
                 return Some(j);
             }

@@ -84,9 +84,9 @@ fn save_prints_ipvsadm_save_n() {
 -a -u 10.96.0.10:53 -r 10.244.1.3:53 -m -w 1
 ";
     assert_eq!(v.save(), want);
-    assert!(v
-        .list()
-        .contains("UDP  10.96.0.10:53 sh (sh-fallback,sh-port) persistent 60 mask 255.255.255.0\n"));
+    assert!(v.list().contains(
+        "UDP  10.96.0.10:53 sh (sh-fallback,sh-port) persistent 60 mask 255.255.255.0\n"
+    ));
 }
 
 #[test]
@@ -131,7 +131,10 @@ fn stats_columns_are_ipvsadm_largenum() {
     };
     let text = v.list_stats();
     let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("IP Virtual Server version 1.2.1 (size=4096)"));
+    assert_eq!(
+        lines.next(),
+        Some("IP Virtual Server version 1.2.1 (size=4096)")
+    );
     assert_eq!(
         lines.next(),
         Some("Prot LocalAddress:Port               Conns   InPkts  OutPkts  InBytes OutBytes")
@@ -298,7 +301,12 @@ fn services_sort_as_libipvs_compares_them() {
     // `ntohl(a) - ntohl(b)` overflows an int for addresses more than 2^31 apart.
     assert_eq!(
         heads,
-        ["192.168.0.1:30080", "10.96.0.1:80", "10.96.0.1:443", "10.96.0.10:53"]
+        [
+            "192.168.0.1:30080",
+            "10.96.0.1:80",
+            "10.96.0.1:443",
+            "10.96.0.10:53"
+        ]
     );
 }
 
@@ -377,11 +385,20 @@ fn edit_and_delete_keep_the_kernel_list_order() {
 #[test]
 fn timeouts_set_as_ipvsadm_set() {
     let mut v = Ipvs::new(1, "node");
-    assert_eq!(v.timeouts().text(), "Timeout (tcp tcpfin udp): 900 120 300\n");
+    assert_eq!(
+        v.timeouts().text(),
+        "Timeout (tcp tcpfin udp): 900 120 300\n"
+    );
     v.set_timeouts(0, 30, 0);
-    assert_eq!(v.timeouts().text(), "Timeout (tcp tcpfin udp): 900 30 300\n");
+    assert_eq!(
+        v.timeouts().text(),
+        "Timeout (tcp tcpfin udp): 900 30 300\n"
+    );
     v.set_timeouts(3600, 0, 60);
-    assert_eq!(v.timeouts().text(), "Timeout (tcp tcpfin udp): 3600 30 60\n");
+    assert_eq!(
+        v.timeouts().text(),
+        "Timeout (tcp tcpfin udp): 3600 30 60\n"
+    );
 }
 
 #[test]

@@ -266,9 +266,7 @@ impl Ipvs {
         let mut out = String::new();
         version_line(&mut out);
         out.push_str("Prot LocalAddress:Port Scheduler Flags\n");
-        out.push_str(
-            "  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n",
-        );
+        out.push_str("  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n");
         for svc in sorted_services(self) {
             let _ = write!(out, "{} {}", list_name(svc), svc.spec.scheduler.name());
             if has_sched_flags(svc) {

@@ -224,6 +224,9 @@ pub enum DropCause {
     NotABridgePort(IfName),
     /// The next hop on a bridge has no neighbour entry (ARP unanswered).
     NeighbourUnresolved(IpAddr),
+    /// IPVS dropped it (`ip_vs_in`: its real server is gone, no real server available, a
+    /// reused tuple).
+    Ipvs(String),
 }
 
 impl fmt::Display for DropCause {
@@ -249,6 +252,7 @@ impl fmt::Display for DropCause {
             DropCause::BridgeFlooded => f.write_str("bridge: flooded, no port to go to"),
             DropCause::NotABridgePort(p) => write!(f, "{p} is not a bridge port"),
             DropCause::NeighbourUnresolved(a) => write!(f, "neighbour {a} unresolved"),
+            DropCause::Ipvs(s) => write!(f, "IPVS: {s}"),
         }
     }
 }
@@ -295,6 +299,9 @@ pub enum Step {
     Nft(crate::nft::NftStep),
     /// A decision of a bridge or of `br_netfilter`, in the kernel's words.
     Bridge(String),
+    /// What IPVS did: the connection found or the real server scheduled, the reply
+    /// un-NAT'd (`ip_vs_in`, `ip_vs_out`).
+    Ipvs(String),
     /// How it ended.
     Fate(String),
 }
@@ -332,6 +339,7 @@ impl fmt::Display for Step {
             Step::Route(r) => write!(f, "  route: {r}"),
             Step::Confirm(e) => write!(f, "  confirm: {e}"),
             Step::Bridge(s) => write!(f, "  bridge: {s}"),
+            Step::Ipvs(s) => write!(f, "  ipvs: {s}"),
             Step::Fate(s) => write!(f, "=> {s}"),
         }
     }
@@ -481,6 +489,8 @@ struct Flight {
     /// The bridge ports of a bridged packet in `br_netfilter`'s passes (`nf_bridge_info`);
     /// `None` for a routed or local packet.
     phys: Option<PhysDevs>,
+    /// `skb->ipvs_property`: IPVS has translated it, its hooks leave it alone.
+    ipvs_property: bool,
 }
 
 impl Flight {
@@ -495,6 +505,7 @@ impl Flight {
             generated: Vec::new(),
             view: None,
             phys: None,
+            ipvs_property: false,
         }
     }
 
@@ -932,14 +943,20 @@ impl Netns {
         Ok(())
     }
 
-    /// The next instant something happens by itself (a conntrack entry expires).
+    /// The next instant something happens by itself (a conntrack entry or an IPVS
+    /// connection expires).
     pub fn poll_timeout(&mut self) -> Option<SimTime> {
-        self.conntrack.next_expiry()
+        let ct = self.conntrack.next_expiry();
+        match (ct, self.ipvs.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Expires what is due at `now`.
     pub fn handle_timeout(&mut self, now: SimTime) {
         self.conntrack.expire(now);
+        self.ipvs_expire(now);
     }
 
     /// Conntrack events since the last call (`conntrack -E`).
