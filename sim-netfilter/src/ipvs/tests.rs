@@ -3,6 +3,7 @@
 //! `print_largenum`), expanded by hand with the values below.
 
 use super::conn::{ConnTable, InKey};
+use super::sched;
 use super::*;
 use sim_core::{SimDuration, SimTime};
 
@@ -415,4 +416,257 @@ fn sysctls_by_name() {
     assert_eq!(s.conn_reuse_mode, 0);
     assert!(v.set_sysctl("net.ipv4.vs.nope", "1").is_err());
     assert!(v.set_sysctl("net.ipv4.vs.conntrack", "x").is_err());
+}
+
+// ---- Schedulers. Sequences derived by hand from each ip_vs_<name>.c; the hashing ones'
+// buckets computed with an independent transcription of the kernel's hash functions
+// (siphash checked against the SipHash paper's test vector).
+
+/// A service of `sched` with real servers added in this order (so listed newest first)
+/// with (weight, activeconns, inactconns).
+fn svc_with(sched: Scheduler, servers: &[(&str, u32, u32, u32)]) -> (Ipvs, ServiceKey) {
+    let mut v = Ipvs::new(1, "node");
+    let k = tcp("10.96.0.20", 80);
+    v.add_service(ServiceSpec::new(k, sched)).unwrap();
+    for &(a, w, act, inact) in servers {
+        v.add_dest(k, DestSpec::masq(ip(a), 8080, w)).unwrap();
+        let s = v.services.get_mut(&k).unwrap();
+        s.dests[0].counters = DestCounters {
+            activeconns: act,
+            inactconns: inact,
+            persistconns: 0,
+        };
+    }
+    (v, k)
+}
+
+fn pick_from(v: &mut Ipvs, k: ServiceKey, src: &str) -> Option<String> {
+    let s = v.services.get_mut(&k).unwrap();
+    let input = sched::SchedInput {
+        saddr: ip(src),
+        sport: 40000,
+        daddr: k.addr,
+    };
+    s.sched
+        .schedule(s.spec.scheduler, s.spec.flags, &s.dests, input)
+        .map(|i| s.dests[i].spec.addr.to_string())
+}
+
+fn picks(v: &mut Ipvs, k: ServiceKey, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|_| pick_from(v, k, "10.244.1.5").unwrap_or_else(|| "-".into()))
+        .collect()
+}
+
+#[test]
+fn rr_walks_the_list_newest_first_skipping_weight_zero() {
+    let (mut v, k) = svc_with(
+        Scheduler::Rr,
+        &[
+            ("10.0.0.1", 1, 0, 0),
+            ("10.0.0.2", 1, 0, 0),
+            ("10.0.0.3", 1, 0, 0),
+        ],
+    );
+    assert_eq!(
+        picks(&mut v, k, 4),
+        ["10.0.0.3", "10.0.0.2", "10.0.0.1", "10.0.0.3"]
+    );
+    // The cursor is on 10.0.0.3; quiescing 10.0.0.2 skips it.
+    v.edit_dest(k, DestSpec::masq(ip("10.0.0.2"), 8080, 0))
+        .unwrap();
+    assert_eq!(picks(&mut v, k, 3), ["10.0.0.1", "10.0.0.3", "10.0.0.1"]);
+    // Deleting the server under the cursor (10.0.0.1, last in the list) moves the cursor to
+    // the one before it (ip_vs_rr_del_dest), so the walk goes on at the head.
+    v.del_dest(k, ip("10.0.0.1"), 8080).unwrap();
+    assert_eq!(picks(&mut v, k, 2), ["10.0.0.3", "10.0.0.3"]);
+    v.edit_dest(k, DestSpec::masq(ip("10.0.0.3"), 8080, 0))
+        .unwrap();
+    assert_eq!(picks(&mut v, k, 1), ["-"]);
+}
+
+#[test]
+fn wrr_steps_the_current_weight_by_the_gcd() {
+    // List order a(4), b(3), c(2): added c, b, a.
+    let (mut v, k) = svc_with(
+        Scheduler::Wrr,
+        &[
+            ("10.0.0.3", 2, 0, 0),
+            ("10.0.0.2", 3, 0, 0),
+            ("10.0.0.1", 4, 0, 0),
+        ],
+    );
+    let a = "10.0.0.1";
+    let b = "10.0.0.2";
+    let c = "10.0.0.3";
+    // Adding one by one runs ip_vs_wrr_dest_changed each time: c alone gives di 2,
+    // mw = 2 - 1 = 1, cw = 1; b and a keep cw 1 (not above mw, di 1). So cw 1: a b c;
+    // then cw 0 -> mw 4: a; cw 3: a b; cw 2: a b c; ...
+    assert_eq!(picks(&mut v, k, 10), [a, b, c, a, a, b, a, b, c, a]);
+    // Weights 4 and 2 (gcd 2): mw = 4 - (2 - 1) = 3; b alone left cw at 1, and
+    // (1 / 2) * 2 + 1 = 1 keeps it: cw 1: a b; cw 3: a; cw 1: a b; ...
+    let (mut v, k) = svc_with(
+        Scheduler::Wrr,
+        &[("10.0.0.2", 2, 0, 0), ("10.0.0.1", 4, 0, 0)],
+    );
+    assert_eq!(picks(&mut v, k, 6), [a, b, a, a, b, a]);
+    let (mut v, k) = svc_with(Scheduler::Wrr, &[("10.0.0.1", 0, 0, 0)]);
+    assert_eq!(picks(&mut v, k, 1), ["-"]);
+}
+
+#[test]
+fn least_connection_schedulers_use_the_kernel_overheads() {
+    // List order a, b, c (added c, b, a).
+    let three = |sched, a: (u32, u32, u32), b: (u32, u32, u32), c: (u32, u32, u32)| {
+        let (mut v, k) = svc_with(
+            sched,
+            &[
+                ("10.0.0.3", c.0, c.1, c.2),
+                ("10.0.0.2", b.0, b.1, b.2),
+                ("10.0.0.1", a.0, a.1, a.2),
+            ],
+        );
+        pick_from(&mut v, k, "10.244.1.5").unwrap()
+    };
+    // lc: (active << 8) + inactive = 256, 5, 5: the first lowest, b.
+    assert_eq!(
+        three(Scheduler::Lc, (1, 1, 0), (1, 0, 5), (1, 0, 5)),
+        "10.0.0.2"
+    );
+    // ... and a weight-0 server is skipped even when idle.
+    assert_eq!(
+        three(Scheduler::Lc, (1, 1, 0), (0, 0, 0), (1, 0, 5)),
+        "10.0.0.3"
+    );
+    // wlc: overheads 256 (w1), 266 (w2), 512 (w3): 256*2 > 266*1 takes b; 266*3 > 512*2
+    // does not take c.
+    assert_eq!(
+        three(Scheduler::Wlc, (1, 1, 0), (2, 1, 10), (3, 2, 0)),
+        "10.0.0.2"
+    );
+    // sed: active + 1 = 2 (w1), 2 (w2), 3 (w3): b by 2*2 > 2*1; c's 2*3 > 3*2 is false.
+    assert_eq!(
+        three(Scheduler::Sed, (1, 1, 0), (2, 1, 9), (3, 2, 0)),
+        "10.0.0.2"
+    );
+    // nq: an idle server at once, though a is lighter by sed's measure.
+    assert_eq!(
+        three(Scheduler::Nq, (9, 1, 0), (1, 0, 0), (1, 5, 0)),
+        "10.0.0.2"
+    );
+    assert_eq!(
+        three(Scheduler::Nq, (9, 1, 0), (1, 3, 0), (1, 5, 0)),
+        "10.0.0.1"
+    );
+}
+
+#[test]
+fn sh_fills_256_buckets_by_weight_and_hashes_the_source() {
+    // List order a(1), b(2): buckets a b b a b b ...; hash_32 buckets of the sources:
+    // 10.244.1.5 -> 115, 10.244.1.6 -> 212, 172.18.0.9 -> 149.
+    let (mut v, k) = svc_with(
+        Scheduler::Sh,
+        &[("10.0.0.2", 2, 0, 0), ("10.0.0.1", 1, 0, 0)],
+    );
+    for (src, want) in [
+        ("10.244.1.5", "10.0.0.2"),
+        ("10.244.1.6", "10.0.0.2"),
+        ("172.18.0.9", "10.0.0.2"),
+    ] {
+        assert_eq!(pick_from(&mut v, k, src).unwrap(), want, "{src}");
+    }
+    // a, b, c of weight 1: bucket % 3.
+    let (mut v, k) = svc_with(
+        Scheduler::Sh,
+        &[
+            ("10.0.0.3", 1, 0, 0),
+            ("10.0.0.2", 1, 0, 0),
+            ("10.0.0.1", 1, 0, 0),
+        ],
+    );
+    assert_eq!(pick_from(&mut v, k, "10.244.1.5").unwrap(), "10.0.0.2");
+    assert_eq!(pick_from(&mut v, k, "10.244.1.6").unwrap(), "10.0.0.3");
+    // b quiesced: it keeps its bucket, so 10.244.1.5 finds no server...
+    v.edit_dest(k, DestSpec::masq(ip("10.0.0.2"), 8080, 0))
+        .unwrap();
+    assert_eq!(pick_from(&mut v, k, "10.244.1.5"), None);
+    // ... unless sh-fallback: offset 0 probes bucket (0 + 2 * 115) & 255 = 230 -> c.
+    let mut spec = v.service(k).unwrap().spec.clone();
+    spec.flags.0 |= ServiceFlags::SCHED1;
+    v.edit_service(spec).unwrap();
+    assert_eq!(pick_from(&mut v, k, "10.244.1.5").unwrap(), "10.0.0.3");
+}
+
+#[test]
+fn dh_hashes_the_virtual_address() {
+    // (ntohl(daddr) * 2654435761) & 255: 10.96.0.20 -> 212, 212 % 3 = 2 -> the third in
+    // list order, whatever the client.
+    let (mut v, k) = svc_with(
+        Scheduler::Dh,
+        &[
+            ("10.0.0.3", 1, 0, 0),
+            ("10.0.0.2", 5, 0, 0),
+            ("10.0.0.1", 1, 0, 0),
+        ],
+    );
+    for src in ["10.244.1.5", "10.244.1.6", "172.18.0.9"] {
+        assert_eq!(pick_from(&mut v, k, src).unwrap(), "10.0.0.3");
+    }
+}
+
+#[test]
+fn siphash_matches_the_reference_vector() {
+    // SipHash-2-4, key 00..0f, message 00..0e (the SipHash paper's Appendix A).
+    let data: Vec<u8> = (0..15).collect();
+    assert_eq!(
+        sched::siphash(&data, 0x0706_0504_0302_0100, 0x0f0e_0d0c_0b0a_0908, 2, 4),
+        0xa129_ca61_49be_45e5
+    );
+}
+
+#[test]
+fn mh_builds_the_maglev_table_from_fixed_keys() {
+    // List order 10.244.2.7 (w1), 10.244.1.3 (w1), 10.244.0.4 (w2); turns 1, 1, 2.
+    let (mut v, k) = svc_with(
+        Scheduler::Mh,
+        &[
+            ("10.244.0.4", 2, 0, 0),
+            ("10.244.1.3", 1, 0, 0),
+            ("10.244.2.7", 1, 0, 0),
+        ],
+    );
+    let s = v.services.get(&k).unwrap();
+    let sched::SchedState::Mh(table) = &s.sched else {
+        panic!("not mh")
+    };
+    let count = |i| table.iter().filter(|&&x| x == Some(i)).count();
+    assert_eq!((count(0), count(1), count(2)), (63, 63, 125));
+    let first: Vec<usize> = table[..10].iter().map(|x| x.unwrap()).collect();
+    assert_eq!(first, [2, 0, 2, 2, 2, 1, 2, 2, 1, 0]);
+    for (src, want) in [
+        ("10.244.1.5", "10.244.2.7"),
+        ("10.244.1.6", "10.244.1.3"),
+        ("172.18.0.9", "10.244.2.7"),
+    ] {
+        assert_eq!(pick_from(&mut v, k, src).unwrap(), want, "{src}");
+    }
+    // Quiesced, a server keeps its entries (last_weight), so its clients get nothing
+    // without mh-fallback.
+    v.edit_dest(k, DestSpec::masq(ip("10.244.2.7"), 8080, 0))
+        .unwrap();
+    let s = v.services.get(&k).unwrap();
+    let sched::SchedState::Mh(t2) = &s.sched else {
+        panic!("not mh")
+    };
+    assert_eq!(t2.iter().filter(|&&x| x == Some(0)).count(), 63);
+    assert_eq!(pick_from(&mut v, k, "10.244.1.5"), None);
+}
+
+#[test]
+fn every_scheduler_name_parses_and_prints() {
+    for s in Scheduler::ALL {
+        assert_eq!(s.name().parse::<Scheduler>().unwrap(), s);
+    }
+    let e = "fo".parse::<Scheduler>().unwrap_err();
+    assert!(e.contains("rr, wrr, lc, wlc, sh, dh, sed, nq, mh"), "{e}");
 }

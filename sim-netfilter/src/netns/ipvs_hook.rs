@@ -150,7 +150,6 @@ impl Netns {
             return None;
         }
         let v = view(&f.pkt)?;
-        self.ipvs_expire(now);
         if self.ipvs_reply(now, f, &v) {
             return None;
         }
@@ -195,7 +194,6 @@ impl Netns {
             return;
         }
         if let Some(v) = view(&f.pkt) {
-            self.ipvs_expire(now);
             self.ipvs_reply(now, f, &v);
         }
     }

@@ -85,6 +85,10 @@ impl Netns {
         depth: u8,
     ) -> (Fate, Option<EntryId>, Option<PacketTrace>) {
         let start = out.len();
+        if self.ipvs.is_active() {
+            // IPVS connections expire by their timers, before any later packet.
+            self.ipvs_expire(now);
+        }
         let mut f = Flight::new(pkt, traced, std::mem::take(out));
         let fate = match from {
             Ingress::Interface(dev) => {
