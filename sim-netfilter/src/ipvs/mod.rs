@@ -657,10 +657,15 @@ impl Ipvs {
                 known: IPVS_SYSCTLS.join(", "),
             });
         }
-        let v: i32 = value.trim().parse().map_err(|_| SysctlError::NotANumber {
+        let v: i64 = value.trim().parse().map_err(|_| SysctlError::NotANumber {
             name: name.to_string(),
             value: value.to_string(),
             expected: "an integer",
+        })?;
+        let v = i32::try_from(v).map_err(|_| SysctlError::OutOfRange {
+            name: name.to_string(),
+            value: v.to_string(),
+            expected: "an integer from -2147483648 to 2147483647",
         })?;
         match name {
             "net.ipv4.vs.conntrack" => self.sysctls.conntrack = v != 0,

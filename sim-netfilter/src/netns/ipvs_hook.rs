@@ -182,8 +182,20 @@ impl Netns {
                 ))
             }
             InVerdict::Nat {
-                daddr, dport, nfct, ..
+                daddr,
+                dport,
+                nfct,
+                fwd: crate::ipvs::FwdMethod::Masq,
+                ..
             } => self.ipvs_nat_xmit(now, f, daddr, dport, nfct, hook),
+            InVerdict::Nat { fwd, .. } => Some(self.dropped(
+                now,
+                f,
+                Fate::Dropped(DropCause::Ipvs(format!(
+                    "the {} forwarding method is not modelled (only masquerading, which kube-proxy uses)",
+                    fwd.name()
+                ))),
+            )),
         }
     }
 

@@ -356,3 +356,80 @@ fn an_expired_ipvs_connection_takes_its_conntrack_entry_with_it() {
     assert!(n.ipvs().conns().is_empty());
     assert_eq!(n.conntrack().len(), 0, "ip_vs_conn_drop_conntrack");
 }
+
+/// A connection through IPVS closed by both sides: IPVS and conntrack in TIME_WAIT.
+fn closed_connection(n: &mut Netns) {
+    let ms = SimTime::from_millis;
+    let c = sa(CLIENT);
+    let from_client = |flags| Packet::tcp(c, sa(VIP), flags);
+    let from_server = |flags| Packet::tcp(sa(RS), c, flags);
+    let fa = TcpFlags::FIN.union(TcpFlags::ACK);
+    let steps = [
+        (from_client(TcpFlags::SYN), "veth20"),
+        (from_server(TcpFlags::SYN.union(TcpFlags::ACK)), "eth0"),
+        (from_client(TcpFlags::ACK), "veth20"),
+        (from_client(fa), "veth20"),
+        (from_server(fa), "eth0"),
+        (from_client(TcpFlags::ACK), "veth20"),
+    ];
+    for (i, (p, dev)) in steps.into_iter().enumerate() {
+        n.process(ms(i as u64), p, Ingress::Interface(ifn(dev)));
+    }
+    assert!(n
+        .ipvs()
+        .list_conns(ms(10))
+        .contains("TIME_WAIT   10.244.1.20:40000"));
+}
+
+#[test]
+fn conn_reuse_mode_on_a_time_wait_tuple_by_kernel_generation() {
+    let syn = Packet::tcp(sa(CLIENT), sa(VIP), TcpFlags::SYN);
+    let at = SimTime::from_secs(1);
+    // 5.9+: conntrack re-opens its TIME_WAIT entry, so the SYN's entry is new and IPVS
+    // schedules a fresh connection at once.
+    let (mut n, _) = ipvs_node(true);
+    closed_connection(&mut n);
+    let r = n.process_traced(at, syn, Ingress::Interface(ifn("veth20")));
+    assert_eq!(
+        sent(&r),
+        "eth0: tcp 10.244.1.20:40000 -> 10.244.2.7:8080 SYN"
+    );
+    let trace = r.trace.unwrap().to_string();
+    assert!(
+        trace.contains("new SYN on the tuple of a TIME_WAIT connection to 10.244.2.7:8080: rescheduled (conn_reuse_mode=1); rr chose"),
+        "{trace}"
+    );
+    // Before 5.9 any conntrack entry counts: the SYN is dropped and the old connection
+    // expires, taking its conntrack entry; the client's retransmission a second later goes.
+    let (mut n, _) = ipvs_node(true);
+    n.ipvs_mut().set_kernel_5_9(false);
+    closed_connection(&mut n);
+    let r = n.process(at, syn, Ingress::Interface(ifn("veth20")));
+    assert_eq!(
+        r.fate,
+        Fate::Dropped(DropCause::Ipvs("ip_vs_in dropped it".into()))
+    );
+    let r = n.process(
+        SimTime::from_secs(2),
+        syn,
+        Ingress::Interface(ifn("veth20")),
+    );
+    assert_eq!(
+        sent(&r),
+        "eth0: tcp 10.244.1.20:40000 -> 10.244.2.7:8080 SYN"
+    );
+    // conn_reuse_mode=0 (what kube-proxy set before 5.9): the old connection is reused.
+    let (mut n, _) = ipvs_node(true);
+    n.set_sysctl("net.ipv4.vs.conn_reuse_mode", "0").unwrap();
+    n.ipvs_mut().set_kernel_5_9(false);
+    closed_connection(&mut n);
+    let r = n.process(at, syn, Ingress::Interface(ifn("veth20")));
+    assert_eq!(
+        sent(&r),
+        "eth0: tcp 10.244.1.20:40000 -> 10.244.2.7:8080 SYN"
+    );
+    assert!(n
+        .ipvs()
+        .list_conns(at)
+        .contains("SYN_RECV    10.244.1.20:40000"));
+}
