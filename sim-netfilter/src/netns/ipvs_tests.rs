@@ -433,3 +433,66 @@ fn conn_reuse_mode_on_a_time_wait_tuple_by_kernel_generation() {
         .list_conns(at)
         .contains("SYN_RECV    10.244.1.20:40000"));
 }
+
+#[test]
+fn the_node_itself_reaches_a_service_through_local_out() {
+    let (mut n, _) = ipvs_node(true);
+    let c = sa("172.18.0.2:50000");
+    let syn = Packet::tcp(c, sa(VIP), TcpFlags::SYN);
+    let r = n.process_traced(SimTime::ZERO, syn, Ingress::Local);
+    assert_eq!(
+        sent(&r),
+        "eth0: tcp 172.18.0.2:50000 -> 10.244.2.7:8080 SYN"
+    );
+    let trace = r.trace.unwrap().to_string();
+    // ip_vs_in at LOCAL_OUT, then OUTPUT again for the translated packet.
+    let at = trace.find("ipvs: ip_vs_in: rr chose").expect(&trace);
+    assert!(trace[at..].contains("\nOUTPUT\n"), "{trace}");
+    let synack = Packet::tcp(sa(RS), c, TcpFlags::SYN.union(TcpFlags::ACK));
+    let r = n.process(
+        SimTime::from_millis(1),
+        synack,
+        Ingress::Interface(ifn("eth0")),
+    );
+    assert_eq!(r.fate, Fate::Delivered);
+    let Some(Egress::LocalDeliver { packet }) = r.out.first() else {
+        panic!("{:?}", r.out)
+    };
+    assert_eq!(
+        packet.to_string(),
+        "tcp 10.96.0.20:80 -> 172.18.0.2:50000 SYN,ACK"
+    );
+}
+
+#[test]
+fn a_real_server_on_the_node_gets_the_packet_delivered_locally() {
+    let (mut n, k) = ipvs_node(true);
+    let v = n.ipvs_mut();
+    v.del_dest(k, ip("10.244.2.7"), 8080).unwrap();
+    v.add_dest(k, DestSpec::masq(ip("172.18.0.2"), 6443, 1))
+        .unwrap();
+    let syn = Packet::tcp(sa(CLIENT), sa(VIP), TcpFlags::SYN);
+    let r = n.process(SimTime::ZERO, syn, Ingress::Interface(ifn("veth20")));
+    assert_eq!(r.fate, Fate::Delivered);
+    let Some(Egress::LocalDeliver { packet }) = r.out.first() else {
+        panic!("{:?}", r.out)
+    };
+    assert_eq!(
+        packet.to_string(),
+        "tcp 10.244.1.20:40000 -> 172.18.0.2:6443 SYN"
+    );
+}
+
+#[test]
+fn no_ipvs_service_no_ipvs_step() {
+    // A namespace without virtual services never calls IPVS: a packet to a bound address is
+    // delivered and the trace has no ipvs line.
+    let mut n = node();
+    let dev = ifn(KUBE_IPVS0);
+    n.ensure_dummy_device(dev).unwrap();
+    n.ensure_address_bind(ip("10.96.0.20"), dev).unwrap();
+    let syn = Packet::tcp(sa(CLIENT), sa(VIP), TcpFlags::SYN);
+    let r = n.process_traced(SimTime::ZERO, syn, Ingress::Interface(ifn("eth0")));
+    assert_eq!(r.fate, Fate::Delivered);
+    assert!(!r.trace.unwrap().to_string().contains("ipvs:"));
+}
