@@ -484,17 +484,11 @@ impl Ipvs {
                             "persistence template invalidated (real server unavailable): ",
                         );
                     }
-                    let svc = self
-                        .services
-                        .get_mut(&key)
-                        .unwrap_or_else(|| unreachable!());
-                    let i = svc
-                        .sched
-                        .schedule(sched, flags, &svc.dests, input)
+                    let (i, daddr, dport) = self
+                        .pick(key, input)
                         .ok_or_else(|| format!("{note}{sched}: no destination available"))?;
-                    let d = &svc.dests[i].spec;
-                    let (daddr, dport) = (d.addr, d.port);
-                    let timeout = SimDuration::from_secs(u64::from(svc.spec.timeout_secs));
+                    let timeout_secs = self.services.get(&key).map_or(0, |s| s.spec.timeout_secs);
+                    let timeout = SimDuration::from_secs(u64::from(timeout_secs));
                     let t = self.conn_new(
                         now,
                         key,
@@ -525,16 +519,10 @@ impl Ipvs {
                 }
             }
         } else {
-            let svc = self
-                .services
-                .get_mut(&key)
-                .unwrap_or_else(|| unreachable!());
-            let i = svc
-                .sched
-                .schedule(sched, flags, &svc.dests, input)
+            let (i, daddr, dport) = self
+                .pick(key, input)
                 .ok_or_else(|| format!("{sched}: no destination available"))?;
-            let d = &svc.dests[i].spec;
-            note.push_str(&format!("{sched} chose {}: ", addr_port(d.addr, d.port)));
+            note.push_str(&format!("{sched} chose {}: ", addr_port(daddr, dport)));
             (i, None)
         };
         let svc = &self.services[&key];
@@ -582,6 +570,16 @@ impl Ipvs {
             addr_port(daddr, dport)
         ));
         Ok((id, note))
+    }
+
+    /// The scheduler's pick for a new connection of `key` (`sched->schedule`): the real
+    /// server's index in the list, its address and port.
+    fn pick(&mut self, key: ServiceKey, input: SchedInput) -> Option<(usize, IpAddr, u16)> {
+        let svc = self.services.get_mut(&key)?;
+        let (sched, flags) = (svc.spec.scheduler, svc.spec.flags);
+        let i = svc.sched.schedule(sched, flags, &svc.dests, input)?;
+        let d = &svc.dests[i].spec;
+        Some((i, d.addr, d.port))
     }
 
     /// `ip_vs_conn_new` + `ip_vs_bind_dest`: the connection starts INACTIVE (the dest's
