@@ -336,6 +336,20 @@ impl Conntrack {
         Ok(slot)
     }
 
+    /// Replaces the reply tuple of an unconfirmed entry (`nf_conntrack_alter_reply`): IPVS
+    /// does it for a connection it translates itself, so that the reply from the real
+    /// server belongs to the entry (`ip_vs_update_conntrack`, `net.ipv4.vs.conntrack=1`).
+    /// No NAT status is set: conntrack does not rewrite those packets, IPVS does.
+    pub fn alter_reply(&mut self, id: EntryId, reply: &crate::Tuple) -> Result<(), NatError> {
+        let slot = self.slot_of(id).ok_or(NatError::NoEntry(id))?;
+        if self.slab[slot].life != Life::Unconfirmed {
+            return Err(NatError::Confirmed(id));
+        }
+        let orig = self.key(slot, 0);
+        self.set_keys(slot, orig, Key::from_tuple(reply));
+        Ok(())
+    }
+
     /// Records that a NAT hook found no rule for a new connection (`nf_nat_alloc_null_binding`):
     /// a mapping onto the entry's own address, so later NAT at this hook cannot happen. The
     /// source port may still change if the reply tuple is already taken.

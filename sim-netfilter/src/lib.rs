@@ -76,6 +76,7 @@ mod fmt;
 mod hint;
 mod index;
 pub mod ipset;
+pub mod ipvs;
 pub mod netns;
 pub mod nft;
 mod parse;

@@ -236,7 +236,7 @@ pub fn full_name(name: &str) -> String {
 /// model (a modelled one's value is checked by setting it). Unknown names are
 /// `Ok(Some(..))` too: callers that must refuse typos check [`is_kernel_sysctl`] first.
 pub fn unmodelled(name: &str, value: &str) -> Result<Option<String>, String> {
-    if ICMP_SYSCTLS.contains(&name) {
+    if ICMP_SYSCTLS.contains(&name) || crate::ipvs::IPVS_SYSCTLS.contains(&name) {
         return Ok(None);
     }
     let short = name.strip_prefix(NETFILTER).unwrap_or(name);
@@ -303,7 +303,7 @@ fn check_kind(name: &str, value: &str, kind: Kind) -> Result<(), String> {
 /// Whether `name` (full) is a netfilter sysctl of the 6.18 kernel, modelled or not.
 pub fn is_kernel_sysctl(name: &str) -> bool {
     let Some(short) = name.strip_prefix(NETFILTER) else {
-        return ICMP_SYSCTLS.contains(&name);
+        return ICMP_SYSCTLS.contains(&name) || crate::ipvs::IPVS_SYSCTLS.contains(&name);
     };
     Sysctls::names().any(|n| n == short)
         || NOT_MODELLED.iter().any(|(n, ..)| *n == short)
@@ -315,6 +315,9 @@ pub fn is_kernel_sysctl(name: &str) -> bool {
 
 /// Checks a modelled sysctl's value as the kernel would (`Err` with the reason if refused).
 fn check_modelled(name: &str, value: &str) -> Result<(), SysctlError> {
+    if crate::ipvs::IPVS_SYSCTLS.contains(&name) {
+        return crate::ipvs::Ipvs::default().set_sysctl(name, value);
+    }
     if let Some(short) = ICMP_SYSCTLS
         .iter()
         .find(|n| **n == name)
@@ -355,6 +358,7 @@ pub fn read_sysctl_file(text: &str) -> Result<SysctlFile, SysctlFileError> {
             });
         }
         let modelled = ICMP_SYSCTLS.contains(&name.as_str())
+            || crate::ipvs::IPVS_SYSCTLS.contains(&name.as_str())
             || name
                 .strip_prefix(NETFILTER)
                 .is_some_and(|s| Sysctls::names().any(|n| n == s));

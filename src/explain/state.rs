@@ -98,6 +98,7 @@ pub fn load_saved_state(ns: &mut Netns, state: &SavedState<'_>) -> Result<Loaded
         };
         let short = full.strip_prefix("net.netfilter.").unwrap_or(&full);
         let modelled = sim_netfilter::sysctl_file::ICMP_SYSCTLS.contains(&full.as_str())
+            || sim_netfilter::ipvs::IPVS_SYSCTLS.contains(&full.as_str())
             || sim_conntrack::Sysctls::names().any(|n| n == short);
         if !modelled && !sim_netfilter::sysctl_file::is_kernel_sysctl(&full) {
             // Unknown: refused, with the names that exist.

@@ -191,6 +191,11 @@ pub enum StepJson {
         /// What was decided, in the kernel's words.
         text: String,
     },
+    /// What IPVS did with the packet (the connection found, the real server scheduled).
+    Ipvs {
+        /// In words.
+        text: String,
+    },
     /// The entry was confirmed.
     Confirm {
         /// The entry as `conntrack -L` prints it.
@@ -640,6 +645,7 @@ fn step_json(s: &Step) -> StepJson {
             decision: r.clone(),
         },
         Step::Bridge(t) => StepJson::Bridge { text: t.clone() },
+        Step::Ipvs(t) => StepJson::Ipvs { text: t.clone() },
         Step::Confirm(e) => StepJson::Confirm { entry: e.clone() },
         Step::Fate(f) => StepJson::Fate { text: f.clone() },
         Step::Nft(e) => StepJson::Nft {

@@ -486,6 +486,7 @@ impl Netns {
                 generated: std::mem::take(&mut f.generated),
                 view: if k == 0 { f.view } else { None },
                 phys: f.phys,
+                ipvs_property: f.ipvs_property,
             };
             fate = self.bridge_forward(now, &mut g, br, *d, (frame.src_mac, dst_mac));
             f.trace = g.trace;

@@ -52,6 +52,9 @@ mod bridge;
 mod bridge_tests;
 mod ct;
 mod icmp;
+mod ipvs_hook;
+#[cfg(test)]
+mod ipvs_tests;
 mod nat;
 mod nft_hooks;
 mod pipeline;
@@ -62,6 +65,7 @@ use ct::{ct_info_kind, ct_state_of, tuple_text};
 
 pub use bridge::{Bridge, BridgePort, Frame, L2Seen, Mac, BRIDGE_NF_CALL_IPTABLES};
 pub use icmp::IcmpRateLimit;
+pub use ipvs_hook::KUBE_IPVS0;
 
 pub use route::{Interface, Prefix, Route, RouteDecision, RouteError, RoutingTable, SharedRoutes};
 
@@ -220,6 +224,9 @@ pub enum DropCause {
     NotABridgePort(IfName),
     /// The next hop on a bridge has no neighbour entry (ARP unanswered).
     NeighbourUnresolved(IpAddr),
+    /// IPVS dropped it (`ip_vs_in`: its real server is gone, no real server available, a
+    /// reused tuple).
+    Ipvs(String),
 }
 
 impl fmt::Display for DropCause {
@@ -245,6 +252,7 @@ impl fmt::Display for DropCause {
             DropCause::BridgeFlooded => f.write_str("bridge: flooded, no port to go to"),
             DropCause::NotABridgePort(p) => write!(f, "{p} is not a bridge port"),
             DropCause::NeighbourUnresolved(a) => write!(f, "neighbour {a} unresolved"),
+            DropCause::Ipvs(s) => write!(f, "IPVS: {s}"),
         }
     }
 }
@@ -291,6 +299,9 @@ pub enum Step {
     Nft(crate::nft::NftStep),
     /// A decision of a bridge or of `br_netfilter`, in the kernel's words.
     Bridge(String),
+    /// What IPVS did: the connection found or the real server scheduled, the reply
+    /// un-NAT'd (`ip_vs_in`, `ip_vs_out`).
+    Ipvs(String),
     /// How it ended.
     Fate(String),
 }
@@ -328,6 +339,7 @@ impl fmt::Display for Step {
             Step::Route(r) => write!(f, "  route: {r}"),
             Step::Confirm(e) => write!(f, "  confirm: {e}"),
             Step::Bridge(s) => write!(f, "  bridge: {s}"),
+            Step::Ipvs(s) => write!(f, "  ipvs: {s}"),
             Step::Fate(s) => write!(f, "=> {s}"),
         }
     }
@@ -409,6 +421,8 @@ pub struct Netns {
     branching: Option<Box<crate::branch::Branching>>,
     /// Its bridges and `br_netfilter`'s setting.
     bridges: bridge::Bridges,
+    /// Its IPVS state (`ipvs_hook.rs`).
+    ipvs: crate::ipvs::Ipvs,
 }
 
 /// `addrtype` classification from the routing table (`inet_dev_addr_type`).
@@ -475,6 +489,8 @@ struct Flight {
     /// The bridge ports of a bridged packet in `br_netfilter`'s passes (`nf_bridge_info`);
     /// `None` for a routed or local packet.
     phys: Option<PhysDevs>,
+    /// `skb->ipvs_property`: IPVS has translated it, its hooks leave it alone.
+    ipvs_property: bool,
 }
 
 impl Flight {
@@ -489,6 +505,7 @@ impl Flight {
             generated: Vec::new(),
             view: None,
             phys: None,
+            ipvs_property: false,
         }
     }
 
@@ -556,6 +573,7 @@ impl Netns {
         Netns {
             conntrack: Conntrack::new(cfg.seed, &format!("{}/conntrack", cfg.name), cfg.sysctls),
             stat_rng: SimRng::derive(cfg.seed, &format!("{}/statistic", cfg.name)),
+            ipvs: crate::ipvs::Ipvs::new(cfg.seed, &format!("{}/ipvs", cfg.name)),
             name: cfg.name,
             routes,
             ruleset: Ruleset::new(),
@@ -589,6 +607,8 @@ impl Netns {
         self.nft_hooks = Default::default();
         self.nft_fast = Default::default();
         self.icmp_limit = self.icmp_limit.reset();
+        let label = format!("{}/ipvs/boot-{}", self.name, now.as_nanos());
+        self.ipvs.reboot(self.seed, &label);
     }
 
     /// Its name.
@@ -860,6 +880,9 @@ impl Netns {
             self.bridges.call_iptables = n != 0;
             return Ok(());
         }
+        if short.starts_with("net.ipv4.vs.") {
+            return Ok(self.ipvs.set_sysctl(short, value)?);
+        }
         if short == "net.ipv6.icmp.ratelimit" || short == "net.ipv6.icmp.ratemask" {
             return self.set_icmpv6_sysctl(short, value);
         }
@@ -920,14 +943,20 @@ impl Netns {
         Ok(())
     }
 
-    /// The next instant something happens by itself (a conntrack entry expires).
+    /// The next instant something happens by itself (a conntrack entry or an IPVS
+    /// connection expires).
     pub fn poll_timeout(&mut self) -> Option<SimTime> {
-        self.conntrack.next_expiry()
+        let ct = self.conntrack.next_expiry();
+        match (ct, self.ipvs.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Expires what is due at `now`.
     pub fn handle_timeout(&mut self, now: SimTime) {
         self.conntrack.expire(now);
+        self.ipvs_expire(now);
     }
 
     /// Conntrack events since the last call (`conntrack -E`).

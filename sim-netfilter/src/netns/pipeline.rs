@@ -85,6 +85,10 @@ impl Netns {
         depth: u8,
     ) -> (Fate, Option<EntryId>, Option<PacketTrace>) {
         let start = out.len();
+        if self.ipvs.is_active() {
+            // IPVS connections expire by their timers, before any later packet.
+            self.ipvs_expire(now);
+        }
         let mut f = Flight::new(pkt, traced, std::mem::take(out));
         let fate = match from {
             Ingress::Interface(dev) => {
@@ -280,6 +284,7 @@ impl Netns {
         if let TableOutcome::Stop(fate) = self.nft_filter(now, f, Hook::Forward, from, hi) {
             return Err(self.dropped(now, f, fate));
         }
+        self.ipvs_forward(now, f);
         Ok(())
     }
 
@@ -413,6 +418,9 @@ impl Netns {
         if let TableOutcome::Stop(fate) = self.nft_filter(now, f, Hook::Input, from, P::NAT_SRC) {
             return self.dropped(now, f, fate);
         }
+        if let Some(fate) = self.ipvs_local(now, f, Hook::Input) {
+            return fate;
+        }
         if let Err(fate) = self.nat_hook(now, f, Hook::Input) {
             return self.dropped(now, f, fate);
         }
@@ -435,6 +443,18 @@ impl Netns {
             Self::step(f, |p| Step::Route(format!("no route to {}", p.dst)));
             return Fate::Dropped(DropCause::NoRoute);
         }
+        self.output_hooks(now, f, first)
+    }
+
+    /// OUTPUT from its first hook for a packet routed by `first`, then the re-route and
+    /// POSTROUTING (or the loop back through `lo`). IPVS sends the packets it translates
+    /// this way too (`ip_vs_nat_send_or_cont`).
+    pub(super) fn output_hooks(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        first: RouteDecision,
+    ) -> Fate {
         f.pkt.oif = Some(match first {
             RouteDecision::Forward { dev, .. } => dev,
             _ => lo(),
@@ -447,6 +467,9 @@ impl Netns {
         let dst_before = f.pkt.dst;
         if let Err(fate) = self.nat_hook(now, f, h) {
             return self.dropped(now, f, fate);
+        }
+        if let Some(fate) = self.ipvs_local(now, f, h) {
+            return fate;
         }
         if let TableOutcome::Stop(fate) = self.nft_filter(now, f, h, P::NAT_DST, P::FILTER) {
             return self.dropped(now, f, fate);
@@ -492,6 +515,7 @@ impl Netns {
                     generated: std::mem::take(&mut f.generated),
                     view: None,
                     phys: None,
+                    ipvs_property: f.ipvs_property,
                 };
                 back.pkt.iif = Some(lo());
                 back.pkt.oif = None;

@@ -530,6 +530,33 @@ impl RoutingTable {
         Ok(())
     }
 
+    /// Removes an address from an interface (and the connected route it brought);
+    /// `ip addr del`. Returns whether the interface had it.
+    pub fn remove_address(&mut self, dev: IfName, addr: IpAddr) -> Result<bool, RouteError> {
+        let iface = self
+            .ifaces
+            .iter_mut()
+            .find(|i| i.name == dev)
+            .ok_or(RouteError::NoSuchInterface(dev))?;
+        let Some(at) = iface.addrs.iter().position(|&(a, _)| a == addr) else {
+            return Ok(false);
+        };
+        let (_, len) = iface.addrs.remove(at);
+        if len < width(addr) {
+            let p = Prefix::new(addr, len)?;
+            if let Some(r) = self
+                .routes
+                .iter()
+                .position(|r| r.dst == p && r.gateway.is_none() && r.dev == dev)
+            {
+                self.routes.remove(r);
+                self.late.remove(r);
+            }
+        }
+        self.reindex();
+        Ok(true)
+    }
+
     /// Adds a route. `gateway` must be of the prefix's family.
     pub fn add_route(
         &mut self,

@@ -113,6 +113,7 @@ pub(super) fn node_netns(
     let icmp = |k: &String| {
         sim_netfilter::netns::ICMP_SYSCTLS.contains(&k.as_str())
             || k == sim_netfilter::netns::BRIDGE_NF_CALL_IPTABLES
+            || sim_netfilter::ipvs::IPVS_SYSCTLS.contains(&k.as_str())
     };
     for (k, v) in n.sysctls.iter().filter(|(k, _)| !icmp(k)) {
         sysctls

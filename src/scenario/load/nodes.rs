@@ -132,6 +132,14 @@ pub(super) fn check_sysctls(
             into.insert(k.clone(), v.value);
             continue;
         }
+        if sim_netfilter::ipvs::IPVS_SYSCTLS.contains(&k.as_str()) {
+            // IPVS's (net.ipv4.vs.*, Netns::set_sysctl), checked as proc_dointvec takes them.
+            sim_netfilter::ipvs::Ipvs::default()
+                .set_sysctl(k, &v.value.to_string())
+                .map_err(|e| ctx.at(loc, e.to_string()))?;
+            into.insert(k.clone(), v.value);
+            continue;
+        }
         if ICMP_SYSCTLS.contains(&k.as_str()) {
             // The node kernel's ICMP error rate limit (Netns::set_sysctl).
             if v.value > i32::MAX as u64 {
