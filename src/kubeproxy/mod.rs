@@ -70,6 +70,7 @@
 pub mod cleanup;
 pub mod ct_adapter;
 pub mod external;
+pub mod ipvs;
 pub mod model;
 pub mod names;
 pub mod nftables;
