@@ -350,6 +350,26 @@ pub struct MemIpvs {
     pub services: BTreeMap<VsKey, (VsConfig, BTreeMap<(IpAddr, u16), RsStats>)>,
 }
 
+impl MemIpvs {
+    /// The real servers of a virtual server (empty when it does not exist).
+    pub fn real_servers_of(&self, vs: &VsKey) -> Vec<RsStats> {
+        self.real_servers(vs).unwrap_or_default()
+    }
+
+    /// Sets a real server's connection counters (what the kernel counts as connections
+    /// come and go).
+    pub fn set_conns(&mut self, vs: &VsKey, address: IpAddr, port: u16, active: u32, inactive: u32) {
+        if let Some(rs) = self
+            .services
+            .get_mut(vs)
+            .and_then(|(_, l)| l.get_mut(&(address, port)))
+        {
+            rs.active_conns = active;
+            rs.inactive_conns = inactive;
+        }
+    }
+}
+
 impl IpvsOps for MemIpvs {
     fn virtual_servers(&self) -> Vec<VsConfig> {
         self.services.values().map(|(c, _)| c.clone()).collect()

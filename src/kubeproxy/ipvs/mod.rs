@@ -70,8 +70,8 @@ pub struct IpvsSettings {
     pub udp_timeout_secs: u32,
     /// The node's local addresses of the family other than `kube-ipvs0`'s
     /// (`GetAllLocalAddressesExcept`, loopback and link-local left out): NodePort virtual
-    /// servers listen on each. Empty: the node address of [`ProxierConfig`] only.
-    pub node_addresses: Vec<IpAddr>,
+    /// servers listen on each. `None`: the node address of [`ProxierConfig`] only.
+    pub node_addresses: Option<Vec<IpAddr>>,
 }
 
 impl Default for IpvsSettings {
@@ -82,7 +82,7 @@ impl Default for IpvsSettings {
             tcp_timeout_secs: 0,
             tcp_fin_timeout_secs: 0,
             udp_timeout_secs: 0,
-            node_addresses: Vec::new(),
+            node_addresses: None,
         }
     }
 }
@@ -90,14 +90,13 @@ impl Default for IpvsSettings {
 impl IpvsSettings {
     /// The node addresses NodePorts listen on, sorted (kube-proxy: a Go set, any order).
     pub fn node_addresses(&self, cfg: &ProxierConfig) -> Vec<IpAddr> {
-        let mut v: Vec<IpAddr> = if self.node_addresses.is_empty() {
-            vec![cfg.node_ip]
-        } else {
-            self.node_addresses
+        let mut v: Vec<IpAddr> = match &self.node_addresses {
+            None => vec![cfg.node_ip],
+            Some(addrs) => addrs
                 .iter()
                 .copied()
                 .filter(|a| cfg.family.contains(*a) && !a.is_loopback())
-                .collect()
+                .collect(),
         };
         v.sort();
         v.dedup();
