@@ -7,9 +7,9 @@
 
 use nfsim::k8s::parse_objects;
 use nfsim::kubeproxy::ipvs::graceful::{apply_virtual_servers, MemIpvs};
+use nfsim::kubeproxy::ipvs::IpvsSettings;
 use nfsim::kubeproxy::ipvs::{GracefulTermination, RealServerKey, VsKey};
 use nfsim::kubeproxy::{KubeProxy, MemConntrack, ProxierConfig, ProxyMode, SyncOutput, V133};
-use nfsim::kubeproxy::ipvs::IpvsSettings;
 use sim_core::{SimDuration, SimTime};
 
 #[path = "support/tools.rs"]
@@ -79,21 +79,37 @@ fn a_sync_loads_into_nfsim_and_into_the_kernel_alike() {
     let mut kp = proxier(&std::fs::read_to_string(MIXED).unwrap());
     let out = sync(&mut kp);
     let ipvs = out.ipvs.as_ref().unwrap();
-    let mut ns = sim_netfilter::netns::Netns::new(sim_netfilter::netns::NetnsConfig::new(
-        "node-a", 1,
-    ));
+    let mut ns =
+        sim_netfilter::netns::Netns::new(sim_netfilter::netns::NetnsConfig::new("node-a", 1));
     nfsim::cluster::proxy::apply_sync(&mut ns, &out, None).unwrap();
     let ours = ns.save(false);
     let our_sets = ns.ipset_save();
     // What the sync wrote, in nfsim's words.
     assert!(ours.contains("-A KUBE-SERVICES ! -s 10.244.0.0/16 -m comment --comment \"Kubernetes service cluster ip + port for masquerade purpose\" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ"), "{ours}");
-    assert!(our_sets.contains("add KUBE-LOOP-BACK 10.244.0.7,udp:53,10.244.0.7"), "{our_sets}");
-    assert!(our_sets.contains("add KUBE-NODE-PORT-LOCAL-TCP 30080"), "{our_sets}");
-    assert!(our_sets.contains("add KUBE-LOAD-BALANCER-SOURCE-IP 198.51.100.5,tcp:443,198.51.100.5"), "{our_sets}");
+    assert!(
+        our_sets.contains("add KUBE-LOOP-BACK 10.244.0.7,udp:53,10.244.0.7"),
+        "{our_sets}"
+    );
+    assert!(
+        our_sets.contains("add KUBE-NODE-PORT-LOCAL-TCP 30080"),
+        "{our_sets}"
+    );
+    assert!(
+        our_sets.contains("add KUBE-LOAD-BALANCER-SOURCE-IP 198.51.100.5,tcp:443,198.51.100.5"),
+        "{our_sets}"
+    );
 
-    let tools_needed = ["bash", "ipset", "iptables", "iptables-restore", "iptables-save"];
-    if !tools::have_or_skip("a_sync_loads_into_nfsim_and_into_the_kernel_alike", &tools_needed)
-    {
+    let tools_needed = [
+        "bash",
+        "ipset",
+        "iptables",
+        "iptables-restore",
+        "iptables-save",
+    ];
+    if !tools::have_or_skip(
+        "a_sync_loads_into_nfsim_and_into_the_kernel_alike",
+        &tools_needed,
+    ) {
         return;
     }
     let jumps: String = out
@@ -114,7 +130,11 @@ fn a_sync_loads_into_nfsim_and_into_the_kernel_alike() {
         ipvs.ipset_restore
     );
     let (ok, real) = tools::in_private_netns(&script, &out.restore);
-    assert!(ok, "the kernel refused:\n{real}\n--- payload:\n{}", out.restore);
+    assert!(
+        ok,
+        "the kernel refused:\n{real}\n--- payload:\n{}",
+        out.restore
+    );
     let (real_rules, real_sets) = real.split_once("====\n").unwrap();
     for table in ["nat", "filter"] {
         assert_eq!(
@@ -188,14 +208,29 @@ fn a_removed_endpoint_leaves_the_sets_and_drains_as_its_protocol_says() {
     assert!(rep.quiesced_rs.contains(&tcp), "{rep:?}");
     assert_eq!(table.real_servers_of(&dns).len(), 1);
     let w = table.real_servers_of(&web);
-    assert_eq!(w.iter().find(|r| r.port == 8080 && r.address == tcp.address).unwrap().weight, 0);
+    assert_eq!(
+        w.iter()
+            .find(|r| r.port == 8080 && r.address == tcp.address)
+            .unwrap()
+            .weight,
+        0
+    );
     // The one-minute check: kept while connections last, deleted once they are gone.
     assert!(gt.on_timeout(SimTime::ZERO, &mut table).is_empty());
-    assert_eq!(gt.poll_timeout(), SimTime::ZERO + SimDuration::from_secs(60));
+    assert_eq!(
+        gt.poll_timeout(),
+        SimTime::ZERO + SimDuration::from_secs(60)
+    );
     assert!(gt.on_timeout(SimTime::from_secs(60), &mut table).is_empty());
     table.set_conns(&web, tcp.address, 8080, 0, 0);
-    assert!(gt.on_timeout(SimTime::from_secs(90), &mut table).is_empty(), "not due yet");
-    assert_eq!(gt.on_timeout(SimTime::from_secs(120), &mut table), vec![tcp]);
+    assert!(
+        gt.on_timeout(SimTime::from_secs(90), &mut table).is_empty(),
+        "not due yet"
+    );
+    assert_eq!(
+        gt.on_timeout(SimTime::from_secs(120), &mut table),
+        vec![tcp]
+    );
     assert!(gt.pending().next().is_none());
 }
 
@@ -207,7 +242,13 @@ fn an_endpoint_back_before_it_drained_is_added_again_with_weight_one() {
     let mut table = MemIpvs::default();
     let mut gt = GracefulTermination::new(SimTime::ZERO);
     let family = nfsim::k8s::IpFamily::IPv4;
-    let vss = first.ipvs.as_ref().unwrap().rendered.virtual_servers.clone();
+    let vss = first
+        .ipvs
+        .as_ref()
+        .unwrap()
+        .rendered
+        .virtual_servers
+        .clone();
     apply_virtual_servers(&vss, family, true, &mut gt, &mut table);
     let web = VsKey {
         address: "10.96.0.30".parse().unwrap(),

@@ -85,7 +85,9 @@ fn vs_line(v: &nfsim::kubeproxy::ipvs::VirtualServer) -> String {
         .iter()
         .map(|r| format!("{}:{}", r.address, r.port))
         .collect();
-    format!("{} = {}", v.key(), rs.join(" ")).trim_end().to_string()
+    format!("{} = {}", v.key(), rs.join(" "))
+        .trim_end()
+        .to_string()
 }
 
 fn check(case: &str) {
@@ -118,7 +120,10 @@ fn check(case: &str) {
     if let Some(n) = expect.lines().find_map(|l| l.strip_prefix("vs-num ")) {
         let n: usize = n.parse().unwrap();
         if r.virtual_servers.len() != n {
-            failures.push(format!("{} virtual servers, want {n}", r.virtual_servers.len()));
+            failures.push(format!(
+                "{} virtual servers, want {n}",
+                r.virtual_servers.len()
+            ));
         }
     }
     for l in expect.lines().filter_map(|l| l.strip_prefix("set ")) {

@@ -290,8 +290,11 @@ pub fn apply_virtual_servers(
         active.insert(cfg.key);
         let cur = ops.real_servers(&cfg.key).unwrap_or_default();
         let cur_keys: BTreeSet<(IpAddr, u16)> = cur.iter().map(|r| (r.address, r.port)).collect();
-        let new_keys: BTreeSet<(IpAddr, u16)> =
-            vs.real_servers.iter().map(|r| (r.address, r.port)).collect();
+        let new_keys: BTreeSet<(IpAddr, u16)> = vs
+            .real_servers
+            .iter()
+            .map(|r| (r.address, r.port))
+            .collect();
         for rs in &vs.real_servers {
             let key = RealServerKey {
                 vs: cfg.key,
@@ -342,12 +345,15 @@ pub fn apply_virtual_servers(
     report
 }
 
+/// The real servers of one virtual server in [`MemIpvs`], by address and port.
+pub type MemRealServers = BTreeMap<(IpAddr, u16), RsStats>;
+
 /// An IPVS table in memory, for tests and for runs without the kernel model: virtual
 /// servers with real servers and connection counters set by hand.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemIpvs {
     /// Virtual servers and their real servers.
-    pub services: BTreeMap<VsKey, (VsConfig, BTreeMap<(IpAddr, u16), RsStats>)>,
+    pub services: BTreeMap<VsKey, (VsConfig, MemRealServers)>,
 }
 
 impl MemIpvs {
@@ -358,7 +364,14 @@ impl MemIpvs {
 
     /// Sets a real server's connection counters (what the kernel counts as connections
     /// come and go).
-    pub fn set_conns(&mut self, vs: &VsKey, address: IpAddr, port: u16, active: u32, inactive: u32) {
+    pub fn set_conns(
+        &mut self,
+        vs: &VsKey,
+        address: IpAddr,
+        port: u16,
+        active: u32,
+        inactive: u32,
+    ) {
         if let Some(rs) = self
             .services
             .get_mut(vs)

@@ -119,8 +119,16 @@ impl IpvsSettings {
 /// releases it does.
 pub fn release_supported(release: &str) -> Result<(), String> {
     const OK: [&str; 10] = [
-        "v1.30", "v1.31", "v1.31-fixed", "v1.31+127780", "v1.32", "v1.33", "v1.34", "v1.35",
-        "v1.36", "v1.37",
+        "v1.30",
+        "v1.31",
+        "v1.31-fixed",
+        "v1.31+127780",
+        "v1.32",
+        "v1.33",
+        "v1.34",
+        "v1.35",
+        "v1.36",
+        "v1.37",
     ];
     if OK.contains(&release) || release == "latest" {
         Ok(())

@@ -146,18 +146,102 @@ const fn sr(
 
 /// `ipsetWithIptablesChain`, in its order (the local NodePort sets before the others).
 const IPSET_WITH_IPTABLES_CHAIN: [SetRule; 12] = [
-    sr(KUBE_LOOP_BACK, Table::Nat, KUBE_POSTROUTING, "MASQUERADE", "dst,dst,src", None),
-    sr(KUBE_LOAD_BALANCER, Table::Nat, KUBE_SERVICES, KUBE_LOAD_BALANCER_CHAIN, "dst,dst", None),
-    sr(KUBE_LOAD_BALANCER_LOCAL, Table::Nat, KUBE_LOAD_BALANCER_CHAIN, "RETURN", "dst,dst", None),
-    sr(KUBE_NODE_PORT_LOCAL_TCP, Table::Nat, KUBE_NODE_PORT, "RETURN", "dst", Some("tcp")),
-    sr(KUBE_NODE_PORT_TCP, Table::Nat, KUBE_NODE_PORT, KUBE_MARK_MASQ, "dst", Some("tcp")),
-    sr(KUBE_NODE_PORT_LOCAL_UDP, Table::Nat, KUBE_NODE_PORT, "RETURN", "dst", Some("udp")),
-    sr(KUBE_NODE_PORT_UDP, Table::Nat, KUBE_NODE_PORT, KUBE_MARK_MASQ, "dst", Some("udp")),
-    sr(KUBE_NODE_PORT_LOCAL_SCTP, Table::Nat, KUBE_NODE_PORT, "RETURN", "dst,dst", Some("sctp")),
-    sr(KUBE_NODE_PORT_SCTP, Table::Nat, KUBE_NODE_PORT, KUBE_MARK_MASQ, "dst,dst", Some("sctp")),
-    sr(KUBE_LOAD_BALANCER_FW, Table::Filter, KUBE_PROXY_FIREWALL, KUBE_SOURCE_RANGES_FIREWALL, "dst,dst", None),
-    sr(KUBE_LOAD_BALANCER_SOURCE_CIDR, Table::Filter, KUBE_SOURCE_RANGES_FIREWALL, "RETURN", "dst,dst,src", None),
-    sr(KUBE_LOAD_BALANCER_SOURCE_IP, Table::Filter, KUBE_SOURCE_RANGES_FIREWALL, "RETURN", "dst,dst,src", None),
+    sr(
+        KUBE_LOOP_BACK,
+        Table::Nat,
+        KUBE_POSTROUTING,
+        "MASQUERADE",
+        "dst,dst,src",
+        None,
+    ),
+    sr(
+        KUBE_LOAD_BALANCER,
+        Table::Nat,
+        KUBE_SERVICES,
+        KUBE_LOAD_BALANCER_CHAIN,
+        "dst,dst",
+        None,
+    ),
+    sr(
+        KUBE_LOAD_BALANCER_LOCAL,
+        Table::Nat,
+        KUBE_LOAD_BALANCER_CHAIN,
+        "RETURN",
+        "dst,dst",
+        None,
+    ),
+    sr(
+        KUBE_NODE_PORT_LOCAL_TCP,
+        Table::Nat,
+        KUBE_NODE_PORT,
+        "RETURN",
+        "dst",
+        Some("tcp"),
+    ),
+    sr(
+        KUBE_NODE_PORT_TCP,
+        Table::Nat,
+        KUBE_NODE_PORT,
+        KUBE_MARK_MASQ,
+        "dst",
+        Some("tcp"),
+    ),
+    sr(
+        KUBE_NODE_PORT_LOCAL_UDP,
+        Table::Nat,
+        KUBE_NODE_PORT,
+        "RETURN",
+        "dst",
+        Some("udp"),
+    ),
+    sr(
+        KUBE_NODE_PORT_UDP,
+        Table::Nat,
+        KUBE_NODE_PORT,
+        KUBE_MARK_MASQ,
+        "dst",
+        Some("udp"),
+    ),
+    sr(
+        KUBE_NODE_PORT_LOCAL_SCTP,
+        Table::Nat,
+        KUBE_NODE_PORT,
+        "RETURN",
+        "dst,dst",
+        Some("sctp"),
+    ),
+    sr(
+        KUBE_NODE_PORT_SCTP,
+        Table::Nat,
+        KUBE_NODE_PORT,
+        KUBE_MARK_MASQ,
+        "dst,dst",
+        Some("sctp"),
+    ),
+    sr(
+        KUBE_LOAD_BALANCER_FW,
+        Table::Filter,
+        KUBE_PROXY_FIREWALL,
+        KUBE_SOURCE_RANGES_FIREWALL,
+        "dst,dst",
+        None,
+    ),
+    sr(
+        KUBE_LOAD_BALANCER_SOURCE_CIDR,
+        Table::Filter,
+        KUBE_SOURCE_RANGES_FIREWALL,
+        "RETURN",
+        "dst,dst,src",
+        None,
+    ),
+    sr(
+        KUBE_LOAD_BALANCER_SOURCE_IP,
+        Table::Filter,
+        KUBE_SOURCE_RANGES_FIREWALL,
+        "RETURN",
+        "dst,dst,src",
+        None,
+    ),
 ];
 
 /// A real server (`utilipvs.RealServer`): an endpoint, weight 1 when added.
@@ -314,7 +398,10 @@ pub fn render_ipvs_sync(
         };
 
         // Cluster IP.
-        sets.insert(&KUBE_CLUSTER_IP, format!("{},{proto}:{}", svc.cluster_ip, svc.port));
+        sets.insert(
+            &KUBE_CLUSTER_IP,
+            format!("{},{proto}:{}", svc.cluster_ip, svc.port),
+        );
         vss.push(vs(svc.cluster_ip, svc.port, true, &rs_internal));
         bind.insert(svc.cluster_ip);
 
@@ -374,7 +461,10 @@ pub fn render_ipvs_sync(
                 continue;
             }
             let entries: Vec<String> = match svc.protocol {
-                Protocol::SCTP => node_ips.iter().map(|ip| format!("{ip},sctp:{np}")).collect(),
+                Protocol::SCTP => node_ips
+                    .iter()
+                    .map(|ip| format!("{ip},sctp:{np}"))
+                    .collect(),
                 _ => vec![np.to_string()],
             };
             let (all, local) = match svc.protocol {
@@ -474,7 +564,19 @@ fn write_iptables_rules(
         if let Some(p) = r.proto {
             w.extend(["-p", p]);
         }
-        w.extend(["-m", "comment", "--comment", &comment, "-m", "set", "--match-set", &n, r.flags, "-j", r.to]);
+        w.extend([
+            "-m",
+            "comment",
+            "--comment",
+            &comment,
+            "-m",
+            "set",
+            "--match-set",
+            &n,
+            r.flags,
+            "-j",
+            r.to,
+        ]);
         match r.table {
             Table::Nat => nat.line(&w),
             Table::Filter => filter.line(&w),
@@ -483,9 +585,20 @@ fn write_iptables_rules(
 
     if !sets.is_empty(&KUBE_CLUSTER_IP) {
         let (comment, n) = (q(KUBE_CLUSTER_IP.comment), name(&KUBE_CLUSTER_IP));
-        let mut w: Vec<String> = ["-A", KUBE_SERVICES, "-m", "comment", "--comment", &comment, "-m", "set", "--match-set", &n]
-            .map(String::from)
-            .to_vec();
+        let mut w: Vec<String> = [
+            "-A",
+            KUBE_SERVICES,
+            "-m",
+            "comment",
+            "--comment",
+            &comment,
+            "-m",
+            "set",
+            "--match-set",
+            &n,
+        ]
+        .map(String::from)
+        .to_vec();
         if cfg.masquerade_all {
             w.push("dst,dst".into());
         } else if let Some((_, not_local)) = cfg.local_detector.args() {
@@ -502,7 +615,19 @@ fn write_iptables_rules(
 
     let external_ip_rules = |nat: &mut Out, base: &[&str]| {
         let mut a = base.to_vec();
-        a.extend(["-m", "physdev", "!", "--physdev-is-in", "-m", "addrtype", "!", "--src-type", "LOCAL", "-j", "ACCEPT"]);
+        a.extend([
+            "-m",
+            "physdev",
+            "!",
+            "--physdev-is-in",
+            "-m",
+            "addrtype",
+            "!",
+            "--src-type",
+            "LOCAL",
+            "-j",
+            "ACCEPT",
+        ]);
         nat.line(&a);
         let mut b = base.to_vec();
         b.extend(["-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT"]);
@@ -513,7 +638,19 @@ fn write_iptables_rules(
             continue;
         }
         let (comment, n) = (q(set.comment), name(set));
-        let base = ["-A", KUBE_SERVICES, "-m", "comment", "--comment", &comment, "-m", "set", "--match-set", &n, "dst,dst"];
+        let base = [
+            "-A",
+            KUBE_SERVICES,
+            "-m",
+            "comment",
+            "--comment",
+            &comment,
+            "-m",
+            "set",
+            "--match-set",
+            &n,
+            "dst,dst",
+        ];
         if masq {
             let mut w = base.to_vec();
             w.extend(["-j", KUBE_MARK_MASQ]);
@@ -522,25 +659,102 @@ fn write_iptables_rules(
         external_ip_rules(&mut nat, &base);
     }
 
-    nat.line(&["-A", KUBE_SERVICES, "-m", "addrtype", "--dst-type", "LOCAL", "-j", KUBE_NODE_PORT]);
+    nat.line(&[
+        "-A",
+        KUBE_SERVICES,
+        "-m",
+        "addrtype",
+        "--dst-type",
+        "LOCAL",
+        "-j",
+        KUBE_NODE_PORT,
+    ]);
     nat.line(&["-A", KUBE_LOAD_BALANCER_CHAIN, "-j", KUBE_MARK_MASQ]);
     filter.line(&["-A", KUBE_SOURCE_RANGES_FIREWALL, "-j", "DROP"]);
     for (ip, proto, port) in no_node_access {
         let (ip, port) = (ip.to_string(), port.to_string());
-        filter.line(&["-A", KUBE_IPVS_OUT_FILTER, "-s", &ip, "-m", "ipvs", "--vaddr", &ip, "--vproto", proto, "--vport", &port, "-j", "DROP"]);
+        filter.line(&[
+            "-A",
+            KUBE_IPVS_OUT_FILTER,
+            "-s",
+            &ip,
+            "-m",
+            "ipvs",
+            "--vaddr",
+            &ip,
+            "--vproto",
+            proto,
+            "--vport",
+            &port,
+            "-j",
+            "DROP",
+        ]);
     }
     // acceptIPVSTraffic: last in KUBE-SERVICES.
     for set in [&KUBE_CLUSTER_IP, &KUBE_LOAD_BALANCER] {
         if !sets.is_empty(set) {
             let n = name(set);
-            nat.line(&["-A", KUBE_SERVICES, "-m", "set", "--match-set", &n, "dst,dst", "-j", "ACCEPT"]);
+            nat.line(&[
+                "-A",
+                KUBE_SERVICES,
+                "-m",
+                "set",
+                "--match-set",
+                &n,
+                "dst,dst",
+                "-j",
+                "ACCEPT",
+            ]);
         }
     }
     let mark_mask = format!("{mark}/{mark}");
-    filter.line(&["-A", KUBE_FORWARD, "-m", "comment", "--comment", "\"kubernetes forwarding rules\"", "-m", "mark", "--mark", &mark_mask, "-j", "ACCEPT"]);
-    filter.line(&["-A", KUBE_FORWARD, "-m", "comment", "--comment", "\"kubernetes forwarding conntrack rule\"", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"]);
-    let (hc_comment, hc) = (q(KUBE_HEALTH_CHECK_NODE_PORT.comment), name(&KUBE_HEALTH_CHECK_NODE_PORT));
-    filter.line(&["-A", KUBE_NODE_PORT, "-m", "comment", "--comment", &hc_comment, "-m", "set", "--match-set", &hc, "dst", "-j", "ACCEPT"]);
+    filter.line(&[
+        "-A",
+        KUBE_FORWARD,
+        "-m",
+        "comment",
+        "--comment",
+        "\"kubernetes forwarding rules\"",
+        "-m",
+        "mark",
+        "--mark",
+        &mark_mask,
+        "-j",
+        "ACCEPT",
+    ]);
+    filter.line(&[
+        "-A",
+        KUBE_FORWARD,
+        "-m",
+        "comment",
+        "--comment",
+        "\"kubernetes forwarding conntrack rule\"",
+        "-m",
+        "conntrack",
+        "--ctstate",
+        "RELATED,ESTABLISHED",
+        "-j",
+        "ACCEPT",
+    ]);
+    let (hc_comment, hc) = (
+        q(KUBE_HEALTH_CHECK_NODE_PORT.comment),
+        name(&KUBE_HEALTH_CHECK_NODE_PORT),
+    );
+    filter.line(&[
+        "-A",
+        KUBE_NODE_PORT,
+        "-m",
+        "comment",
+        "--comment",
+        &hc_comment,
+        "-m",
+        "set",
+        "--match-set",
+        &hc,
+        "dst",
+        "-j",
+        "ACCEPT",
+    ]);
     for (set, flags) in [
         (&KUBE_LOAD_BALANCER, "dst,dst"),
         (&KUBE_CLUSTER_IP, "dst,dst"),
@@ -549,14 +763,57 @@ fn write_iptables_rules(
         (&KUBE_HEALTH_CHECK_NODE_PORT, "dst"),
     ] {
         let n = name(set);
-        filter.line(&["-A", KUBE_IPVS_FILTER, "-m", "set", "--match-set", &n, flags, "-j", "RETURN"]);
+        filter.line(&[
+            "-A",
+            KUBE_IPVS_FILTER,
+            "-m",
+            "set",
+            "--match-set",
+            &n,
+            flags,
+            "-j",
+            "RETURN",
+        ]);
     }
     let ips = name(&KUBE_IPVS_IPS);
-    filter.line(&["-A", KUBE_IPVS_FILTER, "-m", "conntrack", "--ctstate", "NEW", "-m", "set", "--match-set", &ips, "dst", "-j", "REJECT"]);
+    filter.line(&[
+        "-A",
+        KUBE_IPVS_FILTER,
+        "-m",
+        "conntrack",
+        "--ctstate",
+        "NEW",
+        "-m",
+        "set",
+        "--match-set",
+        &ips,
+        "dst",
+        "-j",
+        "REJECT",
+    ]);
 
-    nat.line(&["-A", KUBE_POSTROUTING, "-m", "mark", "!", "--mark", &mark_mask, "-j", "RETURN"]);
+    nat.line(&[
+        "-A",
+        KUBE_POSTROUTING,
+        "-m",
+        "mark",
+        "!",
+        "--mark",
+        &mark_mask,
+        "-j",
+        "RETURN",
+    ]);
     nat.line(&["-A", KUBE_POSTROUTING, "-j", "MARK", "--xor-mark", &mark]);
-    let mut masq = vec!["-A", KUBE_POSTROUTING, "-m", "comment", "--comment", "\"kubernetes service traffic requiring SNAT\"", "-j", "MASQUERADE"];
+    let mut masq = vec![
+        "-A",
+        KUBE_POSTROUTING,
+        "-m",
+        "comment",
+        "--comment",
+        "\"kubernetes service traffic requiring SNAT\"",
+        "-j",
+        "MASQUERADE",
+    ];
     if cfg.random_fully {
         masq.push("--random-fully");
     }

@@ -208,7 +208,10 @@ impl IpsetEntries {
     /// Every set empty.
     pub fn new() -> IpsetEntries {
         IpsetEntries {
-            sets: IPSET_INFO.iter().map(|i| (i.name, BTreeSet::new())).collect(),
+            sets: IPSET_INFO
+                .iter()
+                .map(|i| (i.name, BTreeSet::new()))
+                .collect(),
         }
     }
 
@@ -219,7 +222,11 @@ impl IpsetEntries {
 
     /// The entries of a set (empty when none).
     pub fn get(&self, set: &IpvsSetInfo) -> impl Iterator<Item = &str> {
-        self.sets.get(set.name).into_iter().flatten().map(String::as_str)
+        self.sets
+            .get(set.name)
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
     }
 
     /// Whether a set has no entry (`isEmpty`).
