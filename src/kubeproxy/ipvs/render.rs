@@ -313,17 +313,6 @@ pub struct IpvsRendered {
     pub virtual_servers: Vec<VirtualServer>,
 }
 
-struct Out {
-    text: String,
-}
-
-impl Out {
-    fn line(&mut self, words: &[&str]) {
-        self.text.push_str(&words.join(" "));
-        self.text.push('\n');
-    }
-}
-
 fn q(s: &str) -> String {
     format!("\"{s}\"")
 }
@@ -527,7 +516,9 @@ fn real_servers(
     rs
 }
 
-/// `writeIptablesRules`, with the chain lines `createAndLinkKubeChain` writes first.
+/// `writeIptablesRules`, with the chain lines `createAndLinkKubeChain` writes first. Each
+/// rule is kube-proxy's argument list joined by spaces, comments already quoted
+/// (`getComment`).
 fn write_iptables_rules(
     cfg: &ProxierConfig,
     sets: &IpsetEntries,
@@ -536,225 +527,127 @@ fn write_iptables_rules(
     let family = cfg.family;
     let mark = cfg.masquerade_mark();
     let name = |s: &IpvsSetInfo| s.name_for(family);
-    let mut nat = Out {
-        text: "*nat\n".into(),
+    // `-m comment --comment "…" -m set --match-set NAME`, the head of most rules.
+    let commented = |s: &IpvsSetInfo| {
+        format!(
+            "-m comment --comment {} -m set --match-set {}",
+            q(s.comment),
+            name(s)
+        )
     };
-    let mut filter = Out {
-        text: "*filter\n".into(),
+    let mut nat = String::from("*nat\n");
+    let mut filter = String::from("*filter\n");
+    let mut push = |table: Table, line: String| {
+        let t = match table {
+            Table::Nat => &mut nat,
+            Table::Filter => &mut filter,
+        };
+        t.push_str(&line);
+        t.push('\n');
     };
     for (t, c) in IPTABLES_CHAINS {
-        let line = format!(":{c} - [0:0]");
-        match t {
-            Table::Nat => nat.line(&[&line]),
-            Table::Filter => filter.line(&[&line]),
-        }
+        push(t, format!(":{c} - [0:0]"));
     }
     let lo = match family {
         IpFamily::IPv4 => "127.0.0.0/8",
         IpFamily::IPv6 => "::1/128",
     };
-    nat.line(&["-A", KUBE_SERVICES, "-s", lo, "-j", "RETURN"]);
+    push(Table::Nat, format!("-A {KUBE_SERVICES} -s {lo} -j RETURN"));
 
     for r in &IPSET_WITH_IPTABLES_CHAIN {
         if sets.is_empty(&r.set) {
             continue;
         }
-        let (comment, n) = (q(r.set.comment), name(&r.set));
-        let mut w: Vec<&str> = vec!["-A", r.from];
-        if let Some(p) = r.proto {
-            w.extend(["-p", p]);
-        }
-        w.extend([
-            "-m",
-            "comment",
-            "--comment",
-            &comment,
-            "-m",
-            "set",
-            "--match-set",
-            &n,
-            r.flags,
-            "-j",
-            r.to,
-        ]);
-        match r.table {
-            Table::Nat => nat.line(&w),
-            Table::Filter => filter.line(&w),
-        }
+        let proto = r.proto.map(|p| format!("-p {p} ")).unwrap_or_default();
+        push(
+            r.table,
+            format!(
+                "-A {} {proto}{} {} -j {}",
+                r.from,
+                commented(&r.set),
+                r.flags,
+                r.to
+            ),
+        );
     }
 
     if !sets.is_empty(&KUBE_CLUSTER_IP) {
-        let (comment, n) = (q(KUBE_CLUSTER_IP.comment), name(&KUBE_CLUSTER_IP));
-        let mut w: Vec<String> = [
-            "-A",
-            KUBE_SERVICES,
-            "-m",
-            "comment",
-            "--comment",
-            &comment,
-            "-m",
-            "set",
-            "--match-set",
-            &n,
-        ]
-        .map(String::from)
-        .to_vec();
-        if cfg.masquerade_all {
-            w.push("dst,dst".into());
+        let head = format!("-A {KUBE_SERVICES} {}", commented(&KUBE_CLUSTER_IP));
+        let flags = if cfg.masquerade_all {
+            "dst,dst".to_string()
         } else if let Some((_, not_local)) = cfg.local_detector.args() {
-            w.push("dst,dst".into());
-            w.extend(not_local);
+            format!("dst,dst {}", not_local.join(" "))
         } else {
             // No detector: masquerade node-originated traffic whose source is a VIP.
-            w.push("src,dst".into());
-        }
-        w.extend(["-j".to_string(), KUBE_MARK_MASQ.to_string()]);
-        let words: Vec<&str> = w.iter().map(String::as_str).collect();
-        nat.line(&words);
+            "src,dst".to_string()
+        };
+        push(Table::Nat, format!("{head} {flags} -j {KUBE_MARK_MASQ}"));
     }
 
-    let external_ip_rules = |nat: &mut Out, base: &[&str]| {
-        let mut a = base.to_vec();
-        a.extend([
-            "-m",
-            "physdev",
-            "!",
-            "--physdev-is-in",
-            "-m",
-            "addrtype",
-            "!",
-            "--src-type",
-            "LOCAL",
-            "-j",
-            "ACCEPT",
-        ]);
-        nat.line(&a);
-        let mut b = base.to_vec();
-        b.extend(["-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT"]);
-        nat.line(&b);
-    };
     for (set, masq) in [(&KUBE_EXTERNAL_IP, true), (&KUBE_EXTERNAL_IP_LOCAL, false)] {
         if sets.is_empty(set) {
             continue;
         }
-        let (comment, n) = (q(set.comment), name(set));
-        let base = [
-            "-A",
-            KUBE_SERVICES,
-            "-m",
-            "comment",
-            "--comment",
-            &comment,
-            "-m",
-            "set",
-            "--match-set",
-            &n,
-            "dst,dst",
-        ];
+        let base = format!("-A {KUBE_SERVICES} {} dst,dst", commented(set));
         if masq {
-            let mut w = base.to_vec();
-            w.extend(["-j", KUBE_MARK_MASQ]);
-            nat.line(&w);
+            push(Table::Nat, format!("{base} -j {KUBE_MARK_MASQ}"));
         }
-        external_ip_rules(&mut nat, &base);
+        // externalIPRules: traffic from off the machine, and to a local address.
+        push(
+            Table::Nat,
+            format!("{base} -m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT"),
+        );
+        push(
+            Table::Nat,
+            format!("{base} -m addrtype --dst-type LOCAL -j ACCEPT"),
+        );
     }
 
-    nat.line(&[
-        "-A",
-        KUBE_SERVICES,
-        "-m",
-        "addrtype",
-        "--dst-type",
-        "LOCAL",
-        "-j",
-        KUBE_NODE_PORT,
-    ]);
-    nat.line(&["-A", KUBE_LOAD_BALANCER_CHAIN, "-j", KUBE_MARK_MASQ]);
-    filter.line(&["-A", KUBE_SOURCE_RANGES_FIREWALL, "-j", "DROP"]);
+    push(
+        Table::Nat,
+        format!("-A {KUBE_SERVICES} -m addrtype --dst-type LOCAL -j {KUBE_NODE_PORT}"),
+    );
+    push(
+        Table::Nat,
+        format!("-A {KUBE_LOAD_BALANCER_CHAIN} -j {KUBE_MARK_MASQ}"),
+    );
+    push(
+        Table::Filter,
+        format!("-A {KUBE_SOURCE_RANGES_FIREWALL} -j DROP"),
+    );
     for (ip, proto, port) in no_node_access {
-        let (ip, port) = (ip.to_string(), port.to_string());
-        filter.line(&[
-            "-A",
-            KUBE_IPVS_OUT_FILTER,
-            "-s",
-            &ip,
-            "-m",
-            "ipvs",
-            "--vaddr",
-            &ip,
-            "--vproto",
-            proto,
-            "--vport",
-            &port,
-            "-j",
-            "DROP",
-        ]);
+        push(
+            Table::Filter,
+            format!("-A {KUBE_IPVS_OUT_FILTER} -s {ip} -m ipvs --vaddr {ip} --vproto {proto} --vport {port} -j DROP"),
+        );
     }
     // acceptIPVSTraffic: last in KUBE-SERVICES.
     for set in [&KUBE_CLUSTER_IP, &KUBE_LOAD_BALANCER] {
         if !sets.is_empty(set) {
-            let n = name(set);
-            nat.line(&[
-                "-A",
-                KUBE_SERVICES,
-                "-m",
-                "set",
-                "--match-set",
-                &n,
-                "dst,dst",
-                "-j",
-                "ACCEPT",
-            ]);
+            push(
+                Table::Nat,
+                format!(
+                    "-A {KUBE_SERVICES} -m set --match-set {} dst,dst -j ACCEPT",
+                    name(set)
+                ),
+            );
         }
     }
-    let mark_mask = format!("{mark}/{mark}");
-    filter.line(&[
-        "-A",
-        KUBE_FORWARD,
-        "-m",
-        "comment",
-        "--comment",
-        "\"kubernetes forwarding rules\"",
-        "-m",
-        "mark",
-        "--mark",
-        &mark_mask,
-        "-j",
-        "ACCEPT",
-    ]);
-    filter.line(&[
-        "-A",
-        KUBE_FORWARD,
-        "-m",
-        "comment",
-        "--comment",
-        "\"kubernetes forwarding conntrack rule\"",
-        "-m",
-        "conntrack",
-        "--ctstate",
-        "RELATED,ESTABLISHED",
-        "-j",
-        "ACCEPT",
-    ]);
-    let (hc_comment, hc) = (
-        q(KUBE_HEALTH_CHECK_NODE_PORT.comment),
-        name(&KUBE_HEALTH_CHECK_NODE_PORT),
+    push(
+        Table::Filter,
+        format!("-A {KUBE_FORWARD} -m comment --comment \"kubernetes forwarding rules\" -m mark --mark {mark}/{mark} -j ACCEPT"),
     );
-    filter.line(&[
-        "-A",
-        KUBE_NODE_PORT,
-        "-m",
-        "comment",
-        "--comment",
-        &hc_comment,
-        "-m",
-        "set",
-        "--match-set",
-        &hc,
-        "dst",
-        "-j",
-        "ACCEPT",
-    ]);
+    push(
+        Table::Filter,
+        format!("-A {KUBE_FORWARD} -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"),
+    );
+    push(
+        Table::Filter,
+        format!(
+            "-A {KUBE_NODE_PORT} {} dst -j ACCEPT",
+            commented(&KUBE_HEALTH_CHECK_NODE_PORT)
+        ),
+    );
     for (set, flags) in [
         (&KUBE_LOAD_BALANCER, "dst,dst"),
         (&KUBE_CLUSTER_IP, "dst,dst"),
@@ -762,64 +655,44 @@ fn write_iptables_rules(
         (&KUBE_EXTERNAL_IP_LOCAL, "dst,dst"),
         (&KUBE_HEALTH_CHECK_NODE_PORT, "dst"),
     ] {
-        let n = name(set);
-        filter.line(&[
-            "-A",
-            KUBE_IPVS_FILTER,
-            "-m",
-            "set",
-            "--match-set",
-            &n,
-            flags,
-            "-j",
-            "RETURN",
-        ]);
+        push(
+            Table::Filter,
+            format!(
+                "-A {KUBE_IPVS_FILTER} -m set --match-set {} {flags} -j RETURN",
+                name(set)
+            ),
+        );
     }
-    let ips = name(&KUBE_IPVS_IPS);
-    filter.line(&[
-        "-A",
-        KUBE_IPVS_FILTER,
-        "-m",
-        "conntrack",
-        "--ctstate",
-        "NEW",
-        "-m",
-        "set",
-        "--match-set",
-        &ips,
-        "dst",
-        "-j",
-        "REJECT",
-    ]);
+    push(
+        Table::Filter,
+        format!(
+            "-A {KUBE_IPVS_FILTER} -m conntrack --ctstate NEW -m set --match-set {} dst -j REJECT",
+            name(&KUBE_IPVS_IPS)
+        ),
+    );
 
-    nat.line(&[
-        "-A",
-        KUBE_POSTROUTING,
-        "-m",
-        "mark",
-        "!",
-        "--mark",
-        &mark_mask,
-        "-j",
-        "RETURN",
-    ]);
-    nat.line(&["-A", KUBE_POSTROUTING, "-j", "MARK", "--xor-mark", &mark]);
-    let mut masq = vec![
-        "-A",
-        KUBE_POSTROUTING,
-        "-m",
-        "comment",
-        "--comment",
-        "\"kubernetes service traffic requiring SNAT\"",
-        "-j",
-        "MASQUERADE",
-    ];
-    if cfg.random_fully {
-        masq.push("--random-fully");
-    }
-    nat.line(&masq);
-    nat.line(&["-A", KUBE_MARK_MASQ, "-j", "MARK", "--or-mark", &mark]);
-    filter.line(&["COMMIT"]);
-    nat.line(&["COMMIT"]);
-    nat.text + &filter.text
+    push(
+        Table::Nat,
+        format!("-A {KUBE_POSTROUTING} -m mark ! --mark {mark}/{mark} -j RETURN"),
+    );
+    push(
+        Table::Nat,
+        format!("-A {KUBE_POSTROUTING} -j MARK --xor-mark {mark}"),
+    );
+    let fully = if cfg.random_fully {
+        " --random-fully"
+    } else {
+        ""
+    };
+    push(
+        Table::Nat,
+        format!("-A {KUBE_POSTROUTING} -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE{fully}"),
+    );
+    push(
+        Table::Nat,
+        format!("-A {KUBE_MARK_MASQ} -j MARK --or-mark {mark}"),
+    );
+    push(Table::Filter, "COMMIT".to_string());
+    push(Table::Nat, "COMMIT".to_string());
+    nat + &filter
 }
