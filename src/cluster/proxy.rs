@@ -186,6 +186,12 @@ pub fn apply_sync(
             .map(|_| ())
             .map_err(|e| format!("nft -f: {e}"));
     }
+    if let Some(ipvs) = &out.ipvs {
+        // IPVS mode: the sets first (`ensureIPSet`, `syncIPSetEntries`), since the rules the
+        // restore loads name them (`-m set --match-set`).
+        ns.ipset_restore(&ipvs.ipset_restore)
+            .map_err(|e| format!("ipset restore: {e}"))?;
+    }
     for j in &out.jump_rules {
         ensure_jump_rule(ns, j)?;
     }

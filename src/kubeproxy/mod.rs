@@ -70,6 +70,7 @@
 pub mod cleanup;
 pub mod ct_adapter;
 pub mod external;
+pub mod ipvs;
 pub mod model;
 pub mod names;
 pub mod nftables;
@@ -91,7 +92,7 @@ pub use external::ExternalReconciler;
 pub use model::{categorize_endpoints, Categorized, EndpointInfo, ProxyState, ServicePortInfo};
 pub use names::ServicePortName;
 pub use nodeport::NodePortAddresses;
-pub use proxier::{KubeProxy, SyncOutput};
+pub use proxier::{IpvsSyncOutput, KubeProxy, SyncOutput};
 pub use render::{
     iptables_command, jump_rules, jump_rules_for, render_sync, JumpRule, LocalDetector,
     ProxierConfig, ProxyMode, RenderedSync, SyncScope, Table,

@@ -49,6 +49,22 @@ pub struct SyncOutput {
     pub nft_cleanup: Option<String>,
     /// The proxier's family: the payload is for `iptables-restore` or `ip6tables-restore`.
     pub family: IpFamily,
+    /// IPVS mode: the ipset commands, `kube-ipvs0` addresses and virtual servers of the
+    /// sync (`restore` and `jump_rules` then hold its iptables half).
+    pub ipvs: Option<Box<IpvsSyncOutput>>,
+}
+
+/// The IPVS half of an IPVS-mode sync ([`super::ipvs::render_ipvs_sync`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IpvsSyncOutput {
+    /// `ipset restore` input: every set created (`-exist`), stale entries deleted, new
+    /// ones added, against what the last successful sync left.
+    pub ipset_restore: String,
+    /// What was rendered: entries per set, bound addresses, virtual servers.
+    pub rendered: super::ipvs::IpvsRendered,
+    /// Whether this is the proxier's first sync (`initialSync`: weights of kept real
+    /// servers reset to 1).
+    pub initial_sync: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -58,6 +74,7 @@ struct Pending {
     cleaned_chains: bool,
     nft_next: Option<super::nftables::NftProxierState>,
     nft_failed: Option<super::nftables::NftProxierState>,
+    ipvs_sets: Option<super::ipvs::IpsetEntries>,
 }
 
 /// One node's kube-proxy. See the module documentation for the call order.
@@ -72,6 +89,9 @@ pub struct KubeProxy {
     last_chain_cleanup: Option<SimTime>,
     pending: Option<Pending>,
     nft: super::nftables::NftProxierState,
+    /// IPVS mode: the ipset entries the last successful sync left.
+    ipvs_sets: Option<super::ipvs::IpsetEntries>,
+    ipvs_started: bool,
 }
 
 impl KubeProxy {
@@ -94,6 +114,8 @@ impl KubeProxy {
             last_chain_cleanup: None,
             pending: None,
             nft: super::nftables::NftProxierState::new(config_family),
+            ipvs_sets: None,
+            ipvs_started: false,
         }
     }
 
@@ -209,6 +231,40 @@ impl KubeProxy {
         let kind = self.runner.on_timeout(now)?;
         let state = self.current_state();
         let changed = self.applied.changed_services(&state);
+        if self.config.mode == super::render::ProxyMode::Ipvs {
+            // Every IPVS sync rewrites everything (there is no partial sync).
+            let rendered = super::ipvs::render_ipvs_sync(&self.config, &self.config.ipvs, &state);
+            let ipset_restore = rendered
+                .ipsets
+                .restore_text(self.config.family, self.ipvs_sets.as_ref());
+            // `initialSync` is cleared after the first sync whatever its outcome.
+            let initial_sync = !self.ipvs_started;
+            self.ipvs_started = true;
+            self.pending = Some(Pending {
+                state,
+                active_nat_chains: BTreeSet::new(),
+                cleaned_chains: false,
+                nft_next: None,
+                nft_failed: None,
+                ipvs_sets: Some(rendered.ipsets.clone()),
+            });
+            return Some(SyncOutput {
+                at: now,
+                kind: SyncKind::Full,
+                jump_rules: rendered.jump_rules.clone(),
+                restore: rendered.restore.clone(),
+                changed_services: changed,
+                deleted_chains: Vec::new(),
+                mode: super::render::ProxyMode::Ipvs,
+                nft_cleanup: None,
+                family: self.config.family,
+                ipvs: Some(Box::new(IpvsSyncOutput {
+                    ipset_restore,
+                    rendered,
+                    initial_sync,
+                })),
+            });
+        }
         if self.config.mode == super::render::ProxyMode::Nftables {
             let sync = super::nftables::render_nft_sync(
                 &self.config,
@@ -224,6 +280,7 @@ impl KubeProxy {
                 cleaned_chains: false,
                 nft_next: Some(sync.next),
                 nft_failed: Some(sync.failed),
+                ipvs_sets: None,
             });
             return Some(SyncOutput {
                 at: now,
@@ -235,6 +292,7 @@ impl KubeProxy {
                 mode: super::render::ProxyMode::Nftables,
                 nft_cleanup: sync.cleanup,
                 family: self.config.family,
+                ipvs: None,
             });
         }
         let total: usize = state
@@ -263,6 +321,7 @@ impl KubeProxy {
             cleaned_chains: clean_chains,
             nft_next: None,
             nft_failed: None,
+            ipvs_sets: None,
         });
         Some(SyncOutput {
             at: now,
@@ -278,6 +337,7 @@ impl KubeProxy {
             mode: super::render::ProxyMode::Iptables,
             nft_cleanup: None,
             family: self.config.family,
+            ipvs: None,
         })
     }
 
@@ -304,6 +364,9 @@ impl KubeProxy {
             Ok(()) => {
                 if let Some(next) = p.nft_next {
                     self.nft = next;
+                }
+                if p.ipvs_sets.is_some() {
+                    self.ipvs_sets = p.ipvs_sets;
                 }
                 if p.cleaned_chains {
                     self.last_chain_cleanup = Some(now);

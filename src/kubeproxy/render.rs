@@ -111,6 +111,8 @@ pub struct ProxierConfig {
     pub zone: Option<String>,
     /// How this kube-proxy release uses EndpointSlice hints (the newest by default).
     pub hints_use: super::topology::HintsUse,
+    /// IPVS mode's own settings (`--ipvs-scheduler`, …), read in [`ProxyMode::Ipvs`] only.
+    pub ipvs: super::ipvs::IpvsSettings,
 }
 
 /// `--proxy-mode`.
@@ -121,6 +123,9 @@ pub enum ProxyMode {
     Iptables,
     /// `nftables`: `nft -f` transactions on table `ip kube-proxy`.
     Nftables,
+    /// `ipvs`: IPVS virtual servers, ipsets and `iptables-restore` payloads
+    /// ([`super::ipvs`]).
+    Ipvs,
 }
 
 impl ProxierConfig {
@@ -151,6 +156,7 @@ impl ProxierConfig {
             node_port_addresses: None,
             zone: None,
             hints_use: super::topology::HintsUse::default(),
+            ipvs: super::ipvs::IpvsSettings::default(),
         }
     }
     /// Whether localhost NodePorts are served: `--iptables-localhost-nodeports` and the IPv4
