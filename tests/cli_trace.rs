@@ -460,3 +460,51 @@ fn an_ipv6_packet_meets_the_ip6_kube_proxy_table() {
         assert!(out.contains(w), "{w:?} not in\n{out}");
     }
 }
+
+/// An IPv6-only node (EKS IPv6, a single-stack IPv6 kubeadm node) has no IPv4 address but
+/// lo's: its `ip -j addr` is taken, and its IPv6 Service traffic is DNAT'd as on a dual-stack
+/// one. A file with no address outside lo is still refused.
+#[test]
+fn an_ipv6_only_nodes_interfaces_are_taken() {
+    let (code, out, err) = nfsim(&[
+        "trace",
+        "--rules",
+        "tests/fixtures/cli/kube-proxy6.nft",
+        "--interfaces",
+        "tests/fixtures/cli/ip-addr6-only.json",
+        "--packet",
+        "udp [fd00::2]:40000 -> [fd00:96::10]:53",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for w in [
+        "node:    lo 127.0.0.1/8 ::1/128, eth0 fd00::1/64, cni0 fd01::1/64",
+        "DNAT:         [fd00:96::10]:53 -> [fd01::5]:5353",
+        "fate:         transmitted on cni0 to fd01::5: udp [fd00::2]:40000 -> [fd01::5]:5353",
+    ] {
+        assert!(out.contains(w), "{w:?} not in\n{out}");
+    }
+    let dir = std::env::temp_dir().join(format!("nfsim-v6only-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lo_only = dir.join("ip-addr.json");
+    std::fs::write(
+        &lo_only,
+        r#"[{"ifindex":1,"ifname":"lo","addr_info":[{"family":"inet6","local":"::1","prefixlen":128}]},
+ {"ifindex":2,"ifname":"eth0","addr_info":[]}]"#,
+    )
+    .unwrap();
+    let (code, _, err) = nfsim(&[
+        "trace",
+        "--rules",
+        "tests/fixtures/cli/kube-proxy6.nft",
+        "--interfaces",
+        lo_only.to_str().unwrap(),
+        "--packet",
+        "udp [fd00::2]:40000 -> [fd00:96::10]:53",
+    ]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("no interface but lo has an address: not a node's `ip -j addr`"),
+        "{err}"
+    );
+}

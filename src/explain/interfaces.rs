@@ -223,13 +223,12 @@ impl RealInterfaces {
     /// Reads `--interfaces FILE` (`ip -j addr`) and `--routes FILE` (`ip -j route`).
     pub fn read(file: &str, routes_file: Option<&str>) -> Result<RealInterfaces, ExplainError> {
         let interfaces = parse_ip_addr(file, &super::read_text(file)?)?;
-        if !interfaces
-            .iter()
-            .any(|i| i.addrs.iter().any(|(a, _)| a.is_ipv4()))
-        {
+        // An IPv6-only node (EKS IPv6, a single-stack IPv6 kubeadm node) has no IPv4
+        // address but lo's; a node with no address at all outside lo is not a node.
+        if !interfaces.iter().any(|i| !i.addrs.is_empty()) {
             return Err(bad(
                 file,
-                "no interface but lo has an IPv4 address: not a node's `ip -j addr`".into(),
+                "no interface but lo has an address: not a node's `ip -j addr`".into(),
             ));
         }
         let routes = match routes_file {
