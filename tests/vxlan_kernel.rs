@@ -255,7 +255,8 @@ fn nodes() -> [Netns; 2] {
         ns.add_interface(ifn("eth0"), &[(IpAddr::V4(me.address), 24)])
             .unwrap();
         let gw: IpAddr = format!("10.244.{i}.1").parse().unwrap();
-        ns.add_bridge(ifn("cni0"), pod_mac(gw), &[(gw, 24)]).unwrap();
+        ns.add_bridge(ifn("cni0"), pod_mac(gw), &[(gw, 24)])
+            .unwrap();
         ns.bridge_add_port(ifn("cni0"), ifn("pod"), true).unwrap();
         let pod: IpAddr = format!("10.244.{i}.2").parse().unwrap();
         ns.bridge_set_neighbour(pod, pod_mac(pod));
@@ -289,7 +290,8 @@ fn nfsim_step(ns: &mut [Netns; 2], s: &Step, b_flannel: &mut Vec<Seen>) -> Vec<S
         dst_mac: pod_mac(gw),
     };
     let mut v = Vec::new();
-    let fl = |dir: &str, q: &Packet| format!("flannel.1 {dir} {} -> {} ttl={}", q.src, q.dst, q.ttl);
+    let fl =
+        |dir: &str, q: &Packet| format!("flannel.1 {dir} {} -> {} ttl={}", q.src, q.dst, q.ttl);
     let outer = |dir: &str, w: &VxlanWire| {
         format!(
             "eth0 {dir} {} -> {}:{} ttl={} df=false tos=0 len={} vni={} inner {} -> {} ttl={} {}>{}",
@@ -355,7 +357,9 @@ fn flannel_vxlan_between_two_nodes_matches_the_kernel() {
         assert_eq!(ours, real, "step {k}");
     }
     // TTLs: 62 at the other node's pod (one hop per node), 63 on the wire inside, 64 outside.
-    assert!(lab_step(&steps[0]).iter().any(|l| l.starts_with("pod1 10.244.0.2 -> 10.244.1.2 ttl=62")));
+    assert!(lab_step(&steps[0])
+        .iter()
+        .any(|l| l.starts_with("pod1 10.244.0.2 -> 10.244.1.2 ttl=62")));
     // The oversized DF datagram: fragmentation needed from cni0's address, MTU 1450.
     let frag = &steps[3]["out"][0];
     assert_eq!(frag["icmp"], serde_json::json!([3, 4]));

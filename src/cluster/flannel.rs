@@ -2,8 +2,8 @@
 //! pkg/trafficmngr/iptables): the `flannel.1` device, per remote node its route, neighbour
 //! and FDB entries, and the iptables rules it keeps (`FLANNEL-POSTRTG`, `FLANNEL-FWD`).
 
-use sim_netfilter::netns::{Mac, Netns, NetnsError, Prefix, VxlanConfig};
 use sim_core::{IfName, SimRng};
+use sim_netfilter::netns::{Mac, Netns, NetnsError, Prefix, VxlanConfig};
 use std::net::Ipv4Addr;
 
 /// The VXLAN device flannel creates for VNI 1 (`flannel.%d`).

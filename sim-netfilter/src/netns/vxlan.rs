@@ -157,10 +157,14 @@ pub fn vxlan_src_port(hashrnd: u64, inner: &Packet) -> u16 {
 impl Netns {
     /// Adds a VXLAN device with `addrs` (`ip link add flannel.1 type vxlan id 1 local … dev
     /// eth0 nolearning`, then flannel's `<pod CIDR>.0/32`).
-    pub fn add_vxlan(&mut self, cfg: VxlanConfig, addrs: &[(IpAddr, u8)]) -> Result<(), NetnsError> {
+    pub fn add_vxlan(
+        &mut self,
+        cfg: VxlanConfig,
+        addrs: &[(IpAddr, u8)],
+    ) -> Result<(), NetnsError> {
         self.routes.add_interface(cfg.dev, addrs)?;
-        let hashrnd = SimRng::derive(self.seed, &format!("{}/{}/hashrnd", self.name, cfg.dev))
-            .next_u64();
+        let hashrnd =
+            SimRng::derive(self.seed, &format!("{}/{}/hashrnd", self.name, cfg.dev)).next_u64();
         self.vxlans.list.push(VxlanDev {
             cfg,
             neigh: BTreeMap::new(),
@@ -248,7 +252,12 @@ impl Netns {
     }
 
     /// Like [`Netns::process_vxlan_into`], with a step-by-step trace.
-    pub fn process_vxlan_traced(&mut self, now: SimTime, wire: VxlanWire, iif: IfName) -> ProcessResult {
+    pub fn process_vxlan_traced(
+        &mut self,
+        now: SimTime,
+        wire: VxlanWire,
+        iif: IfName,
+    ) -> ProcessResult {
         self.vxlans.rx = Some(wire);
         let r = self.process_traced(now, wire.outer, Ingress::Interface(iif));
         self.vxlans.rx = None;
@@ -264,7 +273,12 @@ impl Netns {
     /// (DF taken as set, see the module documentation) it is answered with ICMP
     /// fragmentation needed from the address the route back to its source uses, and
     /// dropped. `None`: it fits (or `dev` has no MTU in nfsim).
-    pub(super) fn vxlan_exceeds_mtu(&mut self, now: SimTime, f: &mut Flight, dev: IfName) -> Option<Fate> {
+    pub(super) fn vxlan_exceeds_mtu(
+        &mut self,
+        now: SimTime,
+        f: &mut Flight,
+        dev: IfName,
+    ) -> Option<Fate> {
         use sim_core::packet::icmp;
         let mtu = self.vxlan_mtu(dev)?;
         if f.pkt.len <= mtu {

@@ -125,7 +125,9 @@ fn pod_to_pod_across_nodes_is_encapsulated_and_decapsulated() {
             .dump(SimTime::ZERO, &sim_conntrack::Filter::default());
         let lines: Vec<&str> = dump.lines().collect();
         assert!(
-            lines.iter().any(|l| l.contains("dport=8472") && l.contains("[UNREPLIED]")),
+            lines
+                .iter()
+                .any(|l| l.contains("dport=8472") && l.contains("[UNREPLIED]")),
             "{lines:?}"
         );
         assert!(lines.iter().any(|l| l.contains("dport=53")), "{lines:?}");
@@ -143,7 +145,12 @@ fn outer_source_port_is_per_flow_and_symmetric() {
     let back = Packet::udp(sa("10.244.1.2:53"), sa("10.244.0.2:40000"));
     assert_eq!(vxlan_src_port(k, &back), vxlan_src_port(k, &p));
     let ports: std::collections::BTreeSet<u16> = (40001..40041)
-        .map(|s| vxlan_src_port(k, &Packet::udp(sa(&format!("10.244.0.2:{s}")), sa("10.244.1.2:53"))))
+        .map(|s| {
+            vxlan_src_port(
+                k,
+                &Packet::udp(sa(&format!("10.244.0.2:{s}")), sa("10.244.1.2:53")),
+            )
+        })
         .collect();
     assert!(ports.len() > 30, "{ports:?}");
 }
@@ -234,7 +241,10 @@ fn a_vni_or_mac_mismatch_is_dropped_on_receive() {
     let mut w = wire;
     w.inner_dst_mac = vtep_mac(9);
     let r = b.process_vxlan_traced(SimTime::ZERO, w, ifn("eth0"));
-    assert_eq!(r.fate, Fate::Dropped(DropCause::VxlanOtherHost(vtep_mac(9))));
+    assert_eq!(
+        r.fate,
+        Fate::Dropped(DropCause::VxlanOtherHost(vtep_mac(9)))
+    );
     // Plain UDP to 8472 carries no VXLAN header.
     let r = b.process(SimTime::ZERO, packet, Ingress::Interface(ifn("eth0")));
     assert_eq!(r.fate, Fate::Dropped(DropCause::VxlanNoDevice));
