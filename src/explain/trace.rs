@@ -194,6 +194,8 @@ pub enum StepJson {
     /// What IPVS did with the packet (the connection found, the real server scheduled).
     Ipvs {
         /// In words.
+        text: String,
+    },
     /// A VXLAN device's encapsulation or decapsulation step.
     Vxlan {
         /// What was done, in the kernel's words.
