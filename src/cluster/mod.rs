@@ -18,6 +18,7 @@
 
 pub mod apps;
 pub mod control;
+pub mod flannel;
 pub use crate::dns;
 pub mod ping;
 pub mod ports;

@@ -196,6 +196,11 @@ pub enum StepJson {
         /// In words.
         text: String,
     },
+    /// A VXLAN device's encapsulation or decapsulation step.
+    Vxlan {
+        /// What was done, in the kernel's words.
+        text: String,
+    },
     /// The entry was confirmed.
     Confirm {
         /// The entry as `conntrack -L` prints it.
@@ -646,6 +651,7 @@ fn step_json(s: &Step) -> StepJson {
         },
         Step::Bridge(t) => StepJson::Bridge { text: t.clone() },
         Step::Ipvs(t) => StepJson::Ipvs { text: t.clone() },
+        Step::Vxlan(t) => StepJson::Vxlan { text: t.clone() },
         Step::Confirm(e) => StepJson::Confirm { entry: e.clone() },
         Step::Fate(f) => StepJson::Fate { text: f.clone() },
         Step::Nft(e) => StepJson::Nft {

@@ -320,6 +320,7 @@ impl Netns {
         entry: Option<&mut Option<CtEntry>>,
     ) -> (Fate, Option<EntryId>, Option<PacketTrace>) {
         let start = out.len();
+        self.vxlan_new_run();
         let mut f = Flight::new(frame.packet, traced, std::mem::take(out));
         f.pkt.iif = Some(port);
         f.pkt.oif = None;

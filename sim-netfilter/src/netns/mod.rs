@@ -60,12 +60,19 @@ mod nft_hooks;
 mod pipeline;
 mod route;
 mod tables;
+mod vxlan;
+#[cfg(test)]
+mod vxlan_tests;
 
 use ct::{ct_info_kind, ct_state_of, tuple_text};
 
 pub use bridge::{Bridge, BridgePort, Frame, L2Seen, Mac, BRIDGE_NF_CALL_IPTABLES};
 pub use icmp::IcmpRateLimit;
 pub use ipvs_hook::KUBE_IPVS0;
+pub use vxlan::{
+    vxlan_src_port, VxlanConfig, VxlanWire, ICMP_FRAG_NEEDED, VXLAN_DEFAULT_DST_PORT,
+    VXLAN_HEADROOM, VXLAN_OUTER_TTL, VXLAN_SRC_PORT_RANGE,
+};
 
 pub use route::{Interface, Prefix, Route, RouteDecision, RouteError, RoutingTable, SharedRoutes};
 
@@ -227,6 +234,21 @@ pub enum DropCause {
     /// IPVS dropped it (`ip_vs_in`: its real server is gone, no real server available, a
     /// reused tuple).
     Ipvs(String),
+    /// Over the outgoing VXLAN device's MTU with DF set (`ip_forward`: ICMP fragmentation
+    /// needed sent back), or a local send over it (`EMSGSIZE`).
+    FragNeeded {
+        /// The device's MTU.
+        mtu: u16,
+    },
+    /// `vxlan_xmit` found no forwarding database entry for the inner frame's MAC.
+    VxlanFdbMiss(Mac),
+    /// The encapsulated packet's outer packet did not leave the namespace.
+    VxlanOuterLost,
+    /// A UDP packet to a VXLAN port that no device takes (no VXLAN header, unknown VNI).
+    VxlanNoDevice,
+    /// The inner frame is for another MAC than the receiving VXLAN device's
+    /// (`PACKET_OTHERHOST`, dropped by `ip_rcv`).
+    VxlanOtherHost(Mac),
 }
 
 impl fmt::Display for DropCause {
@@ -253,6 +275,15 @@ impl fmt::Display for DropCause {
             DropCause::NotABridgePort(p) => write!(f, "{p} is not a bridge port"),
             DropCause::NeighbourUnresolved(a) => write!(f, "neighbour {a} unresolved"),
             DropCause::Ipvs(s) => write!(f, "IPVS: {s}"),
+            DropCause::FragNeeded { mtu } => {
+                write!(f, "over the MTU {mtu} with DF set: fragmentation needed")
+            }
+            DropCause::VxlanFdbMiss(m) => write!(f, "vxlan: {m} not in the forwarding database"),
+            DropCause::VxlanOuterLost => f.write_str("vxlan: the outer packet was lost"),
+            DropCause::VxlanNoDevice => f.write_str("vxlan: no device for the packet"),
+            DropCause::VxlanOtherHost(m) => {
+                write!(f, "vxlan: inner frame for {m}, another host")
+            }
         }
     }
 }
@@ -302,6 +333,8 @@ pub enum Step {
     /// What IPVS did: the connection found or the real server scheduled, the reply
     /// un-NAT'd (`ip_vs_in`, `ip_vs_out`).
     Ipvs(String),
+    /// An encapsulation or decapsulation step of a VXLAN device, in the kernel's words.
+    Vxlan(String),
     /// How it ended.
     Fate(String),
 }
@@ -340,6 +373,7 @@ impl fmt::Display for Step {
             Step::Confirm(e) => write!(f, "  confirm: {e}"),
             Step::Bridge(s) => write!(f, "  bridge: {s}"),
             Step::Ipvs(s) => write!(f, "  ipvs: {s}"),
+            Step::Vxlan(s) => write!(f, "  vxlan: {s}"),
             Step::Fate(s) => write!(f, "=> {s}"),
         }
     }
@@ -423,6 +457,8 @@ pub struct Netns {
     bridges: bridge::Bridges,
     /// Its IPVS state (`ipvs_hook.rs`).
     ipvs: crate::ipvs::Ipvs,
+    /// Its VXLAN devices.
+    vxlans: vxlan::Vxlans,
 }
 
 /// `addrtype` classification from the routing table (`inet_dev_addr_type`).
@@ -588,6 +624,7 @@ impl Netns {
             nft_compile: true,
             branching: None,
             bridges: Default::default(),
+            vxlans: Default::default(),
         }
     }
 

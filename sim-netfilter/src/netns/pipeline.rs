@@ -74,7 +74,7 @@ impl Netns {
     /// egress to `out`. Returns the fate, the id of the packet's entry if it is still present
     /// (and its snapshot in `entry`, when asked), and the trace.
     #[allow(clippy::too_many_arguments)]
-    fn run(
+    pub(super) fn run(
         &mut self,
         now: SimTime,
         pkt: Packet,
@@ -88,6 +88,9 @@ impl Netns {
         if self.ipvs.is_active() {
             // IPVS connections expire by their timers, before any later packet.
             self.ipvs_expire(now);
+        }
+        if depth == 0 {
+            self.vxlan_new_run();
         }
         let mut f = Flight::new(pkt, traced, std::mem::take(out));
         let fate = match from {
@@ -123,6 +126,11 @@ impl Netns {
         *out = f.out;
         let mut trace = f.trace;
         if let Some(cause) = self.bridge_xmit(out, start, trace.as_mut()) {
+            if fate == Fate::Transmitted && out.len() == start {
+                fate = Fate::Dropped(cause);
+            }
+        }
+        if let Some(cause) = self.vxlan_xmit(now, out, start, trace.as_mut(), depth) {
             if fate == Fate::Transmitted && out.len() == start {
                 fate = Fate::Dropped(cause);
             }
@@ -254,6 +262,9 @@ impl Netns {
         // (ip_decrease_ttl) before FORWARD sees them.
         if f.pkt.ttl <= 1 {
             return self.ttl_exceeded(now, f);
+        }
+        if let Some(fate) = self.vxlan_exceeds_mtu(now, f, dev) {
+            return fate;
         }
         f.pkt.ttl -= 1;
         f.pkt.oif = Some(dev);
@@ -431,6 +442,9 @@ impl Netns {
         if let Some(fate) = self.confirm(now, f) {
             return fate;
         }
+        if let Some(fate) = self.vxlan_rcv(now, f) {
+            return fate;
+        }
         f.out.push(Egress::LocalDeliver { packet: f.pkt });
         Fate::Delivered
     }
@@ -459,6 +473,12 @@ impl Netns {
             RouteDecision::Forward { dev, .. } => dev,
             _ => lo(),
         });
+        // The socket's send over the route's MTU fails before any hook (ip_append_data).
+        if let RouteDecision::Forward { dev, .. } = first {
+            if let Some(fate) = self.vxlan_local_exceeds_mtu(f, dev) {
+                return fate;
+            }
+        }
         use nft_hooks::prio as P;
         let h = Hook::Output;
         if let Err(fate) = self.before_dnat(now, f, h) {
