@@ -451,12 +451,13 @@ impl ConnTable {
         self.by_expiry.keys().next().map(|(t, _)| *t)
     }
 
-    /// The entries due at `now`, earliest first.
-    pub(crate) fn due(&self, now: SimTime) -> Vec<ConnId> {
+    /// The earliest entry due at `now`, with its expiry.
+    pub(crate) fn first_due(&self, now: SimTime) -> Option<(SimTime, ConnId)> {
         self.by_expiry
-            .range(..=(now, ConnId::MAX))
-            .map(|((_, id), _)| *id)
-            .collect()
+            .keys()
+            .next()
+            .filter(|(t, _)| *t <= now)
+            .copied()
     }
 }
 

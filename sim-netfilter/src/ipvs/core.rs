@@ -360,29 +360,21 @@ impl Ipvs {
     /// (`ip_vs_conn_drop_conntrack`).
     pub fn handle_timeout(&mut self, now: SimTime) -> Vec<CtKill> {
         let mut kills = Vec::new();
-        // A template can become free while its flows expire in this same round; loop until
-        // nothing is due.
-        loop {
-            let due = self.conns.due(now);
-            if due.is_empty() {
-                break;
+        // One timer at a time, earliest first, each at its own instant: a template re-armed
+        // while its flows live must see them expire in order.
+        while let Some((at, id)) = self.conns.first_due(now) {
+            let Some(c) = self.conns.get(id) else { break };
+            if c.n_control > 0 {
+                // expire_later: `cp->timeout = 60*HZ`.
+                let t = SimDuration::from_secs(60);
+                if let Some(c) = self.conns.get_mut(id) {
+                    c.timeout = t;
+                }
+                self.conns.set_expiry(id, at.saturating_add(t));
+                continue;
             }
-            for id in due {
-                let Some(c) = self.conns.get(id) else {
-                    continue;
-                };
-                if c.n_control > 0 {
-                    // expire_later: `cp->timeout = 60*HZ`.
-                    let t = SimDuration::from_secs(60);
-                    if let Some(c) = self.conns.get_mut(id) {
-                        c.timeout = t;
-                    }
-                    self.conns.set_expiry(id, now.saturating_add(t));
-                    continue;
-                }
-                if let Some(k) = self.expire_conn(id) {
-                    kills.push(k);
-                }
+            if let Some(k) = self.expire_conn(id) {
+                kills.push(k);
             }
         }
         kills
