@@ -552,3 +552,46 @@ fn an_ipv6_service_is_balanced_the_same_way() {
         "UDP 04:59  UDP         [fd00:244:1::20]:40000 [fd00:96::20]:53   [fd00:244:2::7]:5353\n"
     ));
 }
+
+#[test]
+fn before_5_9_expire_nodest_conn_expires_at_the_next_packet_which_conntrack_holds_back() {
+    // No flush on delete before 5.9: the next packet finds the connection, expires it and,
+    // since the connection uses the packet's (old) conntrack entry, is dropped; the entry
+    // goes with the connection, and the retransmission is scheduled to the new server.
+    let (mut n, k) = ipvs_node(true);
+    n.set_sysctl("net.ipv4.vs.expire_nodest_conn", "1").unwrap();
+    n.ipvs_mut().set_kernel_5_9(false);
+    let syn = Packet::tcp(sa(CLIENT), sa(VIP), TcpFlags::SYN);
+    n.process(SimTime::ZERO, syn, Ingress::Interface(ifn("veth20")));
+    let v = n.ipvs_mut();
+    v.add_dest(k, DestSpec::masq(ip("10.244.2.8"), 8080, 1))
+        .unwrap();
+    v.del_dest(k, ip("10.244.2.7"), 8080).unwrap();
+    assert!(n
+        .ipvs()
+        .list_conns(SimTime::ZERO)
+        .contains("10.244.2.7:8080"));
+    let r = n.process_traced(
+        SimTime::from_secs(1),
+        syn,
+        Ingress::Interface(ifn("veth20")),
+    );
+    assert_eq!(
+        r.fate,
+        Fate::Dropped(DropCause::Ipvs("ip_vs_in dropped it".into()))
+    );
+    assert!(r
+        .trace
+        .unwrap()
+        .to_string()
+        .contains("packet dropped as the connection uses conntrack"));
+    let r = n.process(
+        SimTime::from_secs(2),
+        syn,
+        Ingress::Interface(ifn("veth20")),
+    );
+    assert_eq!(
+        sent(&r),
+        "eth0: tcp 10.244.1.20:40000 -> 10.244.2.8:8080 SYN"
+    );
+}
