@@ -485,10 +485,10 @@ pub(crate) enum Dir {
     Output,
 }
 
-/// `tcp_states[]` (the non-`secure_tcp` table): rows INPUT syn/fin/ack/rst, OUTPUT …,
+/// `tcp_states[]` (the non-`secure_tcp` table, as since Linux 3.12's sloppy TCP: an ACK in
+/// NONE is ESTABLISHED): rows INPUT syn/fin/ack/rst, OUTPUT …,
 /// INPUT-ONLY …; columns the current state.
 const TCP_STATES: [[u8; 11]; 12] = {
-    const NO: u8 = 0;
     const ES: u8 = 1;
     const SS: u8 = 2;
     const SR: u8 = 3;
@@ -498,12 +498,11 @@ const TCP_STATES: [[u8; 11]; 12] = {
     const CW: u8 = 7;
     const LA: u8 = 8;
     const LI: u8 = 9;
-    let _ = NO;
     [
         // INPUT
         [SR, ES, ES, SR, SR, SR, SR, SR, SR, SR, SR],
         [CL, CW, SS, TW, TW, TW, CL, CW, LA, LI, TW],
-        [CL, ES, SS, ES, FW, TW, CL, CW, CL, LI, ES],
+        [ES, ES, SS, ES, FW, TW, CL, CW, CL, LI, ES],
         [CL, CL, CL, SR, CL, CL, CL, CL, LA, LI, SR],
         // OUTPUT
         [SS, ES, SS, SR, SS, SS, SS, SS, SS, LI, SR],
@@ -513,7 +512,7 @@ const TCP_STATES: [[u8; 11]; 12] = {
         // INPUT-ONLY
         [SR, ES, ES, SR, SR, SR, SR, SR, SR, SR, SR],
         [CL, FW, SS, TW, FW, TW, CL, CW, LA, LI, TW],
-        [CL, ES, SS, ES, FW, TW, CL, CW, CL, LI, ES],
+        [ES, ES, SS, ES, FW, TW, CL, CW, CL, LI, ES],
         [CL, CL, CL, SR, CL, CL, CL, CL, LA, LI, CL],
     ]
 };

@@ -716,3 +716,35 @@ fn a_template_waits_while_it_controls_connections_then_keeps_60_s() {
     let d = v.service(k).unwrap().dest(ip("10.244.1.3"), 53).unwrap();
     assert_eq!(d.counters, DestCounters::default());
 }
+
+#[test]
+fn tcp_states_follow_the_kernel_table() {
+    use super::conn::{next_tcp_state, Dir};
+    use TcpState as S;
+    let f = |s: &str| sim_core::TcpFlags::parse_list(s).unwrap();
+    let mut no_output = false;
+    let mut step = |st, dir, flags: &str| next_tcp_state(st, &mut no_output, dir, f(flags));
+    // A NAT connection's life: SYN in, SYN-ACK out, ACK in, FIN in, FIN-ACK out, ACK in.
+    let s = step(S::None, Dir::Input, "SYN");
+    assert_eq!(s, S::SynRecv);
+    let s = step(s, Dir::Output, "SYN,ACK");
+    assert_eq!(s, S::SynRecv);
+    let s = step(s, Dir::Input, "ACK");
+    assert_eq!(s, S::Established);
+    let s = step(s, Dir::Input, "FIN,ACK");
+    assert_eq!(s, S::CloseWait);
+    let s = step(s, Dir::Output, "FIN,ACK");
+    assert_eq!(s, S::TimeWait);
+    assert_eq!(step(s, Dir::Input, "ACK"), S::TimeWait);
+    // RST wins over SYN; no flag at all is CLOSE; an ACK in NONE is ESTABLISHED.
+    assert_eq!(step(S::Established, Dir::Input, "SYN,RST"), S::Close);
+    assert_eq!(step(S::Established, Dir::Input, "NONE"), S::Close);
+    assert_eq!(step(S::None, Dir::Input, "ACK"), S::Established);
+    // NOOUTPUT (not masquerading): the INPUT-ONLY rows until the server is seen.
+    let mut no_output = true;
+    let s = next_tcp_state(S::Established, &mut no_output, Dir::Input, f("FIN"));
+    assert_eq!(s, S::FinWait);
+    assert!(no_output);
+    next_tcp_state(s, &mut no_output, Dir::Output, f("ACK"));
+    assert!(!no_output);
+}
