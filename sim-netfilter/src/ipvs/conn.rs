@@ -203,9 +203,6 @@ pub struct ConnFlags {
     pub no_output: bool,
     /// `IP_VS_CONN_F_NFCT`: the connection uses conntrack (`net.ipv4.vs.conntrack=1`).
     pub nfct: bool,
-    /// `IP_VS_CONN_F_NO_CPORT`: a template whose client port is 0 (persistence per client
-    /// address).
-    pub no_cport: bool,
 }
 
 /// A connection's id in its table.

@@ -16,6 +16,10 @@
 //! - `conn.rs`: the connection table (`ip_vs_conn.c`), its protocol states and timeouts
 //!   (`ip_vs_proto_tcp.c`, `ip_vs_proto_udp.c`, `ip_vs_proto_sctp.c`) and persistence
 //!   templates.
+//! - `core.rs`: what IPVS does with a packet: [`Ipvs::ip_vs_in`] (find or schedule the
+//!   connection, NAT to the real server), [`Ipvs::ip_vs_out`] (un-NAT the reply), and
+//!   [`Ipvs::handle_timeout`] (`ip_vs_conn_expire`); the namespace's hooks
+//!   (`netns/ipvs_hook.rs`) call them and apply the verdicts.
 //! - `text.rs`: ipvsadm's listings.
 //!
 //! What it deliberately leaves out: firewall-mark services (`-f`), the tunnel and direct
