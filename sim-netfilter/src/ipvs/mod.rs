@@ -695,6 +695,12 @@ impl Ipvs {
         self.sysctls.kernel_5_9 = on;
     }
 
+    /// The same from a kernel release (`major.minor`): 5.9 and later run 5.9's `ip_vs_in`
+    /// and `ip_vs_expire_nodest_conn_flush`.
+    pub fn set_kernel_version(&mut self, major: u32, minor: u32) {
+        self.set_kernel_5_9((major, minor) >= (5, 9));
+    }
+
     /// The connection table's entries in `/proc/net/ip_vs_conn` order (hash bucket, newest
     /// first within one).
     pub fn conns(&self) -> Vec<&Conn> {

@@ -748,3 +748,17 @@ fn tcp_states_follow_the_kernel_table() {
     next_tcp_state(s, &mut no_output, Dir::Output, f("ACK"));
     assert!(!no_output);
 }
+
+#[test]
+fn the_kernel_generation_comes_from_the_release() {
+    let mut v = Ipvs::new(1, "node");
+    assert!(v.sysctls().kernel_5_9);
+    v.set_kernel_version(5, 4);
+    assert!(!v.sysctls().kernel_5_9);
+    v.set_kernel_version(5, 9);
+    assert!(v.sysctls().kernel_5_9);
+    v.set_kernel_version(4, 19);
+    assert!(!v.sysctls().kernel_5_9);
+    v.set_kernel_version(6, 1);
+    assert!(v.sysctls().kernel_5_9);
+}
