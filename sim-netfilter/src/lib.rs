@@ -18,6 +18,9 @@
 //! - [`ipset`]: the ipsets kube-proxy's IPVS mode keeps, `ipset restore` input, `ipset save`
 //!   / `ipset list` text, and the membership test of `-m set --match-set`; a [`Ruleset`] holds
 //!   its namespace's sets ([`Ruleset::ipset_restore`]).
+//! - [`ipvs`]: the kernel's IPVS as kube-proxy's IPVS mode programs it: virtual services and
+//!   real servers, the nine schedulers, the connection table, `ipvsadm` text; a namespace
+//!   runs its hooks ([`netns::Netns::ipvs_mut`]) once it has a virtual service.
 //! - [`recent`]: `/proc/net/xt_recent/NAME` text parsed back into `recent` list entries, with
 //!   jiffies mapped to simulated time, to start from a real node's session affinity state.
 //! - [`trace`]: the rule-by-rule [`Trace`] of a packet.

@@ -203,9 +203,6 @@ pub struct ConnFlags {
     pub no_output: bool,
     /// `IP_VS_CONN_F_NFCT`: the connection uses conntrack (`net.ipv4.vs.conntrack=1`).
     pub nfct: bool,
-    /// `IP_VS_CONN_F_NO_CPORT`: a template whose client port is 0 (persistence per client
-    /// address).
-    pub no_cport: bool,
 }
 
 /// A connection's id in its table.
@@ -451,12 +448,13 @@ impl ConnTable {
         self.by_expiry.keys().next().map(|(t, _)| *t)
     }
 
-    /// The entries due at `now`, earliest first.
-    pub(crate) fn due(&self, now: SimTime) -> Vec<ConnId> {
+    /// The earliest entry due at `now`, with its expiry.
+    pub(crate) fn first_due(&self, now: SimTime) -> Option<(SimTime, ConnId)> {
         self.by_expiry
-            .range(..=(now, ConnId::MAX))
-            .map(|((_, id), _)| *id)
-            .collect()
+            .keys()
+            .next()
+            .filter(|(t, _)| *t <= now)
+            .copied()
     }
 }
 
@@ -484,10 +482,10 @@ pub(crate) enum Dir {
     Output,
 }
 
-/// `tcp_states[]` (the non-`secure_tcp` table): rows INPUT syn/fin/ack/rst, OUTPUT …,
+/// `tcp_states[]` (the non-`secure_tcp` table, as since Linux 3.12's sloppy TCP: an ACK in
+/// NONE is ESTABLISHED): rows INPUT syn/fin/ack/rst, OUTPUT …,
 /// INPUT-ONLY …; columns the current state.
 const TCP_STATES: [[u8; 11]; 12] = {
-    const NO: u8 = 0;
     const ES: u8 = 1;
     const SS: u8 = 2;
     const SR: u8 = 3;
@@ -497,12 +495,11 @@ const TCP_STATES: [[u8; 11]; 12] = {
     const CW: u8 = 7;
     const LA: u8 = 8;
     const LI: u8 = 9;
-    let _ = NO;
     [
         // INPUT
         [SR, ES, ES, SR, SR, SR, SR, SR, SR, SR, SR],
         [CL, CW, SS, TW, TW, TW, CL, CW, LA, LI, TW],
-        [CL, ES, SS, ES, FW, TW, CL, CW, CL, LI, ES],
+        [ES, ES, SS, ES, FW, TW, CL, CW, CL, LI, ES],
         [CL, CL, CL, SR, CL, CL, CL, CL, LA, LI, SR],
         // OUTPUT
         [SS, ES, SS, SR, SS, SS, SS, SS, SS, LI, SR],
@@ -512,7 +509,7 @@ const TCP_STATES: [[u8; 11]; 12] = {
         // INPUT-ONLY
         [SR, ES, ES, SR, SR, SR, SR, SR, SR, SR, SR],
         [CL, FW, SS, TW, FW, TW, CL, CW, LA, LI, TW],
-        [CL, ES, SS, ES, FW, TW, CL, CW, CL, LI, ES],
+        [ES, ES, SS, ES, FW, TW, CL, CW, CL, LI, ES],
         [CL, CL, CL, SR, CL, CL, CL, CL, LA, LI, CL],
     ]
 };

@@ -181,6 +181,43 @@ impl Ipvs {
             }
         }
 
+        // The server status (`IP_VS_DEST_F_AVAILABLE`), before scheduling: a deleted real
+        // server's connection drops its packets; with expire_nodest_conn it is expired now,
+        // and the packet scheduled afresh unless the connection uses an old conntrack entry
+        // (then the packet is dropped and the entry goes with the connection).
+        if let Some(id) = cp {
+            let gone = self
+                .conns
+                .get(id)
+                .and_then(|c| c.dest)
+                .filter(|&dk| !self.dest_available(dk));
+            if let Some(dk) = gone {
+                let server = addr_port(dk.addr, dk.port);
+                if !self.sysctls.expire_nodest_conn {
+                    return Decision {
+                        verdict: InVerdict::Drop,
+                        note: Some(format!(
+                            "{note}connection to {server} whose real server is gone: dropped (expire_nodest_conn=0: until the connection times out)"
+                        )),
+                    };
+                }
+                if self.uses_ct(id, ct) {
+                    self.conns.set_expiry(id, now);
+                    return Decision {
+                        verdict: InVerdict::Drop,
+                        note: Some(format!(
+                            "{note}connection to {server} whose real server is gone: expired (expire_nodest_conn=1), packet dropped as the connection uses conntrack"
+                        )),
+                    };
+                }
+                // `cp->flags &= ~IP_VS_CONN_F_NFCT`, expired, rescheduled.
+                let _no_ct_to_kill = self.expire_conn(id);
+                note.push_str(&format!(
+                    "connection to {server} whose real server is gone: expired (expire_nodest_conn=1); "
+                ));
+                cp = None;
+            }
+        }
         let id = match cp {
             Some(id) => id,
             None => {
@@ -234,29 +271,6 @@ impl Ipvs {
                 note: None,
             };
         };
-        // The server status (`IP_VS_DEST_F_AVAILABLE`): a deleted real server's connection
-        // drops its packets; with expire_nodest_conn it is expired now so that the next
-        // packet is scheduled afresh.
-        if let Some(dk) = c.dest {
-            if !self.dest_available(dk) {
-                let expire = self.sysctls.expire_nodest_conn;
-                if expire {
-                    self.conns.set_expiry(id, now);
-                }
-                return Decision {
-                    verdict: InVerdict::Drop,
-                    note: Some(format!(
-                        "{note}connection to {} whose real server is gone: dropped{}",
-                        addr_port(dk.addr, dk.port),
-                        if expire {
-                            ", connection expired (expire_nodest_conn=1)"
-                        } else {
-                            " (expire_nodest_conn=0: until the connection times out)"
-                        }
-                    )),
-                };
-            }
-        }
         let (daddr, dport, nfct, dest, one_packet) =
             (c.daddr, c.dport, c.flags.nfct, c.dest, c.timeout.is_zero());
         if cp.is_some() {
@@ -360,29 +374,21 @@ impl Ipvs {
     /// (`ip_vs_conn_drop_conntrack`).
     pub fn handle_timeout(&mut self, now: SimTime) -> Vec<CtKill> {
         let mut kills = Vec::new();
-        // A template can become free while its flows expire in this same round; loop until
-        // nothing is due.
-        loop {
-            let due = self.conns.due(now);
-            if due.is_empty() {
-                break;
+        // One timer at a time, earliest first, each at its own instant: a template re-armed
+        // while its flows live must see them expire in order.
+        while let Some((at, id)) = self.conns.first_due(now) {
+            let Some(c) = self.conns.get(id) else { break };
+            if c.n_control > 0 {
+                // expire_later: `cp->timeout = 60*HZ`.
+                let t = SimDuration::from_secs(60);
+                if let Some(c) = self.conns.get_mut(id) {
+                    c.timeout = t;
+                }
+                self.conns.set_expiry(id, at.saturating_add(t));
+                continue;
             }
-            for id in due {
-                let Some(c) = self.conns.get(id) else {
-                    continue;
-                };
-                if c.n_control > 0 {
-                    // expire_later: `cp->timeout = 60*HZ`.
-                    let t = SimDuration::from_secs(60);
-                    if let Some(c) = self.conns.get_mut(id) {
-                        c.timeout = t;
-                    }
-                    self.conns.set_expiry(id, now.saturating_add(t));
-                    continue;
-                }
-                if let Some(k) = self.expire_conn(id) {
-                    kills.push(k);
-                }
+            if let Some(k) = self.expire_conn(id) {
+                kills.push(k);
             }
         }
         kills
@@ -661,9 +667,7 @@ impl Ipvs {
                 ConnState::Udp => false,
             }
         };
-        // Before 5.9 `ip_vs_conn_uses_conntrack`: any conntrack entry counts; from 5.9
-        // `ip_vs_conn_uses_old_conntrack`: only a confirmed one.
-        let uses_ct = c.flags.nfct && ct.tracked && (!self.sysctls.kernel_5_9 || ct.confirmed);
+        let uses_ct = self.uses_ct(id, ct);
         let resched = if quiesced {
             true
         } else if expected() {
@@ -704,6 +708,16 @@ impl Ipvs {
                 self.sysctls.conn_reuse_mode
             ))
         }
+    }
+
+    /// Whether connection `id` holds on to the packet's conntrack entry: before 5.9
+    /// `ip_vs_conn_uses_conntrack` (any entry), from 5.9 `ip_vs_conn_uses_old_conntrack`
+    /// (only a confirmed one; a new entry, as conntrack makes when it re-opens a closed
+    /// tuple, does not count).
+    fn uses_ct(&self, id: ConnId, ct: CtView) -> bool {
+        self.conns.get(id).is_some_and(|c| c.flags.nfct)
+            && ct.tracked
+            && (!self.sysctls.kernel_5_9 || ct.confirmed)
     }
 
     /// `ip_vs_set_state`: the protocol's state transition and its timeout.

@@ -16,6 +16,10 @@
 //! - `conn.rs`: the connection table (`ip_vs_conn.c`), its protocol states and timeouts
 //!   (`ip_vs_proto_tcp.c`, `ip_vs_proto_udp.c`, `ip_vs_proto_sctp.c`) and persistence
 //!   templates.
+//! - `core.rs`: what IPVS does with a packet: [`Ipvs::ip_vs_in`] (find or schedule the
+//!   connection, NAT to the real server), [`Ipvs::ip_vs_out`] (un-NAT the reply), and
+//!   [`Ipvs::handle_timeout`] (`ip_vs_conn_expire`); the namespace's hooks
+//!   (`netns/ipvs_hook.rs`) call them and apply the verdicts.
 //! - `text.rs`: ipvsadm's listings.
 //!
 //! What it deliberately leaves out: firewall-mark services (`-f`), the tunnel and direct
@@ -689,6 +693,12 @@ impl Ipvs {
     /// (see [`IpvsSysctls::kernel_5_9`]); set from the node's kernel version.
     pub fn set_kernel_5_9(&mut self, on: bool) {
         self.sysctls.kernel_5_9 = on;
+    }
+
+    /// The same from a kernel release (`major.minor`): 5.9 and later run 5.9's `ip_vs_in`
+    /// and `ip_vs_expire_nodest_conn_flush`.
+    pub fn set_kernel_version(&mut self, major: u32, minor: u32) {
+        self.set_kernel_5_9((major, minor) >= (5, 9));
     }
 
     /// The connection table's entries in `/proc/net/ip_vs_conn` order (hash bucket, newest

@@ -670,3 +670,95 @@ fn every_scheduler_name_parses_and_prints() {
     let e = "fo".parse::<Scheduler>().unwrap_err();
     assert!(e.contains("rr, wrr, lc, wlc, sh, dh, sed, nq, mh"), "{e}");
 }
+
+#[test]
+fn a_template_waits_while_it_controls_connections_then_keeps_60_s() {
+    use super::core::{CtView, PacketView};
+    let mut v = Ipvs::new(1, "node");
+    let k = udp("10.96.0.10", 53);
+    v.add_service(ServiceSpec::new(k, Scheduler::Rr).persistent(30))
+        .unwrap();
+    v.add_dest(k, DestSpec::masq(ip("10.244.1.3"), 53, 1))
+        .unwrap();
+    let p = PacketView {
+        protocol: Protocol::Udp,
+        saddr: ip("10.244.1.5"),
+        sport: 5353,
+        daddr: k.addr,
+        dport: 53,
+        tcp_flags: None,
+        len: 60,
+    };
+    let ct = CtView {
+        tracked: false,
+        confirmed: false,
+    };
+    let t0 = SimTime::ZERO;
+    v.ip_vs_in(t0, &p, ct);
+    let d = v.service(k).unwrap().dest(ip("10.244.1.3"), 53).unwrap();
+    assert_eq!((d.counters.inactconns, d.counters.persistconns), (1, 1));
+    // The flow (UDP, 300 s) outlives the template (30 s): at 30 s the template still controls
+    // it and is re-armed for 60 s (ip_vs_conn_expire's expire_later).
+    v.handle_timeout(SimTime::from_secs(30));
+    let t = v
+        .conns()
+        .into_iter()
+        .find(|c| c.flags.template)
+        .unwrap()
+        .clone();
+    assert_eq!(t.expires, SimTime::from_secs(90));
+    assert_eq!(t.timeout, SimDuration::from_secs(60));
+    // The flow expires at 300 s, the template at its next turn after that.
+    v.handle_timeout(SimTime::from_secs(300));
+    assert_eq!(v.conns().len(), 1);
+    v.handle_timeout(SimTime::from_secs(330));
+    assert!(v.conns().is_empty(), "{:?}", v.conns());
+    let d = v.service(k).unwrap().dest(ip("10.244.1.3"), 53).unwrap();
+    assert_eq!(d.counters, DestCounters::default());
+}
+
+#[test]
+fn tcp_states_follow_the_kernel_table() {
+    use super::conn::{next_tcp_state, Dir};
+    use TcpState as S;
+    let f = |s: &str| sim_core::TcpFlags::parse_list(s).unwrap();
+    let mut no_output = false;
+    let mut step = |st, dir, flags: &str| next_tcp_state(st, &mut no_output, dir, f(flags));
+    // A NAT connection's life: SYN in, SYN-ACK out, ACK in, FIN in, FIN-ACK out, ACK in.
+    let s = step(S::None, Dir::Input, "SYN");
+    assert_eq!(s, S::SynRecv);
+    let s = step(s, Dir::Output, "SYN,ACK");
+    assert_eq!(s, S::SynRecv);
+    let s = step(s, Dir::Input, "ACK");
+    assert_eq!(s, S::Established);
+    let s = step(s, Dir::Input, "FIN,ACK");
+    assert_eq!(s, S::CloseWait);
+    let s = step(s, Dir::Output, "FIN,ACK");
+    assert_eq!(s, S::TimeWait);
+    assert_eq!(step(s, Dir::Input, "ACK"), S::TimeWait);
+    // RST wins over SYN; no flag at all is CLOSE; an ACK in NONE is ESTABLISHED.
+    assert_eq!(step(S::Established, Dir::Input, "SYN,RST"), S::Close);
+    assert_eq!(step(S::Established, Dir::Input, "NONE"), S::Close);
+    assert_eq!(step(S::None, Dir::Input, "ACK"), S::Established);
+    // NOOUTPUT (not masquerading): the INPUT-ONLY rows until the server is seen.
+    let mut no_output = true;
+    let s = next_tcp_state(S::Established, &mut no_output, Dir::Input, f("FIN"));
+    assert_eq!(s, S::FinWait);
+    assert!(no_output);
+    next_tcp_state(s, &mut no_output, Dir::Output, f("ACK"));
+    assert!(!no_output);
+}
+
+#[test]
+fn the_kernel_generation_comes_from_the_release() {
+    let mut v = Ipvs::new(1, "node");
+    assert!(v.sysctls().kernel_5_9);
+    v.set_kernel_version(5, 4);
+    assert!(!v.sysctls().kernel_5_9);
+    v.set_kernel_version(5, 9);
+    assert!(v.sysctls().kernel_5_9);
+    v.set_kernel_version(4, 19);
+    assert!(!v.sysctls().kernel_5_9);
+    v.set_kernel_version(6, 1);
+    assert!(v.sysctls().kernel_5_9);
+}
