@@ -90,12 +90,13 @@ pub(super) fn check_expectations(
                     ("refused", v.refused),
                     ("tcp", v.tcp),
                     ("namesTried", v.names_tried),
+                    ("stalled", v.stalled),
                 ]
                 .into_iter()
                 .filter_map(|(w, c)| Some((w, c?)))
                 .collect();
                 if counts.is_empty() && v.max_latency.is_none() {
-                    return Err(ctx.err(l, "lookups: expected at least one of answered, nxdomain, nodata, timedOut, refused, tcp, namesTried, maxLatency"));
+                    return Err(ctx.err(l, "lookups: expected at least one of answered, nxdomain, nodata, timedOut, refused, tcp, namesTried, stalled, maxLatency"));
                 }
                 (
                     Check::Lookups {
