@@ -1,6 +1,6 @@
 //! Many CPUs and many kernels (#27): `nodes[].cpus`, `kernel.version`, the confirm race of
 //! glibc's parallel A/AAAA queries and what each release does with it
-//! (docs/kernel-model.md §20, scenarios/dns-race-5s.yaml).
+//! (docs/kernel-model.md §22, scenarios/dns-race-5s.yaml).
 
 #[path = "support/cli.rs"]
 mod cli;

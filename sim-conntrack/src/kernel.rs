@@ -3,7 +3,7 @@
 //! nfsim's model follows Linux 6.18 ([`KernelVersion::MODEL`], checked on this project's lab
 //! machine). A scenario may name an older release per node (`kernel: {version: "5.4"}`);
 //! every behaviour that differs between releases asks a [`KernelVersion`] here, and
-//! docs/kernel-model.md §20 tables them (release, behaviour, commit). Releases before
+//! docs/kernel-model.md §22 tables them (release, behaviour, commit). Releases before
 //! [`KernelVersion::OLDEST`] (4.14) and after the model's are refused: nfsim has not looked at
 //! what they do.
 

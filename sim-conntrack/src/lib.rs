@@ -1,10 +1,10 @@
 //! # sim-conntrack
 //!
 //! The connection tracking table of one simulated network namespace, with the kernel's
-//! semantics (docs/kernel-model.md §1–§6, §9): entries keyed by both tuples, create-then-confirm,
+//! semantics (docs/kernel-model.md §1–§6, §9, §22): entries keyed by both tuples, create-then-confirm,
 //! per-protocol trackers and timeouts, NAT bindings with the kernel's port allocation,
-//! `nf_conntrack_max` with early drop, exact expiry, events, statistics, and the text of
-//! conntrack-tools.
+//! `nf_conntrack_max` with early drop, exact expiry, events, statistics, clash handling at
+//! confirmation by kernel release, and the text of conntrack-tools.
 //!
 //! The crate is sans-IO: [`Conntrack`] never reads a clock; every call that depends on time
 //! takes `now: SimTime`, and outputs (events) are drained by the caller. Its doc comment

@@ -1,4 +1,4 @@
-//! Confirm races by kernel release (docs/kernel-model.md §20): two packets of one UDP flow
+//! Confirm races by kernel release (docs/kernel-model.md §22): two packets of one UDP flow
 //! both miss the table (the first is not confirmed yet when the second is looked up, as on
 //! two CPUs), get DNAT'd, and confirm in order; what `__nf_conntrack_confirm` does with the
 //! second depends on the release. Each case cites the kernel function whose behaviour it

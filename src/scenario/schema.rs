@@ -221,7 +221,7 @@ pub struct NodeDoc {
     #[serde(default)]
     pub kernel: Option<S<KernelDoc>>,
     /// CPUs that process packets (default 1): with more, two packets of one new flow can be
-    /// tracked at once and clash at confirmation (docs/kernel-model.md §20).
+    /// tracked at once and clash at confirmation (docs/kernel-model.md §22).
     #[serde(default)]
     pub cpus: Option<S<u32>>,
 }
@@ -1063,7 +1063,7 @@ pub struct ConntrackStatsExpectDoc {
     /// `insert`: entries inserted from userspace.
     #[serde(default)]
     pub insert: Option<CountDoc>,
-    /// `insert_failed`: confirmations that found the tuple taken.
+    /// `insert_failed`: confirmations that found the tuple taken (clashes).
     #[serde(default)]
     pub insert_failed: Option<CountDoc>,
     /// `drop`: packets dropped for want of an entry (table full).
@@ -1078,7 +1078,8 @@ pub struct ConntrackStatsExpectDoc {
     /// `search_restart` (always 0 in nfsim).
     #[serde(default)]
     pub search_restart: Option<CountDoc>,
-    /// `clash_resolve` (always 0 in nfsim: one CPU never races itself).
+    /// `clash_resolve`: clashes at confirmation resolved (a node with `cpus` > 1, kernel
+    /// 5.10 or later).
     #[serde(default)]
     pub clash_resolve: Option<CountDoc>,
     /// `chaintoolong` (always 0 in nfsim).

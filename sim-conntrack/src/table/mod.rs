@@ -322,7 +322,7 @@ impl Conntrack {
     }
 
     /// The Linux release this table behaves as (default [`KernelVersion::MODEL`]): it decides
-    /// how a clash at confirmation is handled (docs/kernel-model.md §20).
+    /// how a clash at confirmation is handled (docs/kernel-model.md §22).
     ///
     /// [`KernelVersion::MODEL`]: crate::kernel::KernelVersion::MODEL
     pub fn kernel(&self) -> crate::kernel::KernelVersion {

@@ -6,7 +6,7 @@
 //! `__nf_conntrack_confirm` inserts it). A second packet of the same flow processed on
 //! another CPU in that window finds no entry, makes its own, and meets the first at its
 //! confirmation: a clash, handled as the node's kernel release handles it
-//! (`Conntrack::confirm_resolving`, docs/kernel-model.md §20).
+//! (`Conntrack::confirm_resolving`, docs/kernel-model.md §22).
 //!
 //! nfsim's event loop runs one packet at a time, so the overlap is made explicit: when a
 //! packet of the flow whose entry the node's last new-flow packet created arrives within
@@ -137,6 +137,42 @@ fn ip_bits(a: std::net::IpAddr) -> u64 {
     }
 }
 
+impl super::Simulation {
+    /// A packet about to enter node `n` on a CPU: when it races, the winner's entry is hidden
+    /// from it until its confirmation.
+    pub(super) fn race_begin(&mut self, n: usize, mut on: OnCpu) -> OnCpu {
+        if let Some(id) = on.raced {
+            if !self.nodes[n].netns.conntrack_mut().race_hide(id) {
+                on.raced = None;
+            }
+        }
+        on
+    }
+
+    /// The packet `p` left node `n`'s pipeline holding `entry` (`seq_before`: the table's
+    /// next sequence number before it came in).
+    pub(super) fn race_end(
+        &mut self,
+        n: usize,
+        on: OnCpu,
+        entry: Option<EntryId>,
+        seq_before: u64,
+        p: &Packet,
+    ) {
+        let now = self.now;
+        let node = &mut self.nodes[n];
+        let ct = node.netns.conntrack_mut();
+        if on.raced.is_some() {
+            // Confirmed, discarded or never tracked: the winner is back in any case.
+            ct.race_reveal();
+        }
+        let made = entry.filter(|id| ct.get(*id).is_some_and(|e| e.seq >= seq_before));
+        if let (Some(id), Some(c)) = (made, node.cpus.as_mut()) {
+            c.made_entry(now, on, id, Tuple::from_packet(p));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,42 +234,6 @@ mod tests {
                 .begin(t0, &pkt(40001), Ingress::Local, eth0)
                 .raced
                 .is_none());
-        }
-    }
-}
-
-impl super::Simulation {
-    /// A packet about to enter node `n` on a CPU: when it races, the winner's entry is hidden
-    /// from it until its confirmation.
-    pub(super) fn race_begin(&mut self, n: usize, mut on: OnCpu) -> OnCpu {
-        if let Some(id) = on.raced {
-            if !self.nodes[n].netns.conntrack_mut().race_hide(id) {
-                on.raced = None;
-            }
-        }
-        on
-    }
-
-    /// The packet `p` left node `n`'s pipeline holding `entry` (`seq_before`: the table's
-    /// next sequence number before it came in).
-    pub(super) fn race_end(
-        &mut self,
-        n: usize,
-        on: OnCpu,
-        entry: Option<EntryId>,
-        seq_before: u64,
-        p: &Packet,
-    ) {
-        let now = self.now;
-        let node = &mut self.nodes[n];
-        let ct = node.netns.conntrack_mut();
-        if on.raced.is_some() {
-            // Confirmed, discarded or never tracked: the winner is back in any case.
-            ct.race_reveal();
-        }
-        let made = entry.filter(|id| ct.get(*id).is_some_and(|e| e.seq >= seq_before));
-        if let (Some(id), Some(c)) = (made, node.cpus.as_mut()) {
-            c.made_entry(now, on, id, Tuple::from_packet(p));
         }
     }
 }

@@ -122,10 +122,10 @@ impl Simulation {
             None => None,
             Some(c) => {
                 let on = c.begin(now, &p, from, eth0());
-                Some(self.race_begin(n, on))
+                let on = self.race_begin(n, on);
+                Some((on, self.nodes[n].netns.conntrack().next_seq()))
             }
         };
-        let seq_before = self.nodes[n].netns.conntrack().next_seq();
         let mut out = std::mem::take(&mut self.egress);
         out.clear();
         let r = match self.bridge_frame(n, &p, from) {
@@ -137,10 +137,13 @@ impl Simulation {
                 .process_into(self.now, p, from, &mut out),
             Err(reason) => {
                 self.egress = out;
+                if let Some((on, seq_before)) = on_cpu {
+                    self.race_end(n, on, None, seq_before, &p);
+                }
                 return self.network_drop(&p, reason);
             }
         };
-        if let Some(on) = on_cpu {
+        if let Some((on, seq_before)) = on_cpu {
             self.race_end(n, on, r.entry, seq_before, &p);
         }
         self.after_kernel(n);

@@ -5,7 +5,7 @@ use super::*;
 /// The most CPUs a node may have (`cpus`).
 pub const MAX_NODE_CPUS: u32 = 256;
 
-/// The sysctl whose default depends on the kernel release (docs/kernel-model.md §20).
+/// The sysctl whose default depends on the kernel release (docs/kernel-model.md §22).
 const UDP_TIMEOUT_STREAM: &str = "net.netfilter.nf_conntrack_udp_timeout_stream";
 
 /// The node's `kernel.version`, else the scenario's, else the release the model follows;
