@@ -28,7 +28,10 @@ impl Status {
     pub const DST_NAT_DONE: Status = Status(1 << 8);
     /// `IPS_DYING`: killed; no longer in the table.
     pub const DYING: Status = Status(1 << 9);
-    /// `IPS_NAT_CLASH`: never set here (clashes cannot happen in a sequential simulation).
+    /// `IPS_FIXED_TIMEOUT`: refreshes leave the timeout alone (set on a clash entry).
+    pub const FIXED_TIMEOUT: Status = Status(1 << 10);
+    /// `IPS_NAT_CLASH`: an entry inserted by its reply tuple only after losing a confirm race
+    /// (`nf_ct_resolve_clash_harder`, 5.6 on): never ASSURED, gone after 1 s, not listed.
     pub const NAT_CLASH: Status = Status(1 << 12);
     /// Both NAT bits.
     pub const NAT_MASK: Status = Status((1 << 4) | (1 << 5));
@@ -49,7 +52,7 @@ impl Status {
 impl fmt::Display for Status {
     /// The set bits by their kernel names, `|`-separated (`SEEN_REPLY|ASSURED|CONFIRMED`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [(u16, &str); 10] = [
+        const NAMES: [(u16, &str); 11] = [
             (1 << 0, "EXPECTED"),
             (1 << 1, "SEEN_REPLY"),
             (1 << 2, "ASSURED"),
@@ -59,6 +62,7 @@ impl fmt::Display for Status {
             (1 << 7, "SRC_NAT_DONE"),
             (1 << 8, "DST_NAT_DONE"),
             (1 << 9, "DYING"),
+            (1 << 10, "FIXED_TIMEOUT"),
             (1 << 12, "NAT_CLASH"),
         ];
         let mut first = true;

@@ -94,9 +94,11 @@ pub struct Stats {
     pub invalid: u64,
     /// Entries inserted from userspace.
     pub insert: u64,
-    /// Confirmations that found the tuple already in the table.
+    /// Confirmations that found the tuple already in the table (before 5.10 every clash,
+    /// from 5.10 the unresolved ones).
     pub insert_failed: u64,
-    /// Packets dropped because no entry could be allocated (table full).
+    /// Packets dropped because no entry could be allocated (table full), or because a clash
+    /// at confirmation could not be resolved.
     pub drop: u64,
     /// Entries removed by early drop.
     pub early_drop: u64,
@@ -104,14 +106,15 @@ pub struct Stats {
     pub error: u64,
     /// Lookups restarted (never, here).
     pub search_restart: u64,
-    /// Clashes resolved (never, here).
+    /// Clashes at confirmation resolved (from 5.10; `KernelVersion::counts_clash_resolve`).
     pub clash_resolve: u64,
     /// Hash chains found too long (never, here).
     pub chaintoolong: u64,
 }
 
 impl fmt::Display for Stats {
-    /// The `conntrack -S` line of CPU 0 (the simulation has one), trailing space included.
+    /// The `conntrack -S` line of CPU 0, trailing space included: the counters of every CPU
+    /// a node has are summed on it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,

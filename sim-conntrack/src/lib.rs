@@ -1,10 +1,10 @@
 //! # sim-conntrack
 //!
 //! The connection tracking table of one simulated network namespace, with the kernel's
-//! semantics (docs/kernel-model.md §1–§6, §9): entries keyed by both tuples, create-then-confirm,
+//! semantics (docs/kernel-model.md §1–§6, §9, §22): entries keyed by both tuples, create-then-confirm,
 //! per-protocol trackers and timeouts, NAT bindings with the kernel's port allocation,
-//! `nf_conntrack_max` with early drop, exact expiry, events, statistics, and the text of
-//! conntrack-tools.
+//! `nf_conntrack_max` with early drop, exact expiry, events, statistics, clash handling at
+//! confirmation by kernel release, and the text of conntrack-tools.
 //!
 //! The crate is sans-IO: [`Conntrack`] never reads a clock; every call that depends on time
 //! takes `now: SimTime`, and outputs (events) are drained by the caller. Its doc comment
@@ -20,6 +20,8 @@
 //! - [`nat`]: [`NatRange`], `nf_nat_setup_info`, null bindings, `nf_nat_packet`.
 //! - [`event`]: [`CtEvent`] (`conntrack -E` lines) and [`Stats`] (`conntrack -S`).
 //! - [`filter`]: [`Filter`], parsed from `conntrack -L/-D` options.
+//! - [`kernel`]: [`KernelVersion`], the Linux release a table behaves as, and what depends
+//!   on it (clash handling at confirmation, version-dependent defaults).
 //!
 //! Speed (figures in `benches/conntrack.rs`): a lookup hashes the tuple once into five
 //! machine words ([`Tuple`] is kept for the API), reads one index slot (hash and slab slot in
@@ -48,6 +50,7 @@ pub mod entry;
 pub mod event;
 pub mod filter;
 mod index;
+pub mod kernel;
 pub mod listing;
 pub mod nat;
 pub mod table;
@@ -62,6 +65,7 @@ pub use entry::{
 };
 pub use event::{CtEvent, DestroyCause, EventKind, Stats};
 pub use filter::{AddrMatch, Filter, FilterError};
+pub use kernel::{ClashHandling, KernelVersion, KernelVersionError};
 pub use listing::{
     load_listing, parse_listing, AgeSource, ListedEntry, ListingError, LoadReport,
     DEFAULT_ASSUMED_AGE,

@@ -141,7 +141,7 @@ pub(crate) fn track(
     new: bool,
 ) -> Track {
     match pkt.l4 {
-        L4::Udp { .. } => udp(ct, now, slot, new),
+        L4::Udp { .. } => udp(ct, now, slot, dir, new),
         L4::Tcp { .. } => tcp(ct, now, slot, dir, pkt, new),
         L4::Icmp { icmp_type, .. } => {
             if new && !icmp_type_creates(pkt.is_ipv4(), icmp_type) {
@@ -165,9 +165,22 @@ pub(crate) fn track(
 }
 
 /// `nf_conntrack_udp_packet`.
-pub(crate) fn udp(ct: &mut Conntrack, now: SimTime, slot: usize, new: bool) -> Track {
+pub(crate) fn udp(ct: &mut Conntrack, now: SimTime, slot: usize, dir: Dir, new: bool) -> Track {
     if new {
         ct.slab[slot].set_stream_ts(sim_ns(now).saturating_add(2_000_000_000));
+    }
+    let st = ct.slab[slot].status;
+    if st.contains(Status::NAT_CLASH) {
+        // A clash entry: IPS_FIXED_TIMEOUT, so `nf_ct_refresh_acct` leaves its 1 s alone, and
+        // never ASSURED. From 5.6 to 5.8.7 its first reply kills it
+        // (`nf_conntrack_udp_refresh_unreplied`); the reply itself still passes with it.
+        if dir == Dir::Reply
+            && !st.contains(Status::SEEN_REPLY)
+            && !ct.kernel.clash_entry_survives_reply()
+        {
+            return Track::Kill;
+        }
+        return Track::Accept;
     }
     let extra = udp_known(&mut ct.slab[slot], &ct.cfg, now);
     ct.refresh(slot, now, extra);

@@ -154,17 +154,21 @@ fn a_batch_larger_than_the_read_ahead_window_keeps_packet_order() {
         "every packet started its own entry"
     );
     assert_eq!(ct.count() as usize, BATCH + 2);
-    // Confirmed in order, the reply's entry clashes with the first one's reply tuple.
+    // Confirmed in order, the reply's entry clashes with the first one's reply tuple: UDP
+    // with no NAT binding, so `__nf_ct_resolve_clash` merges it onto the first entry
+    // (`clash_resolve`), and the table keeps one entry per flow.
     let mut results = Vec::new();
     for v in &out {
         if let CtVerdict::Tracked(h) = v {
-            results.push(ct.confirm(t(0), *h));
+            results.push(ct.confirm_resolving(t(0), *h));
         }
     }
-    assert!(results[..BATCH + 1].iter().all(Result::is_ok));
+    assert!(results[..BATCH + 1].iter().all(|r| r == &Ok(None)));
     assert!(matches!(
         results[BATCH + 1],
-        Err(ConfirmError::InsertFailed(_))
+        Ok(Some(h)) if h.id == ids[0]
     ));
+    assert_eq!(ct.stats().clash_resolve, 1);
+    assert_eq!(ct.stats().insert_failed, 0);
     assert_eq!(ct.len(), BATCH + 1);
 }

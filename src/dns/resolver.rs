@@ -327,6 +327,13 @@ impl Resolver {
         SimDuration::from_millis(timeout_ms / u64::from(self.conf.attempts.max(1)))
     }
 
+    /// A new process with the same `resolv.conf`: what glibc keeps in `_res` for a process's
+    /// life (the `single-request` fallback after a lost answer, `send_dg`) starts afresh.
+    pub fn new_process(&mut self) {
+        self.single_request = self.conf.single_request || self.conf.single_request_reopen;
+        self.single_request_reopen = self.conf.single_request_reopen;
+    }
+
     /// Starts lookup `seq` of the names `candidates` (see [`candidates`]) at `now`. Ignored
     /// (returns `false`) while a lookup is in progress or with no candidate.
     pub fn start(

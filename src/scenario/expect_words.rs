@@ -69,7 +69,7 @@ pub(super) fn stats_check(
             line: doc.referenced.line(),
             column: doc.referenced.column(),
             message: format!(
-                "conntrackStats.{}: nfsim never increments it (one CPU, no concurrent confirmation or long hash chains), so it is always 0 here",
+                "conntrackStats.{}: nfsim never increments it (no lookup races a table resize, no hash chain grows too long), so it is always 0 here",
                 c.name()
             ),
         });

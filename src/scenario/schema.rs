@@ -100,6 +100,10 @@ pub struct ScenarioDoc {
     /// The network between nodes and hosts.
     #[serde(default)]
     pub network: Option<NetworkDoc>,
+    /// The Linux release every node runs unless it names its own (default: the release the
+    /// model follows, 6.18).
+    #[serde(default)]
+    pub kernel: Option<S<KernelDoc>>,
     /// The nodes.
     pub nodes: Vec<S<NodeDoc>>,
     /// Hosts outside the cluster.
@@ -213,6 +217,33 @@ pub struct NodeDoc {
     /// The `topology-mode: Auto` heuristic shares endpoints out by it.
     #[serde(default, rename = "allocatableCPU")]
     pub allocatable_cpu: Option<S<super::topology::CpuQuantity>>,
+    /// The Linux release this node runs (`kernel: {version: "5.4"}`), over the scenario's.
+    #[serde(default)]
+    pub kernel: Option<S<KernelDoc>>,
+    /// CPUs that process packets (default 1): with more, two packets of one new flow can be
+    /// tracked at once and clash at confirmation (docs/kernel-model.md §22).
+    #[serde(default)]
+    pub cpus: Option<S<u32>>,
+}
+
+/// `kernel:` a node's Linux release.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelDoc {
+    /// `MAJOR.MINOR[.PATCH]`, `"4.14"` to `"6.18"` (as text: a plain `5.10` would read as a
+    /// number, 5.1).
+    pub version: S<KernelVersionText>,
+}
+
+/// A kernel version as the file spells it, kept as text whether quoted or not, so that an
+/// unquoted `4.10` stays `4.10`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelVersionText(pub String);
+
+impl<'de> Deserialize<'de> for KernelVersionText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(KernelVersionText)
+    }
 }
 
 /// `nodes[].state:` files saved on a real node, relative to the scenario file.
@@ -1032,7 +1063,7 @@ pub struct ConntrackStatsExpectDoc {
     /// `insert`: entries inserted from userspace.
     #[serde(default)]
     pub insert: Option<CountDoc>,
-    /// `insert_failed`: confirmations that found the tuple taken.
+    /// `insert_failed`: confirmations that found the tuple taken (clashes).
     #[serde(default)]
     pub insert_failed: Option<CountDoc>,
     /// `drop`: packets dropped for want of an entry (table full).
@@ -1047,7 +1078,8 @@ pub struct ConntrackStatsExpectDoc {
     /// `search_restart` (always 0 in nfsim).
     #[serde(default)]
     pub search_restart: Option<CountDoc>,
-    /// `clash_resolve` (always 0 in nfsim: one CPU never races itself).
+    /// `clash_resolve`: clashes at confirmation resolved (a node with `cpus` > 1, kernel
+    /// 5.10 or later).
     #[serde(default)]
     pub clash_resolve: Option<CountDoc>,
     /// `chaintoolong` (always 0 in nfsim).
@@ -1169,6 +1201,10 @@ pub struct LookupsExpectDoc {
     /// The slowest lookup took at most this long.
     #[serde(default)]
     pub max_latency: Option<Duration>,
+    /// Lookups that took 1 s or more (the shortest resolver timeout): each waited for a
+    /// resend at least once, as a lookup whose query was dropped does.
+    #[serde(default)]
+    pub stalled: Option<CountDoc>,
 }
 
 /// `conntrack:` check on one node's table.

@@ -207,6 +207,9 @@ impl Conntrack {
     ) -> Option<CtVerdict> {
         let cfg = &self.cfg;
         let e = self.slab.get_mut(slot)?;
+        if e.status.contains(Status::NAT_CLASH) {
+            return None; // a clash entry's fixed timeout: `track::udp`
+        }
         let seen_reply = e.status.contains(Status::SEEN_REPLY);
         let extra = match pkt.l4 {
             L4::Udp { .. } => crate::track::udp_known(e, cfg, now),

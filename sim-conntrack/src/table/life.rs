@@ -1,6 +1,7 @@
 //! An entry's life: allocation and early drop, confirm / discard, destroy, expiry, events.
 
 use super::*;
+use crate::kernel::ClashHandling;
 
 impl Conntrack {
     /// `__nf_conntrack_alloc`: a new unconfirmed entry, after early drop if the table is
@@ -114,6 +115,19 @@ impl Conntrack {
     /// delivered. A handle of an entry killed on the way (RST before reply) is released.
     #[inline]
     pub fn confirm(&mut self, now: SimTime, handle: CtHandle) -> Result<(), ConfirmError> {
+        self.confirm_resolving(now, handle).map(|_| ())
+    }
+
+    /// [`Conntrack::confirm`], saying which entry the packet holds afterwards: `Some(h)` when
+    /// its new entry lost a confirm race and the clash was resolved by merging it onto the
+    /// entry already in the table (`__nf_ct_resolve_clash`: `nf_ct_set(skb, ct, ctinfo)`),
+    /// `None` when it keeps its own.
+    #[inline]
+    pub fn confirm_resolving(
+        &mut self,
+        now: SimTime,
+        handle: CtHandle,
+    ) -> Result<Option<CtHandle>, ConfirmError> {
         self.expire_due(now);
         // The common case, a packet of a confirmed entry with no event to deliver, without a
         // call: what `confirm_general` and `deliver` do for it.
@@ -121,7 +135,7 @@ impl Conntrack {
         if let Some(e) = self.slab.get_mut(handle.id.slot as usize) {
             if e.gen == handle.id.gen && e.life == Life::Confirmed && (e.pending == 0 || !events) {
                 e.pending = 0;
-                return Ok(());
+                return Ok(None);
             }
         }
         self.confirm_general(now, handle)
@@ -129,7 +143,11 @@ impl Conntrack {
 
     /// [`Conntrack::confirm`] of a new, dying or gone entry, or one with events to deliver.
     #[inline(never)]
-    fn confirm_general(&mut self, now: SimTime, handle: CtHandle) -> Result<(), ConfirmError> {
+    fn confirm_general(
+        &mut self,
+        now: SimTime,
+        handle: CtHandle,
+    ) -> Result<Option<CtHandle>, ConfirmError> {
         self.expire_due(now);
         let Some(slot) = self.slot_of(handle.id) else {
             return Err(ConfirmError::NoEntry(handle.id));
@@ -137,16 +155,19 @@ impl Conntrack {
         match self.slab[slot].life {
             Life::Dying => {
                 self.free_slot(slot);
-                return Ok(());
+                return Ok(None);
             }
             Life::Unconfirmed => {
+                // The packet another CPU confirmed meanwhile is in the table by now.
+                self.race_reveal();
                 let (o, r) = (self.key(slot, 0), self.key(slot, 1));
                 let ho = o.hash(&self.hseed);
                 let hr = r.hash(&self.hseed);
-                if self.lookup_key(ho, &o).is_some() || self.lookup_key(hr, &r).is_some() {
-                    self.stats.insert_failed += 1;
-                    self.free_slot(slot);
-                    return Err(ConfirmError::InsertFailed(handle.id));
+                // __nf_conntrack_confirm: the original tuple's bucket, then the reply's.
+                if let Some((winner, _)) =
+                    self.lookup_key(ho, &o).or_else(|| self.lookup_key(hr, &r))
+                {
+                    return self.resolve_clash(now, handle, slot, winner, hr);
                 }
                 let v = (slot as u32) << 1;
                 // The reply key goes in first so that, as with the kernel's head insertion of
@@ -167,7 +188,143 @@ impl Conntrack {
             Life::Confirmed | Life::Free => {}
         }
         self.deliver(slot, now);
-        Ok(())
+        Ok(None)
+    }
+
+    /// `nf_ct_resolve_clash`: the new entry in `loser` found `winner` in the table with one
+    /// of its tuples (`hr`: the hash of the loser's reply key). By the table's kernel release
+    /// ([`ClashHandling`]) the loser's packet is merged onto the winner, given a reply-only
+    /// `IPS_NAT_CLASH` entry (`nf_ct_resolve_clash_harder`), or dropped; the counters are the
+    /// release's (before 5.10 every clash counts `insert_failed`, a resolved one nothing else;
+    /// from 5.10 a resolved one counts `clash_resolve` only). Only UDP allows clashes
+    /// (`l4proto->allow_clash`).
+    #[cold]
+    fn resolve_clash(
+        &mut self,
+        now: SimTime,
+        handle: CtHandle,
+        loser: usize,
+        winner: usize,
+        hr: u32,
+    ) -> Result<Option<CtHandle>, ConfirmError> {
+        let k = self.kernel;
+        let udp = self.slab[loser].keys[0].proto() == sim_core::packet::IPPROTO_UDP;
+        let resolved = |st: &mut Stats| {
+            if k.counts_clash_resolve() {
+                st.clash_resolve += 1;
+            } else {
+                st.insert_failed += 1;
+            }
+        };
+        if udp && self.clash_mergeable(winner, loser) {
+            resolved(&mut self.stats);
+            self.free_slot(loser);
+            return Ok(Some(CtHandle {
+                id: self.id_of(winner),
+                ctinfo: handle.ctinfo,
+            }));
+        }
+        if udp && k.clash() == ClashHandling::InsertClash {
+            // nf_ct_resolve_clash_harder: the reply direction must not clash, unless with an
+            // entry the loser can be merged onto (a clash entry with the same NAT).
+            let r = self.key(loser, 1);
+            match self.lookup_key(hr, &r) {
+                Some((other, _)) => {
+                    if self.clash_mergeable(other, loser) {
+                        resolved(&mut self.stats);
+                        self.free_slot(loser);
+                        return Ok(Some(CtHandle {
+                            id: self.id_of(other),
+                            ctinfo: handle.ctinfo,
+                        }));
+                    }
+                }
+                None => {
+                    // Inserted by its reply tuple only ("fake add" of the original), 1 s,
+                    // IPS_FIXED_TIMEOUT | IPS_NAT_CLASH; no [NEW] event is cached for it.
+                    let v = (loser as u32) << 1;
+                    self.index.insert(hr, v | 1);
+                    let e = &mut self.slab[loser];
+                    let deadline = now.saturating_add(sim_core::SimDuration::from_secs(1));
+                    e.timeout = deadline;
+                    e.armed = deadline;
+                    e.life = Life::Confirmed;
+                    e.status.insert(Status::CONFIRMED);
+                    e.status.insert(Status::FIXED_TIMEOUT);
+                    e.status.insert(Status::NAT_CLASH);
+                    e.pending = 0;
+                    self.timers
+                        .push(Reverse(Timer::new(deadline, loser as u32)));
+                    self.confirmed += 1;
+                    resolved(&mut self.stats);
+                    return Ok(None);
+                }
+            }
+        }
+        self.stats.drop += 1;
+        self.stats.insert_failed += 1;
+        self.free_slot(loser);
+        Err(ConfirmError::InsertFailed(handle.id))
+    }
+
+    /// Whether `__nf_ct_resolve_clash` merges `loser` onto `other`: `other` is not dying
+    /// and has no NAT binding (`IPS_NAT_DONE_MASK` clear), or, from 4.19 (ed07d9a021df),
+    /// both have the same tuples in both directions (`nf_ct_match`).
+    fn clash_mergeable(&self, other: usize, loser: usize) -> bool {
+        let w = &self.slab[other];
+        if w.life != Life::Confirmed || w.status.contains(Status::DYING) {
+            return false;
+        }
+        let done = Status(Status::SRC_NAT_DONE.0 | Status::DST_NAT_DONE.0);
+        if !w.status.intersects(done) {
+            return true;
+        }
+        self.kernel.clash() != ClashHandling::MergeUnNatted
+            && self.key(other, 0) == self.key(loser, 0)
+            && self.key(other, 1) == self.key(loser, 1)
+    }
+
+    // ----- races between CPUs --------------------------------------------------------------
+
+    /// Another CPU is about to process a packet while the packet that created entry `id`
+    /// has not been confirmed yet from that CPU's point of view (its `conntrack_in` and NAT
+    /// ran before the entry entered the table): the entry's keys leave the index until the
+    /// next [`Conntrack::confirm`] of a new entry, [`Conntrack::discard`] or
+    /// [`Conntrack::race_reveal`], so that the packet finds no entry, gets an unconfirmed one
+    /// of its own and meets the winner only at its confirmation (the clash). Returns false,
+    /// hiding nothing, when `id` is no confirmed entry of the table (or a clash entry).
+    pub fn race_hide(&mut self, id: EntryId) -> bool {
+        self.race_reveal();
+        let Some(slot) = self.slot_of(id) else {
+            return false;
+        };
+        let e = &self.slab[slot];
+        if e.life != Life::Confirmed || e.status.contains(Status::NAT_CLASH) {
+            return false;
+        }
+        let (o, r) = (self.key(slot, 0), self.key(slot, 1));
+        let v = (slot as u32) << 1;
+        self.index.remove(o.hash(&self.hseed), v);
+        self.index.remove(r.hash(&self.hseed), v | 1);
+        self.hidden = Some((slot as u32, id.gen));
+        true
+    }
+
+    /// Puts an entry [`Conntrack::race_hide`] took out back into the index (if it is still
+    /// there); nothing when none is hidden.
+    pub fn race_reveal(&mut self) {
+        let Some((slot, gen)) = self.hidden.take() else {
+            return;
+        };
+        let s = slot as usize;
+        let e = &self.slab[s];
+        if e.gen != gen || e.life != Life::Confirmed {
+            return;
+        }
+        let (o, r) = (self.key(s, 0), self.key(s, 1));
+        let v = slot << 1;
+        self.index.insert(r.hash(&self.hseed), v | 1);
+        self.index.insert(o.hash(&self.hseed), v);
     }
 
     /// A packet holding `handle` was dropped or consumed before any confirm hook: a new
@@ -175,6 +332,7 @@ impl Conntrack {
     /// entry nothing happens; its pending events wait for the next packet's confirm.
     pub fn discard(&mut self, now: SimTime, handle: CtHandle) {
         let _ = now;
+        self.race_reveal();
         if let Some(slot) = self.slot_of(handle.id) {
             if matches!(self.slab[slot].life, Life::Unconfirmed | Life::Dying) {
                 self.free_slot(slot);

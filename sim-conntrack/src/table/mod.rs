@@ -271,6 +271,11 @@ pub struct Conntrack {
     next_seq: u64,
     scratch: Vec<u32>,
     portid: u32,
+    /// The Linux release whose clash handling `confirm` follows (`life.rs`).
+    pub(crate) kernel: crate::kernel::KernelVersion,
+    /// A confirmed entry whose keys are out of the index for the length of one packet on
+    /// another CPU ([`Conntrack::race_hide`]): its slot and generation.
+    hidden: Option<(u32, u32)>,
     /// Tests only: every packet through `conntrack_in_general`, so that the inline fast
     /// paths can be compared with it.
     #[cfg(test)]
@@ -307,11 +312,26 @@ impl Conntrack {
             next_seq: 0,
             scratch: Vec::new(),
             portid: 0,
+            kernel: crate::kernel::KernelVersion::MODEL,
+            hidden: None,
             #[cfg(test)]
             general_only: false,
             #[cfg(test)]
             tcp_fast_hits: 0,
         }
+    }
+
+    /// The Linux release this table behaves as (default [`KernelVersion::MODEL`]): it decides
+    /// how a clash at confirmation is handled (docs/kernel-model.md §22).
+    ///
+    /// [`KernelVersion::MODEL`]: crate::kernel::KernelVersion::MODEL
+    pub fn kernel(&self) -> crate::kernel::KernelVersion {
+        self.kernel
+    }
+
+    /// Sets the release this table behaves as.
+    pub fn set_kernel(&mut self, v: crate::kernel::KernelVersion) {
+        self.kernel = v;
     }
 
     /// The settings.

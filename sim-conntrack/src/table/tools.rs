@@ -78,7 +78,13 @@ impl Conntrack {
             .slab
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.life == Life::Confirmed && e.timeout > now)
+            .filter(|(_, e)| {
+                // A clash entry is in the table by its reply tuple only: the dump, which
+                // walks the original direction, never shows it.
+                e.life == Life::Confirmed
+                    && e.timeout > now
+                    && !e.status.contains(Status::NAT_CLASH)
+            })
             .map(|(s, _)| self.snapshot(s))
             .filter(|e| filter.matches(e))
             .collect();

@@ -191,10 +191,20 @@ impl Netns {
         if f.trace.is_some() {
             return self.confirm_traced(now, f, h);
         }
-        match self.conntrack.confirm(now, h) {
-            Ok(()) => None,
+        match self.conntrack.confirm_resolving(now, h) {
+            Ok(None) => None,
+            Ok(Some(merged)) => Self::clash_merged(f, merged),
             Err(e) => Self::confirm_failed(f, e),
         }
+    }
+
+    /// A new entry that lost a confirm race and was merged onto the winner's: the packet
+    /// holds the winner from here on (`__nf_ct_resolve_clash`: `nf_ct_set`).
+    #[cold]
+    fn clash_merged(f: &mut Flight, merged: CtHandle) -> Option<Fate> {
+        f.handle = Some(merged);
+        f.view = None;
+        None
     }
 
     /// [`Netns::confirm`] with a trace, which says when an entry enters the table.
@@ -205,8 +215,21 @@ impl Netns {
             .get(h.id)
             .map(|e| e.status.contains(Status::CONFIRMED))
             .unwrap_or(true);
-        match self.conntrack.confirm(now, h) {
-            Ok(()) => {
+        match self.conntrack.confirm_resolving(now, h) {
+            Ok(Some(merged)) => {
+                let line = self
+                    .conntrack
+                    .get(merged.id)
+                    .map(|e| e.list_line(now).to_string())
+                    .unwrap_or_default();
+                Self::step(f, |_| {
+                    Step::Confirm(format!(
+                        "clash resolved onto the entry in the table: {line}"
+                    ))
+                });
+                Self::clash_merged(f, merged)
+            }
+            Ok(None) => {
                 if !was_confirmed {
                     let line = self
                         .conntrack

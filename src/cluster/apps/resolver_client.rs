@@ -252,6 +252,9 @@ impl ResolverClient {
                     outcome: QueryOutcome::Pending,
                 });
                 self.current = Some(k);
+                // Each run is a process of its own (`getent ahosts NAME` in a loop): the
+                // resolver state glibc keeps for a process's life starts from resolv.conf.
+                self.resolver.new_process();
                 self.resolver
                     .start(now, k, plan.candidates.clone(), plan.as_is_first);
             }

@@ -154,6 +154,7 @@ impl Simulation {
                 netns: node_netns(&sc, i, pods_on[i], &pod_routes)?,
                 veths: VethMap::default(),
                 ct_wake: None,
+                cpus: (n.cpus > 1).then(|| Box::new(super::cpus::Cpus::new(seed, &n.name, n.cpus))),
             });
         }
         for (i, h) in sc.hosts.iter().enumerate() {

@@ -9,6 +9,10 @@ use tally::{ClientTally, EndpointTally, Outcomes, Pending};
 /// probability under 0.1 % (a fair run fails it once in a thousand seeds).
 pub const UNIFORMITY_SIGNIFICANCE: f64 = 0.001;
 
+/// A lookup this slow or slower is `stalled` (`client.lookups.stalled`): 1 s, the shortest
+/// resolver timeout (`options timeout:1`), so it waited for a resend at least once.
+pub const STALLED: SimDuration = SimDuration::from_secs(1);
+
 /// Pearson's chi-square statistic of `counts` against equal expected counts, and its p-value
 /// (`k - 1` degrees of freedom). Fewer than two categories: (0, 1).
 pub fn chi_square_uniform(counts: &[u64]) -> (f64, f64) {
@@ -286,6 +290,10 @@ impl Simulation {
                 for (word, want) in counts {
                     let got = match *word {
                         "tcp" => ended.iter().filter(|r| r.tcp).count() as u64,
+                        "stalled" => ended
+                            .iter()
+                            .filter(|r| r.ended.saturating_since(r.started) >= STALLED)
+                            .count() as u64,
                         "namesTried" => {
                             // Every lookup's count must be in bounds: report the one that is
                             // not, or the first.

@@ -66,6 +66,7 @@ mod builder;
 pub mod capture;
 mod changes;
 mod clients;
+pub mod cpus;
 mod expect;
 mod inject;
 mod inspect;
@@ -384,6 +385,10 @@ struct NodeRt {
     /// iterated (a hash of fixed keys: the same in every run).
     veths: VethMap,
     ct_wake: Option<SimTime>,
+    /// The node's CPUs when it has more than one (`cpus`): which CPU a packet is processed
+    /// on and which packets race (`cpus.rs`). `None` with one CPU: the packet loop does not
+    /// look further.
+    cpus: Option<Box<cpus::Cpus>>,
 }
 
 struct PodRt {

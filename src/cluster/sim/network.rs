@@ -116,6 +116,16 @@ impl Simulation {
     /// Runs a packet through node `n`'s namespace and sends on what comes out.
     pub(super) fn node_kernel(&mut self, n: usize, p: Packet, from: Ingress) {
         let sent = self.client_tag(&p, true).map(|t| (p, t));
+        // A node with many CPUs: the packet's CPU, and the entry it races (`cpus.rs`).
+        let now = self.now;
+        let on_cpu = match self.nodes[n].cpus.as_mut() {
+            None => None,
+            Some(c) => {
+                let on = c.begin(now, &p, from, eth0());
+                let on = self.race_begin(n, on);
+                Some((on, self.nodes[n].netns.conntrack().next_seq()))
+            }
+        };
         let mut out = std::mem::take(&mut self.egress);
         out.clear();
         let r = match self.bridge_frame(n, &p, from) {
@@ -127,9 +137,15 @@ impl Simulation {
                 .process_into(self.now, p, from, &mut out),
             Err(reason) => {
                 self.egress = out;
+                if let Some((on, seq_before)) = on_cpu {
+                    self.race_end(n, on, None, seq_before, &p);
+                }
                 return self.network_drop(&p, reason);
             }
         };
+        if let Some((on, seq_before)) = on_cpu {
+            self.race_end(n, on, r.entry, seq_before, &p);
+        }
         self.after_kernel(n);
         self.tap_bridge(n);
         if p.tag & INJECTED_TAG != 0 {

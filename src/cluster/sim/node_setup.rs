@@ -125,6 +125,7 @@ pub(super) fn node_netns(
         seed: sc.seed,
         sysctls,
     });
+    ns.conntrack_mut().set_kernel(n.kernel);
     for (k, v) in n.sysctls.iter().filter(|(k, _)| icmp(k)) {
         ns.set_sysctl(k, &v.to_string())
             .map_err(|e| err(e.to_string()))?;

@@ -50,6 +50,7 @@ pub(super) fn check_expectations(
             }
         };
         let (check, default_name) = if let Some(c) = &d.conntrack_stats {
+            clash_resolve_warning(ctx, doc, node_index, c, warnings)?;
             super::expect_words::stats_check(ctx, node_index, c, warnings)?
         } else if let Some(c) = &d.conntrack_event {
             super::expect_words::event_check(ctx, node_index, c, at, duration)?
@@ -90,12 +91,13 @@ pub(super) fn check_expectations(
                     ("refused", v.refused),
                     ("tcp", v.tcp),
                     ("namesTried", v.names_tried),
+                    ("stalled", v.stalled),
                 ]
                 .into_iter()
                 .filter_map(|(w, c)| Some((w, c?)))
                 .collect();
                 if counts.is_empty() && v.max_latency.is_none() {
-                    return Err(ctx.err(l, "lookups: expected at least one of answered, nxdomain, nodata, timedOut, refused, tcp, namesTried, maxLatency"));
+                    return Err(ctx.err(l, "lookups: expected at least one of answered, nxdomain, nodata, timedOut, refused, tcp, namesTried, stalled, maxLatency"));
                 }
                 (
                     Check::Lookups {
@@ -260,4 +262,45 @@ pub(super) fn check_expectations(
         });
     }
     Ok(expectations)
+}
+
+/// A `conntrackStats.clash_resolve` check on a node where it cannot move: one CPU (no two
+/// packets race), or a kernel before 5.10, which counts a resolved clash in
+/// `insert_failed` (bc92470413f3 added `clash_resolve`).
+fn clash_resolve_warning(
+    ctx: &Ctx,
+    doc: &ScenarioDoc,
+    node_index: &BTreeMap<String, usize>,
+    c: &Spanned<ConntrackStatsExpectDoc>,
+    warnings: &mut Vec<ScenarioWarning>,
+) -> Result<(), ScenarioError> {
+    let Some(want) = &c.value.clash_resolve else {
+        return Ok(());
+    };
+    let Some(&i) = node_index.get(&c.value.node.value) else {
+        return Ok(()); // stats_check refuses the name
+    };
+    let nd = &doc.nodes[i].value;
+    let kernel = super::nodes::node_kernel(ctx, doc, nd)?;
+    let why = if nd.cpus.as_ref().is_none_or(|c| c.value <= 1) {
+        format!(
+            "node {} has one CPU (`cpus`), so no two packets race and nothing clashes",
+            nd.name.value
+        )
+    } else if !kernel.counts_clash_resolve() {
+        format!(
+            "node {} runs kernel {kernel}, which counts a resolved clash in insert_failed (clash_resolve came with 5.10)",
+            nd.name.value
+        )
+    } else {
+        return Ok(());
+    };
+    let _ = want;
+    warnings.push(ScenarioWarning {
+        file: ctx.file().to_string(),
+        line: c.referenced.line(),
+        column: c.referenced.column(),
+        message: format!("conntrackStats.clash_resolve: {why}, so it is always 0 here"),
+    });
+    Ok(())
 }

@@ -299,6 +299,23 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         Some(k) => super::events::kube_proxy_settings(ctx, &defaults, k)?,
         None => defaults,
     };
+    if kube_proxy.mode == crate::kubeproxy::ProxyMode::Nftables {
+        // kube-proxy refuses nftables mode on a kernel before 5.13
+        // (`utilkernel.NFTablesKubeProxyKernelVersion`, pkg/proxy/nftables/proxier.go).
+        for (n, d) in nodes.iter().zip(&doc.nodes) {
+            if n.kernel.has_kube_proxy_nftables() {
+                continue;
+            }
+            let place = nodes::kernel_version_place(&doc, &d.value).unwrap_or(d.referenced);
+            return Err(ctx.at(
+                place,
+                format!(
+                    "node {}: kernel {} is too old for kubeProxy.mode: nftables: kube-proxy's nftables mode needs kernel 5.13 or later (expected a version of 5.13 or later, or kubeProxy.mode: iptables)",
+                    n.name, n.kernel
+                ),
+            ));
+        }
+    }
     let cp = doc.control_plane.as_ref();
     let control_plane = ControlPlaneSettings {
         endpoint_slice_delay: cp

@@ -2,6 +2,41 @@
 
 use super::*;
 
+/// The most CPUs a node may have (`cpus`).
+pub const MAX_NODE_CPUS: u32 = 256;
+
+/// The sysctl whose default depends on the kernel release (docs/kernel-model.md §22).
+const UDP_TIMEOUT_STREAM: &str = "net.netfilter.nf_conntrack_udp_timeout_stream";
+
+/// The node's `kernel.version`, else the scenario's, else the release the model follows;
+/// refused with its place when nfsim does not model it.
+pub(super) fn node_kernel(
+    ctx: &Ctx,
+    doc: &ScenarioDoc,
+    d: &super::schema::NodeDoc,
+) -> Result<sim_conntrack::KernelVersion, ScenarioError> {
+    let Some(k) = d.kernel.as_ref().or(doc.kernel.as_ref()) else {
+        return Ok(sim_conntrack::KernelVersion::MODEL);
+    };
+    let v = &k.value.version;
+    v.value
+        .0
+        .parse::<sim_conntrack::KernelVersion>()
+        .map_err(|e| ctx.err(v, format!("kernel.version: {e}")))
+}
+
+/// Where a node's kernel version was written (its own, else the scenario's), for errors
+/// about what that release lacks.
+pub(super) fn kernel_version_place(
+    doc: &ScenarioDoc,
+    d: &super::schema::NodeDoc,
+) -> Option<Location> {
+    d.kernel
+        .as_ref()
+        .or(doc.kernel.as_ref())
+        .map(|k| k.value.version.referenced)
+}
+
 /// `nodes[].state`: reads the files (relative to the scenario file's directory) and checks
 /// them as the node would take them: the rules restore into an empty namespace, the listing
 /// parses. Errors name the scenario's line and the file's.
@@ -333,6 +368,26 @@ pub(super) fn check_nodes(
         let mut s = sysctls.clone();
         s.extend(state.sysctls.clone());
         check_sysctls(ctx, &d.sysctls, &mut s, d.name.referenced, sysctl_warnings)?;
+        let kernel = node_kernel(ctx, doc, d)?;
+        // A default that changed between releases, where nothing set it (sysctl files
+        // included): the release's own.
+        let stream = kernel.udp_timeout_stream_secs();
+        if stream != sim_conntrack::KernelVersion::MODEL.udp_timeout_stream_secs() {
+            s.entry(UDP_TIMEOUT_STREAM.to_string()).or_insert(stream);
+        }
+        let cpus = match &d.cpus {
+            None => 1,
+            Some(c) if (1..=MAX_NODE_CPUS).contains(&c.value) => c.value,
+            Some(c) => {
+                return Err(ctx.err(
+                    c,
+                    format!(
+                        "cpus: {}: expected 1 to {MAX_NODE_CPUS} (MAX_NODE_CPUS)",
+                        c.value
+                    ),
+                ))
+            }
+        };
         let mut extra_addresses = Vec::new();
         for a in &d.extra_addresses {
             let x = &a.value;
@@ -394,6 +449,8 @@ pub(super) fn check_nodes(
             state,
             labels: super::topology::node_labels(ctx, d)?,
             allocatable_cpu_milli: super::topology::node_cpu_milli(d),
+            kernel,
+            cpus,
         });
     }
     for (i, n) in doc.nodes.iter().enumerate() {
