@@ -226,16 +226,63 @@ pub(super) fn kube_proxy_settings(
         s.nfacct = v;
     }
     if let Some(m) = &d.mode {
-        s.mode = match m.value.as_str() {
+        let mode = match m.value.as_str() {
             "iptables" => crate::kubeproxy::ProxyMode::Iptables,
             "nftables" => crate::kubeproxy::ProxyMode::Nftables,
+            "ipvs" => crate::kubeproxy::ProxyMode::Ipvs,
             other => {
                 return Err(ctx.err(
                     m,
-                    format!("unknown kube-proxy mode {other:?}: expected iptables or nftables"),
+                    format!(
+                        "unknown kube-proxy mode {other:?}: expected iptables, nftables or ipvs"
+                    ),
                 ))
             }
         };
+        // IPVS mode's own minSyncPeriod default is 0 (KubeProxyIPVSConfiguration), the
+        // others' 1 s: a mode change without a minSyncPeriod takes the new mode's default.
+        let ipvs = crate::kubeproxy::ProxyMode::Ipvs;
+        if d.min_sync_period.is_none() && (mode == ipvs) != (s.mode == ipvs) {
+            s.min_sync_period = if mode == ipvs {
+                SimDuration::ZERO
+            } else {
+                SimDuration::from_secs(1)
+            };
+        }
+        s.mode = mode;
+    }
+    if let Some(i) = &d.ipvs {
+        if s.mode != crate::kubeproxy::ProxyMode::Ipvs {
+            return Err(ctx.err(i, "kubeProxy.ipvs is read in mode: ipvs only; set mode: ipvs"));
+        }
+        if let Some(sch) = &i.value.scheduler {
+            if !crate::kubeproxy::ipvs::SCHEDULERS.contains(&sch.value.as_str()) {
+                return Err(ctx.err(
+                    sch,
+                    format!(
+                        "unknown IPVS scheduler {:?}: expected one of {}",
+                        sch.value,
+                        crate::kubeproxy::ipvs::SCHEDULERS.join(", ")
+                    ),
+                ));
+            }
+            s.ipvs.scheduler.clone_from(&sch.value);
+        }
+        if let Some(v) = i.value.strict_arp {
+            s.ipvs.strict_arp = v;
+        }
+        let secs = |d: &Option<crate::scenario::schema::Duration>, cur: u32| {
+            d.map_or(cur, |d| d.as_secs().min(u64::from(u32::MAX)) as u32)
+        };
+        s.ipvs.tcp_timeout_secs = secs(&i.value.tcp_timeout, s.ipvs.tcp_timeout_secs);
+        s.ipvs.tcp_fin_timeout_secs = secs(&i.value.tcp_fin_timeout, s.ipvs.tcp_fin_timeout_secs);
+        s.ipvs.udp_timeout_secs = secs(&i.value.udp_timeout, s.ipvs.udp_timeout_secs);
+    }
+    if s.mode == crate::kubeproxy::ProxyMode::Ipvs {
+        if let Err(e) = crate::kubeproxy::ipvs::release_supported(s.release.name()) {
+            let at = d.release.as_ref().map(|r| ctx.err(r, e.clone()));
+            return Err(at.unwrap_or_else(|| ctx.err(doc, e)));
+        }
     }
     if let Some(m) = &d.sync_cost {
         s.sync_cost = match m.value.as_str() {

@@ -186,11 +186,7 @@ impl Simulation {
             .collect();
         checks.sort();
         // kube-proxy: one instance per node, or per set of nodes with identical rules.
-        let timing = SyncTiming {
-            min_sync_period: sc.kube_proxy.min_sync_period,
-            sync_period: sc.kube_proxy.sync_period,
-            ..SyncTiming::default()
-        };
+        let timing = sc.kube_proxy.timing();
         // Events that act on one node's kube-proxy need one instance per node; Services that
         // events create or change count as much as those at the start.
         let per_node_events = sc.events.iter().any(|e| {

@@ -31,11 +31,7 @@ impl Simulation {
         let kp = self.kp_settings[first].clone();
         let mut cfg = proxier_config(&self.sc, &kp, first);
         cfg.node_name.clone_from(&self.sc.nodes[first].name);
-        let timing = SyncTiming {
-            min_sync_period: kp.min_sync_period,
-            sync_period: kp.sync_period,
-            ..SyncTiming::default()
-        };
+        let timing = kp.timing();
         let strategy = match self.cleanup_factory.as_mut() {
             Some(make) => make(&self.sc.nodes[first].name),
             None => super::super::proxy::settings_cleanup(&kp, &self.sc.nodes[first].name),
