@@ -269,6 +269,14 @@ pub(super) fn kube_proxy_settings(
             s.ipvs.scheduler.clone_from(&sch.value);
         }
         if let Some(v) = i.value.strict_arp {
+            if v {
+                // arp_ignore=1 / arp_announce=2 change which ARP requests a node answers
+                // for the kube-ipvs0 addresses; nfsim's links do not model ARP.
+                return Err(ctx.err(
+                    i,
+                    "kubeProxy.ipvs.strictARP: true is not modelled (nfsim's links have no ARP, which arp_ignore and arp_announce act on); expected false or no strictARP",
+                ));
+            }
             s.ipvs.strict_arp = v;
         }
         let secs = |d: &Option<crate::scenario::schema::Duration>, cur: u32| {
@@ -279,6 +287,11 @@ pub(super) fn kube_proxy_settings(
         s.ipvs.udp_timeout_secs = secs(&i.value.udp_timeout, s.ipvs.udp_timeout_secs);
     }
     if s.mode == crate::kubeproxy::ProxyMode::Ipvs {
+        if s.sync_cost == crate::scenario::model::SyncCostMode::Modelled {
+            let e = "kubeProxy.syncCost: modelled is calibrated for iptables and nftables mode's restores, not for IPVS mode's netlink calls; expected instant with mode: ipvs";
+            let at = d.sync_cost.as_ref().map(|r| ctx.err(r, e));
+            return Err(at.unwrap_or_else(|| ctx.err(doc, e)));
+        }
         if let Err(e) = crate::kubeproxy::ipvs::release_supported(s.release.name()) {
             let at = d.release.as_ref().map(|r| ctx.err(r, e.clone()));
             return Err(at.unwrap_or_else(|| ctx.err(doc, e)));

@@ -205,6 +205,8 @@ impl Simulation {
             && sc.kube_proxy.cleanup.is_none()
             && !one_kube_proxy_per_node
             && !per_node_events
+            // IPVS mode keeps per-node state (addresses, graceful termination).
+            && sc.kube_proxy.mode != crate::kubeproxy::ProxyMode::Ipvs
             && sc
                 .nodes
                 .iter()

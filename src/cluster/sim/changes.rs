@@ -54,6 +54,8 @@ impl Simulation {
         proxy.set_existing_nat_chains(self.nat_chain_names(first));
         let grp = &mut self.groups[g];
         grp.proxy = proxy;
+        // A new process has a new GracefulTerminationManager (its list starts empty).
+        grp.ipvs_gt.clear();
         grp.wake = None;
         grp.memo = RestoreMemo::new();
         // A restarted kube-proxy starts with nothing in flight (a restore the old process
