@@ -462,7 +462,9 @@ impl ProxyGroup {
         if let Some((_, ns)) = nodes.first() {
             let family = self.proxy.config().family;
             self.proxy
-                .set_ipvs_node_addresses(crate::kubeproxy::ipvs::kernel::node_addresses(ns, family));
+                .set_ipvs_node_addresses(crate::kubeproxy::ipvs::kernel::node_addresses(
+                    ns, family,
+                ));
         }
     }
 

@@ -253,7 +253,10 @@ pub(super) fn kube_proxy_settings(
     }
     if let Some(i) = &d.ipvs {
         if s.mode != crate::kubeproxy::ProxyMode::Ipvs {
-            return Err(ctx.err(i, "kubeProxy.ipvs is read in mode: ipvs only; set mode: ipvs"));
+            return Err(ctx.err(
+                i,
+                "kubeProxy.ipvs is read in mode: ipvs only; set mode: ipvs",
+            ));
         }
         if let Some(sch) = &i.value.scheduler {
             if !crate::kubeproxy::ipvs::SCHEDULERS.contains(&sch.value.as_str()) {
@@ -667,6 +670,30 @@ pub(super) fn check_events(
                     Some(sd) => kube_proxy_settings(ctx, cur, sd)?,
                     None => cur.clone(),
                 };
+                let ipvs = crate::kubeproxy::ProxyMode::Ipvs;
+                if cur.mode == ipvs && new.mode != ipvs {
+                    // platformCleanup: nftables mode runs ipvs.CleanupLeftovers at start
+                    // (flush, kube-ipvs0 deleted, sets destroyed), iptables mode leaves
+                    // IPVS's servers in place; neither is modelled yet.
+                    return Err(ctx.err(
+                        kd.settings
+                            .as_ref()
+                            .and_then(|s| s.value.mode.as_ref())
+                            .unwrap_or(&kd.action),
+                        "a kubeProxy event leaving mode ipvs: what the new mode does with IPVS's leftovers (ipvs.CleanupLeftovers from nftables mode, nothing from iptables mode) is not modelled; expected the mode to stay ipvs",
+                    ));
+                }
+                if cur.mode == crate::kubeproxy::ProxyMode::Nftables && new.mode == ipvs {
+                    // platformCleanup: an iptables-based mode deletes nftables mode's
+                    // tables at start (nftables.CleanupLeftovers), not modelled yet.
+                    return Err(ctx.err(
+                        kd.settings
+                            .as_ref()
+                            .and_then(|s| s.value.mode.as_ref())
+                            .unwrap_or(&kd.action),
+                        "a kubeProxy event from mode nftables to ipvs: the new process's nftables.CleanupLeftovers (platformCleanup) is not modelled; expected a switch from iptables to ipvs",
+                    ));
+                }
                 if kd.settings.is_some() {
                     settings = Some(Box::new(new.clone()));
                 }

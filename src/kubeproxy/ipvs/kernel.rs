@@ -4,16 +4,15 @@
 //! the proxier's first sync the sysctls and timeouts `NewProxier` sets.
 
 use super::graceful::{
-    apply_virtual_servers, GracefulTermination, IpvsApplyReport, IpvsOps, RsStats, VsConfig,
-    VsKey,
+    apply_virtual_servers, GracefulTermination, IpvsApplyReport, IpvsOps, RsStats, VsConfig, VsKey,
 };
 use super::render::{RealServer, KUBE_IPVS0};
 use crate::k8s::{IpFamily, Protocol};
 use crate::kubeproxy::proxier::IpvsSyncOutput;
 use crate::kubeproxy::render::ProxierConfig;
+use sim_core::IfName;
 use sim_netfilter::ipvs::{self as kipvs, DestSpec, Ipvs, ServiceFlags, ServiceKey, ServiceSpec};
 use sim_netfilter::netns::Netns;
-use sim_core::IfName;
 use std::net::IpAddr;
 
 /// `kube-ipvs0` as an interface name (nine bytes, within `IFNAMSIZ`).
@@ -105,10 +104,10 @@ impl IpvsOps for KernelIpvs<'_> {
     fn set_real_server(&mut self, vs: &VsKey, rs: &RealServer) {
         let k = key(vs);
         let d = DestSpec::masq(rs.address, rs.port, rs.weight);
-        let exists = self
-            .0
-            .dests(k)
-            .is_ok_and(|l| l.iter().any(|x| x.spec.addr == rs.address && x.spec.port == rs.port));
+        let exists = self.0.dests(k).is_ok_and(|l| {
+            l.iter()
+                .any(|x| x.spec.addr == rs.address && x.spec.port == rs.port)
+        });
         let _ = if exists {
             self.0.edit_dest(k, d)
         } else {
@@ -152,12 +151,16 @@ pub fn start_proxier(ns: &mut Netns, cfg: &ProxierConfig) -> Result<(), String> 
         "net.ipv4.vs.expire_nodest_conn",
         "net.ipv4.vs.expire_quiescent_template",
     ] {
-        ns.set_sysctl(name, "1").map_err(|e| format!("{name}: {e}"))?;
+        ns.set_sysctl(name, "1")
+            .map_err(|e| format!("{name}: {e}"))?;
     }
     let s = &cfg.ipvs;
     if s.tcp_timeout_secs > 0 || s.tcp_fin_timeout_secs > 0 || s.udp_timeout_secs > 0 {
-        ns.ipvs_mut()
-            .set_timeouts(s.tcp_timeout_secs, s.tcp_fin_timeout_secs, s.udp_timeout_secs);
+        ns.ipvs_mut().set_timeouts(
+            s.tcp_timeout_secs,
+            s.tcp_fin_timeout_secs,
+            s.udp_timeout_secs,
+        );
     }
     Ok(())
 }

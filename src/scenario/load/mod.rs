@@ -493,8 +493,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     let cni = network_cni(ctx, doc.network.as_ref())?;
     // IPVS mode's IPv6 sets are `KUBE-6-…` of family inet6, which nfsim's ipset model does
     // not hold.
-    if kube_proxy.mode == crate::kubeproxy::ProxyMode::Ipvs
-        && family == crate::k8s::IpFamily::IPv6
+    if kube_proxy.mode == crate::kubeproxy::ProxyMode::Ipvs && family == crate::k8s::IpFamily::IPv6
     {
         if let Some(m) = doc.kube_proxy.as_ref().and_then(|k| k.value.mode.as_ref()) {
             return Err(ctx.err(
