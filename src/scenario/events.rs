@@ -289,17 +289,6 @@ pub(super) fn kube_proxy_settings(
         s.ipvs.tcp_fin_timeout_secs = secs(&i.value.tcp_fin_timeout, s.ipvs.tcp_fin_timeout_secs);
         s.ipvs.udp_timeout_secs = secs(&i.value.udp_timeout, s.ipvs.udp_timeout_secs);
     }
-    if s.mode == crate::kubeproxy::ProxyMode::Ipvs {
-        if s.sync_cost == crate::scenario::model::SyncCostMode::Modelled {
-            let e = "kubeProxy.syncCost: modelled is calibrated for iptables and nftables mode's restores, not for IPVS mode's netlink calls; expected instant with mode: ipvs";
-            let at = d.sync_cost.as_ref().map(|r| ctx.err(r, e));
-            return Err(at.unwrap_or_else(|| ctx.err(doc, e)));
-        }
-        if let Err(e) = crate::kubeproxy::ipvs::release_supported(s.release.name()) {
-            let at = d.release.as_ref().map(|r| ctx.err(r, e.clone()));
-            return Err(at.unwrap_or_else(|| ctx.err(doc, e)));
-        }
-    }
     if let Some(m) = &d.sync_cost {
         s.sync_cost = match m.value.as_str() {
             "modelled" => crate::scenario::model::SyncCostMode::Modelled,
@@ -333,6 +322,17 @@ pub(super) fn kube_proxy_settings(
             command: c.value.command.clone(),
             timeout: std::time::Duration::from_nanos(timeout.as_nanos()),
         });
+    }
+    if s.mode == crate::kubeproxy::ProxyMode::Ipvs {
+        if s.sync_cost == crate::scenario::model::SyncCostMode::Modelled {
+            let e = "kubeProxy.syncCost: modelled is calibrated for iptables and nftables mode's restores, not for IPVS mode's netlink calls; expected instant with mode: ipvs";
+            let at = d.sync_cost.as_ref().map(|r| ctx.err(r, e));
+            return Err(at.unwrap_or_else(|| ctx.err(doc, e)));
+        }
+        if let Err(e) = crate::kubeproxy::ipvs::release_supported(s.release.name()) {
+            let at = d.release.as_ref().map(|r| ctx.err(r, e.clone()));
+            return Err(at.unwrap_or_else(|| ctx.err(doc, e)));
+        }
     }
     Ok(s)
 }
