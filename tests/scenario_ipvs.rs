@@ -132,3 +132,27 @@ fn nfsim_rules_prints_ipvsadm_save_and_ipset_save_before_iptables_save() {
     let (_, out, _) = nfsim(&["rules", S, "--node", "node-2", "--at", "4m", "-t", "nat"]);
     assert!(!out.contains("# ipset save"), "{out}");
 }
+
+/// graceful_termination.go on a node: the deleted pod's TCP real server goes to weight 0 at
+/// once (its two keep-alive connections continue), and is deleted by the first one-minute
+/// check after its last connection expired (TIME_WAIT until about 171 s: the check at
+/// 180 s), not before.
+#[test]
+fn a_tcp_real_server_drains_at_weight_zero_and_goes_at_the_next_minute_check() {
+    const G: &str = "tests/fixtures/scenario/ipvs-graceful.yaml";
+    let save = |at: &str| {
+        let (code, out, err) = nfsim(&["ipvs", G, "--node", "node-1", "--at", at, "--save"]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let rs = "-a -t 10.96.0.80:80 -r 10.244.1.5:8080 -m";
+    assert!(save("19s").contains(&format!("{rs} -w 1\n")));
+    assert!(save("30s").contains(&format!("{rs} -w 0\n")));
+    assert!(save("179s").contains(&format!("{rs} -w 0\n")));
+    assert!(!save("181s").contains(rs));
+    let (_, out, _) = nfsim(&["ipvs", G, "--node", "node-1", "--at", "30s", "--list"]);
+    assert!(
+        out.contains("  -> 10.244.1.5:8080              Masq    0      2          0"),
+        "{out}"
+    );
+}
