@@ -156,3 +156,32 @@ fn a_tcp_real_server_drains_at_weight_zero_and_goes_at_the_next_minute_check() {
         "{out}"
     );
 }
+
+/// The same scenario in the three modes: `sweep --set kubeProxy.mode=iptables,nftables,ipvs`
+/// runs each (no run errors), and IPVS mode meets the expectations written for it.
+#[test]
+fn sweep_runs_the_three_modes() {
+    let (code, out, err) = nfsim(&[
+        "sweep",
+        S,
+        "--seeds",
+        "1..1",
+        "--set",
+        "kubeProxy.mode=iptables,nftables,ipvs",
+        "-q",
+    ]);
+    assert!(code == 0 || code == 1, "{err}");
+    let runs: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"run\""))
+        .collect();
+    assert_eq!(runs.len(), 3, "{out}");
+    for (mode, line) in ["iptables", "nftables", "ipvs"].iter().zip(&runs) {
+        assert!(
+            line.contains(&format!("\"kubeProxy.mode\":\"{mode}\"")),
+            "{line}"
+        );
+        assert!(!line.contains("\"error\""), "{line}");
+    }
+    assert!(runs[2].contains("\"passed\":true"), "{}", runs[2]);
+}
