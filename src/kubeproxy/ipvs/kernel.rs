@@ -52,14 +52,14 @@ impl IpvsOps for KernelIpvs<'_> {
     fn virtual_servers(&self) -> Vec<VsConfig> {
         self.0
             .services()
-            .filter_map(|v| {
+            .map(|v| {
                 let protocol = match v.spec.key.protocol {
                     kipvs::Protocol::Tcp => Protocol::TCP,
                     kipvs::Protocol::Udp => Protocol::UDP,
                     kipvs::Protocol::Sctp => Protocol::SCTP,
                 };
                 let persistent = v.spec.flags.has(ServiceFlags::PERSISTENT);
-                Some(VsConfig {
+                VsConfig {
                     key: VsKey {
                         address: v.spec.key.addr,
                         port: v.spec.key.port,
@@ -68,7 +68,7 @@ impl IpvsOps for KernelIpvs<'_> {
                     scheduler: v.spec.scheduler.to_string(),
                     persistence_timeout_secs: persistent.then_some(v.spec.timeout_secs),
                     source_hash: v.spec.flags.has(ServiceFlags::SCHED2),
-                })
+                }
             })
             .collect()
     }
