@@ -29,6 +29,9 @@ enum Cmd {
     Rules(cli::rules::Args),
     /// Print a node's `conntrack -L` at an instant.
     Conntrack(cli::conntrack::Args),
+    /// Print a node's IPVS table at an instant: `ipvsadm -Lnc` (the connections, default),
+    /// `-Ln`, `-Ln --stats` or `ipvsadm-save -n` (kube-proxy `mode: ipvs`).
+    Ipvs(cli::ipvs::Args),
     /// Explain one packet rule by rule, through every hook, to its verdict.
     ///
     /// The node: eth0 with --node-addr/--node-prefix and a default route via the subnet's
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => cli::run::run(a),
         Cmd::Rules(a) => cli::rules::run(a),
         Cmd::Conntrack(a) => cli::conntrack::run(a),
+        Cmd::Ipvs(a) => cli::ipvs::run(a),
         Cmd::Trace(a) => cli::trace::run(a),
         Cmd::Replay(a) => cli::replay::run(a),
         Cmd::Sweep(a) => cli::sweep::run(a),

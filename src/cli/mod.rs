@@ -17,6 +17,7 @@
 
 pub(crate) mod conntrack;
 pub(crate) mod doctor;
+pub(crate) mod ipvs;
 pub(crate) mod replay;
 pub(crate) mod rules;
 pub(crate) mod run;

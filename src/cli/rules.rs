@@ -1,4 +1,5 @@
-//! `nfsim rules`: a scenario node's iptables-save (or `iptables -L`) at an instant, or its
+//! `nfsim rules`: a scenario node's iptables-save (or `iptables -L`) at an instant (on a
+//! node in IPVS mode preceded by its `ipvsadm-save -n` and `ipset save`), or its
 //! `nft list ruleset` (`nft list table ip T`) when the node has nftables tables (kube-proxy
 //! in `mode: nftables`), and `nfsim rules normalize`: a rules file as iptables-save would
 //! print it back.
@@ -168,6 +169,17 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let ns = sim.netns(n);
     if !ns.nft().is_empty() && !a.ipv6 {
         return nft_list(ns, sim.now(), &a, table.as_deref());
+    }
+    // A node in IPVS mode: its IPVS table and ipsets first, then its iptables-save (each
+    // section headed by a `#` line, a comment in all three formats).
+    let ipvs_node = ns.ipvs().services().next().is_some() || !ns.ipset_save().is_empty();
+    let sections = ipvs_node && table.is_none() && !a.list && !a.ipv6;
+    if sections {
+        out(&format!(
+            "# ipvsadm-save -n\n{}# ipset save\n{}",
+            ns.ipvs().save(),
+            ns.ipset_save()
+        ))?;
     }
     let table = table.as_deref().map(iptables_table).transpose()?;
     let family = if a.ipv6 {

@@ -331,6 +331,9 @@ pub struct ProxyGroup {
     pub busy_until: SimTime,
     /// Rules the last full sync loaded (the table iptables-nft / nft read back).
     pub loaded_rules: usize,
+    /// IPVS mode: each node's `GracefulTerminationManager` (a new process starts a new
+    /// one: clear it when the kube-proxy is replaced).
+    pub ipvs_gt: std::collections::BTreeMap<usize, crate::kubeproxy::ipvs::GracefulTermination>,
 }
 
 /// `kubeProxy.syncCost: modelled`: the calibrated model and how the release's reconciler
@@ -425,6 +428,43 @@ impl ProxyGroup {
             in_flight: None,
             busy_until: SimTime::ZERO,
             loaded_rules: 0,
+            ipvs_gt: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// When the group next has work: its kube-proxy's next sync, or in IPVS mode a node's
+    /// graceful-termination check.
+    pub fn poll_timeout(&self) -> Option<SimTime> {
+        let gt = self.ipvs_gt.values().map(|g| g.poll_timeout()).min();
+        match (self.proxy.poll_timeout(), gt) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// IPVS mode: runs each node's graceful-termination check due at `now` (`tryDeleteRs`),
+    /// and gives kube-proxy the node's addresses for its NodePort virtual servers.
+    fn ipvs_housekeeping(&mut self, now: SimTime, nodes: &mut [(usize, &mut Netns)]) {
+        if self.proxy.config().mode != crate::kubeproxy::ProxyMode::Ipvs {
+            return;
+        }
+        for (i, ns) in nodes.iter_mut() {
+            if let Some(gt) = self.ipvs_gt.get_mut(i) {
+                if gt.poll_timeout() <= now {
+                    ns.ipvs_expire(now);
+                    gt.on_timeout(
+                        now,
+                        &mut crate::kubeproxy::ipvs::kernel::KernelIpvs(ns.ipvs_mut()),
+                    );
+                }
+            }
+        }
+        if let Some((_, ns)) = nodes.first() {
+            let family = self.proxy.config().family;
+            self.proxy
+                .set_ipvs_node_addresses(crate::kubeproxy::ipvs::kernel::node_addresses(
+                    ns, family,
+                ));
         }
     }
 
@@ -438,6 +478,8 @@ impl ProxyGroup {
         nodes: Vec<(usize, &mut Netns)>,
         tick: &mut dyn FnMut(),
     ) -> Option<SyncResult> {
+        let mut nodes = nodes;
+        self.ipvs_housekeeping(now, &mut nodes);
         let output = self.proxy.on_timeout(now)?;
         Some(self.apply(now, output, nodes, tick))
     }
@@ -522,7 +564,21 @@ impl ProxyGroup {
         let payload: Option<Arc<str>> = (nodes.len() > 1).then(|| Arc::from(&*output.restore));
         for (i, ns) in nodes.iter_mut() {
             let shared = payload.as_ref().map(|p| (&mut self.memo, p));
-            let r = apply_sync(ns, &output, shared);
+            let mut r = apply_sync(ns, &output, shared);
+            if let (Ok(()), Some(ipvs)) = (&r, &output.ipvs) {
+                let cfg = self.proxy.config();
+                r = (|| {
+                    if ipvs.initial_sync {
+                        crate::kubeproxy::ipvs::kernel::start_proxier(ns, cfg)?;
+                    }
+                    let gt = self
+                        .ipvs_gt
+                        .entry(*i)
+                        .or_insert_with(|| crate::kubeproxy::ipvs::GracefulTermination::new(now));
+                    crate::kubeproxy::ipvs::kernel::apply_to_node(ns, ipvs, cfg.family, gt)
+                        .map(|_| ())
+                })();
+            }
             if let Err(e) = &r {
                 failed.get_or_insert_with(|| e.clone());
             }

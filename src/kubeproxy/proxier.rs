@@ -131,6 +131,12 @@ impl KubeProxy {
         &self.config
     }
 
+    /// IPVS mode: the node's local addresses NodePort virtual servers listen on
+    /// (`GetAllLocalAddressesExcept(kube-ipvs0)`), read by the next sync.
+    pub fn set_ipvs_node_addresses(&mut self, addrs: Vec<std::net::IpAddr>) {
+        self.config.ipvs.node_addresses = Some(addrs);
+    }
+
     /// The cleanup strategy's name.
     pub fn cleanup_name(&self) -> String {
         self.cleanup.name()

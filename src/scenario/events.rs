@@ -226,16 +226,68 @@ pub(super) fn kube_proxy_settings(
         s.nfacct = v;
     }
     if let Some(m) = &d.mode {
-        s.mode = match m.value.as_str() {
+        let mode = match m.value.as_str() {
             "iptables" => crate::kubeproxy::ProxyMode::Iptables,
             "nftables" => crate::kubeproxy::ProxyMode::Nftables,
+            "ipvs" => crate::kubeproxy::ProxyMode::Ipvs,
             other => {
                 return Err(ctx.err(
                     m,
-                    format!("unknown kube-proxy mode {other:?}: expected iptables or nftables"),
+                    format!(
+                        "unknown kube-proxy mode {other:?}: expected iptables, nftables or ipvs"
+                    ),
                 ))
             }
         };
+        // IPVS mode's own minSyncPeriod default is 0 (KubeProxyIPVSConfiguration), the
+        // others' 1 s: a mode change without a minSyncPeriod takes the new mode's default.
+        let ipvs = crate::kubeproxy::ProxyMode::Ipvs;
+        if d.min_sync_period.is_none() && (mode == ipvs) != (s.mode == ipvs) {
+            s.min_sync_period = if mode == ipvs {
+                SimDuration::ZERO
+            } else {
+                SimDuration::from_secs(1)
+            };
+        }
+        s.mode = mode;
+    }
+    if let Some(i) = &d.ipvs {
+        if s.mode != crate::kubeproxy::ProxyMode::Ipvs {
+            return Err(ctx.err(
+                i,
+                "kubeProxy.ipvs is read in mode: ipvs only; set mode: ipvs",
+            ));
+        }
+        if let Some(sch) = &i.value.scheduler {
+            if !crate::kubeproxy::ipvs::SCHEDULERS.contains(&sch.value.as_str()) {
+                return Err(ctx.err(
+                    sch,
+                    format!(
+                        "unknown IPVS scheduler {:?}: expected one of {}",
+                        sch.value,
+                        crate::kubeproxy::ipvs::SCHEDULERS.join(", ")
+                    ),
+                ));
+            }
+            s.ipvs.scheduler.clone_from(&sch.value);
+        }
+        if let Some(v) = i.value.strict_arp {
+            if v {
+                // arp_ignore=1 / arp_announce=2 change which ARP requests a node answers
+                // for the kube-ipvs0 addresses; nfsim's links do not model ARP.
+                return Err(ctx.err(
+                    i,
+                    "kubeProxy.ipvs.strictARP: true is not modelled (nfsim's links have no ARP, which arp_ignore and arp_announce act on); expected false or no strictARP",
+                ));
+            }
+            s.ipvs.strict_arp = v;
+        }
+        let secs = |d: &Option<crate::scenario::schema::Duration>, cur: u32| {
+            d.map_or(cur, |d| d.as_secs().min(u64::from(u32::MAX)) as u32)
+        };
+        s.ipvs.tcp_timeout_secs = secs(&i.value.tcp_timeout, s.ipvs.tcp_timeout_secs);
+        s.ipvs.tcp_fin_timeout_secs = secs(&i.value.tcp_fin_timeout, s.ipvs.tcp_fin_timeout_secs);
+        s.ipvs.udp_timeout_secs = secs(&i.value.udp_timeout, s.ipvs.udp_timeout_secs);
     }
     if let Some(m) = &d.sync_cost {
         s.sync_cost = match m.value.as_str() {
@@ -270,6 +322,17 @@ pub(super) fn kube_proxy_settings(
             command: c.value.command.clone(),
             timeout: std::time::Duration::from_nanos(timeout.as_nanos()),
         });
+    }
+    if s.mode == crate::kubeproxy::ProxyMode::Ipvs {
+        if s.sync_cost == crate::scenario::model::SyncCostMode::Modelled {
+            let e = "kubeProxy.syncCost: modelled is calibrated for iptables and nftables mode's restores, not for IPVS mode's netlink calls; expected instant with mode: ipvs";
+            let at = d.sync_cost.as_ref().map(|r| ctx.err(r, e));
+            return Err(at.unwrap_or_else(|| ctx.err(doc, e)));
+        }
+        if let Err(e) = crate::kubeproxy::ipvs::release_supported(s.release.name()) {
+            let at = d.release.as_ref().map(|r| ctx.err(r, e.clone()));
+            return Err(at.unwrap_or_else(|| ctx.err(doc, e)));
+        }
     }
     Ok(s)
 }
@@ -607,6 +670,30 @@ pub(super) fn check_events(
                     Some(sd) => kube_proxy_settings(ctx, cur, sd)?,
                     None => cur.clone(),
                 };
+                let ipvs = crate::kubeproxy::ProxyMode::Ipvs;
+                if cur.mode == ipvs && new.mode != ipvs {
+                    // platformCleanup: nftables mode runs ipvs.CleanupLeftovers at start
+                    // (flush, kube-ipvs0 deleted, sets destroyed), iptables mode leaves
+                    // IPVS's servers in place; neither is modelled yet.
+                    return Err(ctx.err(
+                        kd.settings
+                            .as_ref()
+                            .and_then(|s| s.value.mode.as_ref())
+                            .unwrap_or(&kd.action),
+                        "a kubeProxy event leaving mode ipvs: what the new mode does with IPVS's leftovers (ipvs.CleanupLeftovers from nftables mode, nothing from iptables mode) is not modelled; expected the mode to stay ipvs",
+                    ));
+                }
+                if cur.mode == crate::kubeproxy::ProxyMode::Nftables && new.mode == ipvs {
+                    // platformCleanup: an iptables-based mode deletes nftables mode's
+                    // tables at start (nftables.CleanupLeftovers), not modelled yet.
+                    return Err(ctx.err(
+                        kd.settings
+                            .as_ref()
+                            .and_then(|s| s.value.mode.as_ref())
+                            .unwrap_or(&kd.action),
+                        "a kubeProxy event from mode nftables to ipvs: the new process's nftables.CleanupLeftovers (platformCleanup) is not modelled; expected a switch from iptables to ipvs",
+                    ));
+                }
                 if kd.settings.is_some() {
                     settings = Some(Box::new(new.clone()));
                 }

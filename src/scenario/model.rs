@@ -306,13 +306,42 @@ pub struct KubeProxySettings {
     pub random_fully: bool,
     /// Whether the `-m nfacct` counters are on (default false).
     pub nfacct: bool,
-    /// `mode`: iptables or nftables.
+    /// `mode`: iptables, nftables or ipvs.
     pub mode: crate::kubeproxy::ProxyMode,
+    /// `ipvs:`, read in IPVS mode.
+    pub ipvs: IpvsScenarioSettings,
     /// `cleanup.command`: an external reconciler process in place of the release's cleanup
     /// (`docs/reconciler-protocol.md`).
     pub cleanup: Option<ExternalCleanup>,
     /// `syncCost`: whether a sync takes simulated time (docs/kube-proxy-model.md §5a).
     pub sync_cost: SyncCostMode,
+}
+
+/// `kubeProxy.ipvs:` as a run uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpvsScenarioSettings {
+    /// `scheduler` (one of [`crate::kubeproxy::ipvs::SCHEDULERS`]).
+    pub scheduler: String,
+    /// `strictARP`.
+    pub strict_arp: bool,
+    /// `tcpTimeout` in seconds (0: the kernel's).
+    pub tcp_timeout_secs: u32,
+    /// `tcpFinTimeout` in seconds (0: the kernel's).
+    pub tcp_fin_timeout_secs: u32,
+    /// `udpTimeout` in seconds (0: the kernel's).
+    pub udp_timeout_secs: u32,
+}
+
+impl Default for IpvsScenarioSettings {
+    fn default() -> IpvsScenarioSettings {
+        IpvsScenarioSettings {
+            scheduler: crate::kubeproxy::ipvs::DEFAULT_SCHEDULER.to_string(),
+            strict_arp: false,
+            tcp_timeout_secs: 0,
+            tcp_fin_timeout_secs: 0,
+            udp_timeout_secs: 0,
+        }
+    }
 }
 
 /// `kubeProxy.syncCost`.
@@ -328,6 +357,25 @@ pub enum SyncCostMode {
 }
 
 impl KubeProxySettings {
+    /// The runner's timing: iptables and nftables mode's (`maxInterval` one hour, partial
+    /// syncs), or IPVS mode's (`maxInterval` = `syncPeriod`, every sync full;
+    /// docs/kube-proxy-model.md §14).
+    pub fn timing(&self) -> crate::kubeproxy::SyncTiming {
+        let base = if self.mode == crate::kubeproxy::ProxyMode::Ipvs {
+            crate::kubeproxy::SyncTiming {
+                full_sync_period: self.sync_period,
+                ..crate::kubeproxy::ipvs::IpvsSettings::timing()
+            }
+        } else {
+            crate::kubeproxy::SyncTiming::default()
+        };
+        crate::kubeproxy::SyncTiming {
+            min_sync_period: self.min_sync_period,
+            sync_period: self.sync_period,
+            ..base
+        }
+    }
+
     /// kube-proxy's defaults with nfsim's release (`latest`) and sync periods.
     pub fn defaults() -> KubeProxySettings {
         KubeProxySettings {
@@ -343,6 +391,7 @@ impl KubeProxySettings {
             random_fully: true,
             nfacct: false,
             mode: crate::kubeproxy::ProxyMode::Iptables,
+            ipvs: IpvsScenarioSettings::default(),
             cleanup: None,
             sync_cost: SyncCostMode::Instant,
         }

@@ -469,9 +469,12 @@ pub struct KubeProxyDoc {
     /// The `-m nfacct` packet counters (default false).
     #[serde(default)]
     pub nfacct: Option<bool>,
-    /// `mode` (`--proxy-mode`): `iptables` (default) or `nftables`.
+    /// `mode` (`--proxy-mode`): `iptables` (default), `nftables` or `ipvs`.
     #[serde(default)]
     pub mode: Option<S<String>>,
+    /// `ipvs:` (`KubeProxyIPVSConfiguration`), read in `mode: ipvs`.
+    #[serde(default)]
+    pub ipvs: Option<S<IpvsDoc>>,
     /// An external reconciler process in place of the release's cleanup.
     #[serde(default)]
     pub cleanup: Option<S<CleanupDoc>>,
@@ -479,6 +482,27 @@ pub struct KubeProxyDoc {
     /// conntrack cleanup) or `instant` (the default: syncs take no simulated time).
     #[serde(default)]
     pub sync_cost: Option<S<String>>,
+}
+
+/// `kubeProxy.ipvs:` (`KubeProxyIPVSConfiguration`; docs/kube-proxy-model.md §14).
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct IpvsDoc {
+    /// `scheduler` (`--ipvs-scheduler`, default `rr`).
+    #[serde(default)]
+    pub scheduler: Option<S<String>>,
+    /// `strictARP` (`--ipvs-strict-arp`, default false).
+    #[serde(default, rename = "strictARP")]
+    pub strict_arp: Option<bool>,
+    /// `tcpTimeout` (`--ipvs-tcp-timeout`; 0s or unset: the kernel's 900 s).
+    #[serde(default)]
+    pub tcp_timeout: Option<Duration>,
+    /// `tcpFinTimeout` (`--ipvs-tcpfin-timeout`; 0s or unset: the kernel's 120 s).
+    #[serde(default)]
+    pub tcp_fin_timeout: Option<Duration>,
+    /// `udpTimeout` (`--ipvs-udp-timeout`; 0s or unset: the kernel's 300 s).
+    #[serde(default)]
+    pub udp_timeout: Option<Duration>,
 }
 
 /// `kubeProxy.cleanup:` (`docs/reconciler-protocol.md`).

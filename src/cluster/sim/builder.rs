@@ -187,11 +187,7 @@ impl Simulation {
             .collect();
         checks.sort();
         // kube-proxy: one instance per node, or per set of nodes with identical rules.
-        let timing = SyncTiming {
-            min_sync_period: sc.kube_proxy.min_sync_period,
-            sync_period: sc.kube_proxy.sync_period,
-            ..SyncTiming::default()
-        };
+        let timing = sc.kube_proxy.timing();
         // Events that act on one node's kube-proxy need one instance per node; Services that
         // events create or change count as much as those at the start.
         let per_node_events = sc.events.iter().any(|e| {
@@ -210,6 +206,8 @@ impl Simulation {
             && sc.kube_proxy.cleanup.is_none()
             && !one_kube_proxy_per_node
             && !per_node_events
+            // IPVS mode keeps per-node state (addresses, graceful termination).
+            && sc.kube_proxy.mode != crate::kubeproxy::ProxyMode::Ipvs
             && sc
                 .nodes
                 .iter()

@@ -31,11 +31,7 @@ impl Simulation {
         let kp = self.kp_settings[first].clone();
         let mut cfg = proxier_config(&self.sc, &kp, first);
         cfg.node_name.clone_from(&self.sc.nodes[first].name);
-        let timing = SyncTiming {
-            min_sync_period: kp.min_sync_period,
-            sync_period: kp.sync_period,
-            ..SyncTiming::default()
-        };
+        let timing = kp.timing();
         let strategy = match self.cleanup_factory.as_mut() {
             Some(make) => make(&self.sc.nodes[first].name),
             None => super::super::proxy::settings_cleanup(&kp, &self.sc.nodes[first].name),
@@ -58,6 +54,8 @@ impl Simulation {
         proxy.set_existing_nat_chains(self.nat_chain_names(first));
         let grp = &mut self.groups[g];
         grp.proxy = proxy;
+        // A new process has a new GracefulTerminationManager (its list starts empty).
+        grp.ipvs_gt.clear();
         grp.wake = None;
         grp.memo = RestoreMemo::new();
         // A restarted kube-proxy starts with nothing in flight (a restore the old process

@@ -12,7 +12,7 @@ impl Simulation {
             // Its end re-arms the timer.
             return;
         }
-        if let Some(t) = grp.proxy.poll_timeout().map(|t| t.max(grp.busy_until)) {
+        if let Some(t) = grp.poll_timeout().map(|t| t.max(grp.busy_until)) {
             if grp.wake.is_none_or(|w| t < w || w < now) {
                 grp.wake = Some(t);
                 self.queue.push(t.max(now), Ev::ProxyTimer(g));

@@ -52,7 +52,7 @@ use super::proxy::{
 use super::tcp_session::{TcpSessionClient, TcpSessionConfig};
 use super::topology::ControllerTopology;
 use crate::k8s::EndpointSlice;
-use crate::kubeproxy::{KubeProxy, LocalDetector, ProxierConfig, ProxyMode, SyncKind, SyncTiming};
+use crate::kubeproxy::{KubeProxy, LocalDetector, ProxierConfig, ProxyMode, SyncKind};
 use crate::scenario::model::*;
 use serde::Serialize;
 use sim_conntrack::{EventKind, Filter, Status, Sysctls};

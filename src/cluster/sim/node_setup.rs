@@ -262,6 +262,16 @@ pub(super) fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) ->
     cfg.random_fully = kp.random_fully;
     cfg.nfacct = kp.nfacct;
     cfg.mode = kp.mode;
+    cfg.ipvs = crate::kubeproxy::ipvs::IpvsSettings {
+        scheduler: kp.ipvs.scheduler.clone(),
+        strict_arp: kp.ipvs.strict_arp,
+        tcp_timeout_secs: kp.ipvs.tcp_timeout_secs,
+        tcp_fin_timeout_secs: kp.ipvs.tcp_fin_timeout_secs,
+        udp_timeout_secs: kp.ipvs.udp_timeout_secs,
+        // The node's own addresses (GetAllLocalAddressesExcept(kube-ipvs0)); the
+        // simulation puts the others (a bridge's gateway) in when it builds the node.
+        node_addresses: None,
+    };
     // In nftables mode an unset `nodePortAddresses` means `primary` (kube-proxy's
     // `platformApplyDefaults`, cmd/kube-proxy/app/server_linux.go).
     cfg.node_port_addresses = if kp.mode == ProxyMode::Nftables && kp.node_port_addresses.is_empty()

@@ -13,7 +13,9 @@
 //! 3. [`graceful`]: the `GracefulTerminationManager`: a removed real server is deleted at
 //!    once when it is UDP or SCTP or has no connections, else set to weight 0 and deleted
 //!    once its active and inactive connections are gone, checked every minute.
-//! 4. [`IpvsSettings`] (`--ipvs-scheduler`, `--ipvs-strict-arp`, `--ipvs-tcp-timeout`, …)
+//! 4. [`kernel`]: the same over a node's IPVS table (sim-netfilter's `Ipvs`), and one
+//!    sync's `kube-ipvs0` addresses and servers applied to a node.
+//! 5. [`IpvsSettings`] (`--ipvs-scheduler`, `--ipvs-strict-arp`, `--ipvs-tcp-timeout`, …)
 //!    and [`IpvsSettings::timing`]: every IPVS sync is a full one, `minSyncPeriod` 0 and
 //!    `syncPeriod` 30 s as `NewBoundedFrequencyRunner(…, minSyncPeriod, syncPeriod, 2)`.
 //!
@@ -27,6 +29,7 @@
 //! [`release_supported`] refuses the others and `none`.
 
 pub mod graceful;
+pub mod kernel;
 pub mod render;
 pub mod sets;
 

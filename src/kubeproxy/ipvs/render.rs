@@ -271,7 +271,8 @@ pub struct VirtualServer {
     pub scheduler: String,
     /// `FlagPersistent` with `Timeout`: `sessionAffinity: ClientIP`'s timeout in seconds.
     pub persistence_timeout_secs: Option<u32>,
-    /// `FlagSourceHash` (`IP_VS_SVC_F_SCHED1`), set for the `mh` scheduler.
+    /// `FlagSourceHash` (0x10, `IP_VS_SVC_F_SCHED2`: mh's `mh-port`), set for the `mh`
+    /// scheduler.
     pub source_hash: bool,
     /// Whether the address is bound to `kube-ipvs0` (cluster IPs always; external and
     /// load-balancer IPs unless the node already holds them; node addresses never).

@@ -508,6 +508,17 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     )?;
 
     let cni = network_cni(ctx, doc.network.as_ref())?;
+    // IPVS mode's IPv6 sets are `KUBE-6-…` of family inet6, which nfsim's ipset model does
+    // not hold.
+    if kube_proxy.mode == crate::kubeproxy::ProxyMode::Ipvs && family == crate::k8s::IpFamily::IPv6
+    {
+        if let Some(m) = doc.kube_proxy.as_ref().and_then(|k| k.value.mode.as_ref()) {
+            return Err(ctx.err(
+                m,
+                "kubeProxy.mode ipvs: the cluster is IPv6, and IPVS mode's IPv6 ipsets (family inet6) are not modelled; expected iptables or nftables for an IPv6 cluster",
+            ));
+        }
+    }
     // The bridge datapath is IPv4 only (br_netfilter's IPv6 passes, `bridge-nf-call-ip6tables`,
     // are not modelled): an IPv6 cluster on it is refused at `cni`, not when the node is built.
     if !matches!(cni, crate::scenario::model::Cni::Ptp) && family == crate::k8s::IpFamily::IPv6 {
