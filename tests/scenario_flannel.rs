@@ -135,3 +135,36 @@ fn the_loader_refuses_bridge_options_on_flannel() {
         "{e}"
     );
 }
+
+#[test]
+fn trace_shows_the_encapsulation_and_the_outer_packets_hooks() {
+    let out = nfsim(&[
+        "trace",
+        "scenarios/stale-dns-udp-flannel.yaml",
+        "--node",
+        "node-2",
+        "--at",
+        "6m",
+        "--from",
+        "default/app",
+        "--packet",
+        "udp 10.244.2.9:40001 -> 10.244.1.5:53",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let xmit = text
+        .find("vxlan: vxlan_xmit on flannel.1: 10.244.1.0 is ")
+        .unwrap_or_else(|| panic!("{text}"));
+    // After the inner packet's POSTROUTING, the outer packet's OUTPUT and POSTROUTING.
+    let output = text[xmit..]
+        .find("\nOUTPUT\n")
+        .expect("OUTPUT after vxlan_xmit");
+    assert!(
+        text[xmit + output..].contains("dport=8472 [UNREPLIED]"),
+        "{text}"
+    );
+    assert_eq!(text.matches("=> transmitted on eth0").count(), 1, "{text}");
+    // The summary compares the inner packet: no DNAT, no masquerade.
+    assert!(text.contains("DNAT:         none"), "{text}");
+    assert!(text.contains("masqueraded:  no\n"), "{text}");
+}
