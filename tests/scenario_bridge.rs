@@ -93,7 +93,7 @@ fn the_loader_refuses_what_the_bridge_datapath_does_not_model() {
     );
     let e = load_err(&base.replace("cni: bridge", "cni: weave"));
     assert!(
-        e.contains("unknown datapath \"weave\": expected ptp or bridge"),
+        e.contains("unknown datapath \"weave\": expected ptp, bridge or flannel-vxlan"),
         "{e}"
     );
     let e = load_err(&base.replace("cni: bridge", "cni: ptp"));

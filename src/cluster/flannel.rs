@@ -99,3 +99,23 @@ COMMIT
 fn cidr(p: Prefix) -> String {
     format!("{}/{}", p.addr(), p.prefix_len())
 }
+
+/// flannel's `Network` (net-conf.json) for a scenario: kube-proxy's `clusterCIDR` when the
+/// scenario gives one, else the longest prefix (at most /16, kube-flannel's 10.244.0.0/16)
+/// that holds every node's pod CIDR.
+pub fn network(cluster_cidr: Option<Prefix>, pod_cidrs: &[Prefix]) -> Option<Prefix> {
+    if let Some(c) = cluster_cidr {
+        return Some(c);
+    }
+    let first = pod_cidrs.first()?;
+    let bits = |p: &Prefix| match p.addr() {
+        std::net::IpAddr::V4(a) => u32::from(a),
+        std::net::IpAddr::V6(_) => 0,
+    };
+    let mut len = 16u8;
+    for p in pod_cidrs {
+        let common = (bits(p) ^ bits(first)).leading_zeros().min(32) as u8;
+        len = len.min(common).min(p.prefix_len());
+    }
+    Prefix::new(first.addr(), len).ok()
+}

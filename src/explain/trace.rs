@@ -361,7 +361,10 @@ pub(crate) fn outcome_of(
         (Fate::Delivered, Some(Egress::LocalDeliver { packet })) => (Some(*packet), None, None),
         _ => (None, None, None),
     };
-    let (dnat, snat) = match final_pkt {
+    // An encapsulated packet's addresses are compared by its inner packet (the outer one
+    // is the node's own, network.cni: flannel-vxlan).
+    let inner = final_pkt.and_then(|p| ns.vxlan_sent(&p).map(|w| w.inner));
+    let (dnat, snat) = match inner.or(final_pkt) {
         Some(p) => {
             let d = (p.dst != original.dst || p.dport() != original.dport()).then(|| {
                 format!(

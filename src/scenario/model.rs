@@ -75,6 +75,20 @@ pub enum Cni {
     /// The CNI `bridge` plugin: every pod's veth a port of one bridge that holds the pod
     /// CIDR's gateway address.
     Bridge(BridgeCni),
+    /// flannel's `vxlan` backend: pods on a bridge as its CNI config delegates them (the
+    /// bridge plugin with `hairpinMode` and `isDefaultGateway`), `flannel.1` VXLAN between
+    /// the nodes, flannel's masquerade and forward rules.
+    FlannelVxlan(BridgeCni),
+}
+
+impl Cni {
+    /// The bridge the pods' veths are ports of (`bridge` and `flannel-vxlan`).
+    pub fn bridge(&self) -> Option<&BridgeCni> {
+        match self {
+            Cni::Ptp => None,
+            Cni::Bridge(b) | Cni::FlannelVxlan(b) => Some(b),
+        }
+    }
 }
 
 /// The `bridge` plugin's settings (its own option names: `bridge`, `hairpinMode`).

@@ -235,6 +235,12 @@ impl Netns {
         Some(self.vxlans.sent.remove(k))
     }
 
+    /// The encapsulated packet whose outer packet the last run transmitted as `outer`,
+    /// left in place (see [`Netns::take_vxlan_sent`]).
+    pub fn vxlan_sent(&self, outer: &Packet) -> Option<&VxlanWire> {
+        self.vxlans.sent.iter().find(|w| w.outer == *outer)
+    }
+
     /// Receives an encapsulated packet on `iif` (the outer packet through PREROUTING and
     /// INPUT to the VXLAN socket, then the inner one on the device), appending what leaves
     /// to `out`, like [`Netns::process_into`].
@@ -401,7 +407,11 @@ impl Netns {
                 None,
                 depth.saturating_add(1),
             );
-            if let (Some(tr), Some(t)) = (trace.as_deref_mut(), t) {
+            if let (Some(tr), Some(mut t)) = (trace.as_deref_mut(), t) {
+                // The outer packet's own fate line: the run's fate line says it once.
+                if matches!(t.steps.last(), Some(Step::Fate(_))) && fate == Fate::Transmitted {
+                    t.steps.pop();
+                }
                 tr.steps.extend(t.steps);
             }
             match (fate, out.get(begin)) {

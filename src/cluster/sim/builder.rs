@@ -271,6 +271,7 @@ impl Simulation {
             cleanup_factory: cleanup,
             scaled_down: Vec::new(),
             egress: Vec::new(),
+            vxlan_rx: None,
             injected: 0,
             sightings: Vec::new(),
             cleanup_tally: CleanupTally::default(),
@@ -290,6 +291,10 @@ impl Simulation {
         // kube-proxy's first sync.
         for n in 0..sim.nodes.len() {
             sim.load_node_state(n)?;
+            // flanneld's rules (iptables-restore --noflush), there before kube-proxy's.
+            if let Some(rules) = node_setup::flannel_rules(&sim.sc, n) {
+                sim.node_restore(n, &rules, true);
+            }
             for (rules, noflush) in sim.nodes[n].def.extra_rules.clone() {
                 sim.node_restore(n, &rules, noflush);
             }

@@ -904,7 +904,7 @@ impl Simulation {
         }
         // The bridge device of each node of the bridge plugin; its frames (and its ports')
         // come from the namespace's bridge log (Netns::drain_bridge_seen).
-        if let Cni::Bridge(b) = &self.sc.cni {
+        if let Some(b) = self.sc.cni.bridge() {
             for (k, n) in self.nodes.iter_mut().enumerate() {
                 let point = CapturePoint {
                     node: n.def.name.clone(),

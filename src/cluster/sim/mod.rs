@@ -116,6 +116,8 @@ enum Dest {
 #[derive(Debug, Clone)]
 enum Ev {
     Deliver(Dest, Packet),
+    /// An encapsulated packet reaching node `.0`'s eth0 (`network.cni: flannel-vxlan`).
+    DeliverVxlan(usize, sim_netfilter::netns::VxlanWire),
     ServerWake(Machine),
     ClientWake(usize),
     CtWake(usize),
@@ -522,6 +524,8 @@ pub struct Simulation {
     /// packet (a packet that makes a node send another one through a node on the way takes
     /// a fresh buffer).
     egress: Vec<Egress>,
+    /// The encapsulated packet `node_kernel` is to receive (`deliver_vxlan`).
+    vxlan_rx: Option<sim_netfilter::netns::VxlanWire>,
     /// Packets injected so far ([`Simulation::inject`]).
     injected: u32,
     /// What was seen of them.
@@ -695,6 +699,7 @@ impl Simulation {
     fn handle(&mut self, ev: Ev) -> Result<(), SimError> {
         match ev {
             Ev::Deliver(d, p) => self.deliver(d, p),
+            Ev::DeliverVxlan(n, w) => self.deliver_vxlan(n, w),
             Ev::ServerWake(m) => {
                 let now = self.now;
                 let mut out = Outbox::new();

@@ -74,6 +74,41 @@ impl Simulation {
             .push(self.now + self.sc.latency, Ev::Deliver(dest, p));
     }
 
+    /// An encapsulated packet on the node network: to the node owning the outer
+    /// destination after the link latency (the outer packet is unicast between nodes, so
+    /// it never needs the router); anything else swallows it.
+    fn vxlan_network(
+        &mut self,
+        from: usize,
+        next_hop: IpAddr,
+        mut w: sim_netfilter::netns::VxlanWire,
+    ) {
+        w.outer.iif = None;
+        w.outer.oif = None;
+        self.tap_eth0_tx(from, next_hop, &w.outer);
+        match self.owners.get(&next_hop) {
+            Some(Owner::Node(m)) => {
+                let m = *m;
+                self.queue
+                    .push(self.now + self.sc.latency, Ev::DeliverVxlan(m, w));
+            }
+            _ => self.network_drop(&w.outer, format!("nobody takes VXLAN for {next_hop}")),
+        }
+    }
+
+    /// An encapsulated packet received on node `n`'s eth0: the outer packet through the
+    /// node's kernel and, decapsulated, the inner one.
+    pub(super) fn deliver_vxlan(&mut self, n: usize, w: sim_netfilter::netns::VxlanWire) {
+        let hop = match self.owners.get(&w.outer.src) {
+            Some(Owner::Node(s)) => Hop::Node(*s),
+            _ => Hop::Router,
+        };
+        self.tap_rx(n, eth0(), hop, &w.outer);
+        self.vxlan_rx = Some(w);
+        self.node_kernel(n, w.outer, Ingress::Interface(eth0()));
+        self.vxlan_rx = None;
+    }
+
     /// The network's router: node and host addresses, and each pod CIDR via its node, except
     /// back to the node the packet came from.
     pub(super) fn router(&mut self, p: Packet, from: Option<usize>) {
@@ -128,20 +163,29 @@ impl Simulation {
         };
         let mut out = std::mem::take(&mut self.egress);
         out.clear();
-        let r = match self.bridge_frame(n, &p, from) {
-            Ok(Some((frame, port))) => self.nodes[n]
+        let r = match self.vxlan_rx.take() {
+            Some(w) => Ok(self.nodes[n]
                 .netns
-                .process_frame_into(self.now, frame, port, &mut out),
-            Ok(None) => self.nodes[n]
-                .netns
-                .process_into(self.now, p, from, &mut out),
-            Err(reason) => {
-                self.egress = out;
-                if let Some((on, seq_before)) = on_cpu {
-                    self.race_end(n, on, None, seq_before, &p);
+                .process_vxlan_into(self.now, w, eth0(), &mut out)),
+            None => Err(()),
+        };
+        let r = match r {
+            Ok(r) => r,
+            Err(()) => match self.bridge_frame(n, &p, from) {
+                Ok(Some((frame, port))) => self.nodes[n]
+                    .netns
+                    .process_frame_into(self.now, frame, port, &mut out),
+                Ok(None) => self.nodes[n]
+                    .netns
+                    .process_into(self.now, p, from, &mut out),
+                Err(reason) => {
+                    self.egress = out;
+                    if let Some((on, seq_before)) = on_cpu {
+                        self.race_end(n, on, None, seq_before, &p);
+                    }
+                    return self.network_drop(&p, reason);
                 }
-                return self.network_drop(&p, reason);
-            }
+            },
         };
         if let Some((on, seq_before)) = on_cpu {
             self.race_end(n, on, r.entry, seq_before, &p);
@@ -187,7 +231,7 @@ impl Simulation {
         let Ingress::Interface(port) = from else {
             return Ok(None);
         };
-        if !matches!(self.sc.cni, crate::scenario::Cni::Bridge(_)) {
+        if self.sc.cni.bridge().is_none() {
             return Ok(None);
         }
         match self.nodes[n].netns.station_frame(port, p) {
@@ -217,6 +261,13 @@ impl Simulation {
                     next_hop,
                     packet,
                 } => {
+                    if dev == eth0() {
+                        if let Some(w) = self.nodes[n].netns.take_vxlan_sent(&packet) {
+                            self.dnat_note(n, sent, &w.inner);
+                            self.vxlan_network(n, next_hop, w);
+                            continue;
+                        }
+                    }
                     self.dnat_note(n, sent, &packet);
                     if dev == eth0() {
                         // (The namespace has taken a hop off a forwarded packet's TTL.)

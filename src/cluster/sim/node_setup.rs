@@ -8,7 +8,7 @@ pub(super) fn eth0() -> IfName {
     IfName::new("eth0").unwrap_or_else(|_| unreachable!("constant name"))
 }
 
-fn cidr_prefix(c: &crate::k8s::Cidr) -> Prefix {
+pub(super) fn cidr_prefix(c: &crate::k8s::Cidr) -> Prefix {
     Prefix::new(c.addr(), c.prefix_len())
         .unwrap_or_else(|_| unreachable!("a parsed CIDR has a valid length"))
 }
@@ -145,7 +145,7 @@ pub(super) fn node_netns(
     }
     // The bridge plugin's bridge, holding the gateway address with the pod CIDR's length
     // (its connected route is the pods' route).
-    if let crate::scenario::Cni::Bridge(b) = &sc.cni {
+    if let Some(b) = sc.cni.bridge() {
         let gw = pod_gateway(&n.pod_cidr);
         let IpAddr::V4(gw4) = gw else {
             return Err(err(format!(
@@ -161,8 +161,54 @@ pub(super) fn node_netns(
         )
         .map_err(|e| err(e.to_string()))?;
     }
-    // Every other node's pod CIDR via that node, added at once (one index rebuild, not one
-    // per node), shared between the nodes where they can be.
+    // flannel: every other node's pod CIDR via its flannel.1, with the neighbour and FDB
+    // entries (src/cluster/flannel.rs).
+    if let crate::scenario::Cni::FlannelVxlan(_) = &sc.cni {
+        let peer = |m: &NodeDef| -> Option<crate::cluster::flannel::FlannelPeer> {
+            match m.address {
+                IpAddr::V4(address) => Some(crate::cluster::flannel::FlannelPeer {
+                    address,
+                    pod_cidr: cidr_prefix(&m.pod_cidr),
+                    mac: crate::cluster::flannel::vtep_mac(sc.seed, &m.name),
+                }),
+                IpAddr::V6(_) => None,
+            }
+        };
+        let me = peer(n).ok_or_else(|| {
+            err(
+                "network.cni flannel-vxlan: the node address is IPv6; the datapath is IPv4 only"
+                    .into(),
+            )
+        })?;
+        let peers: Vec<_> = (sc.nodes.iter().enumerate())
+            .filter(|&(j, _)| j != i)
+            .filter_map(|(_, m)| peer(m))
+            .collect();
+        ns.reserve_routes(peers.len() + 1 + pods);
+        crate::cluster::flannel::set_up_node(&mut ns, me, &peers, 1500)
+            .map_err(|e| err(e.to_string()))?;
+    } else {
+        node_pod_routes(&mut ns, i, pods, pod_routes).map_err(|e| err(e.to_string()))?;
+    }
+    // Without a free address for the router, the default route is on-link: the next hop is
+    // the destination itself.
+    ns.add_route(
+        Prefix::default_for(n.address.is_ipv4()),
+        router_address(n.address, sc),
+        eth0(),
+    )
+    .map_err(|e| err(e.to_string()))?;
+    Ok(ns)
+}
+
+/// Every other node's pod CIDR via that node, added at once (one index rebuild, not one per
+/// node), shared between the nodes where they can be.
+fn node_pod_routes(
+    ns: &mut Netns,
+    i: usize,
+    pods: usize,
+    pod_routes: &PodRoutes,
+) -> Result<(), sim_netfilter::netns::NetnsError> {
     let own = pod_routes.own.get(i).copied().flatten();
     let added = match &pod_routes.shared {
         Some(shared) => {
@@ -180,16 +226,7 @@ pub(super) fn node_netns(
             ns.add_routes(&others)
         }
     };
-    added.map_err(|e| err(e.to_string()))?;
-    // Without a free address for the router, the default route is on-link: the next hop is
-    // the destination itself.
-    ns.add_route(
-        Prefix::default_for(n.address.is_ipv4()),
-        router_address(n.address, sc),
-        eth0(),
-    )
-    .map_err(|e| err(e.to_string()))?;
-    Ok(ns)
+    added
 }
 
 /// The node's addresses `--nodeport-addresses` selects (`GetNodeIPs` over the node's
@@ -341,4 +378,21 @@ pub(super) fn ip_masq_commands(
             format!("-X {chain}"),
         ]
     }
+}
+
+/// flannel's iptables rules for node `i` (`masqRules`, `forwardRules`), as
+/// `iptables-restore --noflush` input; `None` on another datapath.
+pub(super) fn flannel_rules(sc: &Scenario, i: usize) -> Option<String> {
+    let crate::scenario::Cni::FlannelVxlan(_) = &sc.cni else {
+        return None;
+    };
+    let pods: Vec<Prefix> = sc.nodes.iter().map(|m| cidr_prefix(&m.pod_cidr)).collect();
+    let network = crate::cluster::flannel::network(
+        sc.kube_proxy.cluster_cidr.as_ref().map(cidr_prefix),
+        &pods,
+    )?;
+    Some(crate::cluster::flannel::iptables_rules(
+        network,
+        cidr_prefix(&sc.nodes[i].pod_cidr),
+    ))
 }

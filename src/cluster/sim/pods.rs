@@ -51,7 +51,7 @@ impl Simulation {
             node: n.def.name.clone(),
             message: format!("pod {key}: {e}"),
         };
-        if let crate::scenario::Cni::Bridge(b) = &self.sc.cni {
+        if let Some(b) = self.sc.cni.bridge() {
             // The bridge plugin: the veth a port of the bridge, no address, no route of its
             // own; the pod's gratuitous ARP (the plugin sends one for each IPv4 address)
             // teaches the node's neighbour table and the bridge's forwarding database.
@@ -232,7 +232,7 @@ impl Simulation {
         n.netns.remove_route(Prefix::host(def.ip));
         // A bridge forgets the MACs of a deleted port; the neighbour entries stay (stale).
         n.netns.bridge_del_port(veth);
-        if let crate::scenario::Cni::Bridge(b) = &self.sc.cni {
+        if let Some(b) = self.sc.cni.bridge() {
             if b.ip_masq {
                 let cmds = node_setup::ip_masq_commands(
                     b,

@@ -523,10 +523,12 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     // are not modelled): an IPv6 cluster on it is refused at `cni`, not when the node is built.
     if !matches!(cni, crate::scenario::model::Cni::Ptp) && family == crate::k8s::IpFamily::IPv6 {
         if let Some(c) = doc.network.as_ref().and_then(|n| n.cni.as_ref()) {
-            return Err(ctx.err(
-                c,
-                "network.cni bridge: the scenario's cluster is IPv6 and the bridge datapath is IPv4 only (br_netfilter's IPv6 passes are not modelled); expected `cni: ptp` for an IPv6 cluster",
-            ));
+            let why = if c.value == "flannel-vxlan" {
+                "network.cni flannel-vxlan: the scenario's cluster is IPv6 and the flannel-vxlan datapath is IPv4 only (flannel-v6.1 is not modelled); expected `cni: ptp` for an IPv6 cluster"
+            } else {
+                "network.cni bridge: the scenario's cluster is IPv6 and the bridge datapath is IPv4 only (br_netfilter's IPv6 passes are not modelled); expected `cni: ptp` for an IPv6 cluster"
+            };
+            return Err(ctx.err(c, why));
         }
     }
     warnings.extend(super::dns_apps::zone_warnings(

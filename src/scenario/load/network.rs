@@ -71,16 +71,32 @@ pub(super) fn network_cni(ctx: &Ctx, net: Option<&NetworkDoc>) -> Result<Cni, Sc
                 network_name,
             }))
         }
+        "flannel-vxlan" => {
+            if let Some((name, Some(loc))) = bridge_opts.iter().find(|(_, l)| l.is_some()) {
+                return Err(ctx.at(
+                    *loc,
+                    format!("network.{name}: a bridge plugin option, but network.cni is flannel-vxlan, whose CNI config sets the bridge itself (cni0, hairpinMode true, isDefaultGateway true, ipMasq false): expected it left out"),
+                ));
+            }
+            // kube-flannel's cni-conf.json: the flannel plugin delegates to the bridge plugin
+            // with hairpinMode and isDefaultGateway; flanneld masquerades, so ipMasq is off.
+            Ok(Cni::FlannelVxlan(BridgeCni {
+                name: "cni0".to_string(),
+                hairpin: true,
+                ip_masq: false,
+                network_name: "cbr0".to_string(),
+            }))
+        }
         other => {
             let c = net
                 .cni
                 .as_ref()
                 .unwrap_or_else(|| unreachable!("a value was given"));
-            let later = ["calico", "flannel-vxlan", "aws-vpc"];
+            let later = ["calico", "aws-vpc"];
             let why = if later.contains(&other) {
-                format!("network.cni: {other} is not modelled yet: expected ptp or bridge")
+                format!("network.cni: {other} is not modelled yet: expected ptp, bridge or flannel-vxlan")
             } else {
-                format!("network.cni: unknown datapath {other:?}: expected ptp or bridge")
+                format!("network.cni: unknown datapath {other:?}: expected ptp, bridge or flannel-vxlan")
             };
             Err(ctx.err(c, why))
         }
