@@ -16,7 +16,9 @@
 //! One iteration is a whole replay: [`sim_core::pcap::read`] of the capture's bytes, the
 //! replay with `--pcap-out` into memory, the summary. The per-packet lines are not printed
 //! (`--quiet`, what one asks of a million-packet capture); `replay/1m_with_lines` prints them
-//! into a sink to show what they cost.
+//! into a sink to show what they cost; `replay/1m_from_file` reads the capture from a file
+//! with [`sim_core::pcap::read_file`], as the command does. The time is this thread's CPU
+//! time (`support/cpu_clock.rs`), the node's clone before each replay not counted.
 
 //!
 //! Measured (issue #13's target is not met): at load average 12-16 on the shared 2-core VM,
@@ -32,6 +34,18 @@
 //! `write_all` calls and a 128-bit division per record); with those two fixed and the
 //! defragmentation pass in, 4,020 (byte edits 680); with the IPv4 TCP/UDP edit path, 3,802.
 //! No allocation per packet is left in the replay.
+//!
+//! Issue #29's round (target ≥ 4 M packets/s: not met). The reading no longer keeps a vector
+//! of unparsed records, and `read_file` keeps the file's bytes as the capture's `ip_data`
+//! instead of a copy of every IP packet: 11,700 fewer minor page faults per replay through
+//! `read`, ~72 MB less memory per million packets through `read_file`. CPU time at load
+//! average 16-18: `1m_established` 502-510 ms (1.96-1.99 M packets/s), `1m_from_file`
+//! 533-555 ms (1.80-1.87 M packets/s). Main's callgrind breakdown (the lead's, two replays
+//! collected with `--toggle-collect='*replay_inputs*'`): ~3,560 instructions per packet in
+//! `replay_inputs` (the node's `Netns::process_into` ~1,890: `before_dnat` 530, the rule
+//! memo's replay 413 and `memo_replay` 212, `postrouting` 288, conntrack `track` 178,
+//! `in_window` 139, nat `rewrite` 169; `sim_core::manip::rewrite` 462; memcpy 154), the read
+//! 543 outside it. The per-packet path is unchanged in this round.
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use nfsim::explain::{replay_with, NodeSpec, ReplayOptions, ReplayOutput};
 use sim_core::pcap::{read, read_file, PcapWriter, ReadOptions, WriteLink};
