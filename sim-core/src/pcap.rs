@@ -154,8 +154,10 @@ pub struct Capture {
     pub skipped: Vec<Skipped>,
     /// The earliest timestamp in the file, in nanoseconds since the Unix epoch (0 when empty).
     pub first_epoch_ns: u64,
-    /// The captured bytes of every record's IP packet, one after the other (see
-    /// [`Capture::ip_bytes`]).
+    /// Bytes holding every record's captured IP packet, at its [`Record::ip_at`] (see
+    /// [`Capture::ip_bytes`]): from [`read`], the IP packets copied one after the other;
+    /// from [`read_file`], the file itself (no copy), a record's IP packet where it is in
+    /// the file.
     pub ip_data: Vec<u8>,
 }
 
@@ -304,13 +306,31 @@ pub fn read_file(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<Capture, 
     let bytes =
         crate::input::read_limited(path, crate::input::MAX_CAPTURE_BYTES, "MAX_CAPTURE_BYTES")
             .map_err(|e| with_file(PcapErrorKind::Io(e)))?;
-    read(&bytes, opts).map_err(|e| with_file(e.kind))
+    // The file's bytes become the capture's `ip_data` as they are: no second copy of every
+    // packet (at a million packets that copy alone is ~70 MB of fresh memory to fault in).
+    read_bytes(Bytes::Owned(bytes), opts).map_err(|e| with_file(e.kind))
+}
+
+/// The bytes a capture is read from: borrowed (the IP packets are copied out into
+/// [`Capture::ip_data`]) or owned (they become `ip_data` as they are, the records pointing
+/// into the file).
+enum Bytes<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
 }
 
 const PCAPNG_SHB: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
 
 /// Reads a capture from its bytes.
 pub fn read(bytes: &[u8], opts: &ReadOptions) -> Result<Capture, PcapReadError> {
+    read_bytes(Bytes::Borrowed(bytes), opts)
+}
+
+fn read_bytes(input: Bytes<'_>, opts: &ReadOptions) -> Result<Capture, PcapReadError> {
+    let bytes: &[u8] = match &input {
+        Bytes::Borrowed(b) => b,
+        Bytes::Owned(v) => v,
+    };
     if bytes.len() < 4 {
         return Err(PcapErrorKind::TruncatedHeader {
             what: "file header",
@@ -319,12 +339,20 @@ pub fn read(bytes: &[u8], opts: &ReadOptions) -> Result<Capture, PcapReadError> 
         }
         .into());
     }
-    let raw = if bytes[..4] == PCAPNG_SHB {
-        read_pcapng(bytes)?
+    let owned = matches!(input, Bytes::Owned(_));
+    let mut b = Builder::new(bytes, owned, opts);
+    let format = if bytes[..4] == PCAPNG_SHB {
+        read_pcapng(bytes, &mut b)?;
+        CaptureFormat::PcapNg
     } else {
-        read_classic(bytes)?
+        read_classic(bytes, &mut b)?;
+        CaptureFormat::Pcap
     };
-    finish(raw, opts).map_err(Into::into)
+    let ip_data = match input {
+        Bytes::Owned(v) => v,
+        Bytes::Borrowed(_) => std::mem::take(&mut b.ip_data),
+    };
+    b.finish(format, ip_data).map_err(Into::into)
 }
 
 /// A record before its frame is parsed.
@@ -335,11 +363,6 @@ struct RawRecord<'a> {
     link: LinkType,
     data: &'a [u8],
     orig_len: u32,
-}
-
-struct RawCapture<'a> {
-    format: CaptureFormat,
-    records: Vec<RawRecord<'a>>,
 }
 
 fn hex4(b: &[u8]) -> String {
@@ -354,7 +377,7 @@ fn link_of(dl: DataLink, interface: Option<u32>) -> Result<LinkType, PcapErrorKi
     })
 }
 
-fn read_classic(bytes: &[u8]) -> Result<RawCapture<'_>, PcapErrorKind> {
+fn read_classic(bytes: &[u8], b: &mut Builder) -> Result<(), PcapErrorKind> {
     let magic = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
     if !matches!(magic, 0xa1b2c3d4 | 0xa1b23c4d | 0xd4c3b2a1 | 0x4d3cb2a1) {
         return Err(PcapErrorKind::NotACapture { found: hex4(bytes) });
@@ -381,7 +404,6 @@ fn read_classic(bytes: &[u8]) -> Result<RawCapture<'_>, PcapErrorKind> {
             Endianness::Little => u32::from_le_bytes(a),
         }
     };
-    let mut records = Vec::new();
     let mut frame = 0;
     while !rest.is_empty() {
         frame += 1;
@@ -435,7 +457,7 @@ fn read_classic(bytes: &[u8]) -> Result<RawCapture<'_>, PcapErrorKind> {
             u64::from(raw.ts_frac) * 1000
         };
         let data: &[u8] = &rest[16..16 + incl_len as usize];
-        records.push(RawRecord {
+        b.push(RawRecord {
             frame,
             data_offset: offset + 16,
             epoch_ns: u64::from(raw.ts_sec) * NANOS_PER_SEC + frac_ns,
@@ -445,10 +467,7 @@ fn read_classic(bytes: &[u8]) -> Result<RawCapture<'_>, PcapErrorKind> {
         });
         rest = next;
     }
-    Ok(RawCapture {
-        format: CaptureFormat::Pcap,
-        records,
-    })
+    Ok(())
 }
 
 /// Per-interface facts of a pcapng file.
@@ -488,7 +507,7 @@ fn iface_of(
     }
 }
 
-fn read_pcapng(bytes: &[u8]) -> Result<RawCapture<'_>, PcapErrorKind> {
+fn read_pcapng(bytes: &[u8], b: &mut Builder) -> Result<(), PcapErrorKind> {
     // Every block's framing is checked first (ngblock), so pcap-file's own errors are only
     // about a block's contents.
     ngblock::check(bytes, 0, false, 1)?;
@@ -497,7 +516,6 @@ fn read_pcapng(bytes: &[u8]) -> Result<RawCapture<'_>, PcapErrorKind> {
         offset: 0,
         reason: e.to_string(),
     })?;
-    let mut records = Vec::new();
     let mut frame = 0;
     let mut last_epoch_ns = 0u64;
     while !rest.is_empty() {
@@ -583,7 +601,7 @@ fn read_pcapng(bytes: &[u8]) -> Result<RawCapture<'_>, PcapErrorKind> {
                 None => last_epoch_ns,
             };
             last_epoch_ns = epoch_ns;
-            records.push(RawRecord {
+            b.push(RawRecord {
                 frame,
                 data_offset: offset + data_at,
                 epoch_ns,
@@ -594,51 +612,86 @@ fn read_pcapng(bytes: &[u8]) -> Result<RawCapture<'_>, PcapErrorKind> {
         }
         rest = next;
     }
-    Ok(RawCapture {
-        format: CaptureFormat::PcapNg,
-        records,
-    })
+    Ok(())
 }
 
-fn finish(raw: RawCapture<'_>, opts: &ReadOptions) -> Result<Capture, PcapErrorKind> {
-    let first_epoch_ns = raw.records.iter().map(|r| r.epoch_ns).min().unwrap_or(0);
-    let mut records = Vec::with_capacity(raw.records.len());
-    let mut skipped = Vec::new();
-    let mut ip_data = Vec::with_capacity(raw.records.iter().map(|r| r.data.len()).sum());
-    for r in raw.records {
+/// The records of a capture, parsed as the framing reads them: no list of unparsed records
+/// is kept. A frame that does not parse is an error only once the whole file's framing has
+/// been read, as when the frames were parsed after it: a framing error anywhere in the file
+/// comes first, then the first frame that does not parse.
+struct Builder {
+    /// `ip_at` counts in `bytes` (they become [`Capture::ip_data`]) instead of in a copy.
+    in_place: bool,
+    opts: ReadOptions,
+    records: Vec<Record>,
+    skipped: Vec<Skipped>,
+    ip_data: Vec<u8>,
+    first_epoch_ns: Option<u64>,
+    /// The first frame that did not parse: reported once the framing is through.
+    bad: Option<PcapErrorKind>,
+}
+
+impl Builder {
+    fn new(bytes: &[u8], in_place: bool, opts: &ReadOptions) -> Builder {
+        Builder {
+            in_place,
+            opts: *opts,
+            records: Vec::new(),
+            skipped: Vec::new(),
+            // At most the file's size; pages never written are never faulted in.
+            ip_data: if in_place {
+                Vec::new()
+            } else {
+                Vec::with_capacity(bytes.len())
+            },
+            first_epoch_ns: None,
+            bad: None,
+        }
+    }
+
+    fn push(&mut self, r: RawRecord<'_>) {
+        self.first_epoch_ns = Some(
+            self.first_epoch_ns
+                .map_or(r.epoch_ns, |t| t.min(r.epoch_ns)),
+        );
+        if self.bad.is_some() {
+            return;
+        }
         let captured_len = r.data.len() as u32;
         let popts = ParseOptions {
             allow_snapped: captured_len < r.orig_len,
-            read_tag: opts.read_tag,
+            read_tag: self.opts.read_tag,
         };
         let packet = match wire::parse_link(r.link, r.data, &popts) {
             Ok(p) => p,
-            Err(WireError::NotIp { what, .. }) if opts.skip_non_ip => {
-                skipped.push(Skipped {
+            Err(WireError::NotIp { what, .. }) if self.opts.skip_non_ip => {
+                self.skipped.push(Skipped {
                     frame: r.frame,
                     what,
                 });
-                continue;
+                return;
             }
             Err(source) => {
-                return Err(PcapErrorKind::Packet {
+                self.bad = Some(PcapErrorKind::Packet {
                     frame: r.frame,
                     data_offset: r.data_offset,
                     source,
-                })
+                });
+                return;
             }
         };
-        let time = match opts.timestamps {
-            Timestamps::RelativeToFirst => SimTime::from_nanos(r.epoch_ns - first_epoch_ns),
-            Timestamps::Absolute => SimTime::from_nanos(r.epoch_ns),
-        };
         // The frame parsed, so its IP header is where the link layer says.
-        let ip = wire::ip_offset(r.link, r.data)
-            .and_then(|at| r.data.get(at..))
-            .unwrap_or(&[]);
+        let at = wire::ip_offset(r.link, r.data).filter(|&at| at <= r.data.len());
+        let ip = at.and_then(|at| r.data.get(at..)).unwrap_or(&[]);
         let ip = &ip[..wire::ip_total_len(ip).map_or(ip.len(), |n| n.min(ip.len()))];
-        let ip_at = ip_data.len();
-        ip_data.extend_from_slice(ip);
+        let ip_at = if self.in_place {
+            // Where `ip` starts in the file (an empty slice: anywhere, it is never read).
+            at.map_or(0, |at| r.data_offset + at)
+        } else {
+            let ip_at = self.ip_data.len();
+            self.ip_data.extend_from_slice(ip);
+            ip_at
+        };
         // struct sll_header has the packet type as a 16-bit field first; struct sll2_header
         // as one byte at offset 10.
         let pkttype = match r.link {
@@ -646,9 +699,10 @@ fn finish(raw: RawCapture<'_>, opts: &ReadOptions) -> Result<Capture, PcapErrorK
             LinkType::LinuxSll2 => r.data.get(10).copied(),
             _ => None,
         };
-        records.push(Record {
+        self.records.push(Record {
             frame: r.frame,
-            time,
+            // The epoch time until [`Builder::finish`] knows the earliest.
+            time: SimTime::from_nanos(r.epoch_ns),
             packet,
             link: r.link,
             captured_len,
@@ -658,13 +712,26 @@ fn finish(raw: RawCapture<'_>, opts: &ReadOptions) -> Result<Capture, PcapErrorK
             pkttype,
         });
     }
-    Ok(Capture {
-        format: raw.format,
-        records,
-        skipped,
-        first_epoch_ns,
-        ip_data,
-    })
+
+    fn finish(self, format: CaptureFormat, ip_data: Vec<u8>) -> Result<Capture, PcapErrorKind> {
+        if let Some(e) = self.bad {
+            return Err(e);
+        }
+        let first_epoch_ns = self.first_epoch_ns.unwrap_or(0);
+        let mut records = self.records;
+        if self.opts.timestamps == Timestamps::RelativeToFirst {
+            for r in &mut records {
+                r.time = SimTime::from_nanos(r.time.as_nanos() - first_epoch_ns);
+            }
+        }
+        Ok(Capture {
+            format,
+            records,
+            skipped: self.skipped,
+            first_epoch_ns,
+            ip_data,
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1027,6 +1094,61 @@ mod tests {
         );
         let e = read(&f[..10], &ReadOptions::default()).unwrap_err();
         assert!(e.to_string().contains("file header"), "{e}");
+    }
+
+    #[test]
+    fn a_file_read_in_place_reads_as_its_bytes_do() {
+        let dir = std::env::temp_dir().join(format!("nfsim-pcap-place-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, link) in [("eth.pcap", ETH), ("raw.pcap", WriteLink::RawIp)] {
+            let path = dir.join(name);
+            let recs = sample();
+            write_file(&path, link, recs.iter().map(|(t, p)| (*t, p))).unwrap();
+            let opts = ReadOptions::default();
+            let (a, b) = (
+                read(&std::fs::read(&path).unwrap(), &opts).unwrap(),
+                read_file(&path, &opts).unwrap(),
+            );
+            assert_eq!(a.records.len(), 4);
+            assert_eq!(
+                b.ip_data.len(),
+                std::fs::metadata(&path).unwrap().len() as usize
+            );
+            for (x, y) in a.records.iter().zip(&b.records) {
+                assert_eq!((x.frame, x.time, &x.packet), (y.frame, y.time, &y.packet));
+                assert_eq!(a.ip_bytes(x), b.ip_bytes(y), "{name} frame {}", x.frame);
+                assert_eq!(a.ip_bytes(x), &wire::emit_ip(&x.packet).unwrap()[..]);
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Frames are parsed as the framing is read, but a framing error later in the file is
+    /// still the one reported, as when every frame was parsed after the framing.
+    #[test]
+    fn a_framing_error_comes_before_a_frame_that_does_not_parse() {
+        let recs = sample();
+        let mut f = to_bytes(WriteLink::RawIp, recs.iter().map(|(t, p)| (*t, p))).unwrap();
+        // Frame 1's IP version nibble: 0, which no IP packet has.
+        f[24 + 16] = 0;
+        let e = read(&f, &ReadOptions::default()).unwrap_err();
+        assert!(
+            matches!(
+                e.kind,
+                PcapErrorKind::Packet {
+                    frame: 1,
+                    data_offset: 40,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        f.truncate(f.len() - 3);
+        let e = read(&f, &ReadOptions::default()).unwrap_err();
+        assert!(
+            matches!(e.kind, PcapErrorKind::TruncatedRecord { frame: 4, .. }),
+            "{e}"
+        );
     }
 
     #[test]
