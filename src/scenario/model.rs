@@ -75,6 +75,41 @@ pub enum Cni {
     /// The CNI `bridge` plugin: every pod's veth a port of one bridge that holds the pod
     /// CIDR's gateway address.
     Bridge(BridgeCni),
+    /// Calico: a `cali*` veth per pod with no address on the host side, answered by proxy
+    /// ARP for the pod's gateway `169.254.1.1`, a /32 route per pod, and between nodes
+    /// routes to each node's block (its pod CIDR), through `tunl0` under IPIP.
+    Calico(CalicoCni),
+}
+
+/// Calico's IP pool encapsulation (`ipipMode` of the pool, `CALICO_IPV4POOL_IPIP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpipMode {
+    /// Every packet to another node's block is encapsulated (`tunl0`).
+    Always,
+    /// Only packets to a node on another subnet are encapsulated.
+    CrossSubnet,
+    /// No encapsulation: BGP-learned routes via the other nodes on `eth0`.
+    Never,
+}
+
+/// Calico's settings (its IP pool's field names: `ipipMode`, `natOutgoing`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalicoCni {
+    /// The pool's `ipipMode`.
+    pub ipip_mode: IpipMode,
+    /// The pool's `natOutgoing`: Felix's `cali-nat-outgoing` MASQUERADE of pool traffic
+    /// leaving the pool.
+    pub nat_outgoing: bool,
+    /// The pool's CIDR (`network.ipPool`), which holds every node's block.
+    pub pool: k8s::Cidr,
+}
+
+impl CalicoCni {
+    /// Whether traffic from a node on `from` to the node on `to` is encapsulated.
+    /// nfsim's nodes share one subnet, so `CrossSubnet` never encapsulates.
+    pub fn encapsulates(&self) -> bool {
+        self.ipip_mode == IpipMode::Always
+    }
 }
 
 /// The `bridge` plugin's settings (its own option names: `bridge`, `hairpinMode`).

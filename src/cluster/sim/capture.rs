@@ -1071,6 +1071,9 @@ impl Simulation {
         }
     }
 
+    /// A packet node `n`'s `tunl0` sends or receives (captured in a later step).
+    pub(super) fn tap_tunnel(&mut self, _n: usize, _p: &Packet) {}
+
     /// Flushes the capture files (end of the run).
     pub(super) fn tap_finish(&mut self) -> io::Result<()> {
         match self.tap.as_mut() {

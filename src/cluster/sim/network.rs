@@ -5,7 +5,7 @@ use super::capture::Hop;
 use super::*;
 
 /// Why a node's namespace stopped a packet, for the timeline (`None`: it went on).
-fn fate_reason(fate: &Fate) -> Option<String> {
+pub(super) fn fate_reason(fate: &Fate) -> Option<String> {
     match fate {
         Fate::Dropped(c) => Some(c.to_string()),
         Fate::Rejected { table, hook } => Some(format!("rejected by {table} {hook}")),
@@ -115,6 +115,14 @@ impl Simulation {
 
     /// Runs a packet through node `n`'s namespace and sends on what comes out.
     pub(super) fn node_kernel(&mut self, n: usize, p: Packet, from: Ingress) {
+        // Calico: a pod's packet leaves once the host answers its ARP for 169.254.1.1.
+        if let (Ingress::Interface(dev), Cni::Calico(_)) = (from, &self.sc.cni) {
+            if self.nodes[n].veths.get(&dev).is_some() {
+                if let Err(reason) = calico::proxy_arp(&self.nodes[n].netns, dev) {
+                    return self.network_drop(&p, reason);
+                }
+            }
+        }
         let sent = self.client_tag(&p, true).map(|t| (p, t));
         let mut out = std::mem::take(&mut self.egress);
         out.clear();
@@ -208,6 +216,8 @@ impl Simulation {
                         packet.iif = None;
                         packet.oif = None;
                         self.network(next_hop, packet, Some(n));
+                    } else if dev == calico::tunl0() && matches!(self.sc.cni, Cni::Calico(_)) {
+                        self.ipip_xmit(n, next_hop, packet);
                     } else if let Some(&id) = self.nodes[n].veths.get(&dev) {
                         self.tap_veth_tx(n, dev, &packet);
                         self.queue

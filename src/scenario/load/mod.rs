@@ -490,14 +490,14 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         &mut warnings,
     )?;
 
-    let cni = network_cni(ctx, doc.network.as_ref())?;
+    let cni = network_cni(ctx, doc.network.as_ref(), &nodes, kube_proxy.cluster_cidr)?;
     // The bridge datapath is IPv4 only (br_netfilter's IPv6 passes, `bridge-nf-call-ip6tables`,
     // are not modelled): an IPv6 cluster on it is refused at `cni`, not when the node is built.
     if !matches!(cni, crate::scenario::model::Cni::Ptp) && family == crate::k8s::IpFamily::IPv6 {
         if let Some(c) = doc.network.as_ref().and_then(|n| n.cni.as_ref()) {
             return Err(ctx.err(
                 c,
-                "network.cni bridge: the scenario's cluster is IPv6 and the bridge datapath is IPv4 only (br_netfilter's IPv6 passes are not modelled); expected `cni: ptp` for an IPv6 cluster",
+                format!("network.cni {}: the scenario's cluster is IPv6 and the {} datapath is IPv4 only{}; expected `cni: ptp` for an IPv6 cluster", c.value, c.value, if c.value == "bridge" { " (br_netfilter's IPv6 passes are not modelled)" } else { "" }),
             ));
         }
     }
