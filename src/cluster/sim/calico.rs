@@ -101,7 +101,7 @@ impl Simulation {
                 } if dev == eth0() && packet.protocol() == 4 => {
                     packet.iif = None;
                     packet.oif = None;
-                    self.tap_eth0_tx(n, next_hop, &packet);
+                    self.tap_ipip(n, Ok(next_hop), &packet, &inner);
                     match self.owners.get(&next_hop) {
                         Some(Owner::Node(m)) => {
                             let to = *m;
@@ -127,7 +127,7 @@ impl Simulation {
     /// IPIP handler (`ipip_rcv` → `ip_tunnel_rcv`, which scrubs the skb) hands the inner
     /// packet, TTL unchanged, to `tunl0`, where it enters PREROUTING as received there.
     pub(super) fn ipip_rcv(&mut self, m: usize, from: usize, outer: Packet, inner: Packet) {
-        self.tap_rx(m, eth0(), capture::Hop::Node(from), &outer);
+        self.tap_ipip(m, Err(capture::Hop::Node(from)), &outer, &inner);
         let mut out = Vec::new();
         let r = self.nodes[m]
             .netns
