@@ -27,8 +27,8 @@ const PEER: &str = "192.168.0.12";
 /// Calico's names for pods `default/toolbox` and `default/neighbour` ("cali" + 11 hex
 /// digits of sha1("default.toolbox"), …).
 const PODS: [(&str, &str); 2] = [
-    ("cali68caf03a5f4", "10.244.1.9"),
-    ("calibd0ecddfcf2", "10.244.1.10"),
+    ("cali93d2589f70f", "10.244.1.9"),
+    ("cali0e935ee0b48", "10.244.1.10"),
 ];
 const GATEWAY: &str = "169.254.1.1";
 
@@ -233,8 +233,8 @@ fn a_calico_node_matches_the_kernel() {
     assert_eq!(real.outs[0], ["arp 169.254.1.1"]);
     assert!(real.outs[6].is_empty() && real.outs[9].is_empty());
     // One hop through the node: TTL 63 each way.
-    assert_eq!(real.outs[1], ["calibd0ecddfcf2 10.244.1.9:40000 10.244.1.10:9000 ttl=63"]);
-    assert_eq!(real.outs[2], ["cali68caf03a5f4 10.96.0.40:9000 10.244.1.9:40000 ttl=63"]);
+    assert_eq!(real.outs[1], ["cali0e935ee0b48 10.244.1.9:40000 10.244.1.10:9000 ttl=63"]);
+    assert_eq!(real.outs[2], ["cali93d2589f70f 10.96.0.40:9000 10.244.1.9:40000 ttl=63"]);
     assert!(real
         .conntrack
         .iter()

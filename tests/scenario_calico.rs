@@ -138,3 +138,28 @@ fn the_loader_refuses_what_the_calico_datapath_does_not_model() {
         "{e}"
     );
 }
+
+#[test]
+fn trace_shows_the_proxy_arp_decision_on_the_pods_cali_link() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nfsim"))
+        .args([
+            "trace",
+            "scenarios/calico-ipip.yaml",
+            "--node",
+            "node-1",
+            "--at",
+            "1s",
+            "--packet",
+            "udp 10.244.1.9:40000 -> 10.96.0.40:9000",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The veth is named as Calico names it: "cali" + sha1("default.toolbox")[..11].
+    assert!(
+        text.contains("route: ARP who-has 169.254.1.1 (the pod's gateway) on cali93d2589f70f: answered by proxy_arp: the route leaves by eth0 (arp_fwd_proxy)"),
+        "{text}"
+    );
+    assert!(text.contains("=> transmitted on tunl0 to 192.168.0.12"), "{text}");
+}

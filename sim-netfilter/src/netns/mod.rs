@@ -70,11 +70,11 @@ use ct::{ct_info_kind, ct_state_of, tuple_text};
 pub use bridge::{Bridge, BridgePort, Frame, L2Seen, Mac, BRIDGE_NF_CALL_IPTABLES};
 pub use icmp::IcmpRateLimit;
 pub use ipvs_hook::KUBE_IPVS0;
+pub use proxy_arp::{ArpAnswer, LINK_LOCAL_GATEWAY};
 pub use vxlan::{
     vxlan_src_port, VxlanConfig, VxlanWire, ICMP_FRAG_NEEDED, VXLAN_DEFAULT_DST_PORT,
     VXLAN_HEADROOM, VXLAN_OUTER_TTL, VXLAN_SRC_PORT_RANGE,
 };
-pub use proxy_arp::ArpAnswer;
 
 pub use route::{Interface, Prefix, Route, RouteDecision, RouteError, RoutingTable, SharedRoutes};
 

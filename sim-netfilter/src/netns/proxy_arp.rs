@@ -22,6 +22,11 @@ use sim_core::IfName;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 
+/// The gateway Calico and the AWS VPC CNI give their pods (`default via 169.254.1.1 dev
+/// eth0`, with `169.254.1.1 dev eth0 scope link`), which no machine holds: the host side
+/// of the pod's link answers for it by proxy ARP.
+pub const LINK_LOCAL_GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+
 /// How the namespace answers an ARP request ([`Netns::arp_answer`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArpAnswer {

@@ -18,7 +18,7 @@ use std::net::Ipv4Addr;
 
 /// The pods' default gateway, which no machine holds (cni-plugin `dataplane_linux.go`:
 /// `gw := net.IPv4(169, 254, 1, 1)`).
-pub(super) const GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+pub(super) const GATEWAY: Ipv4Addr = sim_netfilter::netns::LINK_LOCAL_GATEWAY;
 
 /// `tunl0`'s MTU as calico-node sets it under IPIP (1500 less the 20-byte outer header).
 pub(super) const TUNL0_MTU: u16 = 1480;
