@@ -128,7 +128,10 @@ fn kernel() -> Option<(Run, bool)> {
         })
         .collect();
     let conntrack = without_timeout(v["conntrack"].as_str().unwrap());
-    Some((Run { outs, conntrack }, v["ipip"].as_bool().unwrap_or(false)))
+    Some((
+        Run { outs, conntrack },
+        v["ipip"].as_bool().unwrap_or(false),
+    ))
 }
 
 fn ifn(s: &str) -> IfName {
@@ -152,7 +155,12 @@ fn nfsim() -> Run {
     for s in steps().as_array().unwrap() {
         let mut o = Vec::new();
         if let Some(r) = s.get("route") {
-            let words: Vec<&str> = r.as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+            let words: Vec<&str> = r
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w.as_str().unwrap())
+                .collect();
             let dst = match words[1] {
                 "default" => Prefix::default_for(true),
                 a => Prefix::host(ip(a)),
@@ -233,8 +241,14 @@ fn a_calico_node_matches_the_kernel() {
     assert_eq!(real.outs[0], ["arp 169.254.1.1"]);
     assert!(real.outs[6].is_empty() && real.outs[9].is_empty());
     // One hop through the node: TTL 63 each way.
-    assert_eq!(real.outs[1], ["cali0e935ee0b48 10.244.1.9:40000 10.244.1.10:9000 ttl=63"]);
-    assert_eq!(real.outs[2], ["cali93d2589f70f 10.96.0.40:9000 10.244.1.9:40000 ttl=63"]);
+    assert_eq!(
+        real.outs[1],
+        ["cali0e935ee0b48 10.244.1.9:40000 10.244.1.10:9000 ttl=63"]
+    );
+    assert_eq!(
+        real.outs[2],
+        ["cali93d2589f70f 10.96.0.40:9000 10.244.1.9:40000 ttl=63"]
+    );
     assert!(real
         .conntrack
         .iter()

@@ -74,7 +74,13 @@ fn captures_show_the_ttls_and_the_encapsulated_packets() {
     let dir = std::env::temp_dir().join(format!("nfsim-calico-pcap-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_nfsim"))
-        .args(["run", "scenarios/calico-ipip.yaml", "--until", "2s", "--pcap"])
+        .args([
+            "run",
+            "scenarios/calico-ipip.yaml",
+            "--until",
+            "2s",
+            "--pcap",
+        ])
         .arg(&dir)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
@@ -90,13 +96,21 @@ fn captures_show_the_ttls_and_the_encapsulated_packets() {
             .collect()
     };
     let (local, remote) = (replies("10.244.1.10"), replies("10.244.2.5"));
-    assert!(!local.is_empty() && local.iter().all(|&t| t == 63), "{local:?}");
-    assert!(!remote.is_empty() && remote.iter().all(|&t| t == 62), "{remote:?}");
+    assert!(
+        !local.is_empty() && local.iter().all(|&t| t == 63),
+        "{local:?}"
+    );
+    assert!(
+        !remote.is_empty() && remote.iter().all(|&t| t == 62),
+        "{remote:?}"
+    );
     // On the wire: protocol 4 between the node addresses, TTL inherited (63).
     let (link, eth0) = packets(&dir.join("node-1-eth0.pcap"));
     assert_eq!(link, 1);
     assert!(eth0.contains(&(4, "192.168.0.11".into(), "192.168.0.12".into(), 63)));
-    assert!(!eth0.iter().any(|p| p.0 != 4 && p.2.starts_with("10.244.2.")));
+    assert!(!eth0
+        .iter()
+        .any(|p| p.0 != 4 && p.2.starts_with("10.244.2.")));
     // tunl0: raw IP, the inner packets.
     let (link, tunl0) = packets(&dir.join("node-2-tunl0.pcap"));
     assert_eq!(link, 101);
@@ -117,13 +131,36 @@ fn the_loader_refuses_what_the_calico_datapath_does_not_model() {
     let line = |needle: &str| 1 + base.lines().position(|l| l.contains(needle)).unwrap();
     let nat = line("natOutgoing:");
     for (from, to, at, word) in [
-        ("ipipMode: Always", "ipipMode: Sometimes", line("ipipMode:"), "expected Always, CrossSubnet or Never"),
-        ("natOutgoing: true", "natOutgoing: true\n  vxlanMode: Always", nat + 1, "network.vxlanMode: Always is not modelled"),
-        ("natOutgoing: true", "natOutgoing: true\n  blockSize: 26", nat + 1, "network.blockSize: not modelled"),
-        ("natOutgoing: true", "natOutgoing: true\n  hairpinMode: true", nat + 1, "a bridge plugin option, but network.cni is calico"),
+        (
+            "ipipMode: Always",
+            "ipipMode: Sometimes",
+            line("ipipMode:"),
+            "expected Always, CrossSubnet or Never",
+        ),
+        (
+            "natOutgoing: true",
+            "natOutgoing: true\n  vxlanMode: Always",
+            nat + 1,
+            "network.vxlanMode: Always is not modelled",
+        ),
+        (
+            "natOutgoing: true",
+            "natOutgoing: true\n  blockSize: 26",
+            nat + 1,
+            "network.blockSize: not modelled",
+        ),
+        (
+            "natOutgoing: true",
+            "natOutgoing: true\n  hairpinMode: true",
+            nat + 1,
+            "a bridge plugin option, but network.cni is calico",
+        ),
     ] {
         let e = load_err(&base.replace(from, to));
-        assert!(e.contains(word) && e.contains(&format!("t.yaml:{at}:")), "{e}");
+        assert!(
+            e.contains(word) && e.contains(&format!("t.yaml:{at}:")),
+            "{e}"
+        );
     }
     let e = load_err(&base.replace("ipPool: 10.244.0.0/16", "ipPool: 10.245.0.0/16"));
     assert!(
@@ -161,5 +198,8 @@ fn trace_shows_the_proxy_arp_decision_on_the_pods_cali_link() {
         text.contains("route: ARP who-has 169.254.1.1 (the pod's gateway) on cali93d2589f70f: answered by proxy_arp: the route leaves by eth0 (arp_fwd_proxy)"),
         "{text}"
     );
-    assert!(text.contains("=> transmitted on tunl0 to 192.168.0.12"), "{text}");
+    assert!(
+        text.contains("=> transmitted on tunl0 to 192.168.0.12"),
+        "{text}"
+    );
 }

@@ -293,7 +293,10 @@ pub(crate) fn run_once(ns: &mut Netns, pkt: Packet, ingress: Ingress, now: SimTi
         Ingress::Interface(dev) if ns.proxy_arp(dev) && pkt.is_ipv4() => {
             let gw = sim_netfilter::netns::LINK_LOCAL_GATEWAY;
             let a = ns.arp_answer(dev, gw);
-            Some((a, format!("ARP who-has {gw} (the pod's gateway) on {dev}: {a}")))
+            Some((
+                a,
+                format!("ARP who-has {gw} (the pod's gateway) on {dev}: {a}"),
+            ))
         }
         _ => None,
     };

@@ -129,7 +129,12 @@ mod tests {
         assert_eq!(ns.arp_answer(ifn("cali1"), gw), ArpAnswer::ProxyArpOff);
         ns.set_proxy_arp(ifn("cali1"), true);
         let a = ns.arp_answer(ifn("cali1"), gw);
-        assert_eq!(a, ArpAnswer::Proxy { route_dev: ifn("eth0") });
+        assert_eq!(
+            a,
+            ArpAnswer::Proxy {
+                route_dev: ifn("eth0")
+            }
+        );
         assert!(a.answered());
         ns.add_route(Prefix::host(IpAddr::V4(gw)), None, ifn("cali1"))
             .unwrap();

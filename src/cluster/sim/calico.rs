@@ -2,9 +2,9 @@
 //! (docs/kernel-model.md §19):
 //!
 //! - each pod's host-side veth is `cali` + the first 11 hex digits of
-//!   sha1("<namespace>.<pod>") (libcalico-go `VethNameForWorkload`), with no address, its
+//!   sha1("NAMESPACE.POD") (libcalico-go `VethNameForWorkload`), with no address, its
 //!   `proxy_arp`, `forwarding` on and `proxy_delay` 0 (cni-plugin `dataplane_linux.go`), and a
-//!   route `<pod IP> dev caliX scope link`;
+//!   route `POD-IP dev caliX scope link`;
 //! - inside the pod, `default via 169.254.1.1 dev eth0` with `169.254.1.1 dev eth0 scope
 //!   link`: nobody holds 169.254.1.1, the host answers the pod's ARP for it by proxy ARP;
 //! - between nodes, a route to each other node's block (nfsim: its pod CIDR) via that node,
@@ -28,7 +28,7 @@ pub(super) fn tunl0() -> IfName {
     IfName::new("tunl0").unwrap_or_else(|_| unreachable!("constant name"))
 }
 
-/// The host side of a pod's veth: `cali` + 11 hex digits of sha1("<namespace>.<pod>").
+/// The host side of a pod's veth: `cali` + 11 hex digits of sha1("NAMESPACE.POD").
 pub(super) fn veth_name(namespace: &str, pod: &str) -> IfName {
     let digest = sha1(format!("{namespace}.{pod}").as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
@@ -47,7 +47,9 @@ pub(super) fn proxy_arp(ns: &Netns, veth: IfName) -> Result<(), String> {
     if a.answered() {
         Ok(())
     } else {
-        Err(format!("ARP: who-has {GATEWAY} on {veth} {a}; nothing sent"))
+        Err(format!(
+            "ARP: who-has {GATEWAY} on {veth} {a}; nothing sent"
+        ))
     }
 }
 
@@ -129,9 +131,10 @@ impl Simulation {
     pub(super) fn ipip_rcv(&mut self, m: usize, from: usize, outer: Packet, inner: Packet) {
         self.tap_ipip(m, Err(capture::Hop::Node(from)), &outer, &inner);
         let mut out = Vec::new();
-        let r = self.nodes[m]
-            .netns
-            .process_into(self.now, outer, Ingress::Interface(eth0()), &mut out);
+        let r =
+            self.nodes[m]
+                .netns
+                .process_into(self.now, outer, Ingress::Interface(eth0()), &mut out);
         self.after_kernel(m);
         if let Some(reason) = network::fate_reason(&r.fate) {
             let node = &self.nodes[m].def.name;
@@ -172,8 +175,7 @@ fn felix_hashes(chain: &str, rules: &[&str]) -> Vec<String> {
 
 /// Unpadded URL-safe base64 (RFC 4648 §5).
 fn base64_url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
         let n = chunk
@@ -213,7 +215,9 @@ pub(super) fn nat_rules(c: &CalicoCni) -> String {
     let mut chain = |name: &str, rules: &[String]| {
         let refs: Vec<&str> = rules.iter().map(String::as_str).collect();
         for (r, h) in rules.iter().zip(felix_hashes(name, &refs)) {
-            text.push_str(&format!("-A {name} -m comment --comment \"cali:{h}\" {r}\n"));
+            text.push_str(&format!(
+                "-A {name} -m comment --comment \"cali:{h}\" {r}\n"
+            ));
         }
     };
     // Felix keeps its jump first in the kernel's chain (`ChainInsertMode: insert`).
@@ -248,7 +252,13 @@ pub(super) fn ipsets(c: &CalicoCni) -> String {
 
 /// SHA-1 (FIPS 180-4 §6.1), for Calico's veth names.
 fn sha1(msg: &[u8]) -> [u8; 20] {
-    let mut h: [u32; 5] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476, 0xc3d2_e1f0];
+    let mut h: [u32; 5] = [
+        0x6745_2301,
+        0xefcd_ab89,
+        0x98ba_dcfe,
+        0x1032_5476,
+        0xc3d2_e1f0,
+    ];
     let mut data = msg.to_vec();
     data.push(0x80);
     while data.len() % 64 != 56 {
@@ -302,7 +312,10 @@ mod tests {
     fn sha1_of_known_strings() {
         let hex = |d: [u8; 20]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
         assert_eq!(hex(sha1(b"")), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
-        assert_eq!(hex(sha1(b"abc")), "a9993e364706816aba3e25717850c26c9cd0d89d");
+        assert_eq!(
+            hex(sha1(b"abc")),
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
     }
 
     #[test]
@@ -322,7 +335,10 @@ mod tests {
                 "--out-interface tunl0 -m addrtype ! --src-type LOCAL --limit-iface-out -m addrtype --src-type LOCAL --jump MASQUERADE --random-fully",
             ],
         );
-        assert_eq!(post, ["Z-c7XtVd2Bq7s_hA", "nYKhEzDlr11Jccal", "SXWvdsbh4Mw7wOln"]);
+        assert_eq!(
+            post,
+            ["Z-c7XtVd2Bq7s_hA", "nYKhEzDlr11Jccal", "SXWvdsbh4Mw7wOln"]
+        );
         assert_eq!(
             felix_hashes("cali-nat-outgoing", &["-m set --match-set cali40masq-ipam-pools src -m set ! --match-set cali40all-ipam-pools dst --jump MASQUERADE --random-fully"]),
             ["flqWnvo8yq4ULQLa"]

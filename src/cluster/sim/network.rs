@@ -115,9 +115,10 @@ impl Simulation {
 
     /// Runs a packet through node `n`'s namespace and sends on what comes out.
     pub(super) fn node_kernel(&mut self, n: usize, p: Packet, from: Ingress) {
-        // Calico: a pod's packet leaves once the host answers its ARP for 169.254.1.1.
-        if let (Ingress::Interface(dev), Cni::Calico(_)) = (from, &self.sc.cni) {
-            if self.nodes[n].veths.get(&dev).is_some() {
+        // A pod behind a proxy-ARP link (Calico's cali*): its packet leaves once the host
+        // answers its ARP for 169.254.1.1.
+        if let Ingress::Interface(dev) = from {
+            if self.nodes[n].netns.proxy_arp(dev) && p.is_ipv4() {
                 if let Err(reason) = calico::proxy_arp(&self.nodes[n].netns, dev) {
                     return self.network_drop(&p, reason);
                 }

@@ -90,7 +90,12 @@ impl Simulation {
             let gw = pod_gateway(&n.def.pod_cidr);
             let host_len = if gw.is_ipv4() { 32 } else { 128 };
             let addrs: &[(IpAddr, u8)] = if calico { &[] } else { &[(gw, host_len)] };
-            let exists = calico && n.netns.routing().interfaces().iter().any(|i| i.name == veth);
+            let exists = calico
+                && n.netns
+                    .routing()
+                    .interfaces()
+                    .iter()
+                    .any(|i| i.name == veth);
             if !exists {
                 n.netns.add_interface(veth, addrs).map_err(err)?;
             }

@@ -15,7 +15,10 @@ pub(super) fn network_cni(
 ) -> Result<Cni, ScenarioError> {
     let Some(net) = net else { return Ok(Cni::Ptp) };
     let kind = net.cni.as_ref().map(|c| c.value.as_str()).unwrap_or("ptp");
-    if let Some((name, loc)) = calico_opts(net).into_iter().find_map(|(n, l)| Some((n, l?))) {
+    if let Some((name, loc)) = calico_opts(net)
+        .into_iter()
+        .find_map(|(n, l)| Some((n, l?)))
+    {
         if kind != "calico" {
             return Err(ctx.at(
                 loc,
@@ -115,7 +118,10 @@ fn calico_opts(net: &NetworkDoc) -> [(&'static str, Option<Location>); 5] {
     [
         ("ipipMode", net.ipip_mode.as_ref().map(|s| s.referenced)),
         ("vxlanMode", net.vxlan_mode.as_ref().map(|s| s.referenced)),
-        ("natOutgoing", net.nat_outgoing.as_ref().map(|s| s.referenced)),
+        (
+            "natOutgoing",
+            net.nat_outgoing.as_ref().map(|s| s.referenced),
+        ),
         ("blockSize", net.block_size.as_ref().map(|s| s.referenced)),
         ("ipPool", net.ip_pool.as_ref().map(|s| s.referenced)),
     ]
