@@ -1,6 +1,6 @@
 //! Who answers an ARP request received on an interface (`arp_process`, net/ipv4/arp.c), as
 //! far as it decides an outcome: a Calico pod's ARP for its gateway `169.254.1.1`, which no
-//! machine holds and the host answers by proxy ARP (docs/kernel-model.md §19). nfsim sends
+//! machine holds and the host answers by proxy ARP (docs/kernel-model.md §22). nfsim sends
 //! no ARP traffic: [`Netns::arp_answer`] is the lookup that decides whether the pod's
 //! neighbour entry resolves, and so whether its packets leave at all.
 //!

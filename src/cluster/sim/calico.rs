@@ -1,5 +1,5 @@
 //! Calico's datapath on a node (`network.cni: calico`), as its CNI plugin and Felix build it
-//! (docs/kernel-model.md §19):
+//! (docs/kernel-model.md §22):
 //!
 //! - each pod's host-side veth is `cali` + the first 11 hex digits of
 //!   sha1("NAMESPACE.POD") (libcalico-go `VethNameForWorkload`), with no address, its
