@@ -86,14 +86,14 @@ fn load_err(text: &str) -> String {
 #[test]
 fn the_loader_refuses_what_the_bridge_datapath_does_not_model() {
     let base = shipped("bridge-hairpin-on");
-    let e = load_err(&base.replace("cni: bridge", "cni: calico"));
+    let e = load_err(&base.replace("cni: bridge", "cni: aws-vpc"));
     assert!(
-        e.contains("t.yaml:14:8:") && e.contains("calico is not modelled yet"),
+        e.contains("t.yaml:14:8:") && e.contains("aws-vpc is not modelled yet"),
         "{e}"
     );
     let e = load_err(&base.replace("cni: bridge", "cni: weave"));
     assert!(
-        e.contains("unknown datapath \"weave\": expected ptp, bridge or flannel-vxlan"),
+        e.contains("unknown datapath \"weave\": expected ptp, bridge, flannel-vxlan or calico"),
         "{e}"
     );
     let e = load_err(&base.replace("cni: bridge", "cni: ptp"));

@@ -287,11 +287,30 @@ pub(crate) fn run_once(ns: &mut Netns, pkt: Packet, ingress: Ingress, now: SimTi
         Ingress::Interface(port) => ns.station_frame(port, &pkt).map(|f| (f, port)),
         Ingress::Local => None,
     };
-    let result = match frame {
-        Some((Ok(f), port)) => ns.process_frame_traced(now, f, port),
-        Some((Err(to), _)) => unresolved_result(to),
-        None => ns.process_traced(now, pkt, ingress),
+    // A pod behind a proxy-ARP link (Calico's, the AWS VPC CNI's) sends once the host
+    // answers its ARP for its gateway 169.254.1.1.
+    let arp = match ingress {
+        Ingress::Interface(dev) if ns.proxy_arp(dev) && pkt.is_ipv4() => {
+            let gw = sim_netfilter::netns::LINK_LOCAL_GATEWAY;
+            let a = ns.arp_answer(dev, gw);
+            Some((
+                a,
+                format!("ARP who-has {gw} (the pod's gateway) on {dev}: {a}"),
+            ))
+        }
+        _ => None,
     };
+    let mut result = match (frame, &arp) {
+        (_, Some((a, text))) if !a.answered() => unanswered_arp(text),
+        (Some((Ok(f), port)), _) => ns.process_frame_traced(now, f, port),
+        (Some((Err(to), _)), _) => unresolved_result(to),
+        (None, _) => ns.process_traced(now, pkt, ingress),
+    };
+    if let (Some((a, text)), Some(t)) = (&arp, result.trace.as_mut()) {
+        if a.answered() {
+            t.steps.insert(0, Step::Route(text.clone()));
+        }
+    }
     let steps = result
         .trace
         .as_ref()
@@ -299,6 +318,22 @@ pub(crate) fn run_once(ns: &mut Netns, pkt: Packet, ingress: Ingress, now: SimTi
         .unwrap_or(&[]);
     let outcome = outcome_of(ns, &pkt, &result, steps);
     Run { result, outcome }
+}
+
+/// A pod's ARP for its gateway unanswered (`text` says why): nothing sent.
+fn unanswered_arp(text: &str) -> ProcessResult {
+    let gw = IpAddr::V4(sim_netfilter::netns::LINK_LOCAL_GATEWAY);
+    let cause = sim_netfilter::netns::DropCause::NeighbourUnresolved(gw);
+    let steps = vec![
+        Step::Route(text.to_string()),
+        Step::Fate(format!("dropped: {cause}")),
+    ];
+    ProcessResult {
+        out: Vec::new(),
+        fate: sim_netfilter::netns::Fate::Dropped(cause),
+        entry: None,
+        trace: Some(sim_netfilter::netns::PacketTrace { steps }),
+    }
 }
 
 /// What a station's unanswered ARP leaves: nothing sent.

@@ -39,5 +39,5 @@ pub mod warnings;
 pub mod yaml;
 
 pub use load::{load_file, load_str, ScenarioError};
-pub use model::{BridgeCni, Cni, Scenario};
+pub use model::{BridgeCni, CalicoCni, Cni, IpipMode, Scenario};
 pub use warnings::ScenarioWarning;

@@ -79,15 +79,50 @@ pub enum Cni {
     /// bridge plugin with `hairpinMode` and `isDefaultGateway`), `flannel.1` VXLAN between
     /// the nodes, flannel's masquerade and forward rules.
     FlannelVxlan(BridgeCni),
+    /// Calico: a `cali*` veth per pod with no address on the host side, answered by proxy
+    /// ARP for the pod's gateway `169.254.1.1`, a /32 route per pod, and between nodes
+    /// routes to each node's block (its pod CIDR), through `tunl0` under IPIP.
+    Calico(CalicoCni),
 }
 
 impl Cni {
     /// The bridge the pods' veths are ports of (`bridge` and `flannel-vxlan`).
     pub fn bridge(&self) -> Option<&BridgeCni> {
         match self {
-            Cni::Ptp => None,
+            Cni::Ptp | Cni::Calico(_) => None,
             Cni::Bridge(b) | Cni::FlannelVxlan(b) => Some(b),
         }
+    }
+}
+
+/// Calico's IP pool encapsulation (`ipipMode` of the pool, `CALICO_IPV4POOL_IPIP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpipMode {
+    /// Every packet to another node's block is encapsulated (`tunl0`).
+    Always,
+    /// Only packets to a node on another subnet are encapsulated.
+    CrossSubnet,
+    /// No encapsulation: BGP-learned routes via the other nodes on `eth0`.
+    Never,
+}
+
+/// Calico's settings (its IP pool's field names: `ipipMode`, `natOutgoing`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalicoCni {
+    /// The pool's `ipipMode`.
+    pub ipip_mode: IpipMode,
+    /// The pool's `natOutgoing`: Felix's `cali-nat-outgoing` MASQUERADE of pool traffic
+    /// leaving the pool.
+    pub nat_outgoing: bool,
+    /// The pool's CIDR (`network.ipPool`), which holds every node's block.
+    pub pool: k8s::Cidr,
+}
+
+impl CalicoCni {
+    /// Whether traffic from a node on `from` to the node on `to` is encapsulated.
+    /// nfsim's nodes share one subnet, so `CrossSubnet` never encapsulates.
+    pub fn encapsulates(&self) -> bool {
+        self.ipip_mode == IpipMode::Always
     }
 }
 

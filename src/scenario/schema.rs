@@ -180,6 +180,21 @@ pub struct NetworkDoc {
     /// The bridge plugin's `promiscMode`.
     #[serde(default)]
     pub promisc_mode: Option<S<bool>>,
+    /// Calico's IP pool `ipipMode`: `Always` (the default), `CrossSubnet` or `Never`.
+    #[serde(default)]
+    pub ipip_mode: Option<S<String>>,
+    /// Calico's IP pool `vxlanMode` (only `Never` is modelled).
+    #[serde(default)]
+    pub vxlan_mode: Option<S<String>>,
+    /// Calico's IP pool `natOutgoing` (default true).
+    #[serde(default)]
+    pub nat_outgoing: Option<S<bool>>,
+    /// Calico's IP pool `blockSize` (refused: nfsim's block is the node's pod CIDR).
+    #[serde(default)]
+    pub block_size: Option<S<u8>>,
+    /// Calico's IP pool CIDR (default `kubeProxy.clusterCIDR`, else 192.168.0.0/16).
+    #[serde(default)]
+    pub ip_pool: Option<S<k8s::Cidr>>,
 }
 
 /// One entry of `nodes:`.

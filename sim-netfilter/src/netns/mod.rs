@@ -58,6 +58,7 @@ mod ipvs_tests;
 mod nat;
 mod nft_hooks;
 mod pipeline;
+mod proxy_arp;
 mod route;
 mod tables;
 mod vxlan;
@@ -69,6 +70,7 @@ use ct::{ct_info_kind, ct_state_of, tuple_text};
 pub use bridge::{Bridge, BridgePort, Frame, L2Seen, Mac, BRIDGE_NF_CALL_IPTABLES};
 pub use icmp::IcmpRateLimit;
 pub use ipvs_hook::KUBE_IPVS0;
+pub use proxy_arp::{ArpAnswer, LINK_LOCAL_GATEWAY};
 pub use vxlan::{
     vxlan_src_port, VxlanConfig, VxlanWire, ICMP_FRAG_NEEDED, VXLAN_DEFAULT_DST_PORT,
     VXLAN_HEADROOM, VXLAN_OUTER_TTL, VXLAN_SRC_PORT_RANGE,
@@ -459,6 +461,8 @@ pub struct Netns {
     ipvs: crate::ipvs::Ipvs,
     /// Its VXLAN devices.
     vxlans: vxlan::Vxlans,
+    /// Interfaces with `net.ipv4.conf.<dev>.proxy_arp` on (`proxy_arp.rs`).
+    proxy_arp: std::collections::BTreeSet<IfName>,
 }
 
 /// `addrtype` classification from the routing table (`inet_dev_addr_type`).
@@ -625,6 +629,7 @@ impl Netns {
             branching: None,
             bridges: Default::default(),
             vxlans: Default::default(),
+            proxy_arp: Default::default(),
         }
     }
 

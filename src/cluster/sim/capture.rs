@@ -87,6 +87,20 @@ pub const MAX_OPEN_CAPTURE_FILES: usize = 64;
 
 /// The pcap link type of the files: Ethernet.
 const LINKTYPE_ETHERNET: u32 = 1;
+/// Raw IP (pcap's `LINKTYPE_RAW`): what `tcpdump -i tunl0` writes, an IPIP device having
+/// no link-layer header (`ARPHRD_TUNNEL`).
+const LINKTYPE_RAW: u32 = 101;
+
+impl CapturePoint {
+    /// The pcap link type of its file: raw IP for an IPIP device (`tunl0`), else Ethernet.
+    pub fn link_type(&self) -> u32 {
+        if self.interface == "tunl0" {
+            LINKTYPE_RAW
+        } else {
+            LINKTYPE_ETHERNET
+        }
+    }
+}
 
 /// Writes one classic pcap file per capture point in a directory: nanosecond timestamps
 /// (magic `0xa1b23c4d`), little-endian, snap length 262144, link type Ethernet. A file is
@@ -161,20 +175,26 @@ fn with_path(e: io::Error, path: &Path) -> io::Error {
 
 /// The 24-byte header of a nanosecond pcap file of Ethernet frames.
 pub fn pcap_header() -> [u8; 24] {
+    pcap_header_of(LINKTYPE_ETHERNET)
+}
+
+/// The 24-byte header of a nanosecond pcap file of link type `link_type`.
+pub fn pcap_header_of(link_type: u32) -> [u8; 24] {
     let mut h = [0u8; 24];
     h[0..4].copy_from_slice(&0xa1b2_3c4du32.to_le_bytes());
     h[4..6].copy_from_slice(&2u16.to_le_bytes());
     h[6..8].copy_from_slice(&4u16.to_le_bytes());
     // thiszone 0, sigfigs 0.
     h[16..20].copy_from_slice(&sim_core::pcap::WRITE_SNAPLEN.to_le_bytes());
-    h[20..24].copy_from_slice(&LINKTYPE_ETHERNET.to_le_bytes());
+    h[20..24].copy_from_slice(&link_type.to_le_bytes());
     h
 }
 
 impl CaptureSink for PcapDir {
     fn open(&mut self, id: usize, point: &CapturePoint) -> io::Result<()> {
         let path = self.dir.join(&point.file);
-        std::fs::write(&path, pcap_header()).map_err(|e| with_path(e, &path))?;
+        std::fs::write(&path, pcap_header_of(point.link_type()))
+            .map_err(|e| with_path(e, &path))?;
         while self.files.len() <= id {
             self.files.push(PcapFile {
                 path: PathBuf::new(),
@@ -827,6 +847,8 @@ pub(super) struct Tap {
     veths: BTreeMap<(usize, IfName), VethTap>,
     /// Capture point ids of each bridged node's bridge device (`network.cni: bridge`).
     bridges: BTreeMap<usize, usize>,
+    /// Capture point ids of each Calico node's `tunl0` (IPIP).
+    tunnels: BTreeMap<usize, usize>,
     /// File names given so far.
     names: BTreeSet<String>,
     points: usize,
@@ -853,6 +875,7 @@ impl Tap {
             eth0: Vec::new(),
             veths: BTreeMap::new(),
             bridges: BTreeMap::new(),
+            tunnels: BTreeMap::new(),
             names: BTreeSet::new(),
             points: 0,
         }
@@ -928,6 +951,28 @@ impl Simulation {
                 }
             }
         }
+        // Calico's tunl0 under IPIP: the inner packets, raw IP.
+        if let Cni::Calico(c) = &self.sc.cni {
+            if c.encapsulates() {
+                for (k, n) in self.nodes.iter().enumerate() {
+                    let point = CapturePoint {
+                        node: n.def.name.clone(),
+                        interface: "tunl0".into(),
+                        pod: None,
+                        file: tap.fresh_name(&format!("{}-tunl0", file_safe(&n.def.name))),
+                    };
+                    match tap.add_point(point) {
+                        Ok(id) => {
+                            tap.tunnels.insert(k, id);
+                        }
+                        Err(e) => {
+                            self.output_error.get_or_insert(e);
+                            return;
+                        }
+                    }
+                }
+            }
+        }
         for (i, c) in self.sc.clients.iter().enumerate() {
             let ip = match &c.placement {
                 Placement::Pod(k) => self.sc.pods.iter().find(|p| &p.key() == k).map(|p| p.ip),
@@ -969,7 +1014,12 @@ impl Simulation {
                     VethTap {
                         id,
                         pod_mac: pod_mac(p.state.def.ip),
-                        host_mac: veth_mac(number as u32),
+                        // Calico gives every host side ee:ee:ee:ee:ee:ee (cni-plugin
+                        // dataplane_linux.go `hostSideMAC`).
+                        host_mac: match self.sc.cni {
+                            Cni::Calico(_) => [0xee; 6],
+                            _ => veth_mac(number as u32),
+                        },
                     },
                 );
             }
@@ -1068,6 +1118,62 @@ impl Simulation {
         if let Some(v) = tap.veths.get(&(n, dev)) {
             let (id, src, dst) = (v.id, v.host_mac, v.pod_mac);
             self.tap_write(id, p, src, dst);
+        }
+    }
+
+    /// A packet node `n`'s `tunl0` sends or receives: raw IP, no link-layer header.
+    pub(super) fn tap_tunnel(&mut self, n: usize, p: &Packet) {
+        let now = self.now;
+        let Some(tap) = self.tap.as_mut() else { return };
+        let Some(&id) = tap.tunnels.get(&n) else {
+            return;
+        };
+        tap.frames.remember_tcp(p);
+        let Ok(bytes) = tap.frames.ip_bytes(p) else {
+            return;
+        };
+        if self.output_error.is_none() {
+            if let Err(e) = tap.sink.frame(id, now, &bytes) {
+                self.output_error = Some(e);
+            }
+        }
+    }
+
+    /// An IPIP packet `outer` carrying `inner` on node `n`'s `eth0`: sent towards
+    /// `next_hop`, or received from `hop`. Its payload is the inner packet's bytes.
+    pub(super) fn tap_ipip(
+        &mut self,
+        n: usize,
+        dir: Result<IpAddr, Hop>,
+        outer: &Packet,
+        inner: &Packet,
+    ) {
+        let now = self.now;
+        let Some(tap) = self.tap.as_ref() else { return };
+        let Some(&(id, mac, _)) = tap.eth0.get(n) else {
+            return;
+        };
+        let (src, dst) = match dir {
+            Ok(next_hop) => (mac, mac_for_address(next_hop)),
+            Err(hop) => (self.hop_mac(n, hop), mac),
+        };
+        let Some(tap) = self.tap.as_mut() else { return };
+        tap.frames.remember_tcp(inner);
+        let Ok(inner_bytes) = tap.frames.ip_bytes(inner) else {
+            return;
+        };
+        let Ok(ip) = sim_core::wire::emit_ip_with_payload(outer, &inner_bytes) else {
+            return;
+        };
+        let mut f = Vec::with_capacity(14 + ip.len());
+        f.extend_from_slice(&dst);
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&0x0800u16.to_be_bytes());
+        f.extend_from_slice(&ip);
+        if self.output_error.is_none() {
+            if let Err(e) = tap.sink.frame(id, now, &f) {
+                self.output_error = Some(e);
+            }
         }
     }
 

@@ -63,6 +63,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
 mod builder;
+mod calico;
 pub mod capture;
 mod changes;
 mod clients;
@@ -141,6 +142,15 @@ enum Ev {
     LbProbe,
     /// The oldest round's answers reach the load balancer.
     LbAnswers,
+    /// An IPIP packet (outer, inner) from node `from` reaches node `to`'s `eth0`.
+    Ipip {
+        /// The receiving node.
+        to: usize,
+        /// The sending node.
+        from: usize,
+        /// The outer packet and the packet it carries.
+        packets: Box<(Packet, Packet)>,
+    },
 }
 
 /// EndpointSlice changes delivered to every kube-proxy at once.
@@ -778,6 +788,10 @@ impl Simulation {
             Ev::PcapSend(i, k) => self.pcap_send(i, k),
             Ev::LbProbe => self.lb_probe(),
             Ev::LbAnswers => self.lb_answers(),
+            Ev::Ipip { to, from, packets } => {
+                let (outer, inner) = *packets;
+                self.ipip_rcv(to, from, outer, inner)
+            }
             Ev::Recreate(i) => {
                 let def = self.recreates[i].clone();
                 self.add_pod(def, true)?;

@@ -5,7 +5,7 @@ use super::capture::Hop;
 use super::*;
 
 /// Why a node's namespace stopped a packet, for the timeline (`None`: it went on).
-fn fate_reason(fate: &Fate) -> Option<String> {
+pub(super) fn fate_reason(fate: &Fate) -> Option<String> {
     match fate {
         Fate::Dropped(c) => Some(c.to_string()),
         Fate::Rejected { table, hook } => Some(format!("rejected by {table} {hook}")),
@@ -150,6 +150,15 @@ impl Simulation {
 
     /// Runs a packet through node `n`'s namespace and sends on what comes out.
     pub(super) fn node_kernel(&mut self, n: usize, p: Packet, from: Ingress) {
+        // A pod behind a proxy-ARP link (Calico's cali*): its packet leaves once the host
+        // answers its ARP for 169.254.1.1.
+        if let Ingress::Interface(dev) = from {
+            if self.nodes[n].netns.proxy_arp(dev) && p.is_ipv4() {
+                if let Err(reason) = calico::proxy_arp(&self.nodes[n].netns, dev) {
+                    return self.network_drop(&p, reason);
+                }
+            }
+        }
         let sent = self.client_tag(&p, true).map(|t| (p, t));
         // A node with many CPUs: the packet's CPU, and the entry it races (`cpus.rs`).
         let now = self.now;
@@ -275,6 +284,8 @@ impl Simulation {
                         packet.iif = None;
                         packet.oif = None;
                         self.network(next_hop, packet, Some(n));
+                    } else if dev == calico::tunl0() && matches!(self.sc.cni, Cni::Calico(_)) {
+                        self.ipip_xmit(n, next_hop, packet);
                     } else if let Some(&id) = self.nodes[n].veths.get(&dev) {
                         self.tap_veth_tx(n, dev, &packet);
                         self.queue

@@ -76,10 +76,15 @@ impl PodRoutes {
     pub(super) fn of(sc: &Scenario) -> PodRoutes {
         let mut routes = Vec::new();
         let mut own = Vec::with_capacity(sc.nodes.len());
+        // Calico under IPIP: `<block> via <node> dev tunl0 proto bird onlink`.
+        let dev = match &sc.cni {
+            crate::scenario::Cni::Calico(c) if c.encapsulates() => super::calico::tunl0(),
+            _ => eth0(),
+        };
         for m in &sc.nodes {
             if m.address.is_ipv4() == m.pod_cidr.addr().is_ipv4() {
                 own.push(Some(routes.len()));
-                routes.push((cidr_prefix(&m.pod_cidr), Some(m.address), eth0()));
+                routes.push((cidr_prefix(&m.pod_cidr), Some(m.address), dev));
             } else {
                 own.push(None);
             }
@@ -161,6 +166,20 @@ pub(super) fn node_netns(
         )
         .map_err(|e| err(e.to_string()))?;
     }
+    // Calico's tunl0 (the IPIP fallback device) with the block's first address as a /32.
+    if let crate::scenario::Cni::Calico(c) = &sc.cni {
+        if c.encapsulates() {
+            ns.add_interface(
+                super::calico::tunl0(),
+                &[(super::calico::tunnel_address(&n.pod_cidr), 32)],
+            )
+            .map_err(|e| err(e.to_string()))?;
+        }
+        ns.ipset_restore(&super::calico::ipsets(c))
+            .map_err(|e| err(format!("Calico's ipsets: {e}")))?;
+        ns.restore(&super::calico::nat_rules(c), true)
+            .map_err(|e| err(format!("Felix's nat chains: {e}")))?;
+    }
     // flannel: every other node's pod CIDR via its flannel.1, with the neighbour and FDB
     // entries (src/cluster/flannel.rs).
     if let crate::scenario::Cni::FlannelVxlan(_) = &sc.cni {
@@ -235,7 +254,7 @@ fn node_pod_routes(
 /// address (empty list or a zero CIDR of the family). `primary` is the node's `address`/32
 /// (/128 for IPv6; kube-proxy's `server.go`). Each family's proxier keeps the CIDRs of its
 /// family (`NewNodePortAddresses(family, ...)`).
-fn node_port_ips(n: &NodeDef, list: &[NodePortAddress]) -> Option<Vec<IpAddr>> {
+fn node_port_ips(n: &NodeDef, cni: &Cni, list: &[NodePortAddress]) -> Option<Vec<IpAddr>> {
     if list.is_empty() {
         return None;
     }
@@ -264,7 +283,15 @@ fn node_port_ips(n: &NodeDef, list: &[NodePortAddress]) -> Option<Vec<IpAddr>> {
     };
     let mut addrs = vec![lo, n.address];
     addrs.extend(n.extra_addresses.iter().map(|(_, a, _)| *a));
-    addrs.push(pod_gateway(&n.pod_cidr));
+    // The node's address on its pod side: the ptp veths' and bridge's gateway, Calico's
+    // tunl0 (its veths hold none).
+    match cni {
+        Cni::Calico(c) if c.encapsulates() => {
+            addrs.push(super::calico::tunnel_address(&n.pod_cidr))
+        }
+        Cni::Calico(_) => {}
+        _ => addrs.push(pod_gateway(&n.pod_cidr)),
+    }
     Some(
         addrs
             .into_iter()
@@ -313,9 +340,9 @@ pub(super) fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) ->
     // `platformApplyDefaults`, cmd/kube-proxy/app/server_linux.go).
     cfg.node_port_addresses = if kp.mode == ProxyMode::Nftables && kp.node_port_addresses.is_empty()
     {
-        node_port_ips(n, &[NodePortAddress::Primary])
+        node_port_ips(n, &sc.cni, &[NodePortAddress::Primary])
     } else {
-        node_port_ips(n, &kp.node_port_addresses)
+        node_port_ips(n, &sc.cni, &kp.node_port_addresses)
     };
     // The ServiceCIDRs kube-proxy watches: the cluster's one range (`serviceCIDR`, or its
     // default), which nftables mode turns into `Drop traffic to unallocated ClusterIPs`.

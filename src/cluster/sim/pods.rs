@@ -43,9 +43,13 @@ impl Simulation {
         }
         let node = def.node;
         self.veth_counter += 1;
-        // Linux names are at most 15 bytes: "veth" and 8 hex digits.
-        let veth = IfName::new(&format!("veth{:08x}", self.veth_counter & 0xffff_ffff))
-            .unwrap_or_else(|_| unreachable!("12 bytes"));
+        // Linux names are at most 15 bytes: "veth" and 8 hex digits; Calico's are named
+        // after the pod.
+        let veth = match &self.sc.cni {
+            crate::scenario::Cni::Calico(_) => calico::veth_name(&def.namespace, &def.name),
+            _ => IfName::new(&format!("veth{:08x}", self.veth_counter & 0xffff_ffff))
+                .unwrap_or_else(|_| unreachable!("12 bytes")),
+        };
         let n = &mut self.nodes[node];
         let err = |e: sim_netfilter::netns::NetnsError| SimError::Netns {
             node: n.def.name.clone(),
@@ -79,11 +83,27 @@ impl Simulation {
                 }
             }
         } else {
+            // ptp: the veth holds the pod CIDR's gateway as a /32. Calico: no address (the
+            // pod's gateway 169.254.1.1 is answered by proxy ARP); a pod created again under
+            // its name finds its veth (the plugin's DEL and ADD leave it as it was).
+            let calico = matches!(self.sc.cni, crate::scenario::Cni::Calico(_));
             let gw = pod_gateway(&n.def.pod_cidr);
             let host_len = if gw.is_ipv4() { 32 } else { 128 };
-            n.netns
-                .add_interface(veth, &[(gw, host_len)])
-                .map_err(err)?;
+            let addrs: &[(IpAddr, u8)] = if calico { &[] } else { &[(gw, host_len)] };
+            let exists = calico
+                && n.netns
+                    .routing()
+                    .interfaces()
+                    .iter()
+                    .any(|i| i.name == veth);
+            if !exists {
+                n.netns.add_interface(veth, addrs).map_err(err)?;
+            }
+            // Calico's plugin: `net.ipv4.conf.caliX.proxy_arp=1` (and forwarding=1,
+            // `neigh.caliX.proxy_delay=0`).
+            if calico {
+                n.netns.set_proxy_arp(veth, true);
+            }
             match &mut self.pending_pod_routes {
                 Some(pending) => pending[node].push((Prefix::host(def.ip), None, veth)),
                 None => n

@@ -507,7 +507,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         &mut warnings,
     )?;
 
-    let cni = network_cni(ctx, doc.network.as_ref())?;
+    let cni = network_cni(ctx, doc.network.as_ref(), &nodes, kube_proxy.cluster_cidr)?;
     // IPVS mode's IPv6 sets are `KUBE-6-…` of family inet6, which nfsim's ipset model does
     // not hold.
     if kube_proxy.mode == crate::kubeproxy::ProxyMode::Ipvs && family == crate::k8s::IpFamily::IPv6
@@ -523,10 +523,10 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     // are not modelled): an IPv6 cluster on it is refused at `cni`, not when the node is built.
     if !matches!(cni, crate::scenario::model::Cni::Ptp) && family == crate::k8s::IpFamily::IPv6 {
         if let Some(c) = doc.network.as_ref().and_then(|n| n.cni.as_ref()) {
-            let why = if c.value == "flannel-vxlan" {
-                "network.cni flannel-vxlan: the scenario's cluster is IPv6 and the flannel-vxlan datapath is IPv4 only (flannel-v6.1 is not modelled); expected `cni: ptp` for an IPv6 cluster"
-            } else {
-                "network.cni bridge: the scenario's cluster is IPv6 and the bridge datapath is IPv4 only (br_netfilter's IPv6 passes are not modelled); expected `cni: ptp` for an IPv6 cluster"
+            let why = match c.value.as_str() {
+                "flannel-vxlan" => "network.cni flannel-vxlan: the scenario's cluster is IPv6 and the flannel-vxlan datapath is IPv4 only (flannel-v6.1 is not modelled); expected `cni: ptp` for an IPv6 cluster".to_string(),
+                "bridge" => "network.cni bridge: the scenario's cluster is IPv6 and the bridge datapath is IPv4 only (br_netfilter's IPv6 passes are not modelled); expected `cni: ptp` for an IPv6 cluster".to_string(),
+                other => format!("network.cni {other}: the scenario's cluster is IPv6 and the {other} datapath is IPv4 only; expected `cni: ptp` for an IPv6 cluster"),
             };
             return Err(ctx.err(c, why));
         }
