@@ -1234,7 +1234,11 @@ impl Program {
             if std::mem::replace(&mut seen[c], true) {
                 continue;
             }
-            stack.extend(self.targets(&bodies[c]).into_iter().filter(|&t| t < seen.len()));
+            stack.extend(
+                self.targets(&bodies[c])
+                    .into_iter()
+                    .filter(|&t| t < seen.len()),
+            );
         }
         seen
     }
