@@ -322,3 +322,24 @@ fn rules_in(prog: &NftProgram, at: BaseRef) -> usize {
     }
     n
 }
+
+#[test]
+fn a_hash_set_finds_its_least_and_greatest_keys_and_nothing_outside() {
+    let mut m = KeyTable::with_capacity(4);
+    assert!(m.get(PKey::single(0)).is_none(), "empty");
+    for v in [700u128, 5, 90, 1 << 70] {
+        m.insert(PKey::single(v), v as u32, CVerdict::Accept);
+    }
+    for v in [700u128, 5, 90, 1 << 70] {
+        assert_eq!(m.get(PKey::single(v)).map(|s| s.elem), Some(v as u32), "{v}");
+    }
+    for v in [4u128, 6, (1 << 70) + 1, 1 << 71] {
+        assert!(m.get(PKey::single(v)).is_none(), "{v}");
+    }
+    // Grown past its first capacity, it keeps them.
+    for v in 1000..1100u128 {
+        m.insert(PKey::single(v), v as u32, CVerdict::Accept);
+    }
+    assert_eq!(m.get(PKey::single(5)).map(|s| s.elem), Some(5));
+    assert_eq!(m.get(PKey::single(1 << 70)).map(|s| s.elem), Some(0));
+}
