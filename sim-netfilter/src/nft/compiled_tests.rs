@@ -331,7 +331,11 @@ fn a_hash_set_finds_its_least_and_greatest_keys_and_nothing_outside() {
         m.insert(PKey::single(v), v as u32, CVerdict::Accept);
     }
     for v in [700u128, 5, 90, 1 << 70] {
-        assert_eq!(m.get(PKey::single(v)).map(|s| s.elem), Some(v as u32), "{v}");
+        assert_eq!(
+            m.get(PKey::single(v)).map(|s| s.elem),
+            Some(v as u32),
+            "{v}"
+        );
     }
     for v in [4u128, 6, (1 << 70) + 1, 1 << 71] {
         assert!(m.get(PKey::single(v)).is_none(), "{v}");
