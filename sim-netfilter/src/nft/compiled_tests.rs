@@ -307,7 +307,7 @@ fn rules_that_can_do_nothing_are_left_out_and_their_chains_skipped() {
     let drawn = format!(
         "{text}add rule ip kube-proxy firewall-check numgen random mod 2 vmap {{ 5 : drop }}\n"
     );
-    assert_eq!(rules_of(&drawn).0, false);
+    assert!(!rules_of(&drawn).0);
 }
 
 /// The rules the program walks in base chain `at`.
