@@ -93,6 +93,13 @@ struct KeyTable {
     /// `slots.len() - 1` (a power of two less one).
     mask: usize,
     len: usize,
+    /// The least and greatest key held (`lo > hi` when empty): a key outside them is not
+    /// there, found without reading a slot. Keys are packed with the first field highest,
+    /// so for kube-proxy's sets this is the span of the addresses: a packet DNAT'd to a
+    /// pod, looked up in `cluster-ips` (`cluster-ips-check`), lies outside the Service CIDR
+    /// and misses without a cache miss.
+    lo: PKey,
+    hi: PKey,
 }
 
 /// One slot of a [`KeyTable`]: 32 bytes.
@@ -121,7 +128,15 @@ impl KeyTable {
             ],
             mask: cap - 1,
             len: 0,
+            lo: PKey([u64::MAX; 3]),
+            hi: PKey([0; 3]),
         }
+    }
+
+    /// Whether `k` lies within the least and greatest key held.
+    #[inline]
+    fn may_hold(&self, k: PKey) -> bool {
+        self.lo <= k && k <= self.hi
     }
 
     #[inline]
@@ -135,6 +150,9 @@ impl KeyTable {
     /// The slot holding `k`.
     #[inline]
     fn get(&self, k: PKey) -> Option<&Slot> {
+        if !self.may_hold(k) {
+            return None;
+        }
         let mut i = self.home(k);
         loop {
             let s = &self.slots[i];
@@ -151,6 +169,9 @@ impl KeyTable {
     /// Asks the CPU for the line where a lookup of `k` starts.
     #[inline]
     fn prefetch(&self, k: PKey) {
+        if !self.may_hold(k) {
+            return;
+        }
         if let Some(s) = self.slots.get(self.home(k)) {
             sim_core::prefetch::line(s);
         }
@@ -176,6 +197,8 @@ impl KeyTable {
                     verdict: PVerdict::of(verdict),
                 };
                 self.len += 1;
+                self.lo = self.lo.min(k);
+                self.hi = self.hi.max(k);
                 return;
             }
             if s.key == k {
@@ -529,6 +552,9 @@ struct CChain {
     /// A base chain (only those are walked from: `BaseRef`s name them).
     base: bool,
     policy_accept: bool,
+    /// A base chain that sees the packet before DNAT rewrites it: a `nat` chain at
+    /// prerouting or output, or a `filter` chain there of priority below -100.
+    sees_pre_dnat: bool,
     /// When every rule starts with `ct state S` (kube-proxy's filter chains: `ct state new
     /// jump …`), the union of the states: a packet in none of them breaks every rule at its
     /// first statement, before anything has an effect, and gets the policy.
@@ -544,6 +570,9 @@ struct Hint {
     set: u32,
     vmap: bool,
 }
+
+/// `NF_IP_PRI_NAT_DST`: where DNAT's hook entry is.
+const NF_IP_PRI_NAT_DST: i32 = -100;
 
 /// Hash tables with fewer elements than this get no hints: they stay in the caches.
 const HINT_MIN_ELEMS: usize = 1024;
@@ -913,8 +942,9 @@ impl NftProgram {
             written: Vec::new(),
             hints: Vec::new(),
         };
-        // Each chain's rules, each rule's statements, with chain indices as targets.
-        let mut bodies: Vec<Vec<Vec<COp>>> = Vec::new();
+        // Each chain's rules (its index in the chain, its statements), with chain indices as
+        // targets.
+        let mut bodies: Vec<Vec<(u32, Vec<COp>)>> = Vec::new();
         let mut origin: Vec<(u32, u32)> = Vec::new();
         let mut fixed = HashMap::new();
         for (ti, t) in rs.tables.values().enumerate() {
@@ -931,17 +961,21 @@ impl NftProgram {
             };
             for (ci, c) in t.chains.values().enumerate() {
                 let mut rules = Vec::with_capacity(c.rules.len());
-                for r in &c.rules {
+                for (ri, r) in c.rules.iter().enumerate() {
                     let mut ops = Vec::with_capacity(r.stmts.len());
                     for (si, s) in r.stmts.iter().enumerate() {
                         cx.stmt(si, s, &mut ops)?;
                     }
-                    rules.push(ops);
+                    rules.push((ri as u32, ops));
                 }
                 p.chains.push(CChain {
                     base: c.base.is_some(),
                     policy_accept: c.base.is_none_or(|b| b.policy_accept),
-                    ct_gate: ct_gate(&rules),
+                    sees_pre_dnat: c.base.is_some_and(|b| {
+                        matches!(b.hook, Hook::PreRouting | Hook::Output)
+                            && (b.ty == ChainType::Nat || b.priority < NF_IP_PRI_NAT_DST)
+                    }),
+                    ct_gate: None,
                 });
                 bodies.push(rules);
                 origin.push((ti as u32, ci as u32));
@@ -958,6 +992,10 @@ impl NftProgram {
                 (*ti, *si),
                 compile_set(s, &bits_of(key), |_| CVerdict::Accept, true),
             ));
+        }
+        p.drop_no_ops(&mut bodies);
+        for (c, rules) in p.chains.iter_mut().zip(&bodies) {
+            c.ct_gate = ct_gate(rules);
         }
         p.lay_out(&bodies, &origin)?;
         let written = p.written.iter().map(|(_, s)| s.clone()).collect();
@@ -1159,7 +1197,53 @@ impl Program {
     /// The chains reached from each base chain, depth first (a chain, then the chains its
     /// rules and maps send packets to, in order), then the rest: a Service's chain is
     /// followed by its endpoints' chains.
-    fn layout_order(&self, bodies: &[Vec<Vec<COp>>]) -> Vec<usize> {
+    /// The chains a chain of rules `body` sends packets to (`jump`, `goto`, verdict-map
+    /// verdicts), in order.
+    fn targets(&self, body: &[(u32, Vec<COp>)]) -> Vec<usize> {
+        let mut targets = Vec::new();
+        let mut note = |v: CVerdict| {
+            if let CVerdict::Jump(t) | CVerdict::Goto(t) = v {
+                targets.push(t as usize);
+            }
+        };
+        for op in body.iter().flat_map(|(_, ops)| ops) {
+            match op {
+                COp::Verdict(v) => note(*v),
+                COp::Vmap {
+                    set: SetRef::Fixed(i),
+                    ..
+                } => self.sets[*i as usize]
+                    .elems
+                    .iter()
+                    .for_each(|e| note(e.verdict)),
+                _ => {}
+            }
+        }
+        targets
+    }
+
+    /// The chains a packet can reach before DNAT has rewritten it: from the `nat` base
+    /// chains at prerouting and output (where the DNAT lookup is) and the `filter` ones
+    /// that run before them (priority below `NF_IP_PRI_NAT_DST`, -100).
+    fn before_dnat(&self, bodies: &[Vec<(u32, Vec<COp>)>]) -> Vec<bool> {
+        let mut seen = vec![false; bodies.len()];
+        let mut stack: Vec<usize> = (0..bodies.len())
+            .filter(|&c| self.chains[c].sees_pre_dnat)
+            .collect();
+        while let Some(c) = stack.pop() {
+            if std::mem::replace(&mut seen[c], true) {
+                continue;
+            }
+            stack.extend(
+                self.targets(&bodies[c])
+                    .into_iter()
+                    .filter(|&t| t < seen.len()),
+            );
+        }
+        seen
+    }
+
+    fn layout_order(&self, bodies: &[Vec<(u32, Vec<COp>)>]) -> Vec<usize> {
         let mut seen = vec![false; bodies.len()];
         let mut order = Vec::with_capacity(bodies.len());
         let mut stack = Vec::new();
@@ -1173,36 +1257,98 @@ impl Program {
                     continue;
                 }
                 order.push(c);
-                let mut targets = Vec::new();
-                let mut note = |v: CVerdict| {
-                    if let CVerdict::Jump(t) | CVerdict::Goto(t) = v {
-                        targets.push(t as usize);
-                    }
-                };
-                for op in bodies[c].iter().flatten() {
-                    match op {
-                        COp::Verdict(v) => note(*v),
-                        COp::Vmap {
-                            set: SetRef::Fixed(i),
-                            ..
-                        } => self.sets[*i as usize]
-                            .elems
-                            .iter()
-                            .for_each(|e| note(e.verdict)),
-                        _ => {}
-                    }
-                }
+                let targets = self.targets(&bodies[c]);
                 stack.extend(targets.into_iter().rev().filter(|&t| t < seen.len()));
             }
         }
         order
     }
 
+    /// Takes out of `bodies` the rules that provably do nothing, for any packet, at any
+    /// time: the walk gives the same verdict, counts, marks, sets and draws without them,
+    /// and reads less. A rule does nothing when every statement it may run before it ends is
+    /// free of effects (a match or an interface test whose key draws no `numgen` number) and
+    /// it ends in one of these:
+    ///
+    /// - a match that never holds (`ip daddr @s` of a set `s` with no elements that no rule
+    ///   writes, a missing set, a value no key can equal) or a verdict-map lookup in such a
+    ///   map: the rule breaks;
+    /// - `continue`;
+    /// - in a base chain, `jump` to a chain left with no rules: the walk comes back at once
+    ///   and goes on with the next rule (a base chain's jump is at depth 0, so nf_tables'
+    ///   jump stack cannot overflow there; elsewhere the jump stays, for its drop at depth
+    ///   16).
+    ///
+    /// Repeated until nothing changes, so a jump to a chain that only looked up an empty map
+    /// goes too: kube-proxy's `ct state new jump firewall-check` with no
+    /// loadBalancerSourceRanges anywhere (`firewall-ips` empty), and `ct state new jump
+    /// service-endpoints-check` while every Service has endpoints. A base chain left with
+    /// no rules and policy accept is then skipped by the namespace ([`ct_gate`] of no rules
+    /// is the empty state set). Sets change only by `nft -f`, which compiles anew, or by
+    /// `update`, whose sets are never taken for empty.
+    fn drop_no_ops(&self, bodies: &mut [Vec<(u32, Vec<COp>)>]) {
+        let pure = |k: &KeyRef| {
+            self.fields[k.start as usize..(k.start + k.len) as usize]
+                .iter()
+                .all(|f| !matches!(f, Field::Numgen { .. }))
+        };
+        let empty = |r: SetRef| match r {
+            SetRef::Missing => true,
+            SetRef::Fixed(i) => self.sets.get(i as usize).is_none_or(|s| s.elems.is_empty()),
+            SetRef::Written(_) => false,
+        };
+        let mut emptied = vec![false; bodies.len()];
+        loop {
+            let mut changed = false;
+            for c in 0..bodies.len() {
+                let base = self.chains[c].base;
+                let no_op = |ops: &[COp]| {
+                    for op in ops {
+                        match op {
+                            COp::Match { key, test, negated } => {
+                                if !pure(key) {
+                                    return false;
+                                }
+                                let never = match *test {
+                                    Test::Never => true,
+                                    Test::In(r) => empty(r),
+                                    _ => false,
+                                };
+                                if never && !negated {
+                                    return true;
+                                }
+                            }
+                            COp::Ifname { .. } => {}
+                            COp::Vmap { key, set } => return pure(key) && empty(*set),
+                            COp::Verdict(CVerdict::Continue) => return true,
+                            COp::Verdict(CVerdict::Jump(t)) => {
+                                return base && emptied.get(*t as usize) == Some(&true)
+                            }
+                            _ => return false,
+                        }
+                    }
+                    // A rule of matches only: it does nothing whether they hold or not.
+                    true
+                };
+                let before = bodies[c].len();
+                bodies[c].retain(|(_, ops)| !no_op(ops));
+                changed |= bodies[c].len() != before;
+                if bodies[c].is_empty() && !emptied[c] {
+                    emptied[c] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+
     /// Lays the chains' `bodies` out as code (`origin`: each chain's table and index in
     /// it), resolves jump targets to code positions and picks the hint's lookups.
     fn lay_out(
         &mut self,
-        bodies: &[Vec<Vec<COp>>],
+        bodies: &[Vec<(u32, Vec<COp>)>],
         origin: &[(u32, u32)],
     ) -> Result<(), NotCompiled> {
         self.chain_pc = vec![0; bodies.len()];
@@ -1210,7 +1356,7 @@ impl Program {
         for c in self.layout_order(bodies) {
             self.chain_pc[c] = code.len() as u32;
             let (table, chain) = origin[c];
-            for (ri, ops) in bodies[c].iter().enumerate() {
+            for (ri, ops) in &bodies[c] {
                 let header = code.len();
                 code.push(Insn::End);
                 for op in ops {
@@ -1229,7 +1375,7 @@ impl Program {
                     next: code.len() as u32,
                     table,
                     chain,
-                    rule: ri as u32,
+                    rule: *ri,
                 };
             }
             code.push(Insn::End);
@@ -1248,7 +1394,7 @@ impl Program {
             s.relocate(pcs);
         }
         self.code = code;
-        self.pick_hints();
+        self.pick_hints(&self.before_dnat(bodies));
         Ok(())
     }
 
@@ -1277,10 +1423,20 @@ impl Program {
     }
 
     /// The lookups the first-packet hint makes: big hash tables looked up by keys of the
-    /// packet's own fields, in the order the code meets them.
-    fn pick_hints(&mut self) {
+    /// packet's own fields, in the order the code meets them, in the chains (`reached`) the
+    /// packet walks before DNAT changes those fields. (`cluster-ips-check` looks the packet
+    /// up in `cluster-ips` after DNAT: by then its destination is the endpoint's, so a hint
+    /// keyed by the ClusterIP would only take a line fill buffer and a line of cache.)
+    fn pick_hints(&mut self, reached: &[bool]) {
         let mut hints: Vec<Hint> = Vec::new();
-        for i in &self.code {
+        let mut chains: Vec<usize> = (0..self.chains.len()).filter(|&c| reached[c]).collect();
+        chains.sort_by_key(|&c| self.chain_pc[c]);
+        let code = chains.into_iter().flat_map(|c| {
+            self.code[self.chain_pc[c] as usize..]
+                .iter()
+                .take_while(|i| !matches!(i, Insn::End))
+        });
+        for i in code {
             let (key, set, vmap) = match i {
                 Insn::Op(COp::Vmap {
                     key,
@@ -1314,9 +1470,9 @@ impl Program {
 
 /// The union of the `ct state` values that every rule of a chain (`rules`) starts by
 /// matching, when every rule starts so.
-fn ct_gate(rules: &[Vec<COp>]) -> Option<u32> {
+fn ct_gate(rules: &[(u32, Vec<COp>)]) -> Option<u32> {
     let mut mask = 0u32;
-    for ops in rules {
+    for (_, ops) in rules {
         match ops.first()? {
             COp::Match {
                 key,

@@ -199,8 +199,9 @@ fn the_hint_finds_the_services_chain_and_its_endpoints_follow_it() {
         .expect("applies");
     let prog = NftProgram::compile(&rs).expect("compiles");
     let p = &*prog.prog;
-    // The big tables: service-ips (a verdict map, whose target the hint follows) and
-    // cluster-ips (a set).
+    // The big table looked up before DNAT: service-ips (a verdict map, whose target the
+    // hint follows). Not cluster-ips: `cluster-ips-check` looks the packet up after DNAT,
+    // by its endpoint's address, not the ClusterIP the hint would load.
     let mut sizes: Vec<(usize, bool)> = p
         .hints
         .iter()
@@ -210,7 +211,7 @@ fn the_hint_finds_the_services_chain_and_its_endpoints_follow_it() {
         })
         .collect();
     sizes.sort();
-    assert_eq!(sizes, vec![(1500, false), (1500, true)], "{:?}", p.hints);
+    assert_eq!(sizes, vec![(1500, true)], "{:?}", p.hints);
     let t = rs.table(Family::Ip, "kube-proxy").expect("the table");
     let chain_at = |name: &str| p.chain_pc[t.chains.get_index_of(name).expect(name)] as usize;
     for i in [0, 7, 1499] {
@@ -257,4 +258,92 @@ fn an_instruction_is_at_most_a_cache_line() {
         "{}",
         std::mem::size_of::<Insn>()
     );
+}
+
+#[test]
+fn rules_that_can_do_nothing_are_left_out_and_their_chains_skipped() {
+    // kube-proxy's rules while no Service has loadBalancerSourceRanges (`firewall-ips`
+    // empty) and every Service has endpoints (`no-endpoint-services` empty):
+    // `filter-prerouting-pre-dnat`'s one rule jumps to a chain that only looks the packet
+    // up in the empty map, so the base chain has nothing to do, even for a new flow.
+    let rules_of = |text: &str| {
+        let mut rs = NftRuleset::new();
+        rs.apply("svc.nft", text, SimTime::ZERO).expect("applies");
+        let prog = NftProgram::compile(&rs).expect("compiles");
+        let at = |hook, prio| {
+            *rs.base_chains(hook, ChainType::Filter, true)
+                .iter()
+                .find(|b| b.priority == prio)
+                .expect("the base chain")
+        };
+        let pre = at(crate::types::Hook::PreRouting, -110);
+        let fwd = at(crate::types::Hook::Forward, 0);
+        // `ct state` 8: new.
+        (
+            prog.accepts_untouched(pre, 8),
+            prog.accepts_untouched(fwd, 8),
+            rules_in(&prog, fwd),
+        )
+    };
+    let text = services_text(3);
+    // `filter-forward` keeps `ct state new jump cluster-ips-check` (cluster-ips has the
+    // ClusterIPs), not the jump to `service-endpoints-check`.
+    assert_eq!(rules_of(&text), (true, false, 1));
+    // A firewall element: the pre-DNAT chain has work again.
+    let fw = format!(
+        "{text}add chain ip kube-proxy firewall-x\nadd rule ip kube-proxy firewall-x drop\n\
+         add element ip kube-proxy firewall-ips {{ 10.96.0.1 . tcp . 80 : goto firewall-x }}\n"
+    );
+    assert_eq!(rules_of(&fw), (false, false, 1));
+    // A Service without endpoints: so has the forward chain's first rule.
+    let noep = format!(
+        "{text}add element ip kube-proxy no-endpoint-services {{ 10.96.9.9 . tcp . 80 : drop }}\n"
+    );
+    assert_eq!(rules_of(&noep), (true, false, 2));
+    // A counter counts every packet that reaches it: a rule with one stays.
+    let counted = format!("{text}add rule ip kube-proxy firewall-check counter\n");
+    assert_eq!(rules_of(&counted), (false, false, 1));
+    // A `numgen` draw is an effect too (it moves the random stream).
+    let drawn = format!(
+        "{text}add rule ip kube-proxy firewall-check numgen random mod 2 vmap {{ 5 : drop }}\n"
+    );
+    assert!(!rules_of(&drawn).0);
+}
+
+/// The rules the program walks in base chain `at`.
+fn rules_in(prog: &NftProgram, at: BaseRef) -> usize {
+    let p = &*prog.prog;
+    let pc = p.chain_pc[p.table_chain0[at.table] as usize + at.chain] as usize;
+    let mut n = 0;
+    let mut i = pc;
+    while let Some(Insn::Rule { next, .. }) = p.code.get(i) {
+        n += 1;
+        i = *next as usize;
+    }
+    n
+}
+
+#[test]
+fn a_hash_set_finds_its_least_and_greatest_keys_and_nothing_outside() {
+    let mut m = KeyTable::with_capacity(4);
+    assert!(m.get(PKey::single(0)).is_none(), "empty");
+    for v in [700u128, 5, 90, 1 << 70] {
+        m.insert(PKey::single(v), v as u32, CVerdict::Accept);
+    }
+    for v in [700u128, 5, 90, 1 << 70] {
+        assert_eq!(
+            m.get(PKey::single(v)).map(|s| s.elem),
+            Some(v as u32),
+            "{v}"
+        );
+    }
+    for v in [4u128, 6, (1 << 70) + 1, 1 << 71] {
+        assert!(m.get(PKey::single(v)).is_none(), "{v}");
+    }
+    // Grown past its first capacity, it keeps them.
+    for v in 1000..1100u128 {
+        m.insert(PKey::single(v), v as u32, CVerdict::Accept);
+    }
+    assert_eq!(m.get(PKey::single(5)).map(|s| s.elem), Some(5));
+    assert_eq!(m.get(PKey::single(1 << 70)).map(|s| s.elem), Some(0));
 }
