@@ -240,6 +240,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         &mut sysctl_warnings,
     )?;
 
+    super::families::normalize_nodes(ctx, &mut doc)?;
     super::families::check_addresses(ctx, &doc)?;
     let family = super::families::doc_family(&doc);
     let Nodes {
@@ -386,6 +387,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     warnings.extend(super::families::check(
         ctx,
         family,
+        super::families::dual_stack(&doc.nodes),
         &doc.services,
         &doc.events,
         doc.endpoint_slices.as_ref().map(|l| l.value.as_slice()),
