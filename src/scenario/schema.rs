@@ -650,6 +650,11 @@ pub struct ClientDoc {
     /// A stub resolver (glibc's or musl's `getaddrinfo`) in a loop (see `super::dns_apps`).
     #[serde(default)]
     pub resolver: Option<S<ResolverClientDoc>>,
+    /// `IPv4` or `IPv6`: which of a dual-stack Service's cluster IPs a `NAMESPACE/NAME[:PORT]`
+    /// target reaches (default: the cluster's primary family); the client sends from its
+    /// machine's address of that family.
+    #[serde(default)]
+    pub family: Option<S<String>>,
 }
 
 /// `resolver:` of a client: `while :; do getent ahosts NAME; sleep S; done`, each run the
