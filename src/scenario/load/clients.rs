@@ -43,7 +43,7 @@ fn resolve_target(
     let f = family.as_str();
     let Some(ip) = s.cluster_ip_of(family) else {
         if s.cluster_ip_of(family.other()).is_some() {
-            return Err(ctx.err(t, format!("target Service {svc} is {}-only ({}): the client reaches the Service's {f} cluster IP (the cluster's primary family, or the client's `family`); expected a Service with an {f} cluster IP, or `family: {}` on a dual-stack cluster", family.other().as_str(), s.spec.cluster_ip.map(|c| c.to_string()).unwrap_or_default(), family.other().as_str())));
+            return Err(ctx.err(t, format!("target Service {svc} is {}-only ({}): the client reaches the Service's {f} cluster IP (its `family`, else the cluster's primary family); expected a Service with an {f} cluster IP, or `family: {}` on a dual-stack cluster", family.other().as_str(), s.spec.cluster_ip.map(|c| c.to_string()).unwrap_or_default(), family.other().as_str())));
         }
         return Err(ctx.err(t, format!("target Service {svc} has no {f} cluster IP (headless or ExternalName): a client needs an address")));
     };
