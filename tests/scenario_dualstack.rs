@@ -253,3 +253,37 @@ fn prefer_dual_stack_on_single_stack_service_cidrs_gets_one_family() {
         .iter()
         .any(|l| l.contains("endpoints kube-system/kube-dns: fd00")));
 }
+
+#[test]
+fn a_bridged_dual_stack_cluster_is_refused_at_cni() {
+    // The bridge datapath is IPv4 only: the pods' IPv6 addresses would not be reached.
+    let e = err(&text().replace("network:\n", "network:\n  cni: bridge\n"));
+    assert!(
+        e.message
+            .contains("the scenario's cluster is dual-stack and the bridge datapath is IPv4 only"),
+        "{e}"
+    );
+    assert_eq!(e.line, 25, "{e}");
+}
+
+#[test]
+fn doctor_refuses_a_dual_stack_node_instead_of_auditing_one_family() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nfsim"))
+        .args([
+            "doctor",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/scenarios/stale-dns-udp-dualstack.yaml"
+            ),
+            "--node",
+            "node-2",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("node node-2 is dual-stack") && err.contains("does not audit dual-stack nodes yet"),
+        "{err}"
+    );
+}

@@ -193,13 +193,10 @@ pub(super) fn normalize_nodes(ctx: &Ctx, doc: &mut ScenarioDoc) -> Result<(), Sc
                 return Err(ctx.at(at_ref, format!("node {name} has no `podCIDR`: expected `podCIDR: CIDR`, or `podCIDRs: [CIDR, CIDR]` for a dual-stack node")));
             }
         };
-        let list_at = |field: &str| -> Option<&S<Vec<S<IpAddr>>>> {
-            (field == "addresses").then_some(d.addresses.as_ref()).flatten()
-        };
         match addrs.len() {
             1 | 2 => {}
             k => {
-                let at = list_at("addresses").map_or(at_ref, |l| l.referenced);
+                let at = d.addresses.as_ref().map_or(at_ref, |l| l.referenced);
                 return Err(ctx.at(at, format!("node {name} has {k} addresses: expected one, or two (one per family, primary first) for a dual-stack node")));
             }
         }

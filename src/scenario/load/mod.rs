@@ -533,6 +533,16 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             return Err(ctx.err(c, why));
         }
     }
+    // A dual-stack cluster's pods would have IPv6 addresses on the bridge too.
+    if !matches!(cni, crate::scenario::model::Cni::Ptp) && super::families::dual_stack(&doc.nodes)
+    {
+        if let Some(c) = doc.network.as_ref().and_then(|n| n.cni.as_ref()) {
+            return Err(ctx.err(
+                c,
+                "network.cni bridge: the scenario's cluster is dual-stack and the bridge datapath is IPv4 only (br_netfilter's IPv6 passes and the bridge's IPv6 gateway are not modelled), so its pods' IPv6 addresses would not be reached; expected `cni: ptp` for a dual-stack cluster",
+            ));
+        }
+    }
     warnings.extend(super::dns_apps::zone_warnings(
         ctx,
         &ctx.zones.borrow(),
