@@ -118,7 +118,9 @@ fn every_release_treats_both_families_alike() {
             cleaned += 1;
             // One deletion per family, each of its own family's entry.
             assert_eq!(deleted.len(), 2, "{release}: {deleted:?}");
-            assert!(deleted.iter().any(|l| l.contains("src=10.244.2.9 dst=10.96.0.10")));
+            assert!(deleted
+                .iter()
+                .any(|l| l.contains("src=10.244.2.9 dst=10.96.0.10")));
             assert!(deleted
                 .iter()
                 .any(|l| l.contains("src=fd00:10:244:2::3 dst=fd00:10:96::a")));
@@ -145,16 +147,31 @@ fn each_node_holds_both_families_rules_in_iptables_and_in_nftables() {
             let text = ns.nft().list_ruleset(sim.now());
             assert!(text.contains("table ip kube-proxy {"), "{text}");
             assert!(text.contains("table ip6 kube-proxy {"), "{text}");
-            assert!(text.contains("10.96.0.10 . udp . 53 : goto service-"), "{text}");
-            assert!(text.contains("fd00:10:96::a . udp . 53 : goto service-"), "{text}");
+            assert!(
+                text.contains("10.96.0.10 . udp . 53 : goto service-"),
+                "{text}"
+            );
+            assert!(
+                text.contains("fd00:10:96::a . udp . 53 : goto service-"),
+                "{text}"
+            );
         } else {
             let v4 = ns.save(false);
             let v6 = ns.save_family(sim_netfilter::Family::Ipv6, false);
-            assert!(v4.contains("-A KUBE-SERVICES -d 10.96.0.10/32 -p udp"), "{v4}");
+            assert!(
+                v4.contains("-A KUBE-SERVICES -d 10.96.0.10/32 -p udp"),
+                "{v4}"
+            );
             assert!(!v4.contains("fd00:"), "{v4}");
-            assert!(v6.contains("-A KUBE-SERVICES -d fd00:10:96::a/128 -p udp"), "{v6}");
+            assert!(
+                v6.contains("-A KUBE-SERVICES -d fd00:10:96::a/128 -p udp"),
+                "{v6}"
+            );
             // The IPv6 proxier's local-traffic detector is the node's IPv6 pod CIDR.
-            assert!(v6.contains("! -s fd00:10:244:2::/64 -d fd00:10:96::a/128"), "{v6}");
+            assert!(
+                v6.contains("! -s fd00:10:244:2::/64 -d fd00:10:96::a/128"),
+                "{v6}"
+            );
             assert!(!v6.contains("10.96.0.10"), "{v6}");
         }
     }
@@ -174,7 +191,7 @@ fn what_a_dual_stack_cluster_cannot_be_is_refused_at_its_place() {
         1,
     ));
     assert!(e.message.contains("both `address` and `addresses`"), "{e}");
-    assert_eq!(e.line, 24, "{e}");
+    assert_eq!(e.line, 30, "{e}");
     // Two addresses of one family.
     let e = err(&t.replacen("\"fd00::11\"", "192.168.0.21", 1));
     assert!(e.message.contains("are both IPv4"), "{e}");
@@ -184,7 +201,10 @@ fn what_a_dual_stack_cluster_cannot_be_is_refused_at_its_place() {
         "[\"fd00:10:244:1::/64\", 10.244.1.0/24]",
         1,
     ));
-    assert!(e.message.contains("in the order of the node's addresses"), "{e}");
+    assert!(
+        e.message.contains("in the order of the node's addresses"),
+        "{e}"
+    );
     // Two addresses, one pod CIDR.
     let e = err(&t.replacen(
         "podCIDRs: [10.244.1.0/24, \"fd00:10:244:1::/64\"]",
@@ -198,10 +218,18 @@ fn what_a_dual_stack_cluster_cannot_be_is_refused_at_its_place() {
         "    address: 192.168.0.12\n    podCIDR: 10.244.2.0/24\n",
         1,
     ));
-    assert!(e.message.contains("node node-2 is IPv4-only where the first node is dual-stack with IPv4 primary"), "{e}");
+    assert!(
+        e.message.contains(
+            "node node-2 is IPv4-only where the first node is dual-stack with IPv4 primary"
+        ),
+        "{e}"
+    );
     // A pod `ip` of the second family.
     let e = err(&t.replacen("ip: 10.244.1.5", "ip: fd00:10:244:1::5", 1));
-    assert!(e.message.contains("a pod's `ip` is its IPv4 address"), "{e}");
+    assert!(
+        e.message.contains("a pod's `ip` is its IPv4 address"),
+        "{e}"
+    );
     // A client `family` the cluster does not have.
     let single = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -210,7 +238,11 @@ fn what_a_dual_stack_cluster_cannot_be_is_refused_at_its_place() {
     .unwrap()
     .replacen("    pod: app\n", "    pod: app\n    family: IPv6\n", 1);
     let e = err(&single);
-    assert!(e.message.contains("family IPv6: the scenario's cluster is IPv4-only"), "{e}");
+    assert!(
+        e.message
+            .contains("family IPv6: the scenario's cluster is IPv4-only"),
+        "{e}"
+    );
     // `family` spelt otherwise than ipFamilies spell it.
     let e = err(&t.replace("family: IPv6", "family: ipv6"));
     assert!(e.message.contains("expected IPv4 or IPv6"), "{e}");
@@ -219,7 +251,10 @@ fn what_a_dual_stack_cluster_cannot_be_is_refused_at_its_place() {
         "serviceCIDRs: [10.96.0.0/12, \"fd00:10:96::/112\"]\n",
         "serviceCIDR: 10.96.0.0/12\n",
     ));
-    assert!(e.message.contains("not configured for dual-stack services"), "{e}");
+    assert!(
+        e.message.contains("not configured for dual-stack services"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -241,14 +276,17 @@ fn prefer_dual_stack_on_single_stack_service_cidrs_gets_one_family() {
             .contains("target Service kube-system/kube-dns is IPv4-only (10.96.0.10)"),
         "{e}"
     );
-    assert_eq!(e.line, 80, "{e}");
+    assert_eq!(e.line, 86, "{e}");
     // Without the IPv6 sidecar it runs, through the IPv4 proxier only.
-    let t = t.replace("    family: IPv6
-", "");
+    let t = t.replace(
+        "    family: IPv6
+",
+        "",
+    );
     let (lines, _) = lines(load(&t));
-    assert!(lines
-        .iter()
-        .any(|l| l.ends_with("endpoints kube-system/kube-dns: 10.244.1.5 (not ready, not serving), 10.244.2.5")));
+    assert!(lines.iter().any(|l| l.ends_with(
+        "endpoints kube-system/kube-dns: 10.244.1.5 (not ready, not serving), 10.244.2.5"
+    )));
     assert!(!lines
         .iter()
         .any(|l| l.contains("endpoints kube-system/kube-dns: fd00")));
@@ -283,7 +321,8 @@ fn doctor_refuses_a_dual_stack_node_instead_of_auditing_one_family() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("node node-2 is dual-stack") && err.contains("does not audit dual-stack nodes yet"),
+        err.contains("node node-2 is dual-stack")
+            && err.contains("does not audit dual-stack nodes yet"),
         "{err}"
     );
 }

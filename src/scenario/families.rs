@@ -206,14 +206,22 @@ pub(super) fn normalize_nodes(ctx: &Ctx, doc: &mut ScenarioDoc) -> Result<(), Sc
         if addrs.len() == 2 && IpFamily::of(addrs[0].value) == IpFamily::of(addrs[1].value) {
             return Err(ctx.err(&addrs[1], format!("node {name}'s addresses {} and {} are both {}: a dual-stack node has one address per family (kubelet: \"dual-stack --node-ip must be of different families\")", addrs[0].value, addrs[1].value, IpFamily::of(addrs[0].value).as_str())));
         }
-        if cidrs.len() == 2 && IpFamily::of(cidrs[0].value.addr()) == IpFamily::of(cidrs[1].value.addr()) {
+        if cidrs.len() == 2
+            && IpFamily::of(cidrs[0].value.addr()) == IpFamily::of(cidrs[1].value.addr())
+        {
             return Err(ctx.err(&cidrs[1], format!("node {name}'s podCIDRs {} and {} are both {}: a dual-stack node has one pod CIDR per family (kube-apiserver: \"may specify no more than one CIDR for each IP family\")", cidrs[0].value, cidrs[1].value, IpFamily::of(cidrs[0].value.addr()).as_str())));
         }
         if addrs.len() != cidrs.len() {
             let (what, at) = if addrs.len() == 2 {
-                ("two addresses and one pod CIDR: expected `podCIDRs` of both families too", cidrs[0].referenced)
+                (
+                    "two addresses and one pod CIDR: expected `podCIDRs` of both families too",
+                    cidrs[0].referenced,
+                )
             } else {
-                ("two podCIDRs and one address: expected `addresses` of both families too", addrs[0].referenced)
+                (
+                    "two podCIDRs and one address: expected `addresses` of both families too",
+                    addrs[0].referenced,
+                )
             };
             return Err(ctx.at(at, format!("node {name} has {what} (a dual-stack node has an InternalIP and a pod CIDR of each family)")));
         }

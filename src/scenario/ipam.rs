@@ -421,7 +421,8 @@ pub(super) fn assign(
         }
         if let Some(n) = node_of(nodes, &p.value) {
             let key = pod_key(&p.value);
-            p.value.secondary_ip = pods.allocate_secondary(ctx, &p.value.name, &key, n, &mut ipam)?;
+            p.value.secondary_ip =
+                pods.allocate_secondary(ctx, &p.value.name, &key, n, &mut ipam)?;
         }
     }
     let mut current: BTreeMap<String, k8s::ServiceSpec> = BTreeMap::new();

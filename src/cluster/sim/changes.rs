@@ -315,47 +315,47 @@ impl Simulation {
                         self.kp_settings[n] = (**s).clone();
                     }
                     for g in self.groups_of(n) {
-                    if !done.insert(g) {
-                        continue;
-                    }
-                    // A dual-stack node's two proxiers are one process: one line per node.
-                    let names: Vec<String> = self.groups[g]
-                        .nodes
-                        .iter()
-                        .filter(|&&i| logged.insert(i))
-                        .map(|&i| self.nodes[i].def.name.clone())
-                        .collect();
-                    let change = match op {
-                        ProxyOp::Stop => {
-                            self.proxy_running[g] = false;
-                            "stopped (its rules stay; no syncs, no cleanup)".to_string()
+                        if !done.insert(g) {
+                            continue;
                         }
-                        ProxyOp::Restart | ProxyOp::Start => {
-                            let now = self.now;
-                            self.start_proxy(g, now);
-                            let kp = &self.kp_settings[n];
-                            format!(
-                                "{} (release {}{}): full sync from scratch",
-                                if op == ProxyOp::Restart {
-                                    "restarted"
-                                } else {
-                                    "started"
-                                },
-                                kp.release,
-                                if settings.is_some() {
-                                    ", new settings"
-                                } else {
-                                    ""
-                                }
-                            )
+                        // A dual-stack node's two proxiers are one process: one line per node.
+                        let names: Vec<String> = self.groups[g]
+                            .nodes
+                            .iter()
+                            .filter(|&&i| logged.insert(i))
+                            .map(|&i| self.nodes[i].def.name.clone())
+                            .collect();
+                        let change = match op {
+                            ProxyOp::Stop => {
+                                self.proxy_running[g] = false;
+                                "stopped (its rules stay; no syncs, no cleanup)".to_string()
+                            }
+                            ProxyOp::Restart | ProxyOp::Start => {
+                                let now = self.now;
+                                self.start_proxy(g, now);
+                                let kp = &self.kp_settings[n];
+                                format!(
+                                    "{} (release {}{}): full sync from scratch",
+                                    if op == ProxyOp::Restart {
+                                        "restarted"
+                                    } else {
+                                        "started"
+                                    },
+                                    kp.release,
+                                    if settings.is_some() {
+                                        ", new settings"
+                                    } else {
+                                        ""
+                                    }
+                                )
+                            }
+                        };
+                        for name in names {
+                            self.log(What::Change {
+                                subject: format!("kube-proxy {name}"),
+                                change: change.clone(),
+                            });
                         }
-                    };
-                    for name in names {
-                        self.log(What::Change {
-                            subject: format!("kube-proxy {name}"),
-                            change: change.clone(),
-                        });
-                    }
                     }
                 }
             }

@@ -21,7 +21,10 @@ impl Simulation {
             Placement::Host(h) => (Machine::Host(*h), Some(self.hosts[*h].0.address)),
             Placement::Node(n) => {
                 let d = &self.nodes[*n].def;
-                (Machine::Node(*n), Some(d.address_of(family).unwrap_or(d.address)))
+                (
+                    Machine::Node(*n),
+                    Some(d.address_of(family).unwrap_or(d.address)),
+                )
             }
         };
         let Some(ip) = ip else { return };

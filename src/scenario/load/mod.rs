@@ -534,8 +534,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         }
     }
     // A dual-stack cluster's pods would have IPv6 addresses on the bridge too.
-    if !matches!(cni, crate::scenario::model::Cni::Ptp) && super::families::dual_stack(&doc.nodes)
-    {
+    if !matches!(cni, crate::scenario::model::Cni::Ptp) && super::families::dual_stack(&doc.nodes) {
         if let Some(c) = doc.network.as_ref().and_then(|n| n.cni.as_ref()) {
             return Err(ctx.err(
                 c,

@@ -360,10 +360,7 @@ pub(super) fn check_nodes(
             check_node_address(ctx, a, "node")?;
             check_cidr_text(ctx, c)?;
             if let Some(prev) = addrs.insert(a.value, format!("node {}", d.name.value)) {
-                return Err(ctx.err(
-                    a,
-                    format!("address {} is already used by {prev}", a.value),
-                ));
+                return Err(ctx.err(a, format!("address {} is already used by {prev}", a.value)));
             }
         }
         let state = match &d.state {
