@@ -225,7 +225,8 @@ pub(super) fn normalize_nodes(ctx: &Ctx, doc: &mut ScenarioDoc) -> Result<(), Sc
             };
             return Err(ctx.at(at, format!("node {name} has {what} (a dual-stack node has an InternalIP and a pod CIDR of each family)")));
         }
-        for (a, c) in addrs.iter().zip(&cidrs) {
+        // (A single-stack node's pod CIDR of the other family is `check_addresses`' to refuse.)
+        for (a, c) in addrs.iter().zip(&cidrs).filter(|_| addrs.len() == 2) {
             if IpFamily::of(a.value) != IpFamily::of(c.value.addr()) {
                 return Err(ctx.err(c, format!("node {name}'s pod CIDR {} is {} where its address {} is {}: give podCIDRs in the order of the node's addresses (primary family first)", c.value, IpFamily::of(c.value.addr()).as_str(), a.value, IpFamily::of(a.value).as_str())));
             }
