@@ -298,7 +298,7 @@ fn a_bridged_dual_stack_cluster_is_refused_at_cni() {
     let e = err(&text().replace("network:\n", "network:\n  cni: bridge\n"));
     assert!(
         e.message
-            .contains("the scenario's cluster is dual-stack and the bridge datapath is IPv4 only"),
+            .contains("network.cni bridge: the scenario's cluster is dual-stack and the bridge datapath is IPv4 only"),
         "{e}"
     );
     assert_eq!(e.line, 25, "{e}");

@@ -238,8 +238,12 @@ pub(super) fn node_netns(
     // Without a free address for the router, the default route is on-link: the next hop is
     // the destination itself. A dual-stack node has one per family.
     for a in std::iter::once(n.address).chain(n.secondary.map(|s| s.address)) {
-        ns.add_route(Prefix::default_for(a.is_ipv4()), router_address(a, sc), eth0())
-            .map_err(|e| err(e.to_string()))?;
+        ns.add_route(
+            Prefix::default_for(a.is_ipv4()),
+            router_address(a, sc),
+            eth0(),
+        )
+        .map_err(|e| err(e.to_string()))?;
     }
     Ok(ns)
 }

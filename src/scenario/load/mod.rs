@@ -533,12 +533,19 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
             return Err(ctx.err(c, why));
         }
     }
-    // A dual-stack cluster's pods would have IPv6 addresses on the bridge too.
+    // A dual-stack cluster's pods have an address of each family: only the ptp datapath
+    // gives them both (the others' second-family gateways, tunnels and routes are not
+    // modelled).
     if !matches!(cni, crate::scenario::model::Cni::Ptp) && super::families::dual_stack(&doc.nodes) {
         if let Some(c) = doc.network.as_ref().and_then(|n| n.cni.as_ref()) {
+            let why = if matches!(cni, crate::scenario::model::Cni::Bridge(_)) {
+                "the bridge datapath is IPv4 only (br_netfilter's IPv6 passes and the bridge's IPv6 gateway are not modelled)"
+            } else {
+                "nfsim models this CNI's datapath for one family (its second-family routes and gateways are not modelled)"
+            };
             return Err(ctx.err(
                 c,
-                "network.cni bridge: the scenario's cluster is dual-stack and the bridge datapath is IPv4 only (br_netfilter's IPv6 passes and the bridge's IPv6 gateway are not modelled), so its pods' IPv6 addresses would not be reached; expected `cni: ptp` for a dual-stack cluster",
+                format!("network.cni {}: the scenario's cluster is dual-stack and {why}, so its pods' IPv6 addresses would not be reached; expected `cni: ptp` for a dual-stack cluster", c.value),
             ));
         }
     }
