@@ -193,6 +193,12 @@ fn on_scenario(a: &Args, file: &str) -> Result<Report> {
     let seed = sc.seed;
     let mut sim = Simulation::new(sc, RunOptions::default())?;
     let n = sim.node_index(node)?;
+    if sim.is_dual_stack(n) {
+        // The audit compares the table with one proxier's maps; a dual-stack node has two.
+        return Err(anyhow!(
+            "{file}: node {node} is dual-stack (kube-proxy runs an IPv4 and an IPv6 proxier): nfsim doctor audits a single-stack node's table against its one proxier and does not audit dual-stack nodes yet; use `nfsim conntrack` and `nfsim rules` (with -6 for ip6tables) on it"
+        ));
+    }
     sim.run_until(SimTime::ZERO + at)?;
     let rules_text = sim.rules(n);
     let rules_label = format!("`nfsim rules {file} --node {node} --at {at}`");

@@ -170,7 +170,7 @@ fn family_slice(
         let mut sorted: Vec<&PodState> = candidates
             .iter()
             .map(|&i| pods[i])
-            .filter(|p| selects(svc, &p.def) && family.contains(p.def.ip))
+            .filter(|p| selects(svc, &p.def) && p.def.ip_of(family).is_some())
             .collect();
         sorted.sort_by_key(|p| p.def.key());
         for p in sorted {
@@ -200,7 +200,8 @@ fn family_slice(
                 ports = Some(eps);
             }
             endpoints.push(Endpoint {
-                addresses: vec![p.def.ip],
+                // The pod's address of the slice's family (`status.podIPs`).
+                addresses: p.def.ip_of(family).into_iter().collect(),
                 conditions: p.conditions(),
                 node_name: Some(p.node_name.clone()),
                 zone: topo.zone_of(&p.node_name).map(str::to_string),
@@ -249,6 +250,7 @@ mod tests {
                     .collect(),
                 node: 0,
                 ip: ip.parse().unwrap(),
+                secondary_ip: None,
                 ports: BTreeMap::new(),
                 ready: true,
                 probe: Probe::DEFAULT,

@@ -256,8 +256,38 @@ impl Pods<'_> {
         n: usize,
         ipam: &mut Ipam,
     ) -> Result<Spanned<IpAddr>, ScenarioError> {
+        let cidr = self.nodes[n].pod_cidr;
+        self.allocate_from(ctx, at, key, n, cidr, ipam)
+    }
+
+    /// On a dual-stack node `n`, pod `key`'s address of the second family (`status.podIPs[1]`:
+    /// the CNI's host-local IPAM with one range per family hands out one address of each).
+    fn allocate_secondary<T>(
+        &mut self,
+        ctx: &Ctx,
+        at: &Spanned<T>,
+        key: &str,
+        n: usize,
+        ipam: &mut Ipam,
+    ) -> Result<Option<Spanned<IpAddr>>, ScenarioError> {
+        match self.nodes[n].secondary {
+            Some(sec) => self
+                .allocate_from(ctx, at, key, n, sec.pod_cidr, ipam)
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn allocate_from<T>(
+        &mut self,
+        ctx: &Ctx,
+        at: &Spanned<T>,
+        key: &str,
+        n: usize,
+        cidr: k8s::Cidr,
+        ipam: &mut Ipam,
+    ) -> Result<Spanned<IpAddr>, ScenarioError> {
         let node = &self.nodes[n];
-        let cidr = node.pod_cidr;
         let Some((first, last)) = pod_range(&cidr) else {
             return Err(ctx.err(
                 at,
@@ -326,7 +356,10 @@ pub(super) fn assign(
     // Every address the file gives is kept out of the draws.
     let mut pods = Pods {
         nodes,
-        used: nodes.iter().map(|n| n.address).collect(),
+        used: nodes
+            .iter()
+            .flat_map(|n| std::iter::once(n.address).chain(n.secondary.map(|s| s.address)))
+            .collect(),
     };
     let explicit_svc = |s: &S<k8s::Service>| -> Vec<IpAddr> {
         let spec = &s.value.spec;
@@ -386,6 +419,11 @@ pub(super) fn assign(
                 p.value.ip = Some(ip);
             }
         }
+        if let Some(n) = node_of(nodes, &p.value) {
+            let key = pod_key(&p.value);
+            p.value.secondary_ip =
+                pods.allocate_secondary(ctx, &p.value.name, &key, n, &mut ipam)?;
+        }
     }
     let mut current: BTreeMap<String, k8s::ServiceSpec> = BTreeMap::new();
     for s in &mut doc.services {
@@ -410,6 +448,7 @@ pub(super) fn assign(
                     let ip = pods.allocate(ctx, &p.name, &key, n, &mut ipam)?;
                     p.ip = Some(ip);
                 }
+                p.secondary_ip = pods.allocate_secondary(ctx, &p.name, &key, n, &mut ipam)?;
                 pod_nodes.insert(key, n);
             }
         }

@@ -169,6 +169,45 @@ pub struct NodeDef {
     pub kernel: sim_conntrack::KernelVersion,
     /// CPUs that process packets (`cpus`, default 1).
     pub cpus: u32,
+    /// A dual-stack node's second family: its InternalIP and pod CIDR of the other family
+    /// (`addresses[1]`, `podCIDRs[1]`); `None` for a single-stack node.
+    pub secondary: Option<SecondaryFamily>,
+}
+
+/// A dual-stack node's addresses of its second family (the first is [`NodeDef::address`] and
+/// [`NodeDef::pod_cidr`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecondaryFamily {
+    /// The InternalIP of the family, on `eth0`.
+    pub address: IpAddr,
+    /// The pod CIDR of the family.
+    pub pod_cidr: k8s::Cidr,
+}
+
+impl NodeDef {
+    /// The node's IP families, primary first: one for a single-stack node, two for a
+    /// dual-stack one.
+    pub fn families(&self) -> Vec<k8s::IpFamily> {
+        let mut v = vec![k8s::IpFamily::of(self.address)];
+        v.extend(self.secondary.map(|s| k8s::IpFamily::of(s.address)));
+        v
+    }
+    /// The node's InternalIP of `family`, if it has one.
+    pub fn address_of(&self, family: k8s::IpFamily) -> Option<IpAddr> {
+        std::iter::once(self.address)
+            .chain(self.secondary.map(|s| s.address))
+            .find(|a| family.contains(*a))
+    }
+    /// The node's pod CIDR of `family`, if it has one.
+    pub fn pod_cidr_of(&self, family: k8s::IpFamily) -> Option<k8s::Cidr> {
+        std::iter::once(self.pod_cidr)
+            .chain(self.secondary.map(|s| s.pod_cidr))
+            .find(|c| family.contains(c.addr()))
+    }
+    /// Whether `ip` is in one of the node's pod CIDRs.
+    pub fn pod_cidrs_contain(&self, ip: IpAddr) -> bool {
+        self.pod_cidr.contains(ip) || self.secondary.is_some_and(|s| s.pod_cidr.contains(ip))
+    }
 }
 
 /// `nodes[].state`: a real node's saved rules and conntrack table, read and checked when the
@@ -239,8 +278,10 @@ pub struct PodDef {
     pub labels: BTreeMap<String, String>,
     /// Node index.
     pub node: usize,
-    /// IP.
+    /// IP (`status.podIP`, of the node's primary family).
     pub ip: IpAddr,
+    /// On a dual-stack node, its IP of the second family (`status.podIPs[1]`).
+    pub secondary_ip: Option<IpAddr>,
     /// Named container ports.
     pub ports: BTreeMap<String, u16>,
     /// Ready at creation.
@@ -296,6 +337,18 @@ impl PodDef {
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+    /// Its IPs, primary first (`status.podIPs`).
+    pub fn ips(&self) -> impl Iterator<Item = IpAddr> {
+        std::iter::once(self.ip).chain(self.secondary_ip)
+    }
+    /// Its IP of `family`, if it has one.
+    pub fn ip_of(&self, family: k8s::IpFamily) -> Option<IpAddr> {
+        self.ips().find(|a| family.contains(*a))
+    }
+    /// Whether `ip` is one of its IPs.
+    pub fn has_ip(&self, ip: IpAddr) -> bool {
+        self.ip == ip || self.secondary_ip == Some(ip)
     }
 }
 
@@ -767,14 +820,23 @@ impl fmt::Display for ConntrackCommand {
 }
 
 impl Scenario {
-    /// The cluster's IP family: its nodes' (the loader keeps every node, pod, host and
-    /// client target of one family; IPv4 for a scenario without nodes). Each node's
-    /// kube-proxy runs that family's proxier, as a single-stack node's does
-    /// (`cmd/kube-proxy/app/server.go`: the primary family is the node IP's).
+    /// The cluster's (primary) IP family: its nodes' first address's (IPv4 for a scenario
+    /// without nodes). A single-stack cluster's kube-proxy runs that family's proxier only
+    /// (`cmd/kube-proxy/app/server.go`: the primary family is the node IP's); a dual-stack
+    /// cluster's runs both ([`Scenario::families`]).
     pub fn family(&self) -> k8s::IpFamily {
         self.nodes
             .first()
             .map_or(k8s::IpFamily::IPv4, |n| k8s::IpFamily::of(n.address))
+    }
+
+    /// The cluster's IP families, primary first: its nodes' (the loader keeps every node
+    /// single-stack or every node dual-stack with one primary family). Each family's
+    /// proxier runs on every node (`NewDualStackProxier` on a dual-stack node).
+    pub fn families(&self) -> Vec<k8s::IpFamily> {
+        self.nodes
+            .first()
+            .map_or(vec![k8s::IpFamily::IPv4], NodeDef::families)
     }
 
     /// The first event that changes something (a `conntrack -L`, `-C` or `-S` only looks):

@@ -203,11 +203,22 @@ pub struct NetworkDoc {
 pub struct NodeDoc {
     /// Node name (`nodeName` of its endpoints).
     pub name: S<String>,
-    /// The address of its `eth0`.
-    pub address: S<IpAddr>,
-    /// Its pod CIDR (`spec.podCIDR`).
-    #[serde(rename = "podCIDR")]
-    pub pod_cidr: S<k8s::Cidr>,
+    /// The address of its `eth0` (its InternalIP); a dual-stack node gives `addresses`
+    /// instead. After loading's first pass it holds the primary address either way.
+    #[serde(default)]
+    pub address: Option<S<IpAddr>>,
+    /// A dual-stack node's InternalIPs, one per family, primary first (kubelet's
+    /// `--node-ip=IPV4,IPV6`), both on `eth0`; instead of `address`.
+    #[serde(default)]
+    pub addresses: Option<S<Vec<S<IpAddr>>>>,
+    /// Its pod CIDR (`spec.podCIDR`). After loading's first pass it holds the primary
+    /// pod CIDR (`podCIDRs[0]`) either way.
+    #[serde(default, rename = "podCIDR")]
+    pub pod_cidr: Option<S<k8s::Cidr>>,
+    /// A dual-stack node's pod CIDRs, one per family, in the order of its `addresses`
+    /// (`spec.podCIDRs`; `podCIDR` is `podCIDRs[0]`); instead of `podCIDR`.
+    #[serde(default, rename = "podCIDRs")]
+    pub pod_cidrs: Option<S<Vec<S<k8s::Cidr>>>>,
     /// Conntrack sysctls for this node, over the scenario's.
     #[serde(default)]
     pub sysctls: BTreeMap<String, S<u64>>,
@@ -328,6 +339,10 @@ pub struct PodDoc {
     /// host-local IPAM does; `scenario::ipam`).
     #[serde(default)]
     pub ip: Option<S<IpAddr>>,
+    /// On a dual-stack node, its address of the node's second family (`status.podIPs[1]`),
+    /// allocated from the node's second pod CIDR (`scenario::ipam`); never in the file.
+    #[serde(skip)]
+    pub secondary_ip: Option<S<IpAddr>>,
     /// Named container ports, for Services whose `targetPort` is a name.
     #[serde(default)]
     pub ports: BTreeMap<String, u16>,
@@ -635,6 +650,11 @@ pub struct ClientDoc {
     /// A stub resolver (glibc's or musl's `getaddrinfo`) in a loop (see `super::dns_apps`).
     #[serde(default)]
     pub resolver: Option<S<ResolverClientDoc>>,
+    /// `IPv4` or `IPv6`: which of a dual-stack Service's cluster IPs a `NAMESPACE/NAME[:PORT]`
+    /// target reaches (default: the cluster's primary family); the client sends from its
+    /// machine's address of that family.
+    #[serde(default)]
+    pub family: Option<S<String>>,
 }
 
 /// `resolver:` of a client: `while :; do getent ahosts NAME; sleep S; done`, each run the

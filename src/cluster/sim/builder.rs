@@ -143,6 +143,9 @@ impl Simulation {
         let pod_routes = node_setup::PodRoutes::of(&sc);
         for (i, n) in sc.nodes.iter().enumerate() {
             owners.insert(n.address, Owner::Node(i));
+            if let Some(s) = n.secondary {
+                owners.insert(s.address, Owner::Node(i));
+            }
             for (dev, a, _) in &n.extra_addresses {
                 if dev == "eth0" {
                     owners.insert(*a, Owner::Node(i));
@@ -164,8 +167,10 @@ impl Simulation {
             }
         }
         for n in &sc.nodes {
-            if let Some(r) = router_address(n.address, &sc) {
-                owners.entry(r).or_insert(Owner::Router);
+            for a in std::iter::once(n.address).chain(n.secondary.map(|s| s.address)) {
+                if let Some(r) = router_address(a, &sc) {
+                    owners.entry(r).or_insert(Owner::Router);
+                }
             }
         }
         let hosts = sc
@@ -215,8 +220,14 @@ impl Simulation {
             && rules_are_node_independent(&all_services)
             && !crate::cluster::topology::node_hints_possible(&sc, &all_services);
         let mut groups: Vec<ProxyGroup> = Vec::new();
-        for i in 0..sc.nodes.len() {
-            let cfg = proxier_config(&sc, &sc.kube_proxy, i);
+        // One proxier per family of each node (`NewDualStackProxier`: a dual-stack node's
+        // kube-proxy runs an IPv4 and an IPv6 proxier behind the metaproxier, each its own
+        // maps, rules, sync timing and cleanup, one process).
+        let node_families: Vec<(usize, crate::k8s::IpFamily)> = (sc.nodes.iter().enumerate())
+            .flat_map(|(i, n)| n.families().into_iter().map(move |f| (i, f)))
+            .collect();
+        for (i, family) in node_families {
+            let cfg = proxier_config(&sc, &sc.kube_proxy, i, family);
             if share {
                 if let Some(g) = groups
                     .iter_mut()
@@ -266,6 +277,7 @@ impl Simulation {
             events_processed: 0,
             veth_counter: 0,
             recreates: Vec::new(),
+            reserved_ips: BTreeSet::new(),
             kp_settings: vec![sc.kube_proxy.clone(); sc.nodes.len()],
             proxy_running: Vec::new(),
             cleanup_factory: cleanup,

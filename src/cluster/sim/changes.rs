@@ -15,12 +15,12 @@ impl Simulation {
         );
     }
 
-    /// The kube-proxy instance writing node `n`'s rules.
-    fn group_of(&self, n: usize) -> usize {
-        self.groups
-            .iter()
-            .position(|g| g.nodes.contains(&n))
-            .unwrap_or_else(|| unreachable!("every node has a kube-proxy"))
+    /// The kube-proxy instances writing node `n`'s rules: one per family of the node (a
+    /// dual-stack node's kube-proxy process runs two proxiers, started and stopped together).
+    fn groups_of(&self, n: usize) -> Vec<usize> {
+        (0..self.groups.len())
+            .filter(|&g| self.groups[g].nodes.contains(&n))
+            .collect()
     }
 
     /// Replaces kube-proxy instance `g` with a fresh process whose first (full) sync is due
@@ -29,7 +29,8 @@ impl Simulation {
     pub(super) fn start_proxy(&mut self, g: usize, at: SimTime) {
         let first = self.groups[g].nodes[0];
         let kp = self.kp_settings[first].clone();
-        let mut cfg = proxier_config(&self.sc, &kp, first);
+        let family = self.groups[g].proxy.config().family;
+        let mut cfg = proxier_config(&self.sc, &kp, first, family);
         cfg.node_name.clone_from(&self.sc.nodes[first].name);
         let timing = kp.timing();
         let strategy = match self.cleanup_factory.as_mut() {
@@ -308,49 +309,53 @@ impl Simulation {
                 settings,
             } => {
                 let mut done = BTreeSet::new();
+                let mut logged = BTreeSet::new();
                 for n in nodes {
                     if let Some(s) = &settings {
                         self.kp_settings[n] = (**s).clone();
                     }
-                    let g = self.group_of(n);
-                    if !done.insert(g) {
-                        continue;
-                    }
-                    let names: Vec<String> = self.groups[g]
-                        .nodes
-                        .iter()
-                        .map(|&i| self.nodes[i].def.name.clone())
-                        .collect();
-                    let change = match op {
-                        ProxyOp::Stop => {
-                            self.proxy_running[g] = false;
-                            "stopped (its rules stay; no syncs, no cleanup)".to_string()
+                    for g in self.groups_of(n) {
+                        if !done.insert(g) {
+                            continue;
                         }
-                        ProxyOp::Restart | ProxyOp::Start => {
-                            let now = self.now;
-                            self.start_proxy(g, now);
-                            let kp = &self.kp_settings[n];
-                            format!(
-                                "{} (release {}{}): full sync from scratch",
-                                if op == ProxyOp::Restart {
-                                    "restarted"
-                                } else {
-                                    "started"
-                                },
-                                kp.release,
-                                if settings.is_some() {
-                                    ", new settings"
-                                } else {
-                                    ""
-                                }
-                            )
+                        // A dual-stack node's two proxiers are one process: one line per node.
+                        let names: Vec<String> = self.groups[g]
+                            .nodes
+                            .iter()
+                            .filter(|&&i| logged.insert(i))
+                            .map(|&i| self.nodes[i].def.name.clone())
+                            .collect();
+                        let change = match op {
+                            ProxyOp::Stop => {
+                                self.proxy_running[g] = false;
+                                "stopped (its rules stay; no syncs, no cleanup)".to_string()
+                            }
+                            ProxyOp::Restart | ProxyOp::Start => {
+                                let now = self.now;
+                                self.start_proxy(g, now);
+                                let kp = &self.kp_settings[n];
+                                format!(
+                                    "{} (release {}{}): full sync from scratch",
+                                    if op == ProxyOp::Restart {
+                                        "restarted"
+                                    } else {
+                                        "started"
+                                    },
+                                    kp.release,
+                                    if settings.is_some() {
+                                        ", new settings"
+                                    } else {
+                                        ""
+                                    }
+                                )
+                            }
+                        };
+                        for name in names {
+                            self.log(What::Change {
+                                subject: format!("kube-proxy {name}"),
+                                change: change.clone(),
+                            });
                         }
-                    };
-                    for name in names {
-                        self.log(What::Change {
-                            subject: format!("kube-proxy {name}"),
-                            change: change.clone(),
-                        });
                     }
                 }
             }
@@ -376,8 +381,9 @@ impl Simulation {
                 for (rules, noflush) in self.nodes[node].def.extra_rules.clone() {
                     self.node_restore(node, &rules, noflush);
                 }
-                let g = self.group_of(node);
-                self.start_proxy(g, now + kube_proxy_after);
+                for g in self.groups_of(node) {
+                    self.start_proxy(g, now + kube_proxy_after);
+                }
                 self.after_kernel(node);
             }
             Action::IptablesRestore {
@@ -444,17 +450,36 @@ impl Simulation {
     /// The lowest address of node `n`'s pod CIDR after the node's own that no pod of the
     /// run has had or will have (scenario pods and pods events create).
     fn free_pod_ip(&self, n: usize) -> Option<IpAddr> {
-        let cidr = self.nodes[n].def.pod_cidr;
+        self.free_ip_in(self.nodes[n].def.pod_cidr)
+    }
+
+    /// On a dual-stack node, a new address of its second family for pod `def` (as
+    /// [`Simulation::free_pod_ip`] for the second pod CIDR); `None` on a single-stack node.
+    pub(super) fn free_secondary_ip(&mut self, def: &PodDef) -> Option<IpAddr> {
+        let node = &self.nodes[def.node].def;
+        let cidr = node.secondary?.pod_cidr;
+        let from = format!("{}'s pod CIDR {cidr}", node.name);
+        let ip = self.free_ip_in(cidr)?;
+        self.sc
+            .allocated
+            .insert((format!("pod {}", def.key()), ip), from);
+        // Taken from now on (a pod's addresses are kept in `ips` once it exists).
+        self.reserved_ips.insert(ip);
+        Some(ip)
+    }
+
+    fn free_ip_in(&self, cidr: crate::k8s::Cidr) -> Option<IpAddr> {
         let mut used: BTreeSet<IpAddr> = self
             .pods
             .iter()
             .flat_map(|p| p.ips.iter().copied())
             .collect();
-        used.extend(self.sc.pods.iter().map(|p| p.ip));
+        used.extend(self.reserved_ips.iter().copied());
+        used.extend(self.sc.pods.iter().flat_map(PodDef::ips));
         for e in &self.sc.events {
             match &e.action {
                 Action::CreatePod(d) => {
-                    used.insert(d.ip);
+                    used.extend(d.ips());
                 }
                 Action::DeletePod {
                     recreate: Some(r), ..
@@ -521,6 +546,7 @@ impl Simulation {
                     .allocated
                     .insert((format!("pod {}", def.key()), ip), from);
             }
+            def.secondary_ip = self.free_secondary_ip(&def);
             need -= 1;
             match self
                 .pod_ids

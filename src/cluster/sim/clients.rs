@@ -6,13 +6,26 @@ use super::*;
 
 impl Simulation {
     pub(super) fn add_client(&mut self, index: usize, def: ClientDef) {
+        // The client's address of its target's family (a dual-stack pod or node sends from
+        // its address of that family, as the kernel's source selection does), else its
+        // primary one.
+        let family = crate::k8s::IpFamily::of(def.target.ip());
         let (machine, ip) = match &def.placement {
             Placement::Pod(k) => match self.pod_ids.get(k) {
-                Some(&id) => (Machine::Pod(id), Some(self.pods[id].state.def.ip)),
+                Some(&id) => {
+                    let d = &self.pods[id].state.def;
+                    (Machine::Pod(id), Some(d.ip_of(family).unwrap_or(d.ip)))
+                }
                 None => return,
             },
             Placement::Host(h) => (Machine::Host(*h), Some(self.hosts[*h].0.address)),
-            Placement::Node(n) => (Machine::Node(*n), Some(self.nodes[*n].def.address)),
+            Placement::Node(n) => {
+                let d = &self.nodes[*n].def;
+                (
+                    Machine::Node(*n),
+                    Some(d.address_of(family).unwrap_or(d.address)),
+                )
+            }
         };
         let Some(ip) = ip else { return };
         let label = format!("client/{}", def.name);

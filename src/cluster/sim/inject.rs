@@ -114,7 +114,7 @@ impl Simulation {
     /// Whether a pod with `ip` is alive and has a server for (`proto`, `port`).
     fn endpoint_answers(&self, ip: IpAddr, proto: u8, port: u16) -> bool {
         self.pods.iter().any(|p| {
-            p.state.def.ip == ip
+            p.state.def.has_ip(ip)
                 && p.state.has_network()
                 && p.state.process_alive
                 && p.stack.servers.contains_key(&(proto, port))

@@ -64,6 +64,12 @@ impl Simulation {
             .map(|g| g.proxy.current_state())
     }
 
+    /// Whether `node` is dual-stack (an address and a pod CIDR of each family, a kube-proxy
+    /// proxier per family).
+    pub fn is_dual_stack(&self, node: usize) -> bool {
+        self.nodes[node].def.secondary.is_some()
+    }
+
     /// The pod CIDR of `node`.
     pub fn pod_cidr(&self, node: usize) -> crate::k8s::Cidr {
         self.nodes[node].def.pod_cidr

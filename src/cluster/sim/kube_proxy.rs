@@ -102,8 +102,11 @@ impl Simulation {
         let nat_rules = nat_rules_written(&r.output.restore);
         for ns in &r.nodes {
             let node = self.nodes[ns.node].def.name.clone();
+            let family =
+                (self.nodes[ns.node].def.secondary.is_some()).then(|| r.output.family.as_str());
             self.log(What::Sync {
                 node: node.clone(),
+                family,
                 full: r.output.kind == SyncKind::Full,
                 changed: changed.clone(),
                 nat_rules,

@@ -522,6 +522,9 @@ pub struct Simulation {
     events_processed: u64,
     veth_counter: u64,
     recreates: Vec<PodDef>,
+    /// Second-family pod addresses handed out at run time for pods not created yet (a
+    /// recreated or scaled-up pod on a dual-stack node), kept out of later draws.
+    reserved_ips: BTreeSet<IpAddr>,
     /// kube-proxy's settings on each node (`kubeProxy` events change them).
     kp_settings: Vec<KubeProxySettings>,
     /// Whether each kube-proxy instance runs (`kubeProxy: {action: stop}` stops one).

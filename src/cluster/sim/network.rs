@@ -119,7 +119,7 @@ impl Simulation {
             None => self
                 .nodes
                 .iter()
-                .position(|n| n.def.pod_cidr.contains(p.dst))
+                .position(|n| n.def.pod_cidrs_contain(p.dst))
                 .filter(|&n| Some(n) != from)
                 .map(|n| Dest::NodeIn(n, eth0(), Hop::Router)),
         };
@@ -339,7 +339,7 @@ impl Simulation {
             Dest::Host(h) => self.deliver_to_stack(Machine::Host(h), p),
             Dest::Pod(k) => {
                 let Some(pod) = self.pods.get(k) else { return };
-                if !pod.state.has_network() || pod.state.def.ip != p.dst {
+                if !pod.state.has_network() || !pod.state.def.has_ip(p.dst) {
                     return;
                 }
                 if let Some(t) = self.client_tag(&p, false) {

@@ -24,9 +24,12 @@ pub fn node_network_len(addr: IpAddr, nodes: &[NodeDef]) -> u8 {
         }
     };
     let mut len = cap;
-    for n in nodes {
-        if n.address.is_ipv4() == addr.is_ipv4() {
-            let common = (bits(n.address) ^ bits(addr)).leading_zeros().min(width) as u8;
+    let all = nodes
+        .iter()
+        .flat_map(|n| std::iter::once(n.address).chain(n.secondary.map(|s| s.address)));
+    for a in all {
+        if a.is_ipv4() == addr.is_ipv4() {
+            let common = (bits(a) ^ bits(addr)).leading_zeros().min(width) as u8;
             len = len.min(common);
         }
     }
@@ -41,7 +44,7 @@ pub fn router_address(addr: IpAddr, sc: &Scenario) -> Option<IpAddr> {
     let taken: BTreeSet<IpAddr> = sc
         .nodes
         .iter()
-        .map(|n| n.address)
+        .flat_map(|n| std::iter::once(n.address).chain(n.secondary.map(|s| s.address)))
         .chain(sc.hosts.iter().map(|h| h.address))
         .collect();
     let width = if addr.is_ipv4() { 32 } else { 128 };
@@ -81,6 +84,7 @@ impl PodRoutes {
             crate::scenario::Cni::Calico(c) if c.encapsulates() => super::calico::tunl0(),
             _ => eth0(),
         };
+        let mut dual = false;
         for m in &sc.nodes {
             if m.address.is_ipv4() == m.pod_cidr.addr().is_ipv4() {
                 own.push(Some(routes.len()));
@@ -89,7 +93,20 @@ impl PodRoutes {
                 own.push(None);
             }
         }
-        let shared = sim_netfilter::netns::SharedRoutes::new(&routes);
+        // A dual-stack node's second pod CIDR via its address of that family (after every
+        // first one, so that `own` still indexes the first ones).
+        for m in &sc.nodes {
+            if let Some(s) = m.secondary {
+                dual = true;
+                routes.push((cidr_prefix(&s.pod_cidr), Some(s.address), eth0()));
+            }
+        }
+        // A shared list skips one own route per node: a dual-stack node has two.
+        let shared = if dual {
+            None
+        } else {
+            sim_netfilter::netns::SharedRoutes::new(&routes)
+        };
         PodRoutes {
             routes,
             own,
@@ -136,9 +153,14 @@ pub(super) fn node_netns(
             .map_err(|e| err(e.to_string()))?;
     }
     let len = node_network_len(n.address, &sc.nodes);
-    // eth0 with its secondary addresses; other interfaces with theirs.
+    // eth0 with its secondary addresses (a dual-stack node's address of its second family
+    // first, with its own network's length); other interfaces with theirs.
     let mut by_dev: BTreeMap<String, Vec<(IpAddr, u8)>> = BTreeMap::new();
-    by_dev.insert("eth0".into(), vec![(n.address, len)]);
+    let mut eth0_addrs = vec![(n.address, len)];
+    if let Some(s) = n.secondary {
+        eth0_addrs.push((s.address, node_network_len(s.address, &sc.nodes)));
+    }
+    by_dev.insert("eth0".into(), eth0_addrs);
     for (dev, a, l) in &n.extra_addresses {
         let l = if dev == "eth0" && *l == 0 { len } else { *l };
         by_dev.entry(dev.clone()).or_default().push((*a, l));
@@ -207,16 +229,22 @@ pub(super) fn node_netns(
         crate::cluster::flannel::set_up_node(&mut ns, me, &peers, 1500)
             .map_err(|e| err(e.to_string()))?;
     } else {
-        node_pod_routes(&mut ns, i, pods, pod_routes).map_err(|e| err(e.to_string()))?;
+        let own_secondary = n
+            .secondary
+            .map(|s| (cidr_prefix(&s.pod_cidr), Some(s.address), eth0()));
+        node_pod_routes(&mut ns, i, pods, pod_routes, own_secondary)
+            .map_err(|e| err(e.to_string()))?;
     }
     // Without a free address for the router, the default route is on-link: the next hop is
-    // the destination itself.
-    ns.add_route(
-        Prefix::default_for(n.address.is_ipv4()),
-        router_address(n.address, sc),
-        eth0(),
-    )
-    .map_err(|e| err(e.to_string()))?;
+    // the destination itself. A dual-stack node has one per family.
+    for a in std::iter::once(n.address).chain(n.secondary.map(|s| s.address)) {
+        ns.add_route(
+            Prefix::default_for(a.is_ipv4()),
+            router_address(a, sc),
+            eth0(),
+        )
+        .map_err(|e| err(e.to_string()))?;
+    }
     Ok(ns)
 }
 
@@ -227,6 +255,7 @@ fn node_pod_routes(
     i: usize,
     pods: usize,
     pod_routes: &PodRoutes,
+    own_secondary: Option<(Prefix, Option<IpAddr>, IfName)>,
 ) -> Result<(), sim_netfilter::netns::NetnsError> {
     let own = pod_routes.own.get(i).copied().flatten();
     let added = match &pod_routes.shared {
@@ -236,7 +265,7 @@ fn node_pod_routes(
         }
         None => {
             let others: Vec<_> = (pod_routes.routes.iter().enumerate())
-                .filter(|&(j, _)| Some(j) != own)
+                .filter(|&(j, r)| Some(j) != own && Some(*r) != own_secondary)
                 .map(|(_, r)| *r)
                 .collect();
             // These, the default route and a route per pod: sized once (a node of a
@@ -248,74 +277,94 @@ fn node_pod_routes(
     added
 }
 
-/// The node's addresses `--nodeport-addresses` selects (`GetNodeIPs` over the node's
-/// interface addresses of its family: `lo`'s 127.0.0.1 or ::1, `eth0`'s, the others', and
-/// the pod CIDR's first address that its pod veths hold); `None` when it matches every
-/// address (empty list or a zero CIDR of the family). `primary` is the node's `address`/32
-/// (/128 for IPv6; kube-proxy's `server.go`). Each family's proxier keeps the CIDRs of its
-/// family (`NewNodePortAddresses(family, ...)`).
-fn node_port_ips(n: &NodeDef, cni: &Cni, list: &[NodePortAddress]) -> Option<Vec<IpAddr>> {
+/// The node's addresses `--nodeport-addresses` selects for `family`'s proxier (`GetNodeIPs`
+/// over the node's interface addresses of the family: `lo`'s 127.0.0.1 or ::1, `eth0`'s,
+/// the others', and the pod CIDR's first address that its pod veths hold); `None` when it
+/// matches every address (empty list or a zero CIDR of the family). `primary` is the node's
+/// address of the family /32 (/128 for IPv6; kube-proxy's `server.go`: `NodeIPs[family]`).
+/// Each family's proxier keeps the CIDRs of its family (`NewNodePortAddresses(family, ...)`).
+fn node_port_ips(
+    n: &NodeDef,
+    cni: &Cni,
+    family: crate::k8s::IpFamily,
+    list: &[NodePortAddress],
+) -> Option<Vec<IpAddr>> {
     if list.is_empty() {
         return None;
     }
+    let v4 = family == crate::k8s::IpFamily::IPv4;
     let mut cidrs = Vec::new();
     for a in list {
         match a {
             NodePortAddress::Primary => {
-                let len = if n.address.is_ipv4() { 32 } else { 128 };
-                cidrs.push(
-                    crate::k8s::Cidr::new(n.address, len)
-                        .unwrap_or_else(|| unreachable!("a host prefix is valid")),
-                );
+                let len = if v4 { 32 } else { 128 };
+                if let Some(address) = n.address_of(family) {
+                    cidrs.push(
+                        crate::k8s::Cidr::new(address, len)
+                            .unwrap_or_else(|| unreachable!("a host prefix is valid")),
+                    );
+                }
             }
-            NodePortAddress::Cidr(c)
-                if c.prefix_len() == 0 && c.addr().is_ipv4() == n.address.is_ipv4() =>
-            {
+            NodePortAddress::Cidr(c) if c.prefix_len() == 0 && c.addr().is_ipv4() == v4 => {
                 return None
             }
             NodePortAddress::Cidr(c) => cidrs.push(*c),
         }
     }
-    let lo = if n.address.is_ipv4() {
+    let lo = if v4 {
         IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
     } else {
         IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
     };
-    let mut addrs = vec![lo, n.address];
+    let mut addrs = vec![lo];
+    addrs.extend(n.address_of(family));
     addrs.extend(n.extra_addresses.iter().map(|(_, a, _)| *a));
     // The node's address on its pod side: the ptp veths' and bridge's gateway, Calico's
     // tunl0 (its veths hold none).
-    match cni {
-        Cni::Calico(c) if c.encapsulates() => {
-            addrs.push(super::calico::tunnel_address(&n.pod_cidr))
+    if let Some(pod_cidr) = n.pod_cidr_of(family) {
+        match cni {
+            Cni::Calico(c) if c.encapsulates() => {
+                addrs.push(super::calico::tunnel_address(&pod_cidr))
+            }
+            Cni::Calico(_) => {}
+            _ => addrs.push(pod_gateway(&pod_cidr)),
         }
-        Cni::Calico(_) => {}
-        _ => addrs.push(pod_gateway(&n.pod_cidr)),
     }
     Some(
         addrs
             .into_iter()
-            .filter(|a| a.is_ipv4() == n.address.is_ipv4() && cidrs.iter().any(|c| c.contains(*a)))
+            .filter(|a| a.is_ipv4() == v4 && cidrs.iter().any(|c| c.contains(*a)))
             .collect(),
     )
 }
 
-/// kube-proxy's configuration for node `i` with settings `kp`.
-pub(super) fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) -> ProxierConfig {
+/// kube-proxy's configuration for node `i`'s proxier of `family` with settings `kp` (a
+/// single-stack node runs the proxier of its address's family, a dual-stack node one per
+/// family, each with the node's address and pod CIDR of that family).
+pub(super) fn proxier_config(
+    sc: &Scenario,
+    kp: &KubeProxySettings,
+    i: usize,
+    family: crate::k8s::IpFamily,
+) -> ProxierConfig {
     let n = &sc.nodes[i];
-    let mut cfg = ProxierConfig::new(&n.name, n.address, n.pod_cidr);
-    // A single-stack node runs the proxier of its address's family (the loader keeps every
-    // node of the cluster's one family).
-    cfg.family = crate::k8s::IpFamily::of(n.address);
+    let address = n.address_of(family).unwrap_or(n.address);
+    let pod_cidr = n.pod_cidr_of(family).unwrap_or(n.pod_cidr);
+    let mut cfg = ProxierConfig::new(&n.name, address, pod_cidr);
+    cfg.family = family;
     crate::cluster::topology::configure_kube_proxy(&mut cfg, n, kp.release);
+    // `--cluster-cidr` of this family (`getLocalDetectors`: one detector per family, the
+    // no-op one where the family has no cluster CIDR); unset, nfsim's default is the node's
+    // pod CIDR of the family.
+    let cluster_cidr = kp.cluster_cidr.filter(|c| family.contains(c.addr()));
     cfg.local_detector = match &kp.detect_local {
-        None => LocalDetector::ClusterCidr(kp.cluster_cidr.unwrap_or(n.pod_cidr)),
-        Some(DetectLocal::ClusterCidr) => match kp.cluster_cidr {
+        None => LocalDetector::ClusterCidr(cluster_cidr.unwrap_or(pod_cidr)),
+        Some(DetectLocal::ClusterCidr) => match cluster_cidr {
             Some(c) => LocalDetector::ClusterCidr(c),
             // kube-proxy warns and uses the no-op detector.
             None => LocalDetector::None,
         },
-        Some(DetectLocal::NodeCidr) => LocalDetector::ClusterCidr(n.pod_cidr),
+        Some(DetectLocal::NodeCidr) => LocalDetector::ClusterCidr(pod_cidr),
         Some(DetectLocal::BridgeInterface(b)) => LocalDetector::BridgeInterface(b.clone()),
         Some(DetectLocal::InterfaceNamePrefix(p)) => LocalDetector::InterfaceNamePrefix(p.clone()),
         Some(DetectLocal::None) => LocalDetector::None,
@@ -340,9 +389,9 @@ pub(super) fn proxier_config(sc: &Scenario, kp: &KubeProxySettings, i: usize) ->
     // `platformApplyDefaults`, cmd/kube-proxy/app/server_linux.go).
     cfg.node_port_addresses = if kp.mode == ProxyMode::Nftables && kp.node_port_addresses.is_empty()
     {
-        node_port_ips(n, &sc.cni, &[NodePortAddress::Primary])
+        node_port_ips(n, &sc.cni, family, &[NodePortAddress::Primary])
     } else {
-        node_port_ips(n, &sc.cni, &kp.node_port_addresses)
+        node_port_ips(n, &sc.cni, family, &kp.node_port_addresses)
     };
     // The ServiceCIDRs kube-proxy watches: the cluster's one range (`serviceCIDR`, or its
     // default), which nftables mode turns into `Drop traffic to unallocated ClusterIPs`.

@@ -30,16 +30,19 @@ pub(super) enum PodTimer {
 }
 
 impl Simulation {
-    /// Creates a pod: its veth on the node (holding the pod CIDR's first address) with a /32
-    /// route to the pod's IP, and its servers.
+    /// Creates a pod: its veth on the node (holding the pod CIDR's first address, each pod
+    /// CIDR's on a dual-stack node) with a /32 (/128) route to each of the pod's IPs, and its
+    /// servers.
     pub(super) fn add_pod(&mut self, def: PodDef, announce: bool) -> Result<(), SimError> {
         let key = def.key();
-        if let Some(from) = self.sc.allocated.get(&(format!("pod {key}"), def.ip)) {
-            let change = format!("assigned {} (from {from})", def.ip);
-            self.log(What::Pod {
-                pod: key.clone(),
-                change,
-            });
+        for ip in def.ips() {
+            if let Some(from) = self.sc.allocated.get(&(format!("pod {key}"), ip)) {
+                let change = format!("assigned {ip} (from {from})");
+                self.log(What::Pod {
+                    pod: key.clone(),
+                    change,
+                });
+            }
         }
         let node = def.node;
         self.veth_counter += 1;
@@ -83,13 +86,15 @@ impl Simulation {
                 }
             }
         } else {
-            // ptp: the veth holds the pod CIDR's gateway as a /32. Calico: no address (the
+            // ptp: the veth holds the pod CIDR's gateway as a /32 (each pod CIDR's on a
+            // dual-stack node, with a host route per pod address). Calico: no address (the
             // pod's gateway 169.254.1.1 is answered by proxy ARP); a pod created again under
             // its name finds its veth (the plugin's DEL and ADD leave it as it was).
             let calico = matches!(self.sc.cni, crate::scenario::Cni::Calico(_));
-            let gw = pod_gateway(&n.def.pod_cidr);
-            let host_len = if gw.is_ipv4() { 32 } else { 128 };
-            let addrs: &[(IpAddr, u8)] = if calico { &[] } else { &[(gw, host_len)] };
+            let host = |gw: IpAddr| (gw, if gw.is_ipv4() { 32 } else { 128 });
+            let mut gws = vec![host(pod_gateway(&n.def.pod_cidr))];
+            gws.extend(n.def.secondary.map(|s| host(pod_gateway(&s.pod_cidr))));
+            let addrs: &[(IpAddr, u8)] = if calico { &[] } else { &gws };
             let exists = calico
                 && n.netns
                     .routing()
@@ -104,12 +109,14 @@ impl Simulation {
             if calico {
                 n.netns.set_proxy_arp(veth, true);
             }
-            match &mut self.pending_pod_routes {
-                Some(pending) => pending[node].push((Prefix::host(def.ip), None, veth)),
-                None => n
-                    .netns
-                    .add_route(Prefix::host(def.ip), None, veth)
-                    .map_err(err)?,
+            for ip in def.ips() {
+                match &mut self.pending_pod_routes {
+                    Some(pending) => pending[node].push((Prefix::host(ip), None, veth)),
+                    None => n
+                        .netns
+                        .add_route(Prefix::host(ip), None, veth)
+                        .map_err(err)?,
+                }
             }
         }
         let id = match self.pod_ids.get(&key) {
@@ -127,7 +134,7 @@ impl Simulation {
         let node_name = n.def.name.clone();
         let old = self.pods.get(id);
         let mut ips = old.map(|p| p.ips.clone()).unwrap_or_default();
-        ips.insert(def.ip);
+        ips.extend(def.ips());
         let generation = old.map(|p| p.state.generation + 1).unwrap_or(0);
         let ready = def.ready;
         let mut state = PodState::new(def.clone(), &node_name);
@@ -136,8 +143,11 @@ impl Simulation {
             self.log(What::Pod {
                 pod: key.clone(),
                 change: format!(
-                    "created on {node_name} with IP {}{}",
+                    "created on {node_name} with IP {}{}{}",
                     def.ip,
+                    def.secondary_ip
+                        .map(|s| format!(" and {s}"))
+                        .unwrap_or_default(),
                     if ready { "" } else { ", not ready yet" }
                 ),
             });
@@ -249,7 +259,9 @@ impl Simulation {
         let veth = p.veth;
         let key = p.key.clone();
         let n = &mut self.nodes[def.node];
-        n.netns.remove_route(Prefix::host(def.ip));
+        for ip in def.ips() {
+            n.netns.remove_route(Prefix::host(ip));
+        }
         // A bridge forgets the MACs of a deleted port; the neighbour entries stay (stale).
         n.netns.bridge_del_port(veth);
         if let Some(b) = self.sc.cni.bridge() {
@@ -272,7 +284,10 @@ impl Simulation {
         n.veths.remove(&veth);
         self.log(What::Pod {
             pod: key,
-            change: format!("gone; IP {} no longer routed", def.ip),
+            change: match def.secondary_ip {
+                None => format!("gone; IP {} no longer routed", def.ip),
+                Some(s) => format!("gone; IPs {} and {s} no longer routed", def.ip),
+            },
         });
         self.pod_changed();
         Some(def)
@@ -581,8 +596,13 @@ impl Simulation {
                 };
                 if let Some(r) = recreate {
                     let mut def = self.pods[id].state.def.clone();
+                    let moved = def.ip != r.ip || def.node != r.node;
                     def.ip = r.ip;
                     def.node = r.node;
+                    if moved {
+                        // A new sandbox: a new address of the second family too.
+                        def.secondary_ip = self.free_secondary_ip(&def);
+                    }
                     def.ready = false;
                     let at = until + r.after;
                     self.recreates.push(def);

@@ -230,6 +230,10 @@ pub enum What {
     Sync {
         /// Node.
         node: String,
+        /// On a dual-stack node, which proxier synced (`IPv4` or `IPv6`); `None` for a
+        /// single-stack node's one proxier.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        family: Option<&'static str>,
         /// Full or partial.
         full: bool,
         /// Services whose rules changed.
@@ -538,12 +542,14 @@ impl TimelineEvent {
             What::Endpoints { service, endpoints } => format!("endpoints {service}: {endpoints}"),
             What::Sync {
                 node,
+                family,
                 full,
                 changed,
                 nat_rules,
                 took,
             } => format!(
-                "kube-proxy {node}: {} sync, {nat_rules} nat rules{}{}",
+                "kube-proxy {node}{}: {} sync, {nat_rules} nat rules{}{}",
+                family.map_or(String::new(), |f| format!(" ({f} proxier)")),
                 if *full { "full" } else { "partial" },
                 if changed.is_empty() {
                     String::new()

@@ -43,7 +43,7 @@ fn resolve_target(
     let f = family.as_str();
     let Some(ip) = s.cluster_ip_of(family) else {
         if s.cluster_ip_of(family.other()).is_some() {
-            return Err(ctx.err(t, format!("target Service {svc} is {}-only ({}): the scenario's cluster is {f}-only, so its clients have {f} addresses only (dual-stack machines are not modelled yet); expected a Service with an {f} cluster IP", family.other().as_str(), s.spec.cluster_ip.map(|c| c.to_string()).unwrap_or_default())));
+            return Err(ctx.err(t, format!("target Service {svc} is {}-only ({}): the client reaches the Service's {f} cluster IP (its `family`, else the cluster's primary family); expected a Service with an {f} cluster IP, or `family: {}` on a dual-stack cluster", family.other().as_str(), s.spec.cluster_ip.map(|c| c.to_string()).unwrap_or_default(), family.other().as_str())));
         }
         return Err(ctx.err(t, format!("target Service {svc} has no {f} cluster IP (headless or ExternalName): a client needs an address")));
     };
@@ -372,8 +372,13 @@ pub(super) fn check_clients(
             &target_services,
             &target_index,
             target_s,
-            crate::scenario::families::doc_family(doc),
+            client_family(ctx, doc, d)?,
         )?;
+        if let (Some(f), Ok(sa)) = (&d.family, target_s.value.parse::<SocketAddr>()) {
+            if k8s::IpFamily::of(sa.ip()).as_str() != f.value {
+                return Err(ctx.err(f, format!("client {}: family {} but its target {} is {}: give a target of the family, or a Service NAMESPACE/NAME[:PORT] (whose {} cluster IP it then reaches)", d.name.value, f.value, target_s.value, k8s::IpFamily::of(sa.ip()).as_str(), f.value)));
+            }
+        }
         fixed_ports.claim(ctx, &d.name, format!("{placement:?}"), &schedule, &kind)?;
         clients.push(ClientDef {
             name: d.name.value.clone(),
@@ -389,4 +394,31 @@ pub(super) fn check_clients(
         pcap_clients,
         client_index,
     })
+}
+
+/// The family a client's Service target resolves in: its `family` (`IPv4` or `IPv6`, one
+/// the cluster has), else the cluster's primary family.
+fn client_family(
+    ctx: &Ctx,
+    doc: &ScenarioDoc,
+    d: &ClientDoc,
+) -> Result<k8s::IpFamily, ScenarioError> {
+    let primary = crate::scenario::families::doc_family(doc);
+    let Some(f) = &d.family else {
+        return Ok(primary);
+    };
+    let family = match f.value.as_str() {
+        "IPv4" => k8s::IpFamily::IPv4,
+        "IPv6" => k8s::IpFamily::IPv6,
+        other => {
+            return Err(ctx.err(
+                f,
+                format!("client {}: family {other:?}: expected IPv4 or IPv6 (as a Service's ipFamilies spell them)", d.name.value),
+            ))
+        }
+    };
+    if family != primary && !crate::scenario::families::dual_stack(&doc.nodes) {
+        return Err(ctx.err(f, format!("client {}: family {}: the scenario's cluster is {}-only, so its clients have {} addresses only; give the nodes `addresses` and `podCIDRs` of both families for a dual-stack cluster", d.name.value, f.value, primary.as_str(), primary.as_str())));
+    }
+    Ok(family)
 }

@@ -240,6 +240,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
         &mut sysctl_warnings,
     )?;
 
+    super::families::normalize_nodes(ctx, &mut doc)?;
     super::families::check_addresses(ctx, &doc)?;
     let family = super::families::doc_family(&doc);
     let Nodes {
@@ -386,6 +387,7 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
     warnings.extend(super::families::check(
         ctx,
         family,
+        super::families::dual_stack(&doc.nodes),
         &doc.services,
         &doc.events,
         doc.endpoint_slices.as_ref().map(|l| l.value.as_slice()),
@@ -529,6 +531,22 @@ fn check(ctx: &Ctx, mut doc: ScenarioDoc) -> Result<Scenario, ScenarioError> {
                 other => format!("network.cni {other}: the scenario's cluster is IPv6 and the {other} datapath is IPv4 only; expected `cni: ptp` for an IPv6 cluster"),
             };
             return Err(ctx.err(c, why));
+        }
+    }
+    // A dual-stack cluster's pods have an address of each family: only the ptp datapath
+    // gives them both (the others' second-family gateways, tunnels and routes are not
+    // modelled).
+    if !matches!(cni, crate::scenario::model::Cni::Ptp) && super::families::dual_stack(&doc.nodes) {
+        if let Some(c) = doc.network.as_ref().and_then(|n| n.cni.as_ref()) {
+            let why = if matches!(cni, crate::scenario::model::Cni::Bridge(_)) {
+                "the bridge datapath is IPv4 only (br_netfilter's IPv6 passes and the bridge's IPv6 gateway are not modelled)"
+            } else {
+                "nfsim models this CNI's datapath for one family (its second-family routes and gateways are not modelled)"
+            };
+            return Err(ctx.err(
+                c,
+                format!("network.cni {}: the scenario's cluster is dual-stack and {why}, so its pods' IPv6 addresses would not be reached; expected `cni: ptp` for a dual-stack cluster", c.value),
+            ));
         }
     }
     warnings.extend(super::dns_apps::zone_warnings(

@@ -351,13 +351,17 @@ pub(super) fn check_nodes(
                 ),
             ));
         }
-        check_node_address(ctx, &d.address, "node")?;
-        check_cidr_text(ctx, &d.pod_cidr)?;
-        if let Some(prev) = addrs.insert(d.address.value, format!("node {}", d.name.value)) {
-            return Err(ctx.err(
-                &d.address,
-                format!("address {} is already used by {prev}", d.address.value),
-            ));
+        // (`families::normalize_nodes` gave every node its primary address and pod CIDR.)
+        let Some((address, pod_cidr)) = super::super::families::node_primary(d) else {
+            return Err(ctx.err(n, format!("node {} has no address", d.name.value)));
+        };
+        let secondary = super::super::families::node_secondary(d);
+        for (a, c) in std::iter::once((address, pod_cidr)).chain(secondary) {
+            check_node_address(ctx, a, "node")?;
+            check_cidr_text(ctx, c)?;
+            if let Some(prev) = addrs.insert(a.value, format!("node {}", d.name.value)) {
+                return Err(ctx.err(a, format!("address {} is already used by {prev}", a.value)));
+            }
         }
         let state = match &d.state {
             Some(st) => node_state(ctx, st, sysctl_warnings)?,
@@ -440,8 +444,12 @@ pub(super) fn check_nodes(
         }
         nodes.push(NodeDef {
             name: d.name.value.clone(),
-            address: d.address.value,
-            pod_cidr: d.pod_cidr.value,
+            address: address.value,
+            pod_cidr: pod_cidr.value,
+            secondary: secondary.map(|(a, c)| SecondaryFamily {
+                address: a.value,
+                pod_cidr: c.value,
+            }),
             sysctls: s,
             apps: app_defs(ctx, &d.apps)?,
             extra_addresses,
@@ -454,30 +462,40 @@ pub(super) fn check_nodes(
         });
     }
     for (i, n) in doc.nodes.iter().enumerate() {
-        if let Some(m) = nodes
-            .iter()
-            .find(|m| m.pod_cidr.contains(n.value.address.value))
-        {
-            return Err(ctx.err(
-                &n.value.address,
-                format!(
-                    "node address {} is inside node {}'s pod CIDR {}: node addresses are on the node network, outside every pod CIDR",
-                    n.value.address.value, m.name, m.pod_cidr
-                ),
-            ));
-        }
-        for (j, m) in nodes.iter().enumerate() {
-            if i != j
-                && (m.pod_cidr.contains(n.value.pod_cidr.value.addr())
-                    || n.value.pod_cidr.value.contains(m.pod_cidr.addr()))
-            {
+        let fams = super::super::families::node_primary(&n.value)
+            .into_iter()
+            .chain(super::super::families::node_secondary(&n.value));
+        for (address, pod_cidr) in fams {
+            if let Some((m, c)) = nodes.iter().find_map(|m| {
+                m.families()
+                    .into_iter()
+                    .filter_map(|f| m.pod_cidr_of(f))
+                    .find(|c| c.contains(address.value))
+                    .map(|c| (m, c))
+            }) {
                 return Err(ctx.err(
-                    &n.value.pod_cidr,
+                    address,
                     format!(
-                        "pod CIDR {} overlaps node {}'s {}: pod CIDRs must be disjoint",
-                        n.value.pod_cidr.value, m.name, m.pod_cidr
+                        "node address {} is inside node {}'s pod CIDR {c}: node addresses are on the node network, outside every pod CIDR",
+                        address.value, m.name
                     ),
                 ));
+            }
+            for (j, m) in nodes.iter().enumerate() {
+                let Some(c) = m.pod_cidr_of(k8s::IpFamily::of(pod_cidr.value.addr())) else {
+                    continue;
+                };
+                if i != j
+                    && (c.contains(pod_cidr.value.addr()) || pod_cidr.value.contains(c.addr()))
+                {
+                    return Err(ctx.err(
+                        pod_cidr,
+                        format!(
+                            "pod CIDR {} overlaps node {}'s {c}: pod CIDRs must be disjoint",
+                            pod_cidr.value, m.name
+                        ),
+                    ));
+                }
             }
         }
     }
@@ -533,7 +551,7 @@ pub(super) fn check_hosts(
             return Err(ctx.err(&d.name, format!("duplicate host name {:?}", d.name.value)));
         }
         check_node_address(ctx, &d.address, "host")?;
-        if let Some(n) = nodes.iter().find(|n| n.pod_cidr.contains(d.address.value)) {
+        if let Some(n) = nodes.iter().find(|n| n.pod_cidrs_contain(d.address.value)) {
             return Err(ctx.err(&d.address, format!("host address {} is inside node {}'s pod CIDR {}: a host sits outside the cluster", d.address.value, n.name, n.pod_cidr)));
         }
         if let Some(prev) = addrs.insert(d.address.value, format!("host {}", d.name.value)) {

@@ -232,6 +232,7 @@ pub(super) fn pod_def(
         labels,
         node,
         ip: ip.value,
+        secondary_ip: d.secondary_ip.as_ref().map(|i| i.value),
         ports,
         ready: d.ready.unwrap_or(true),
         probe,
