@@ -92,6 +92,27 @@ fn the_scheduler_persistence_and_timeouts_reach_the_node() {
     );
 }
 
+/// The node's `kernel.version` decides which `ip_vs_in` its IPVS runs: before 5.9 the old one
+/// (a new SYN on a TIME_WAIT connection's tuple dropped once under `conn_reuse_mode`), from
+/// 5.9 the new one.
+#[test]
+fn the_nodes_kernel_release_picks_its_ip_vs_in() {
+    let t = with_kube_proxy("kubeProxy:\n  mode: ipvs\n");
+    for (version, new) in [("5.4", false), ("5.9", true), ("6.6", true)] {
+        let text = format!("kernel: {{version: \"{version}\"}}\n{t}");
+        let sc = load_str("t.yaml", &text).unwrap();
+        let sim =
+            nfsim::cluster::sim::Simulation::new(sc, nfsim::cluster::sim::RunOptions::default())
+                .unwrap();
+        let n = sim.node_index("node-2").unwrap();
+        assert_eq!(
+            sim.netns(n).ipvs().sysctls().kernel_5_9,
+            new,
+            "kernel {version}"
+        );
+    }
+}
+
 #[test]
 fn nfsim_ipvs_lists_the_connection_table_and_the_servers() {
     let (code, out, err) = nfsim(&["ipvs", S, "--node", "node-2", "--at", "4m"]);

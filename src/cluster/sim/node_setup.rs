@@ -148,6 +148,10 @@ pub(super) fn node_netns(
         sysctls,
     });
     ns.conntrack_mut().set_kernel(n.kernel);
+    // IPVS's `ip_vs_in` changed in 5.9 (docs/kernel-model.md §20: `conn_reuse_mode`,
+    // `expire_nodest_conn`): the node's release decides which one it runs.
+    ns.ipvs_mut()
+        .set_kernel_version(n.kernel.major.into(), n.kernel.minor.into());
     for (k, v) in n.sysctls.iter().filter(|(k, _)| icmp(k)) {
         ns.set_sysctl(k, &v.to_string())
             .map_err(|e| err(e.to_string()))?;
