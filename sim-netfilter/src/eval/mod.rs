@@ -370,12 +370,21 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// Accept, with no NAT, tracking or mark change.
     pub(crate) fn accept() -> Verdict {
         Verdict {
             action: Action::Accept,
             nat: None,
             notrack: false,
             ct_mark: None,
+        }
+    }
+
+    /// Drop (nftables' `drop`, a chain's `policy drop`).
+    pub(crate) fn drop() -> Verdict {
+        Verdict {
+            action: Action::Drop,
+            ..Verdict::accept()
         }
     }
 

@@ -42,7 +42,6 @@ use super::eval::{load, BaseRef, NftDraw, MAX_DEPTH};
 use super::*;
 use crate::eval::{EvalCtx, NatRequest, Verdict};
 use crate::rule::{NatRange, PortNat, RejectWith};
-use crate::Action;
 
 /// The widest concatenation compiled: 192 bits (`ipv6_addr . inet_proto . inet_service`
 /// is 152).
@@ -625,27 +624,11 @@ enum Step {
     Reject(RejectWith),
 }
 
-fn accept() -> Verdict {
-    Verdict {
-        action: Action::Accept,
-        nat: None,
-        notrack: false,
-        ct_mark: None,
-    }
-}
-
-fn drop_verdict() -> Verdict {
-    Verdict {
-        action: Action::Drop,
-        ..accept()
-    }
-}
-
 fn policy(accept_it: bool) -> Verdict {
     if accept_it {
-        accept()
+        Verdict::accept()
     } else {
-        drop_verdict()
+        Verdict::drop()
     }
 }
 
@@ -1091,14 +1074,14 @@ impl NftProgram {
     ) -> Verdict {
         let prog: &Program = &self.prog;
         let Some(&chain0) = prog.table_chain0.get(at.table) else {
-            return accept();
+            return Verdict::accept();
         };
         let ci = chain0 as usize + at.chain;
         let Some(bc) = prog.chains.get(ci) else {
-            return accept();
+            return Verdict::accept();
         };
         if !bc.base {
-            return accept();
+            return Verdict::accept();
         }
         let base_policy = bc.policy_accept;
         let mut w = Walk {
@@ -1169,8 +1152,8 @@ impl NftProgram {
                 }
             };
             match v {
-                CVerdict::Accept => return accept(),
-                CVerdict::Drop => return drop_verdict(),
+                CVerdict::Accept => return Verdict::accept(),
+                CVerdict::Drop => return Verdict::drop(),
                 CVerdict::Continue => pc = next,
                 CVerdict::Return => {
                     if depth == 0 {
@@ -1181,7 +1164,7 @@ impl NftProgram {
                 }
                 CVerdict::Jump(to) => {
                     if depth >= MAX_DEPTH {
-                        return drop_verdict();
+                        return Verdict::drop();
                     }
                     stack[depth] = next as u32;
                     depth += 1;

@@ -217,16 +217,16 @@ impl NftRuleset {
         mut plan: Option<&mut crate::branch::NumgenPlan>,
     ) -> Verdict {
         let Some((_, t)) = self.tables.get_index_mut(at.table) else {
-            return accept();
+            return Verdict::accept();
         };
         let family = t.family;
         let tname = t.name.clone();
         let NftTable { sets, chains, .. } = t;
         let Some((bname, base)) = chains.get_index(at.chain) else {
-            return accept();
+            return Verdict::accept();
         };
         let Some(b) = base.base else {
-            return accept();
+            return Verdict::accept();
         };
         if let Some(tr) = trace.as_deref_mut() {
             tr.push(NftStep::Enter {
@@ -301,8 +301,8 @@ impl NftRuleset {
                 RuleOutcome::Verdict(v) => v,
             };
             match verdict {
-                NftVerdict::Accept => break accept(),
-                NftVerdict::Drop => break drop_verdict(),
+                NftVerdict::Accept => break Verdict::accept(),
+                NftVerdict::Drop => break Verdict::drop(),
                 NftVerdict::Continue => ri += 1,
                 NftVerdict::Return => match stack.pop() {
                     Some((c, r)) => {
@@ -320,11 +320,11 @@ impl NftRuleset {
                 NftVerdict::Jump(ref target) | NftVerdict::Goto(ref target) => {
                     let is_jump = matches!(verdict, NftVerdict::Jump(_));
                     let Some(next) = chains.get_index_of(target.as_str()) else {
-                        break drop_verdict();
+                        break Verdict::drop();
                     };
                     if is_jump {
                         if stack.len() >= MAX_DEPTH {
-                            break drop_verdict();
+                            break Verdict::drop();
                         }
                         stack.push((ci, ri + 1));
                     }
@@ -359,22 +359,6 @@ fn describe(v: &Verdict) -> String {
     s
 }
 
-fn accept() -> Verdict {
-    Verdict {
-        action: Action::Accept,
-        nat: None,
-        notrack: false,
-        ct_mark: None,
-    }
-}
-
-fn drop_verdict() -> Verdict {
-    Verdict {
-        action: Action::Drop,
-        ..accept()
-    }
-}
-
 fn policy(chain: &str, accept_it: bool, trace: Option<&mut Vec<NftStep>>) -> Verdict {
     if let Some(tr) = trace {
         tr.push(NftStep::Policy {
@@ -383,9 +367,9 @@ fn policy(chain: &str, accept_it: bool, trace: Option<&mut Vec<NftStep>>) -> Ver
         });
     }
     if accept_it {
-        accept()
+        Verdict::accept()
     } else {
-        drop_verdict()
+        Verdict::drop()
     }
 }
 
